@@ -1,0 +1,31 @@
+import { createApp } from '../app.ts';
+import { migrateToLatest, withSetupLock } from '../db/migrate.ts';
+import { seedSources } from '../ingestion/sources.ts';
+import { installQueues } from '../queue/boss.ts';
+import { parseCli } from './args.ts';
+
+const USAGE = `
+Usage: bin/setup
+
+Migrates the business schema, installs or migrates the pg-boss schema (PGBOSS_SCHEMA),
+creates the queues, and seeds the sources listed in SOURCES (default: public).
+Idempotent; two setups at once run one after the other (advisory lock).
+`;
+
+export async function main(argv: string[]): Promise<number> {
+  if (!parseCli(argv, USAGE, {})) return 0;
+  const app = await createApp({ role: 'setup', poolMax: 3 });
+  try {
+    await withSetupLock(app.pool, async () => {
+      const applied = await migrateToLatest(app.db);
+      app.logger.info({ event: 'setup.migrated', applied }, `business schema: ${applied.length} migration(s) applied`);
+      await installQueues(app);
+      const seeded = await seedSources(app.db, app.config);
+      app.logger.info({ event: 'setup.sources_seeded', seeded }, `sources: ${seeded.length} new`);
+    });
+    app.logger.info({ event: 'setup.completed' }, 'setup completed');
+    return 0;
+  } finally {
+    await app.close();
+  }
+}

@@ -1,0 +1,195 @@
+import { z } from 'zod';
+import { ConfigError } from './errors.ts';
+
+/**
+ * Every environment variable the project reads, parsed once into a frozen Config.
+ * A bad value stops the process with one line naming the variable (see bin/_main.ts).
+ * The keys of ENV_VARS are the public list: README, docker-compose and the compose test
+ * check against it.
+ */
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** "90", "90s", "15m", "12h", "7d" → seconds. */
+export function parseDurationSeconds(raw: string): number | undefined {
+  const m = /^\s*(\d+)\s*([smhd]?)\s*$/.exec(raw);
+  if (!m) return undefined;
+  const n = Number(m[1]);
+  const unit = m[2] || 's';
+  const factor = unit === 's' ? 1 : unit === 'm' ? 60 : unit === 'h' ? 3600 : 86400;
+  return n * factor;
+}
+
+const duration = (what: string) =>
+  z.string().transform((raw, ctx) => {
+    const s = parseDurationSeconds(raw);
+    if (s === undefined || s <= 0) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be a positive ${what} like 90s, 15m, 12h or 7d (got "${raw}")`,
+      });
+      return z.NEVER;
+    }
+    return s;
+  });
+
+const positiveInt = (max = Number.MAX_SAFE_INTEGER) =>
+  z.string().transform((raw, ctx) => {
+    const n = Number(raw);
+    if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n < 1 || n > max) {
+      ctx.addIssue({ code: 'custom', message: `must be an integer from 1 to ${max} (got "${raw}")` });
+      return z.NEVER;
+    }
+    return n;
+  });
+
+const url = z.string().transform((raw, ctx) => {
+  try {
+    const u = new URL(raw);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
+    return raw.replace(/\/+$/, '');
+  } catch {
+    ctx.addIssue({ code: 'custom', message: `must be an http(s) URL (got "${raw}")` });
+    return z.NEVER;
+  }
+});
+
+const postgresUrl = z.string().refine((raw) => /^postgres(ql)?:\/\//.test(raw), {
+  message: 'must be a postgres:// or postgresql:// URL',
+});
+
+const sqlIdentifier = z
+  .string()
+  .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case SQL identifier like pgboss');
+
+const share = z.string().transform((raw, ctx) => {
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0 || n >= 1) {
+    ctx.addIssue({ code: 'custom', message: `must be a number between 0 and 1 exclusive (got "${raw}")` });
+    return z.NEVER;
+  }
+  return n;
+});
+
+export const envSchema = z.object({
+  DATABASE_URL: postgresUrl.optional(),
+  GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
+  GITHUB_API_URL: url.default('https://api.github.com'),
+  GITHUB_TOKEN: z.string().min(1, 'must not be empty when set').optional(),
+  GITHUB_FIXTURES_DIR: z.string().default('test/fixtures/github'),
+  TICK_SECONDS: positiveInt(86400).default(60),
+  PGBOSS_SCHEMA: sqlIdentifier.default('pgboss'),
+  LOG_LEVEL: z.enum(LOG_LEVELS).default('info'),
+  HTTP_HOST: z.string().min(1).default('127.0.0.1'),
+  HTTP_PORT: z
+    .string()
+    .transform((raw, ctx) => {
+      const n = Number(raw);
+      if (!/^\d+$/.test(raw) || n > 65535) {
+        ctx.addIssue({ code: 'custom', message: `must be a port from 0 to 65535 (got "${raw}")` });
+        return z.NEVER;
+      }
+      return n;
+    })
+    .default(3000),
+  WEBHOOK_SECRET: z.string().min(1, 'must not be empty when set').optional(),
+  SOURCES: z.string().default('public'),
+  ENRICH_TTL: duration('duration').default(7 * 86400),
+  ENRICH_MAX_ATTEMPTS: positiveInt(100).default(5),
+  ENRICH_SHARE: share.default(2 / 3),
+  ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
+  GATE_WAIT_SECONDS: positiveInt(600).default(10),
+  RETENTION_DAYS: positiveInt(3650).default(30),
+  DATA_DIR: z.string().default('.data'),
+});
+
+/** Names of every variable the config knows (README and compose checks use this). */
+export const ENV_VARS = Object.keys(envSchema.shape) as (keyof typeof envSchema.shape)[];
+
+export type Env = z.output<typeof envSchema>;
+
+export interface Config {
+  readonly databaseUrl: string | undefined;
+  readonly github: {
+    readonly mode: 'live' | 'fixture';
+    readonly apiUrl: string;
+    readonly token: string | undefined;
+    readonly fixturesDir: string;
+    readonly userAgent: string;
+    readonly connectTimeoutMs: number;
+    readonly responseTimeoutMs: number;
+    readonly gateWaitSeconds: number;
+  };
+  readonly tickSeconds: number;
+  readonly pgbossSchema: string;
+  readonly logLevel: (typeof LOG_LEVELS)[number];
+  readonly http: { readonly host: string; readonly port: number };
+  readonly webhookSecret: string | undefined;
+  readonly sources: string;
+  readonly enrichment: {
+    readonly ttlSeconds: number;
+    readonly maxAttempts: number;
+    readonly share: number;
+    readonly leaseSeconds: number;
+  };
+  readonly retentionDays: number;
+  readonly dataDir: string;
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object') {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}
+
+/**
+ * Parses the environment. Empty strings count as unset, as a shell `FOO=` usually means.
+ * Throws ConfigError naming the first bad variable.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const input: Record<string, string> = {};
+  for (const key of ENV_VARS) {
+    const v = env[key];
+    if (v !== undefined && v !== '') input[key] = v;
+  }
+  const parsed = envSchema.safeParse(input);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0] ?? 'environment');
+    const message =
+      issue.code === 'invalid_value'
+        ? `must be one of ${(issue as { values: unknown[] }).values.join(', ')} (got "${input[variable]}")`
+        : issue.message;
+    throw new ConfigError(variable, message);
+  }
+  const e = parsed.data;
+  return deepFreeze({
+    databaseUrl: e.DATABASE_URL,
+    github: {
+      mode: e.GITHUB_MODE,
+      apiUrl: e.GITHUB_API_URL,
+      token: e.GITHUB_TOKEN,
+      fixturesDir: e.GITHUB_FIXTURES_DIR,
+      userAgent: 'github-push-ingestor/0.1 (+https://github.com/github-push-ingestor)',
+      connectTimeoutMs: 5_000,
+      responseTimeoutMs: 15_000,
+      gateWaitSeconds: e.GATE_WAIT_SECONDS,
+    },
+    tickSeconds: e.TICK_SECONDS,
+    pgbossSchema: e.PGBOSS_SCHEMA,
+    logLevel: e.LOG_LEVEL,
+    http: { host: e.HTTP_HOST, port: e.HTTP_PORT },
+    webhookSecret: e.WEBHOOK_SECRET,
+    sources: e.SOURCES,
+    enrichment: {
+      ttlSeconds: e.ENRICH_TTL,
+      maxAttempts: e.ENRICH_MAX_ATTEMPTS,
+      share: e.ENRICH_SHARE,
+      leaseSeconds: e.ENRICH_LEASE_SECONDS,
+    },
+    retentionDays: e.RETENTION_DAYS,
+    dataDir: e.DATA_DIR,
+  });
+}

@@ -1,0 +1,53 @@
+import { createHash } from 'node:crypto';
+import { sql } from 'kysely';
+import type pg from 'pg';
+import type { Db } from './pool.ts';
+
+/**
+ * Advisory lock namespaces (the first int4 of the two-key form). Keep them unique:
+ * every cross-process exclusion in the project is listed here.
+ */
+export const LockSpace = {
+  /** bin/setup: migrations and pg-boss install, held for the session. */
+  setup: 7301,
+  /** One poll of a source at a time (objid = source id), held for the session. */
+  source: 7302,
+  /** The request gate: one request in flight per credential (objid = credentialKey). */
+  gate: 7303,
+  /** Budget reservation: transaction-scoped, serializes count + insert per credential. */
+  budget: 7304,
+} as const;
+
+/** A stable int4 for a string (credential fingerprint, etc.). */
+export function int4Key(s: string): number {
+  return createHash('sha256').update(s).digest().readInt32BE(0);
+}
+
+/** Session-level try-lock on a dedicated client (the lock lives as long as the session). */
+export async function tryLockSession(
+  client: pg.ClientBase,
+  space: number,
+  id: number,
+): Promise<boolean> {
+  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [
+    space,
+    id,
+  ]);
+  return r.rows[0]!.ok;
+}
+
+export async function unlockSession(client: pg.ClientBase, space: number, id: number): Promise<boolean> {
+  const r = await client.query<{ ok: boolean }>('SELECT pg_advisory_unlock($1, $2) AS ok', [space, id]);
+  return r.rows[0]!.ok;
+}
+
+/** Is the lock held by any session right now? (reads pg_locks; used by the reconciler.) */
+export async function isLockHeld(db: Db, space: number, id: number): Promise<boolean> {
+  const r = await sql<{ held: boolean }>`
+    SELECT EXISTS (
+      SELECT 1 FROM pg_locks
+      WHERE locktype = 'advisory' AND granted
+        AND classid = ${space}::int::oid AND objid = ${id}::int::oid AND objsubid = 2
+    ) AS held`.execute(db);
+  return r.rows[0]!.held;
+}

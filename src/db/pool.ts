@@ -1,0 +1,36 @@
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import type { Logger } from '../log.ts';
+import type { Database } from './schema.ts';
+
+// bigint (int8) → string stays the pg default; timestamps → Date (pg default).
+
+export interface PoolOptions {
+  max?: number;
+  applicationName?: string;
+  logger?: Logger;
+}
+
+/**
+ * A pg Pool with an 'error' listener (an idle client whose server went away must
+ * not crash the process) and a statement timeout so a wedged query cannot pin a job.
+ */
+export function createPool(connectionString: string, opts: PoolOptions = {}): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString,
+    max: opts.max ?? 10,
+    application_name: opts.applicationName ?? 'github-push-ingestor',
+    connectionTimeoutMillis: 10_000,
+    idleTimeoutMillis: 30_000,
+  });
+  pool.on('error', (err) => {
+    opts.logger?.warn({ event: 'db.idle_client_error', err }, 'idle database client failed');
+  });
+  return pool;
+}
+
+export function createDb(pool: pg.Pool): Kysely<Database> {
+  return new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+}
+
+export type Db = Kysely<Database>;

@@ -1,0 +1,146 @@
+import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
+
+/**
+ * Kysely's view of the business schema (db/migrations). Keep in step with migrations;
+ * each domain module owns its own table's interface here.
+ */
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+type NullableTimestamp = ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+/** bigint columns arrive from pg as strings; we parse ids to numbers (GitHub ids < 2^53). */
+type BigId = ColumnType<string, number | string | bigint, number | string | bigint>;
+
+export type SourceKind = 'public' | 'repo' | 'org' | 'user';
+export type GithubMode = 'live' | 'fixture';
+export type RunStatus = 'running' | 'completed' | 'not_modified' | 'failed' | 'interrupted';
+export type EnrichmentState = 'pending' | 'enriched' | 'failed' | 'gone';
+export type RequestPurpose = 'poll' | 'enrich';
+export type RequestOutcome = 'reserved' | 'sent' | 'completed' | 'error' | 'abandoned';
+
+export interface EventSourcesTable {
+  id: Generated<BigId>;
+  kind: SourceKind;
+  target: string | null;
+  mode: GithubMode;
+  enabled: Generated<boolean>;
+  etag: string | null;
+  poll_interval_seconds: Generated<number>;
+  next_poll_at: Generated<Timestamp>;
+  consecutive_failures: Generated<number>;
+  last_error: string | null;
+  last_polled_at: NullableTimestamp;
+  recent_event_ids: ColumnType<string[], string[] | undefined, string[]>;
+  created_at: Generated<Timestamp>;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface IngestionRunsTable {
+  id: Generated<BigId>;
+  source_id: BigId;
+  status: Generated<RunStatus>;
+  started_at: Generated<Timestamp>;
+  finished_at: NullableTimestamp;
+  pages_fetched: Generated<number>;
+  events_seen: Generated<number>;
+  events_created: Generated<number>;
+  push_events_seen: Generated<number>;
+  actors_created: Generated<number>;
+  repositories_created: Generated<number>;
+  requests_spent: Generated<number>;
+  gap_detected: Generated<boolean>;
+  error: string | null;
+  job_id: string | null;
+  worker: string | null;
+}
+
+interface EntityStateColumns {
+  enrichment_state: Generated<EnrichmentState>;
+  attempts: Generated<number>;
+  next_attempt_at: Generated<Timestamp>;
+  claimed_until: NullableTimestamp;
+  claimed_by: string | null;
+  enriched_at: NullableTimestamp;
+  etag: string | null;
+  last_error: string | null;
+  first_seen_at: Generated<Timestamp>;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ActorsTable extends EntityStateColumns {
+  id: BigId;
+  login: string;
+}
+
+export interface RepositoriesTable extends EntityStateColumns {
+  id: BigId;
+  full_name: string;
+}
+
+export interface PushEventsTable {
+  id: BigId | null;
+  actor_id: BigId;
+  repository_id: BigId;
+  push_id: BigId | null;
+  ref: string;
+  head: string;
+  before: string;
+  created_at: Timestamp;
+  payload: ColumnType<unknown, string, string>;
+  size: number | null;
+  distinct_size: number | null;
+  origin: Generated<'poll' | 'webhook'>;
+  source_id: BigId | null;
+  run_id: BigId | null;
+  ingested_at: Generated<Timestamp>;
+}
+
+export interface GithubRequestsTable {
+  id: Generated<BigId>;
+  credential: string;
+  purpose: RequestPurpose;
+  method: Generated<string>;
+  path: string;
+  outcome: Generated<RequestOutcome>;
+  status: number | null;
+  counted: boolean | null;
+  reserved_at: Generated<Timestamp>;
+  sent_at: NullableTimestamp;
+  finished_at: NullableTimestamp;
+  duration_ms: number | null;
+  rate_limit_limit: number | null;
+  rate_limit_remaining: number | null;
+  rate_limit_reset: NullableTimestamp;
+  error: string | null;
+  job_id: string | null;
+  run_id: BigId | null;
+  entity_class: string | null;
+  entity_id: BigId | null;
+}
+
+export interface GithubRateLimitsTable {
+  credential: string;
+  quota: number;
+  remaining: number;
+  reset_at: Timestamp;
+  blocked_until: NullableTimestamp;
+  observed_at: Generated<Timestamp>;
+}
+
+export interface Database {
+  event_sources: EventSourcesTable;
+  ingestion_runs: IngestionRunsTable;
+  actors: ActorsTable;
+  repositories: RepositoriesTable;
+  push_events: PushEventsTable;
+  github_requests: GithubRequestsTable;
+  github_rate_limits: GithubRateLimitsTable;
+}
+
+export type EventSource = Selectable<EventSourcesTable>;
+export type NewEventSource = Insertable<EventSourcesTable>;
+export type EventSourceUpdate = Updateable<EventSourcesTable>;
+export type IngestionRun = Selectable<IngestionRunsTable>;
+export type Actor = Selectable<ActorsTable>;
+export type Repository = Selectable<RepositoriesTable>;
+export type PushEvent = Selectable<PushEventsTable>;
+export type GithubRequest = Selectable<GithubRequestsTable>;
