@@ -11,16 +11,17 @@ declare module 'vitest' {
 /** One server and one migrated template per `vitest run`; each test file clones it. */
 export default async function setup(project: TestProject) {
   const server = await startTestServer();
-  const runId = `${process.pid.toString(36)}${Date.now().toString(36).slice(-4)}`;
-  const template = `gpi_tpl_${runId}`;
-  // Leftovers of runs that were killed before their teardown.
-  const stale = await adminQuery(
-    server.adminUrl,
-    `SELECT datname FROM pg_database WHERE datname LIKE 'gpi\\_%' AND datname NOT IN (
-       SELECT DISTINCT datname FROM pg_stat_activity WHERE datname IS NOT NULL)`,
-  );
-  for (const { datname } of stale.rows) {
-    await adminQuery(server.adminUrl, `DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => {});
+  // Names carry the run's start (epoch seconds, base 36) so that leftovers of runs killed
+  // before their teardown can be dropped without touching a concurrent run's databases.
+  const startedAt = Math.floor(Date.now() / 1000);
+  const runId = `${startedAt.toString(36)}_${process.pid.toString(36)}`;
+  const template = `gpi_${runId}_tpl`;
+  const existing = await adminQuery(server.adminUrl, `SELECT datname FROM pg_database WHERE datname LIKE 'gpi\\_%'`);
+  for (const { datname } of existing.rows as { datname: string }[]) {
+    const born = Number.parseInt(datname.split('_')[1] ?? '', 36);
+    if (Number.isFinite(born) && startedAt - born > 3 * 3600) {
+      await adminQuery(server.adminUrl, `DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => {});
+    }
   }
   await adminQuery(server.adminUrl, `CREATE DATABASE ${template}`);
   await prepareTemplate(withDatabase(server.adminUrl, template));
