@@ -98,7 +98,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       source_id bigint REFERENCES event_sources (id) ON DELETE SET NULL,
       run_id bigint,
       ingested_at timestamptz NOT NULL DEFAULT now(),
-      -- One push is one row whichever way it arrived (poll or webhook): ADR 0005.
+      -- One push is one row whichever way it arrived (poll or webhook): ADR 0008.
       CONSTRAINT push_events_natural_key PRIMARY KEY (repository_id, ref, before, head)
     )`.execute(db);
   await sql`CREATE INDEX push_events_created_at ON push_events USING brin (created_at)`.execute(db);
