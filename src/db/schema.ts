@@ -66,14 +66,67 @@ interface EntityStateColumns {
   updated_at: Generated<Timestamp>;
 }
 
+/** The raw GitHub answer, kept whole beside the columns pulled out of it. */
+type ProfileJson = ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
+
 export interface ActorsTable extends EntityStateColumns {
   id: BigId;
   login: string;
+  // Profile (enrichment, migration 2026-11-29T0910): NULL until first enriched.
+  name: string | null;
+  company: string | null;
+  blog: string | null;
+  location: string | null;
+  bio: string | null;
+  type: string | null;
+  public_repos: number | null;
+  followers: number | null;
+  following: number | null;
+  github_created_at: NullableTimestamp;
+  profile: ProfileJson;
 }
 
 export interface RepositoriesTable extends EntityStateColumns {
   id: BigId;
   full_name: string;
+  // Profile (enrichment, migration 2026-11-29T0910): NULL until first enriched.
+  description: string | null;
+  language: string | null;
+  stargazers: number | null;
+  forks: number | null;
+  default_branch: string | null;
+  fork: boolean | null;
+  archived: boolean | null;
+  license: string | null;
+  topics: string[] | null;
+  pushed_at: NullableTimestamp;
+  github_created_at: NullableTimestamp;
+  profile: ProfileJson;
+}
+
+export type EnrichmentOutcome =
+  | 'enriched'
+  | 'not_modified'
+  | 'gone'
+  | 'retry'
+  | 'failed'
+  | 'rate_limited'
+  | 'interrupted';
+
+/** One row per enrichment attempt (a request sent or about to be); outcome NULL while in flight. */
+export interface EnrichmentAttemptsTable {
+  id: Generated<BigId>;
+  class: 'actor' | 'repository';
+  entity_id: BigId;
+  attempt: number;
+  started_at: Generated<Timestamp>;
+  finished_at: NullableTimestamp;
+  outcome: EnrichmentOutcome | null;
+  http_status: number | null;
+  detail: string | null;
+  request_id: BigId | null;
+  job_id: string | null;
+  worker: string | null;
 }
 
 export interface PushEventsTable {
@@ -134,6 +187,7 @@ export interface Database {
   push_events: PushEventsTable;
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
+  enrichment_attempts: EnrichmentAttemptsTable;
 }
 
 export type EventSource = Selectable<EventSourcesTable>;
@@ -142,5 +196,6 @@ export type EventSourceUpdate = Updateable<EventSourcesTable>;
 export type IngestionRun = Selectable<IngestionRunsTable>;
 export type Actor = Selectable<ActorsTable>;
 export type Repository = Selectable<RepositoriesTable>;
+export type EnrichmentAttempt = Selectable<EnrichmentAttemptsTable>;
 export type PushEvent = Selectable<PushEventsTable>;
 export type GithubRequest = Selectable<GithubRequestsTable>;
