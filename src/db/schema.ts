@@ -1,4 +1,4 @@
-import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
+import type { ColumnType, Generated as KyselyGenerated, Insertable, Selectable, Updateable } from 'kysely';
 
 /**
  * Kysely's view of the business schema (db/migrations). Keep in step with migrations;
@@ -9,6 +9,14 @@ type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type NullableTimestamp = ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 /** bigint columns arrive from pg as strings; we parse ids to numbers (GitHub ids < 2^53). */
 type BigId = ColumnType<string, number | string | bigint, number | string | bigint>;
+/**
+ * Kysely's Generated, but unwrapping a ColumnType: Kysely's own Generated<BigId> nests one
+ * ColumnType in another, so selects return the wrapper type and `where('id', '=', 5)` fails
+ * to typecheck. The tuple stops `boolean` from distributing.
+ */
+type Generated<S> = [S] extends [ColumnType<infer Sel, infer Ins, infer Upd>]
+  ? ColumnType<Sel, Ins | undefined, Upd>
+  : KyselyGenerated<S>;
 
 export type SourceKind = 'public' | 'repo' | 'org' | 'user';
 export type GithubMode = 'live' | 'fixture';
