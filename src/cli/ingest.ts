@@ -1,0 +1,104 @@
+import { type App, createApp } from '../app.ts';
+import { NotFound } from '../errors.ts';
+import { type AfterRun, pollDueSources, type RunSummary } from '../ingestion/runner.ts';
+import { parseCli, positiveIntFlag } from './args.ts';
+
+const USAGE = `
+Usage: bin/ingest [--source ID] [--force] [--json]
+
+Polls every due source of this process's GITHUB_MODE now (enabled, next_poll_at
+arrived), one after the other, and prints one line per source. Safe beside a running
+worker: a source another process is polling is reported "busy" and left alone.
+
+  --source ID  poll only this source
+  --force      ignore next_poll_at (never the request budget)
+  --json       print the run summaries as a JSON array
+
+Exit codes: 0 no run failed (completed, not_modified, busy and skipped all count);
+1 at least one run failed (its error is printed and kept in event_sources.last_error),
+or another error; 2 bad arguments or configuration.
+`;
+
+export interface IngestOptions {
+  sourceId?: number;
+  force?: boolean;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+export function formatSummary(s: RunSummary): string {
+  const head = `source ${s.sourceId} ${s.source}: ${s.outcome}`;
+  switch (s.outcome) {
+    case 'busy':
+      return `${head} (another process is polling it)`;
+    case 'skipped':
+      return `${head} (${s.reason ?? 'not due'})`;
+    default: {
+      const counts = [
+        `${plural(s.eventsSeen, 'event')} seen`,
+        `${s.eventsCreated} created`,
+        plural(s.pagesFetched, 'page'),
+        `${plural(s.requestsSpent, 'request')} spent`,
+      ].join(', ');
+      const gap = s.gap ? ', GAP: older events fell out of the feed before we read them' : '';
+      const error = s.error ? ` (${s.error.code}: ${s.error.message})` : '';
+      const next = s.nextPollAt ? `; next poll ${s.nextPollAt.toISOString()}` : '';
+      return `${head}${error}: ${counts}${gap}${next}`;
+    }
+  }
+}
+
+/**
+ * Runs one ingest pass on an existing App. `afterRun` receives each summary after its
+ * run committed and its lock was released: the queue layer passes its enrichment-hint
+ * dispatcher here (hints are post-commit by design, DESIGN §3).
+ */
+export async function runIngest(
+  app: App,
+  opts: IngestOptions,
+  afterRun?: AfterRun,
+): Promise<RunSummary[]> {
+  return pollDueSources(app, { sourceId: opts.sourceId, force: opts.force, afterRun });
+}
+
+export async function main(
+  argv: string[],
+  hooks: { afterRun?: (app: App) => AfterRun } = {},
+): Promise<number> {
+  const parsed = parseCli(argv, USAGE, {
+    source: { type: 'string' },
+    force: { type: 'boolean' },
+    json: { type: 'boolean' },
+  });
+  if (!parsed) return 0;
+  const sourceId = positiveIntFlag('source', parsed.values.source, USAGE);
+  const app = await createApp({ role: 'ingest', poolMax: 4 });
+  try {
+    let summaries: RunSummary[];
+    try {
+      summaries = await runIngest(
+        app,
+        { sourceId, force: parsed.values.force },
+        hooks.afterRun?.(app),
+      );
+    } catch (err) {
+      if (!(err instanceof NotFound)) throw err;
+      process.stderr.write(`ingest: no source with id ${sourceId} (see bin/sources list)\n`);
+      return 1;
+    }
+    if (parsed.values.json) {
+      process.stdout.write(`${JSON.stringify(summaries, null, 2)}\n`);
+    } else if (summaries.length === 0) {
+      process.stdout.write(
+        `no ${app.config.github.mode} sources due (use --force to poll them now)\n`,
+      );
+    } else {
+      for (const s of summaries) process.stdout.write(`${formatSummary(s)}\n`);
+    }
+    return summaries.some((s) => s.outcome === 'failed') ? 1 : 0;
+  } finally {
+    await app.close();
+  }
+}

@@ -1,0 +1,174 @@
+import { type App, createApp } from '../app.ts';
+import type { EventSource } from '../db/schema.ts';
+import { NotFound, UsageError } from '../errors.ts';
+import {
+  addSource,
+  describeSource,
+  InvalidSource,
+  listSources,
+  setSourceEnabled,
+  sourceSpec,
+} from '../ingestion/sources.ts';
+import { parseCli } from './args.ts';
+
+const USAGE = `
+Usage:
+  bin/sources add public            the public timeline (GET /events)
+  bin/sources add repo OWNER/NAME   one repository's events
+  bin/sources add org ORG           an organization's public events
+  bin/sources add user LOGIN        a user's public events
+  bin/sources list [--json]         every source, with its schedule and last error
+  bin/sources enable ID             poll it again (clears its failure backoff, due now)
+  bin/sources disable ID            stop polling it (its data stays)
+
+Sources are added in this process's GITHUB_MODE (live unless GITHUB_MODE=fixture); a
+process only polls sources of its own mode. Adding an existing source changes nothing.
+Exit codes: 0 ok; 1 unknown source id or other error; 2 bad arguments or configuration.
+`;
+
+function usage(message: string): UsageError {
+  return new UsageError(`${message}\n${USAGE}`);
+}
+
+function parseId(raw: string | undefined): number {
+  if (raw === undefined) throw usage('missing source ID');
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < 1) {
+    throw usage(`source ID must be a positive integer (got "${raw}")`);
+  }
+  return n;
+}
+
+function line(s: string): void {
+  process.stdout.write(`${s}\n`);
+}
+
+/** "due", "in 45s", "in 12m", "in 3h" — when the next poll is. */
+function untilText(at: Date, now: Date): string {
+  const s = Math.round((at.getTime() - now.getTime()) / 1000);
+  if (s <= 0) return 'due';
+  if (s < 120) return `in ${s}s`;
+  if (s < 7200) return `in ${Math.round(s / 60)}m`;
+  return `in ${Math.round(s / 3600)}h`;
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows
+    .map((r) =>
+      r
+        .map((cell, i) => cell.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}
+
+function toJson(s: EventSource) {
+  return {
+    id: Number(s.id),
+    kind: s.kind,
+    target: s.target,
+    mode: s.mode,
+    enabled: s.enabled,
+    next_poll_at: s.next_poll_at.toISOString(),
+    poll_interval_seconds: s.poll_interval_seconds,
+    consecutive_failures: s.consecutive_failures,
+    last_polled_at: s.last_polled_at?.toISOString() ?? null,
+    last_error: s.last_error,
+  };
+}
+
+function printList(sources: EventSource[]): void {
+  if (sources.length === 0) {
+    line('no sources (add one with: bin/sources add public)');
+    return;
+  }
+  const now = new Date();
+  const header = ['ID', 'KIND', 'TARGET', 'MODE', 'ENABLED', 'NEXT POLL', 'FAILURES', 'LAST ERROR'];
+  const rows = sources.map((s) => [
+    String(s.id),
+    s.kind,
+    s.target ?? '-',
+    s.mode,
+    s.enabled ? 'yes' : 'no',
+    s.enabled ? untilText(s.next_poll_at, now) : '-',
+    String(s.consecutive_failures),
+    s.last_error
+      ? s.last_error.length > 60
+        ? `${s.last_error.slice(0, 57)}...`
+        : s.last_error
+      : '-',
+  ]);
+  line(table([header, ...rows]));
+}
+
+async function withApp<T>(fn: (app: App) => Promise<T>): Promise<T> {
+  const app = await createApp({ role: 'sources', poolMax: 2 });
+  try {
+    return await fn(app);
+  } finally {
+    await app.close();
+  }
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const parsed = parseCli(argv, USAGE, { json: { type: 'boolean' } }, { allowPositionals: true });
+  if (!parsed) return 0;
+  const [command, ...rest] = parsed.positionals;
+  const json = parsed.values.json ?? false;
+  if (json && command !== 'list') throw usage('--json applies to "list" only');
+
+  switch (command) {
+    case 'add': {
+      const [kind, target, ...extra] = rest;
+      if (kind === undefined) throw usage('add needs a kind: public, repo, org or user');
+      if (extra.length > 0) throw usage(`unexpected argument "${extra[0]}"`);
+      let spec: ReturnType<typeof sourceSpec>;
+      try {
+        spec = sourceSpec(kind, target);
+      } catch (err) {
+        if (err instanceof InvalidSource) throw usage(err.message);
+        throw err;
+      }
+      return withApp(async (app) => {
+        const { source, created } = await addSource(app.db, spec, app.config.github.mode);
+        line(
+          created
+            ? `added source ${source.id}: ${describeSource(source)} (${source.mode})`
+            : `source ${source.id} already exists: ${describeSource(source)} (${source.mode})`,
+        );
+        return 0;
+      });
+    }
+    case 'list': {
+      if (rest.length > 0) throw usage(`unexpected argument "${rest[0]}"`);
+      return withApp(async (app) => {
+        const sources = await listSources(app.db);
+        if (json) line(JSON.stringify(sources.map(toJson), null, 2));
+        else printList(sources);
+        return 0;
+      });
+    }
+    case 'enable':
+    case 'disable': {
+      if (rest.length > 1) throw usage(`unexpected argument "${rest[1]}"`);
+      const id = parseId(rest[0]);
+      return withApp(async (app) => {
+        try {
+          const source = await setSourceEnabled(app.db, id, command === 'enable');
+          line(`source ${source.id} ${command}d: ${describeSource(source)} (${source.mode})`);
+          return 0;
+        } catch (err) {
+          if (!(err instanceof NotFound)) throw err;
+          process.stderr.write(`sources: no source with id ${id} (see bin/sources list)\n`);
+          return 1;
+        }
+      });
+    }
+    case undefined:
+      throw usage('missing command');
+    default:
+      throw usage(`unknown command "${command}"`);
+  }
+}

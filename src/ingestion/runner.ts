@@ -1,0 +1,481 @@
+import { systemClock } from '../clock.ts';
+import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
+import type { EventSource } from '../db/schema.ts';
+import type { Deps } from '../deps.ts';
+import { faultPoint } from '../fault.ts';
+import { GitHubRequestFailed } from '../github/errors.ts';
+import type { Logger } from '../log.ts';
+import { classifyFailure } from './failures.ts';
+import { heldBefore, mergeRecentIds } from './horizon.ts';
+import { mapEventsPage } from './mapping.ts';
+import { addSeconds, notDueReason, pollFloorSeconds } from './schedule.ts';
+import { describeSource, feedPath, getSource } from './sources.ts';
+import { storePushes } from './store.ts';
+
+/**
+ * One poll of one source (DESIGN §3): under the source's advisory lock, re-read the row,
+ * open a run, fetch page 1 conditionally and further pages only until they reach the
+ * source's horizon, store each page in one transaction, finalize the run and the source,
+ * release the lock — and only then tell the caller (post-commit hints).
+ */
+
+export const PER_PAGE = 100;
+/** GitHub serves at most 300 events per feed: three pages of 100; a fourth is a 422. */
+export const MAX_PAGES = 3;
+
+export type RunOutcome = 'completed' | 'not_modified' | 'failed' | 'busy' | 'skipped';
+
+export interface RunSummary {
+  /** null when no run row was opened (busy, skipped). */
+  runId: number | null;
+  sourceId: number;
+  /** "repo octocat/Hello-World" */
+  source: string;
+  outcome: RunOutcome;
+  eventsSeen: number;
+  /** push_events rows created. */
+  eventsCreated: number;
+  pagesFetched: number;
+  /** Requests that spent quota (a 304 spends none). */
+  requestsSpent: number;
+  gap: boolean;
+  /** Actors / repositories created 'pending' by this run: what enrichment hints are for. */
+  newPending: { actor: number; repository: number };
+  nextPollAt: Date | null;
+  error: { code: string; message: string } | null;
+  /** For 'skipped': why (disabled, other mode, not due yet). */
+  reason?: string;
+}
+
+/** Called after the run is finalized and the source lock released (never inside a transaction). */
+export type AfterRun = (summary: RunSummary) => void | Promise<void>;
+
+export interface PollOptions {
+  /** Ignore next_poll_at (an operator who just fixed something). Never ignores the budget. */
+  force?: boolean;
+  jobId?: string | null;
+  afterRun?: AfterRun;
+}
+
+export type IngestionDeps = Pick<
+  Deps,
+  'config' | 'db' | 'pool' | 'github' | 'logger' | 'workerId' | 'clock'
+>;
+
+function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {
+  return {
+    runId: null,
+    sourceId: Number(source.id),
+    source: describeSource(source),
+    outcome,
+    eventsSeen: 0,
+    eventsCreated: 0,
+    pagesFetched: 0,
+    requestsSpent: 0,
+    gap: false,
+    newPending: { actor: 0, repository: 0 },
+    nextPollAt: null,
+    error: null,
+  };
+}
+
+/** Polls every due source of this process's mode, one after the other. */
+export async function pollDueSources(
+  deps: IngestionDeps,
+  opts: PollOptions & { sourceId?: number } = {},
+): Promise<RunSummary[]> {
+  const { sourceId, ...pollOpts } = opts;
+  if (sourceId !== undefined) {
+    await getSource(deps.db, sourceId); // NotFound for an unknown id
+    return [await pollSource(deps, sourceId, pollOpts)];
+  }
+  const now = (deps.clock ?? systemClock).now();
+  // A pre-filter only: each source is re-read under its lock, which decides.
+  let due = deps.db
+    .selectFrom('event_sources')
+    .select('id')
+    .where('enabled', '=', true)
+    .where('mode', '=', deps.config.github.mode)
+    .orderBy('next_poll_at')
+    .orderBy('id');
+  if (!opts.force) due = due.where('next_poll_at', '<=', now);
+  const summaries: RunSummary[] = [];
+  for (const { id } of await due.execute()) {
+    summaries.push(await pollSource(deps, Number(id), pollOpts));
+  }
+  return summaries;
+}
+
+/**
+ * Polls one source if it is due (or forced) and nobody else is polling it. A source whose
+ * lock is held is `busy`: logged at INFO, nothing written, nothing requested.
+ */
+export async function pollSource(
+  deps: IngestionDeps,
+  sourceId: number,
+  opts: PollOptions = {},
+): Promise<RunSummary> {
+  const log = opts.jobId ? deps.logger.child({ job_id: opts.jobId }) : deps.logger;
+  const described = await getSource(deps.db, sourceId);
+  // The lock is a session lock: it needs its own connection for the whole run, and dies
+  // with that session if this process does.
+  const client = await deps.pool.connect();
+  let broken: Error | undefined;
+  let summary: RunSummary;
+  try {
+    if (!(await tryLockSession(client, LockSpace.source, sourceId))) {
+      log.info(
+        { event: 'source.busy', source_id: sourceId, source: describeSource(described) },
+        `source ${sourceId} (${describeSource(described)}) is being polled elsewhere; skipped`,
+      );
+      summary = emptySummary(described, 'busy');
+    } else {
+      try {
+        summary = await runLocked(deps, sourceId, opts, log);
+      } finally {
+        await unlockSession(client, LockSpace.source, sourceId).catch((err: Error) => {
+          broken = err; // destroy the connection: its session (and the lock) ends with it
+        });
+      }
+    }
+  } finally {
+    client.release(broken);
+  }
+  faultPoint('ingest.after_lock_release');
+  if (opts.afterRun) {
+    try {
+      await opts.afterRun(summary);
+    } catch (err) {
+      // The run is committed; a lost hint is recovered by the reconciler, not retried here.
+      log.warn(
+        { event: 'ingestion.after_run_failed', err, run_id: summary.runId, source_id: sourceId },
+        'afterRun hook failed',
+      );
+    }
+  }
+  return summary;
+}
+
+interface RunState {
+  runId: number;
+  startedAt: Date;
+  pagesFetched: number;
+  requestsSpent: number;
+  eventsSeen: number;
+  pushEventsSeen: number;
+  eventsCreated: number;
+  actorsCreated: number;
+  repositoriesCreated: number;
+  gap: boolean;
+  notModified: boolean;
+  etag: string | null;
+  pollInterval: number | null;
+  /** Every event id read by this run, in feed order. */
+  eventIds: string[];
+}
+
+async function runLocked(
+  deps: IngestionDeps,
+  sourceId: number,
+  opts: PollOptions,
+  log: Logger,
+): Promise<RunSummary> {
+  const clock = deps.clock ?? systemClock;
+  // Re-read under the lock: this row, not the pre-filter, decides whether to poll.
+  const source = await getSource(deps.db, sourceId);
+  const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
+  if (reason) {
+    log.debug(
+      { event: 'ingestion.skipped', source_id: sourceId, reason },
+      `source ${sourceId} skipped: ${reason}`,
+    );
+    return { ...emptySummary(source, 'skipped'), reason };
+  }
+
+  const startedAt = clock.now();
+  const run = await deps.db
+    .insertInto('ingestion_runs')
+    .values({
+      source_id: sourceId,
+      status: 'running',
+      started_at: startedAt,
+      job_id: opts.jobId ?? null,
+      worker: deps.workerId,
+    })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  const state: RunState = {
+    runId: Number(run.id),
+    startedAt,
+    pagesFetched: 0,
+    requestsSpent: 0,
+    eventsSeen: 0,
+    pushEventsSeen: 0,
+    eventsCreated: 0,
+    actorsCreated: 0,
+    repositoriesCreated: 0,
+    gap: false,
+    notModified: false,
+    etag: null,
+    pollInterval: null,
+    eventIds: [],
+  };
+  const ids = { run_id: state.runId, source_id: sourceId, job_id: opts.jobId ?? undefined };
+  log.info(
+    { event: 'ingestion.run_started', ...ids, source: describeSource(source) },
+    `run ${state.runId} started for source ${sourceId} (${describeSource(source)})`,
+  );
+
+  try {
+    await fetchPages(deps, source, state, opts);
+  } catch (err) {
+    return finalizeFailure(deps, source, state, err, log, ids);
+  }
+  return finalizeSuccess(deps, source, state, log, ids);
+}
+
+function pagePath(source: EventSource, page: number): string {
+  return `${feedPath(source)}?per_page=${PER_PAGE}&page=${page}`;
+}
+
+/** A 422 past page 1: the feed's window ended (GitHub serves at most 300 events). */
+function isWindowEnd(page: number, status: number): boolean {
+  return page > 1 && status === 422;
+}
+
+async function fetchPages(
+  deps: IngestionDeps,
+  source: EventSource,
+  state: RunState,
+  opts: PollOptions,
+): Promise<void> {
+  const horizon = new Set(source.recent_event_ids);
+  // A gap needs something to connect to: a source that has never completed a run has
+  // no horizon, and paging back over its first 300 events misses nothing we had.
+  const hasHorizon = horizon.size > 0 || source.last_polled_at !== null;
+  let reachedHorizon = false;
+  let feedEnded = false;
+
+  for (let page = 1; page <= MAX_PAGES; page++) {
+    const path = pagePath(source, page);
+    let res: Awaited<ReturnType<typeof deps.github.request>>;
+    try {
+      res = await deps.github.request({
+        purpose: 'poll',
+        path,
+        etag: page === 1 ? source.etag : null,
+        jobId: opts.jobId ?? null,
+        runId: state.runId,
+      });
+    } catch (err) {
+      if (err instanceof GitHubRequestFailed && isWindowEnd(page, err.status)) {
+        feedEnded = true;
+        break;
+      }
+      throw err;
+    }
+    if (res.counted) state.requestsSpent++;
+    if (page === 1) {
+      state.pollInterval = res.pollInterval;
+      state.etag = res.etag;
+      if (res.status === 304) {
+        state.notModified = true;
+        return;
+      }
+    }
+    if (isWindowEnd(page, res.status)) {
+      feedEnded = true;
+      break;
+    }
+    if (res.status !== 200)
+      throw new GitHubRequestFailed(path, res.status, 'unexpected status for an events feed');
+
+    // Validate the whole page before writing any of it.
+    const mapped = mapEventsPage(res.data, path);
+    const held = await heldBefore(deps.db, Number(source.id), horizon, mapped.eventIds);
+    state.pagesFetched++;
+    state.eventsSeen += mapped.eventIds.length;
+    state.pushEventsSeen += mapped.pushes.length;
+    state.eventIds.push(...mapped.eventIds);
+
+    await deps.db.transaction().execute(async (trx) => {
+      const stored = await storePushes(trx, mapped.pushes, {
+        origin: 'poll',
+        sourceId: Number(source.id),
+        runId: state.runId,
+      });
+      state.eventsCreated += stored.created;
+      state.actorsCreated += stored.newActors;
+      state.repositoriesCreated += stored.newRepositories;
+      await trx
+        .updateTable('ingestion_runs')
+        .set(runCounters(state))
+        .where('id', '=', String(state.runId))
+        .execute();
+    });
+    faultPoint('ingest.after_page_commit');
+
+    if (held.size > 0) {
+      reachedHorizon = true;
+      break;
+    }
+    if (mapped.eventIds.length < PER_PAGE) {
+      feedEnded = true;
+      break;
+    }
+  }
+  state.gap = hasHorizon && !reachedHorizon && !feedEnded;
+}
+
+function runCounters(state: RunState) {
+  return {
+    pages_fetched: state.pagesFetched,
+    requests_spent: state.requestsSpent,
+    events_seen: state.eventsSeen,
+    push_events_seen: state.pushEventsSeen,
+    events_created: state.eventsCreated,
+    actors_created: state.actorsCreated,
+    repositories_created: state.repositoriesCreated,
+    gap_detected: state.gap,
+  };
+}
+
+async function enabledSourceCount(deps: IngestionDeps): Promise<number> {
+  const r = await deps.db
+    .selectFrom('event_sources')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('enabled', '=', true)
+    .where('mode', '=', deps.config.github.mode)
+    .executeTakeFirstOrThrow();
+  return Number(r.n);
+}
+
+function summaryOf(
+  source: EventSource,
+  state: RunState,
+  outcome: RunOutcome,
+  nextPollAt: Date,
+): RunSummary {
+  return {
+    ...emptySummary(source, outcome),
+    runId: state.runId,
+    eventsSeen: state.eventsSeen,
+    eventsCreated: state.eventsCreated,
+    pagesFetched: state.pagesFetched,
+    requestsSpent: state.requestsSpent,
+    gap: state.gap,
+    newPending: { actor: state.actorsCreated, repository: state.repositoriesCreated },
+    nextPollAt,
+  };
+}
+
+async function finalizeSuccess(
+  deps: IngestionDeps,
+  source: EventSource,
+  state: RunState,
+  log: Logger,
+  ids: Record<string, unknown>,
+): Promise<RunSummary> {
+  const now = (deps.clock ?? systemClock).now();
+  const interval = state.pollInterval ?? source.poll_interval_seconds;
+  const floor = await pollFloorSeconds(deps, await enabledSourceCount(deps));
+  const nextPollAt = addSeconds(now, Math.max(interval, floor));
+  const status = state.notModified ? 'not_modified' : 'completed';
+  await deps.db.transaction().execute(async (trx) => {
+    await trx
+      .updateTable('ingestion_runs')
+      .set({ ...runCounters(state), status, finished_at: now })
+      .where('id', '=', String(state.runId))
+      .execute();
+    await trx
+      .updateTable('event_sources')
+      .set({
+        // The ETag of page 1 is only worth keeping once every page behind it was read:
+        // a 304 next time must mean "nothing we have not stored".
+        etag: state.etag ?? source.etag,
+        poll_interval_seconds: interval,
+        next_poll_at: nextPollAt,
+        recent_event_ids: state.notModified
+          ? source.recent_event_ids
+          : mergeRecentIds(state.eventIds, source.recent_event_ids),
+        consecutive_failures: 0,
+        last_error: null,
+        last_polled_at: now,
+        updated_at: now,
+      })
+      .where('id', '=', source.id)
+      .execute();
+  });
+  faultPoint('ingest.after_finalize');
+  const summary = summaryOf(source, state, status, nextPollAt);
+  log.info(
+    {
+      event: 'ingestion.run_completed',
+      ...ids,
+      outcome: status,
+      pages_fetched: state.pagesFetched,
+      requests_spent: state.requestsSpent,
+      events_seen: state.eventsSeen,
+      events_created: state.eventsCreated,
+      actors_created: state.actorsCreated,
+      repositories_created: state.repositoriesCreated,
+      gap_detected: state.gap,
+      next_poll_at: nextPollAt.toISOString(),
+    },
+    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.gap ? ', GAP recorded' : ''}`,
+  );
+  return summary;
+}
+
+async function finalizeFailure(
+  deps: IngestionDeps,
+  source: EventSource,
+  state: RunState,
+  err: unknown,
+  log: Logger,
+  ids: Record<string, unknown>,
+): Promise<RunSummary> {
+  const now = (deps.clock ?? systemClock).now();
+  const failure = classifyFailure(err, source, now);
+  await deps.db.transaction().execute(async (trx) => {
+    await trx
+      .updateTable('ingestion_runs')
+      .set({
+        ...runCounters({ ...state, gap: false }),
+        status: 'failed',
+        finished_at: now,
+        error: failure.error,
+      })
+      .where('id', '=', String(state.runId))
+      .execute();
+    await trx
+      .updateTable('event_sources')
+      .set({
+        consecutive_failures: failure.consecutiveFailures,
+        next_poll_at: failure.nextPollAt,
+        last_error: failure.error,
+        updated_at: now,
+      })
+      .where('id', '=', source.id)
+      .execute();
+  });
+  faultPoint('ingest.after_finalize');
+  log.warn(
+    {
+      event: 'ingestion.run_failed',
+      ...ids,
+      err,
+      error_code: failure.code,
+      counts_as_failure: failure.countsAsFailure,
+      consecutive_failures: failure.consecutiveFailures,
+      next_poll_at: failure.nextPollAt.toISOString(),
+      pages_fetched: state.pagesFetched,
+      events_created: state.eventsCreated,
+    },
+    `run ${state.runId} failed: ${failure.error}`,
+  );
+  return {
+    ...summaryOf(source, { ...state, gap: false }, 'failed', failure.nextPollAt),
+    error: { code: failure.code, message: failure.message },
+  };
+}

@@ -1,0 +1,161 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { PushRow } from './mapping.ts';
+
+/**
+ * Writing pushes and the people and repositories behind them. Callers pass a
+ * transaction: a page (poll) or a delivery (webhook) is stored all or nothing.
+ *
+ * Rows are written in key order so that two transactions touching the same actors,
+ * repositories or pushes (two sources, or a poll and a webhook) take row locks in the
+ * same order and cannot deadlock each other.
+ */
+
+export interface StoreOptions {
+  origin: 'poll' | 'webhook';
+  sourceId?: number | null;
+  runId?: number | null;
+}
+
+export interface StoreResult {
+  /** push_events rows this call inserted (a push already held, by either origin, is not new). */
+  created: number;
+  /** Actors / repositories inserted (state 'pending': they need enriching). */
+  newActors: number;
+  newRepositories: number;
+}
+
+export interface NamedEntity {
+  id: number;
+  name: string;
+}
+
+/** One entry per id; the last one given wins (callers pass oldest first). */
+function byId(entities: NamedEntity[]): NamedEntity[] {
+  const m = new Map<number, NamedEntity>();
+  for (const e of entities) m.set(e.id, e);
+  return [...m.values()].sort((a, b) => a.id - b.id);
+}
+
+/**
+ * Inserts actors not yet known (enrichment_state 'pending') and updates the login of
+ * known ones whose login changed — people are keyed by numeric id because logins change.
+ * Returns how many were inserted.
+ */
+export async function upsertActors(db: Db, actors: NamedEntity[]): Promise<number> {
+  const rows = byId(actors);
+  if (rows.length === 0) return 0;
+  const result = await db
+    .insertInto('actors')
+    .values(rows.map((a) => ({ id: a.id, login: a.name })))
+    .onConflict((oc) =>
+      oc
+        .column('id')
+        .doUpdateSet({ login: (eb) => eb.ref('excluded.login'), updated_at: sql`now()` })
+        .whereRef('actors.login', 'is distinct from', 'excluded.login'),
+    )
+    // xmax = 0 only on a freshly inserted row version: inserted vs. renamed.
+    .returning(sql<boolean>`xmax = 0`.as('inserted'))
+    .execute();
+  return result.filter((r) => r.inserted).length;
+}
+
+/** As upsertActors, for repositories (a renamed or transferred repo keeps its id). */
+export async function upsertRepositories(db: Db, repositories: NamedEntity[]): Promise<number> {
+  const rows = byId(repositories);
+  if (rows.length === 0) return 0;
+  const result = await db
+    .insertInto('repositories')
+    .values(rows.map((r) => ({ id: r.id, full_name: r.name })))
+    .onConflict((oc) =>
+      oc
+        .column('id')
+        .doUpdateSet({ full_name: (eb) => eb.ref('excluded.full_name'), updated_at: sql`now()` })
+        .whereRef('repositories.full_name', 'is distinct from', 'excluded.full_name'),
+    )
+    .returning(sql<boolean>`xmax = 0`.as('inserted'))
+    .execute();
+  return result.filter((r) => r.inserted).length;
+}
+
+function naturalKeyOrder(a: PushRow, b: PushRow): number {
+  return (
+    a.repository.id - b.repository.id ||
+    a.ref.localeCompare(b.ref) ||
+    a.before.localeCompare(b.before) ||
+    a.head.localeCompare(b.head)
+  );
+}
+
+/**
+ * A push first delivered by webhook has no event id. When the poll brings the same push
+ * (same natural key) with its id, record the id on the existing row rather than adding
+ * a second one. Skipped if that id is somehow already on another row.
+ */
+async function fillInEventIds(db: Db, pushes: PushRow[]): Promise<void> {
+  const withId = pushes.filter((p) => p.id !== null);
+  if (withId.length === 0) return;
+  const values = sql.join(
+    withId.map(
+      (p) => sql`(${p.id}::bigint, ${p.repository.id}::bigint, ${p.ref}, ${p.before}, ${p.head})`,
+    ),
+  );
+  await sql`
+    UPDATE push_events p SET id = v.id
+    FROM (VALUES ${values}) AS v (id, repository_id, ref, before, head)
+    WHERE p.id IS NULL
+      AND (p.repository_id, p.ref, p.before, p.head) = (v.repository_id, v.ref, v.before, v.head)
+      AND NOT EXISTS (SELECT 1 FROM push_events q WHERE q.id = v.id)`.execute(db);
+}
+
+/**
+ * Stores pushes with their actors and repositories. A push is identified by its natural
+ * key (repository_id, ref, before, head) — the same push polled twice, polled by two
+ * sources, or delivered by webhook and polled, is ONE row. Event ids are kept as a
+ * unique attribute when known.
+ */
+export async function storePushes(
+  trx: Db,
+  pushes: PushRow[],
+  opts: StoreOptions,
+): Promise<StoreResult> {
+  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0 };
+  // Oldest first, so the newest login/full_name seen in this batch is the one kept.
+  const chronological = [...pushes].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+  const newActors = await upsertActors(
+    trx,
+    chronological.map((p) => ({ id: p.actor.id, name: p.actor.login })),
+  );
+  const newRepositories = await upsertRepositories(
+    trx,
+    chronological.map((p) => ({ id: p.repository.id, name: p.repository.fullName })),
+  );
+  const ordered = [...pushes].sort(naturalKeyOrder);
+  if (opts.origin === 'poll') await fillInEventIds(trx, ordered);
+  const inserted = await trx
+    .insertInto('push_events')
+    .values(
+      ordered.map((p) => ({
+        id: p.id,
+        actor_id: p.actor.id,
+        repository_id: p.repository.id,
+        push_id: p.pushId,
+        ref: p.ref,
+        head: p.head,
+        before: p.before,
+        created_at: p.createdAt,
+        payload: JSON.stringify(p.payload),
+        size: p.size,
+        distinct_size: p.distinctSize,
+        origin: opts.origin,
+        source_id: opts.sourceId ?? null,
+        run_id: opts.runId ?? null,
+      })),
+    )
+    // Either key may conflict: the natural key (held already, by any origin) or the
+    // event id (held already under another key would be GitHub's bug, not ours to fix).
+    .onConflict((oc) => oc.doNothing())
+    .returning('repository_id')
+    .execute();
+  return { created: inserted.length, newActors, newRepositories };
+}
