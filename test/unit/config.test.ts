@@ -1,0 +1,163 @@
+import { describe, expect, it } from 'vitest';
+import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts';
+import { ConfigError } from '../../src/errors.ts';
+import { parseSourcesList } from '../../src/ingestion/sources.ts';
+
+function configError(env: Record<string, string>): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
+}
+
+// Every variable with a value that must be refused, and what the message must say.
+const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
+  ['DATABASE_URL', 'mysql://localhost/db', /postgres:\/\//],
+  ['GITHUB_MODE', 'prod', /live, fixture.*"prod"/],
+  ['GITHUB_API_URL', 'not a url', /http\(s\) URL/],
+  ['GITHUB_API_URL', 'ftp://example.com', /http\(s\) URL/],
+  ['TICK_SECONDS', 'soon', /integer from 1 to 86400.*"soon"/],
+  ['TICK_SECONDS', '0', /integer from 1/],
+  ['TICK_SECONDS', '86401', /to 86400/],
+  ['TICK_SECONDS', '1.5', /integer/],
+  ['PGBOSS_SCHEMA', 'PgBoss', /SQL identifier/],
+  ['PGBOSS_SCHEMA', 'boss; drop table x', /SQL identifier/],
+  ['LOG_LEVEL', 'verbose', /one of fatal, error, warn, info, debug, trace, silent/],
+  ['HTTP_PORT', '70000', /port from 0 to 65535/],
+  ['HTTP_PORT', 'http', /port/],
+  ['ENRICH_TTL', '7 days', /duration like 90s/],
+  ['ENRICH_TTL', '0', /positive duration/],
+  ['ENRICH_MAX_ATTEMPTS', '0', /integer from 1 to 100/],
+  ['ENRICH_MAX_ATTEMPTS', '101', /integer from 1 to 100/],
+  ['ENRICH_SHARE', '1', /between 0 and 1/],
+  ['ENRICH_SHARE', '0', /between 0 and 1/],
+  ['ENRICH_SHARE', 'half', /between 0 and 1/],
+  ['ENRICH_LEASE_SECONDS', '3601', /integer from 1 to 3600/],
+  ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
+  ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
+];
+
+// Free-form variables: any non-empty string is a valid value (an empty one means unset).
+// SOURCES is free-form to zod but parsed by bin/setup (see the SOURCES tests below).
+const FREE_FORM = [
+  'GITHUB_TOKEN',
+  'GITHUB_FIXTURES_DIR',
+  'HTTP_HOST',
+  'WEBHOOK_SECRET',
+  'SOURCES',
+  'DATA_DIR',
+];
+
+describe('config: bad values stop the process naming the variable', () => {
+  it.each(BAD_VALUES)('%s=%s', (variable, value, says) => {
+    const err = configError({ [variable]: value });
+    expect(err.variable).toBe(variable);
+    expect(err.code).toBe('CONFIG_INVALID');
+    expect(err.message.startsWith(`${variable} `)).toBe(true);
+    expect(err.message).toMatch(says);
+  });
+
+  it('covers every variable the config knows', () => {
+    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM]);
+    expect(ENV_VARS.filter((v) => !covered.has(v))).toEqual([]);
+  });
+
+  it('names the bad variable even when others are fine', () => {
+    const err = configError({ GITHUB_MODE: 'fixture', TICK_SECONDS: '30', LOG_LEVEL: 'loud' });
+    expect(err.variable).toBe('LOG_LEVEL');
+  });
+});
+
+describe('config: defaults and parsing', () => {
+  it('has the documented defaults when nothing is set', () => {
+    const c = loadConfig({});
+    expect(c.databaseUrl).toBeUndefined();
+    expect(c.github.mode).toBe('live');
+    expect(c.github.apiUrl).toBe('https://api.github.com');
+    expect(c.github.token).toBeUndefined();
+    expect(c.github.fixturesDir).toBe('test/fixtures/github');
+    expect(c.github.gateWaitSeconds).toBe(10);
+    expect(c.tickSeconds).toBe(60);
+    expect(c.pgbossSchema).toBe('pgboss');
+    expect(c.logLevel).toBe('info');
+    expect(c.http).toEqual({ host: '127.0.0.1', port: 3000 });
+    expect(c.webhookSecret).toBeUndefined();
+    expect(c.sources).toBe('public');
+    expect(c.enrichment).toEqual({
+      ttlSeconds: 7 * 86400,
+      maxAttempts: 5,
+      share: 2 / 3,
+      leaseSeconds: 60,
+    });
+    expect(c.retentionDays).toBe(30);
+    expect(c.dataDir).toBe('.data');
+  });
+
+  it('treats an empty string as unset', () => {
+    const c = loadConfig({ TICK_SECONDS: '', GITHUB_TOKEN: '', GITHUB_MODE: '' });
+    expect(c.tickSeconds).toBe(60);
+    expect(c.github.token).toBeUndefined();
+    expect(c.github.mode).toBe('live');
+  });
+
+  it('parses set values and freezes the result', () => {
+    const c = loadConfig({
+      DATABASE_URL: 'postgresql://u@db:5432/x',
+      GITHUB_MODE: 'fixture',
+      GITHUB_API_URL: 'http://127.0.0.1:9999/',
+      ENRICH_TTL: '12h',
+      HTTP_PORT: '0',
+    });
+    expect(c.databaseUrl).toBe('postgresql://u@db:5432/x');
+    expect(c.github.mode).toBe('fixture');
+    expect(c.github.apiUrl).toBe('http://127.0.0.1:9999'); // trailing slash dropped
+    expect(c.enrichment.ttlSeconds).toBe(12 * 3600);
+    expect(c.http.port).toBe(0);
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(Object.isFrozen(c.github)).toBe(true);
+  });
+
+  it('parses durations', () => {
+    expect(parseDurationSeconds('90')).toBe(90);
+    expect(parseDurationSeconds('90s')).toBe(90);
+    expect(parseDurationSeconds('15m')).toBe(900);
+    expect(parseDurationSeconds('7d')).toBe(7 * 86400);
+    expect(parseDurationSeconds('1w')).toBeUndefined();
+  });
+});
+
+describe('config: SOURCES', () => {
+  it('parses the documented form', () => {
+    expect(parseSourcesList('public,repo:octocat/Hello-World,org:github,user:torvalds')).toEqual([
+      { kind: 'public' },
+      { kind: 'repo', target: 'octocat/Hello-World' },
+      { kind: 'org', target: 'github' },
+      { kind: 'user', target: 'torvalds' },
+    ]);
+    expect(parseSourcesList(' public , ')).toEqual([{ kind: 'public' }]);
+  });
+
+  it.each([
+    ['planet:mars', /unknown source kind "planet"/],
+    ['repo:octocat', /not OWNER\/NAME/],
+    ['repo:octo/cat/extra', /not OWNER\/NAME/],
+    ['user:-torvalds', /not a GitHub login/],
+    ['org:', /needs a login/],
+    ['public:x', /takes no target/],
+    ['repo:octocat/..', /not a GitHub repository name/],
+  ])('refuses %s with a ConfigError naming SOURCES', (raw, says) => {
+    let caught: unknown;
+    try {
+      parseSourcesList(`public,${raw}`);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).variable).toBe('SOURCES');
+    expect((caught as ConfigError).message).toContain(`"${raw}"`);
+    expect((caught as ConfigError).message).toMatch(says);
+  });
+});

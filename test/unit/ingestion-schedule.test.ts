@@ -1,0 +1,126 @@
+import { describe, expect, it } from 'vitest';
+import {
+  BudgetExhausted,
+  GateTimeout,
+  GitHubAuthFailed,
+  GitHubUnavailable,
+  RateLimited,
+} from '../../src/github/errors.ts';
+import { classifyFailure } from '../../src/ingestion/failures.ts';
+import { mergeRecentIds, RECENT_IDS_KEPT } from '../../src/ingestion/horizon.ts';
+import { MalformedEvent } from '../../src/ingestion/mapping.ts';
+import { failureBackoffSeconds, notDueReason } from '../../src/ingestion/schedule.ts';
+
+const now = new Date('2026-11-29T08:00:00Z');
+const later = (s: number) => new Date(now.getTime() + s * 1000);
+
+describe('failure ladder', () => {
+  it('doubles from one minute and caps at one hour', () => {
+    expect([1, 2, 3, 4, 5, 6, 7, 20].map(failureBackoffSeconds)).toEqual([
+      60, 120, 240, 480, 960, 1920, 3600, 3600,
+    ]);
+  });
+
+  it('climbs for source failures', () => {
+    const d = classifyFailure(
+      new GitHubUnavailable('/events', 502, 'bad gateway'),
+      { consecutive_failures: 2, next_poll_at: now },
+      now,
+    );
+    expect(d).toMatchObject({
+      countsAsFailure: true,
+      consecutiveFailures: 3,
+      code: 'GITHUB_UNAVAILABLE',
+    });
+    expect(d.nextPollAt).toEqual(later(240));
+    expect(d.error).toMatch(/^GITHUB_UNAVAILABLE: GitHub unavailable on \/events/);
+  });
+
+  it('treats a malformed feed as a source failure', () => {
+    const d = classifyFailure(
+      new MalformedEvent('/events', 'event #0: actor is missing'),
+      { consecutive_failures: 0, next_poll_at: now },
+      now,
+    );
+    expect(d).toMatchObject({
+      countsAsFailure: true,
+      consecutiveFailures: 1,
+      code: 'MALFORMED_EVENT',
+    });
+    expect(d.nextPollAt).toEqual(later(60));
+  });
+
+  it('backs off a bad token for the full hour at once', () => {
+    const d = classifyFailure(
+      new GitHubAuthFailed('/events'),
+      { consecutive_failures: 0, next_poll_at: now },
+      now,
+    );
+    expect(d.nextPollAt).toEqual(later(3600));
+  });
+
+  it('waits for retryAt on a rate limit without counting a failure', () => {
+    const retryAt = later(1234);
+    const d = classifyFailure(
+      new RateLimited(403, retryAt, '/events'),
+      { consecutive_failures: 2, next_poll_at: now },
+      now,
+    );
+    expect(d).toMatchObject({
+      countsAsFailure: false,
+      consecutiveFailures: 2,
+      nextPollAt: retryAt,
+    });
+  });
+
+  it('waits for the budget without counting a failure', () => {
+    const d = classifyFailure(
+      new BudgetExhausted('poll', later(900)),
+      { consecutive_failures: 0, next_poll_at: now },
+      now,
+    );
+    expect(d).toMatchObject({
+      countsAsFailure: false,
+      consecutiveFailures: 0,
+      nextPollAt: later(900),
+    });
+    const unknown = classifyFailure(
+      new BudgetExhausted('poll', null),
+      { consecutive_failures: 0, next_poll_at: now },
+      now,
+    );
+    expect(unknown.nextPollAt).toEqual(later(60));
+  });
+
+  it('leaves the schedule alone on a gate timeout (nothing was sent)', () => {
+    const d = classifyFailure(
+      new GateTimeout('anonymous', 10_000),
+      { consecutive_failures: 1, next_poll_at: later(-5) },
+      now,
+    );
+    expect(d).toMatchObject({ countsAsFailure: false, consecutiveFailures: 1, nextPollAt: now });
+  });
+});
+
+describe('due', () => {
+  const source = { enabled: true, mode: 'live' as const, next_poll_at: later(30) };
+  it('is due when enabled, of this mode, and next_poll_at has arrived', () => {
+    expect(notDueReason({ ...source, next_poll_at: now }, 'live', now, false)).toBeNull();
+    expect(notDueReason(source, 'live', now, false)).toMatch(/not due until/);
+  });
+  it('--force ignores next_poll_at but never enabled or mode', () => {
+    expect(notDueReason(source, 'live', now, true)).toBeNull();
+    expect(notDueReason({ ...source, enabled: false }, 'live', now, true)).toBe('disabled');
+    expect(notDueReason(source, 'fixture', now, true)).toMatch(/live source/);
+  });
+});
+
+describe('recent event ids', () => {
+  it('keeps this run first, deduplicated, at most 300', () => {
+    expect(mergeRecentIds(['9', '8', '5'], ['5', '4', '3'])).toEqual(['9', '8', '5', '4', '3']);
+    const many = Array.from({ length: 400 }, (_, i) => String(1000 - i));
+    const merged = mergeRecentIds(many.slice(0, 200), many.slice(150));
+    expect(merged).toHaveLength(RECENT_IDS_KEPT);
+    expect(merged[0]).toBe('1000');
+  });
+});
