@@ -1,0 +1,203 @@
+import pino from 'pino';
+import { type App, createApp } from '../app.ts';
+import { loadConfig } from '../config.ts';
+import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../enrichment/entity.ts';
+import { type EnrichOutcome, type EnrichResult, enrichOnce } from '../enrichment/runner.ts';
+import { UsageError } from '../errors.ts';
+import type { BudgetSnapshot } from '../github/types.ts';
+import { createLogger } from '../log.ts';
+import { parseCli, positiveIntFlag } from './args.ts';
+
+const USAGE = `
+Usage: bin/enrich --limit N [--class actor|repository] [--json]
+
+Enriches up to N due actors and repositories now, one request each, alternating the
+two classes (a class with nothing due is skipped). Runs beside a live worker: entities
+are claimed under a lease, so no two processes fetch the same one, and every request
+spends the shared enrichment budget.
+
+  --limit N    at most N entities (required, a positive integer)
+  --class C    only actors or only repositories
+  --json       print one JSON summary instead of progress
+
+On a terminal it draws a progress bar; otherwise it prints one line per entity.
+Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
+1 an error; 2 bad arguments or configuration.
+`;
+
+export type StopReason = 'limit' | 'nothing_due' | 'budget' | 'rate_limited' | 'interrupted';
+
+export interface EnrichRunSummary {
+  limit: number;
+  done: number;
+  stoppedBy: StopReason;
+  outcomes: Record<Exclude<EnrichOutcome, 'idle' | 'budget_exhausted'>, number>;
+  budgetLeft: number | null;
+  entities: {
+    class: EntityClass;
+    id: number;
+    name: string;
+    outcome: EnrichOutcome;
+    status: number | null;
+  }[];
+}
+
+/** What the enrich allowance still has in this window (never more than GitHub says remains). */
+export function budgetLeft(b: BudgetSnapshot): number {
+  const left = Math.max(0, b.allowance.enrich - b.spent.enrich);
+  return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
+}
+
+export interface RunOptions {
+  limit: number;
+  classes: readonly EntityClass[];
+  shouldStop?: () => boolean;
+  onEntity?: (r: EnrichResult, summary: EnrichRunSummary) => void | Promise<void>;
+}
+
+/**
+ * Runs enrichOnce up to `limit` times, round-robin over the classes still in play. A
+ * class leaves the rotation when it is idle, or when its fair share is used while the
+ * other class still has work; a class that left for its share comes back once the
+ * other is idle (the split is work-conserving). The budget or a rate limit stops all.
+ */
+export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSummary> {
+  const summary: EnrichRunSummary = {
+    limit: opts.limit,
+    done: 0,
+    stoppedBy: 'nothing_due',
+    outcomes: { enriched: 0, not_modified: 0, gone: 0, retry: 0, failed: 0, rate_limited: 0 },
+    budgetLeft: null,
+    entities: [],
+  };
+  let active = [...opts.classes];
+  let waitingForShare: EntityClass[] = [];
+  let turn = 0;
+  while (active.length > 0) {
+    if (summary.done >= opts.limit) {
+      summary.stoppedBy = 'limit';
+      break;
+    }
+    if (opts.shouldStop?.()) {
+      summary.stoppedBy = 'interrupted';
+      break;
+    }
+    const cls = active[turn % active.length]!;
+    const r = await enrichOnce(app, cls);
+    if (r.outcome === 'idle') {
+      active = [...active.filter((c) => c !== cls), ...waitingForShare];
+      waitingForShare = [];
+      continue;
+    }
+    if (r.outcome === 'budget_exhausted') {
+      if (r.reason === 'fair_share') {
+        active = active.filter((c) => c !== cls);
+        waitingForShare.push(cls);
+        continue;
+      }
+      summary.stoppedBy = 'budget';
+      break;
+    }
+    summary.done += 1;
+    summary.outcomes[r.outcome] += 1;
+    summary.entities.push({
+      class: cls,
+      id: r.entityId!,
+      name: r.name ?? '',
+      outcome: r.outcome,
+      status: r.status ?? null,
+    });
+    turn += 1;
+    await opts.onEntity?.(r, summary);
+    if (r.outcome === 'rate_limited') {
+      summary.stoppedBy = 'rate_limited';
+      break;
+    }
+  }
+  if (active.length === 0 && waitingForShare.length > 0) summary.stoppedBy = 'budget';
+  if (summary.done >= opts.limit) summary.stoppedBy = 'limit';
+  summary.budgetLeft = budgetLeft(await app.github.budget());
+  return summary;
+}
+
+const STOP_TEXT: Record<StopReason, string> = {
+  limit: 'limit reached',
+  nothing_due: 'nothing more is due',
+  budget: 'the enrichment budget says no for now',
+  rate_limited: 'GitHub rate-limited us; enrichment resumes after the reset',
+  interrupted: 'interrupted',
+};
+
+export function formatEntity(r: EnrichResult): string {
+  const status = r.status ? ` (${r.status})` : '';
+  const detail =
+    r.detail && (r.outcome === 'retry' || r.outcome === 'failed') ? `: ${r.detail}` : '';
+  return `${r.class} ${r.entityId} ${r.name ?? ''}: ${r.outcome}${status}${detail}`;
+}
+
+export function formatSummary(s: EnrichRunSummary): string {
+  const o = s.outcomes;
+  const counts = `enriched ${o.enriched}, not modified ${o.not_modified}, gone ${o.gone}, retry ${o.retry}, failed ${o.failed}`;
+  const budget = s.budgetLeft === null ? '' : `; enrich budget left ${s.budgetLeft}`;
+  return `enrich: ${s.done}/${s.limit} done (${counts}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
+}
+
+function progressBar(s: EnrichRunSummary, left: number, width = 24): string {
+  const filled = Math.round((s.done / s.limit) * width);
+  const bar = `${'#'.repeat(filled)}${'.'.repeat(width - filled)}`;
+  const o = s.outcomes;
+  return `[${bar}] ${s.done}/${s.limit}  enriched ${o.enriched + o.not_modified}  gone ${o.gone}  failed ${o.failed + o.retry}  budget left ${left}`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const parsed = parseCli(argv, USAGE, {
+    limit: { type: 'string' },
+    class: { type: 'string' },
+    json: { type: 'boolean' },
+  });
+  if (!parsed) return 0;
+  const limit = positiveIntFlag('limit', parsed.values.limit, USAGE);
+  if (limit === undefined) throw new UsageError(`--limit N is required\n\n${USAGE}`);
+  const only = parsed.values.class;
+  if (only !== undefined && !isEntityClass(only)) {
+    throw new UsageError(`--class must be actor or repository (got "${only}")\n\n${USAGE}`);
+  }
+
+  const config = loadConfig();
+  // Logs go to stderr: stdout is the command's own output (progress, lines, JSON).
+  const logger = createLogger(config.logLevel, pino.destination({ fd: 2, sync: true }));
+  const app = await createApp({ config, logger, role: 'enrich', poolMax: 3 });
+  let interrupted = false;
+  const onSignal = () => {
+    interrupted = true;
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const tty = !parsed.values.json && process.stdout.isTTY === true;
+  try {
+    const summary = await runEnrich(app, {
+      limit,
+      classes: only ? [only] : ENTITY_CLASSES,
+      shouldStop: () => interrupted,
+      onEntity: async (r, s) => {
+        if (parsed.values.json) return;
+        if (tty) {
+          process.stdout.write(`\r${progressBar(s, budgetLeft(await app.github.budget()))}`);
+        } else {
+          process.stdout.write(`${formatEntity(r)}\n`);
+        }
+      },
+    });
+    if (parsed.values.json) {
+      process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+    } else {
+      if (tty && summary.done > 0) process.stdout.write('\n');
+      process.stdout.write(`${formatSummary(summary)}\n`);
+    }
+    return 0;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await app.close();
+  }
+}

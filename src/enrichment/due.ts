@@ -1,0 +1,93 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { EnrichmentState } from '../db/schema.ts';
+import { ENTITY_CLASSES, ENTITY_TABLES, type EntityClass } from './entity.ts';
+
+/**
+ * "Is there enrichment work?" — asked of committed state by the reconciler every tick
+ * and by the fairness rule before every reservation, so each question is a range scan on
+ * a small partial index (migration 2026-11-29T0910), never a scan of the table.
+ *
+ * Due work is (a) pending rows whose next_attempt_at has come and whose lease is free or
+ * expired, and (b) enriched rows older than the TTL, which the next cycle's age-out sweep
+ * turns into pending refreshes. (b) needs the TTL: pass config.enrichment.ttlSeconds;
+ * without it the default ENRICH_TTL (7 days) is assumed.
+ */
+
+export const DEFAULT_TTL_SECONDS = 7 * 86400;
+
+function pendingDue(cls: EntityClass, now: Date) {
+  const { table } = ENTITY_TABLES[cls];
+  return sql`
+    SELECT 1 FROM ${sql.table(table)}
+    WHERE enrichment_state = 'pending' AND next_attempt_at <= ${now}
+      AND (claimed_until IS NULL OR claimed_until <= ${now})`;
+}
+
+function agedOut(cls: EntityClass, now: Date, ttlSeconds: number) {
+  const { table } = ENTITY_TABLES[cls];
+  const cutoff = new Date(now.getTime() - ttlSeconds * 1000);
+  return sql`
+    SELECT 1 FROM ${sql.table(table)}
+    WHERE enrichment_state = 'enriched' AND enriched_at < ${cutoff}`;
+}
+
+/** True when a cycle of `cls` would find something to do. */
+export async function hasDueWork(
+  db: Db,
+  cls: EntityClass,
+  now: Date = new Date(),
+  ttlSeconds: number = DEFAULT_TTL_SECONDS,
+): Promise<boolean> {
+  const r = await sql<{ due: boolean }>`
+    SELECT EXISTS (${pendingDue(cls, now)}) OR EXISTS (${agedOut(cls, now, ttlSeconds)}) AS due`.execute(
+    db,
+  );
+  return r.rows[0]!.due;
+}
+
+/** How many entities of `cls` are due now (pending and due, plus refreshes the TTL has made due). */
+export async function countDue(
+  db: Db,
+  cls: EntityClass,
+  now: Date = new Date(),
+  ttlSeconds: number = DEFAULT_TTL_SECONDS,
+): Promise<number> {
+  const r = await sql<{ n: string }>`
+    SELECT (SELECT count(*) FROM (${pendingDue(cls, now)}) p)
+         + (SELECT count(*) FROM (${agedOut(cls, now, ttlSeconds)}) a) AS n`.execute(db);
+  return Number(r.rows[0]!.n);
+}
+
+export type Backlog = Record<
+  EntityClass,
+  Record<EnrichmentState, number> & { due: number; claimed: number }
+>;
+
+/**
+ * Counts per class and state for the status page, plus how many are due now and how
+ * many are under a live lease. (The per-state counts read the whole table: fine for a
+ * status page, not for a hot path.)
+ */
+export async function backlog(
+  db: Db,
+  now: Date = new Date(),
+  ttlSeconds: number = DEFAULT_TTL_SECONDS,
+): Promise<Backlog> {
+  const out = {} as Backlog;
+  for (const cls of ENTITY_CLASSES) {
+    const { table } = ENTITY_TABLES[cls];
+    const r = await sql<{ state: EnrichmentState; n: string; claimed: string }>`
+      SELECT enrichment_state AS state, count(*) AS n,
+             count(*) FILTER (WHERE claimed_until > ${now}) AS claimed
+      FROM ${sql.table(table)} GROUP BY enrichment_state`.execute(db);
+    const counts = { pending: 0, enriched: 0, failed: 0, gone: 0, due: 0, claimed: 0 };
+    for (const row of r.rows) {
+      counts[row.state] = Number(row.n);
+      counts.claimed += Number(row.claimed);
+    }
+    counts.due = await countDue(db, cls, now, ttlSeconds);
+    out[cls] = counts;
+  }
+  return out;
+}

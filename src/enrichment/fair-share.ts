@@ -1,0 +1,61 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { GitHubClient } from '../github/types.ts';
+import { hasDueWork } from './due.ts';
+import { type EntityClass, otherClass } from './entity.ts';
+
+/**
+ * The split of enrichment's allowance between the two classes (DESIGN §6, ADR 0006).
+ *
+ * The GitHub layer enforces the hard limit (enrich may spend floor(quota × ENRICH_SHARE)
+ * an hour). This adds one rule on top: while the OTHER class has due work, a class may
+ * not take more than half of that allowance (rounded up) in the window. When the other
+ * class has nothing due, the rule steps aside, so the split is work-conserving: a flood
+ * of repositories can never starve ten actors, and ten actors never idle a budget that
+ * repositories could use.
+ *
+ * The count is a read, not a lock, so two runners deciding at the same instant can each
+ * take the last slot of a half: the split may be off by the number of concurrent
+ * runners. The allowance itself is still exact (the GitHub layer serializes it).
+ */
+
+export const WINDOW_SECONDS = 3600;
+
+export interface ShareDecision {
+  allowed: boolean;
+  allowance: number;
+  /** Requests this class has taken in the window. */
+  spent: number;
+  /** Half of the allowance (rounded up): the most a class takes while the other waits. */
+  half: number;
+}
+
+/** Enrich requests of `cls` that count against the window: sent or still open, and not a free 304. */
+export async function classSpent(
+  db: Db,
+  credential: string,
+  cls: EntityClass,
+  now: Date,
+): Promise<number> {
+  const since = new Date(now.getTime() - WINDOW_SECONDS * 1000);
+  const r = await sql<{ n: string }>`
+    SELECT count(*) AS n FROM github_requests
+    WHERE credential = ${credential} AND purpose = 'enrich' AND reserved_at > ${since}
+      AND entity_class = ${cls}
+      AND outcome <> 'abandoned' AND counted IS NOT FALSE`.execute(db);
+  return Number(r.rows[0]!.n);
+}
+
+export async function fairShare(
+  db: Db,
+  github: GitHubClient,
+  cls: EntityClass,
+  opts: { now: Date; ttlSeconds: number },
+): Promise<ShareDecision> {
+  const allowance = (await github.budget()).allowance.enrich;
+  const half = Math.ceil(allowance / 2);
+  const spent = await classSpent(db, github.credential, cls, opts.now);
+  if (spent < half) return { allowed: true, allowance, spent, half };
+  const otherWaiting = await hasDueWork(db, otherClass(cls), opts.now, opts.ttlSeconds);
+  return { allowed: !otherWaiting, allowance, spent, half };
+}

@@ -1,0 +1,54 @@
+import { AppError } from '../errors.ts';
+
+/**
+ * Reading a GitHub profile defensively: a 200 whose body is not the object GitHub
+ * documents is a transient failure of that attempt (ProfileInvalid), never a crash and
+ * never a row of garbage.
+ */
+export class ProfileInvalid extends AppError {
+  constructor(path: string, problem: string) {
+    super('PROFILE_INVALID', `profile from ${path} is not usable: ${problem}`, { path });
+  }
+}
+
+export type Json = Record<string, unknown>;
+
+export function asObject(data: unknown, path: string): Json {
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+    throw new ProfileInvalid(path, 'body is not a JSON object');
+  }
+  return data as Json;
+}
+
+export function requiredId(o: Json, path: string): number {
+  const id = o.id;
+  if (typeof id !== 'number' || !Number.isSafeInteger(id) || id <= 0) {
+    throw new ProfileInvalid(path, 'no numeric "id"');
+  }
+  return id;
+}
+
+export function requiredString(o: Json, key: string, path: string): string {
+  const v = o[key];
+  if (typeof v !== 'string' || v === '') throw new ProfileInvalid(path, `no "${key}"`);
+  return v;
+}
+
+export function str(v: unknown): string | null {
+  return typeof v === 'string' ? v : null;
+}
+
+export function int(v: unknown): number | null {
+  return typeof v === 'number' && Number.isSafeInteger(v) ? v : null;
+}
+
+export function bool(v: unknown): boolean | null {
+  return typeof v === 'boolean' ? v : null;
+}
+
+/** An ISO timestamp GitHub sent, or null (a malformed date is dropped, not stored). */
+export function time(v: unknown): Date | null {
+  if (typeof v !== 'string') return null;
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? null : d;
+}

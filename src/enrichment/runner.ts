@@ -1,0 +1,422 @@
+import { systemClock } from '../clock.ts';
+import type { Deps } from '../deps.ts';
+import { faultPoint } from '../fault.ts';
+import {
+  BudgetExhausted,
+  FixtureMiss,
+  GateTimeout,
+  GitHubRequestFailed,
+  GitHubUnavailable,
+  MalformedResponse,
+  RateLimited,
+} from '../github/errors.ts';
+import type { GitHubResponse } from '../github/types.ts';
+import { actorProfile } from './apply-actor.ts';
+import { repositoryProfile } from './apply-repository.ts';
+import { finishAttempt, openAttempt, redact } from './attempts.ts';
+import { type Claim, claimNext, releaseClaim } from './claim.ts';
+import { ENTITY_TABLES, type EntityClass } from './entity.ts';
+import { fairShare } from './fair-share.ts';
+import { ProfileInvalid } from './profile.ts';
+import {
+  ageOut,
+  deferUntil,
+  markEnriched,
+  markFailedAttempt,
+  markGone,
+  markNotModified,
+} from './state.ts';
+
+/**
+ * The enrichment runner: one entity per enrichOnce call, in five steps — age-out sweep,
+ * claim (lease), reserve (fair share + budget), fetch (conditional), apply. Safe to run
+ * in any number of processes at once; Postgres (SKIP LOCKED, the lease, the request
+ * ledger) is the only coordinator. See ADR 0006.
+ */
+
+export type EnrichDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;
+
+export type EnrichOutcome =
+  | 'idle'
+  | 'enriched'
+  | 'not_modified'
+  | 'gone'
+  | 'retry'
+  | 'failed'
+  | 'rate_limited'
+  | 'budget_exhausted';
+
+export interface EnrichResult {
+  outcome: EnrichOutcome;
+  class: EntityClass;
+  /** The entity worked on (absent when idle). */
+  entityId?: number;
+  /** Its login / full_name (the new one after a rename). */
+  name?: string;
+  /** HTTP status of the answer, when one came. */
+  status?: number | null;
+  /** Why budget_exhausted: the GitHub layer said no, the class used its half, or the gate stayed busy. */
+  reason?: 'budget' | 'fair_share' | 'gate_timeout';
+  /** When this entity (retry) or this class (rate_limited) may be tried again. */
+  retryAt?: Date;
+  detail?: string;
+}
+
+export interface EnrichOptions {
+  jobId?: string | null;
+  signal?: AbortSignal;
+}
+
+// Statuses that mean "GitHub no longer serves this": 451 is a repository blocked for
+// legal reasons, which is as gone as a 404 for our purposes.
+const GONE_STATUSES = new Set([404, 410, 451]);
+
+// Failures of this one attempt that may heal: counted against the entity, retried on
+// the backoff ladder, terminal after ENRICH_MAX_ATTEMPTS.
+function isTransient(err: unknown): err is Error {
+  return (
+    err instanceof GitHubUnavailable ||
+    err instanceof MalformedResponse ||
+    err instanceof GitHubRequestFailed ||
+    err instanceof ProfileInvalid ||
+    err instanceof FixtureMiss
+  );
+}
+
+function errorStatus(err: unknown): number | null {
+  const status = (err as { status?: unknown }).status;
+  return typeof status === 'number' ? status : null;
+}
+
+export async function enrichOnce(
+  deps: EnrichDeps,
+  cls: EntityClass,
+  opts: EnrichOptions = {},
+): Promise<EnrichResult> {
+  const { db, github, config } = deps;
+  const clock = deps.clock ?? systemClock;
+  const jobId = opts.jobId ?? null;
+  const log = jobId ? deps.logger.child({ job_id: jobId }) : deps.logger;
+  opts.signal?.throwIfAborted();
+
+  // 1. Age-out sweep.
+  const { ttlSeconds, leaseSeconds, maxAttempts } = config.enrichment;
+  await ageOut(db, cls, { now: clock.now(), ttlSeconds });
+
+  // 2. Claim.
+  const claim = await claimNext(db, cls, {
+    now: clock.now(),
+    leaseSeconds,
+    workerId: deps.workerId,
+  });
+  if (!claim) return { outcome: 'idle', class: cls };
+  faultPoint('enrich.after_claim');
+  const base = { class: cls, entityId: claim.id, name: claim.name };
+
+  // 3. Reserve: this class's fair share first, then the GitHub layer's budget.
+  const path = ENTITY_TABLES[cls].path(claim.name);
+  const entity = { class: cls, id: claim.id };
+  let reservation = null;
+  let reason: EnrichResult['reason'] = 'fair_share';
+  try {
+    opts.signal?.throwIfAborted();
+    const share = await fairShare(db, github, cls, { now: clock.now(), ttlSeconds });
+    if (share.allowed) {
+      reason = 'budget';
+      reservation = await github.reserve('enrich', { jobId, entity, path });
+    }
+  } catch (err) {
+    await releaseClaim(db, claim);
+    throw err;
+  }
+  if (!reservation) {
+    await releaseClaim(db, claim);
+    log.debug(
+      { event: 'enrichment.deferred', class: cls, entity_id: claim.id, reason },
+      'budget says no',
+    );
+    return { ...base, outcome: 'budget_exhausted', reason };
+  }
+  faultPoint('enrich.after_reserve');
+
+  // 4. Fetch, conditionally when we hold an etag.
+  const attemptId = await openAttempt(db, claim, { now: clock.now(), jobId });
+  let response: GitHubResponse;
+  try {
+    response = await github.request({
+      purpose: 'enrich',
+      path,
+      etag: claim.etag,
+      reservation,
+      entity,
+      jobId,
+    });
+  } catch (err) {
+    return settleError(deps, claim, attemptId, err, { jobId, maxAttempts, log });
+  }
+  faultPoint('enrich.after_response');
+
+  // 5. Apply.
+  const result = await applyResponse(deps, claim, attemptId, path, response, maxAttempts);
+  faultPoint('enrich.after_apply');
+  logResult(log, result, jobId);
+  return result;
+}
+
+async function applyResponse(
+  deps: EnrichDeps,
+  claim: Claim,
+  attemptId: number,
+  path: string,
+  response: GitHubResponse,
+  maxAttempts: number,
+): Promise<EnrichResult> {
+  const now = (deps.clock ?? systemClock).now();
+  const base = {
+    class: claim.class,
+    entityId: claim.id,
+    name: claim.name,
+    status: response.status,
+  };
+  const finish = { httpStatus: response.status, requestId: response.requestId, now };
+  return deps.db.transaction().execute(async (trx) => {
+    let outcome: EnrichResult['outcome'];
+    let applied: boolean;
+    let detail: string | undefined;
+    let name = claim.name;
+    let retryAt: Date | undefined;
+    if (response.status === 304) {
+      outcome = 'not_modified';
+      applied = await markNotModified(trx, claim, response.etag, now);
+    } else if (GONE_STATUSES.has(response.status)) {
+      outcome = 'gone';
+      detail = `GitHub answered ${response.status} for ${path}`;
+      applied = await markGone(trx, claim, detail, now);
+    } else {
+      let profile: ReturnType<typeof actorProfile> | undefined;
+      try {
+        if (response.status !== 200)
+          throw new GitHubRequestFailed(path, response.status, 'unexpected status');
+        profile =
+          claim.class === 'actor'
+            ? actorProfile(response.data, path)
+            : repositoryProfile(response.data, path);
+        if (profile.id !== claim.id) {
+          // The login/name now belongs to another account (renamed, then taken). Not ours
+          // to store; ingestion will bring the entity's new name and a retry will find it.
+          throw new ProfileInvalid(path, `it now belongs to id ${profile.id}, not ${claim.id}`);
+        }
+      } catch (err) {
+        if (!isTransient(err)) throw err;
+        profile = undefined;
+        detail = redact(err.message);
+      }
+      if (profile) {
+        outcome = 'enriched';
+        name = String(profile.columns[ENTITY_TABLES[claim.class].nameColumn]);
+        applied = await markEnriched(trx, claim, profile.columns, response.etag, now);
+      } else {
+        const r = await markFailedAttempt(trx, claim, detail!, now, maxAttempts);
+        outcome = r.terminal ? 'failed' : 'retry';
+        applied = r.applied;
+        retryAt = r.terminal ? undefined : r.nextAttemptAt;
+      }
+    }
+    if (!applied) {
+      // Our lease ran out mid-request and the row has moved on: record, change nothing.
+      detail = `lease lost before the answer was applied (${response.status})`;
+      await finishAttempt(trx, attemptId, { ...finish, outcome: 'interrupted', detail });
+      return { ...base, outcome: 'retry', detail };
+    }
+    await finishAttempt(trx, attemptId, { ...finish, outcome, detail });
+    return { ...base, name, outcome, detail, retryAt };
+  });
+}
+
+async function settleError(
+  deps: EnrichDeps,
+  claim: Claim,
+  attemptId: number,
+  err: unknown,
+  ctx: { jobId: string | null; maxAttempts: number; log: EnrichDeps['logger'] },
+): Promise<EnrichResult> {
+  const { db } = deps;
+  const now = (deps.clock ?? systemClock).now();
+  const base = { class: claim.class, entityId: claim.id, name: claim.name };
+  const status = errorStatus(err);
+  const message = redact((err as Error)?.message ?? String(err));
+
+  if (err instanceof RateLimited) {
+    // A budget event, never data: no penalty for the entity, and the cycle stops.
+    await db.transaction().execute(async (trx) => {
+      await deferUntil(trx, claim, err.retryAt, now);
+      await finishAttempt(trx, attemptId, {
+        outcome: 'rate_limited',
+        httpStatus: err.status,
+        detail: message,
+        now,
+      });
+    });
+    ctx.log.warn(
+      {
+        event: 'enrichment.deferred',
+        class: claim.class,
+        entity_id: claim.id,
+        status: err.status,
+        retry_at: err.retryAt,
+        job_id: ctx.jobId,
+      },
+      'rate limited: enrichment waits for the reset',
+    );
+    return {
+      ...base,
+      outcome: 'rate_limited',
+      status: err.status,
+      retryAt: err.retryAt,
+      detail: message,
+    };
+  }
+
+  if (isTransient(err)) {
+    const result = await db.transaction().execute(async (trx) => {
+      const r = await markFailedAttempt(trx, claim, message, now, ctx.maxAttempts);
+      const outcome = r.terminal ? ('failed' as const) : ('retry' as const);
+      await finishAttempt(trx, attemptId, {
+        outcome: r.applied ? outcome : 'interrupted',
+        httpStatus: status,
+        detail: message,
+        now,
+      });
+      return {
+        ...base,
+        outcome,
+        status,
+        detail: message,
+        retryAt: r.terminal ? undefined : r.nextAttemptAt,
+      };
+    });
+    logResult(ctx.log, result, ctx.jobId);
+    return result;
+  }
+
+  // Nothing reached GitHub (gate busy, budget closed under us) or the failure is not the
+  // entity's (bad credentials, a bug): give the claim back untouched and close the
+  // attempt as interrupted. Gate and budget stop the cycle quietly; the rest propagate.
+  await releaseClaim(db, claim);
+  await finishAttempt(db, attemptId, {
+    outcome: 'interrupted',
+    httpStatus: status,
+    detail: message,
+    now,
+  });
+  if (err instanceof GateTimeout || err instanceof BudgetExhausted) {
+    return {
+      ...base,
+      outcome: 'budget_exhausted',
+      reason: err instanceof GateTimeout ? 'gate_timeout' : 'budget',
+    };
+  }
+  ctx.log.error(
+    { event: 'enrichment.failed', class: claim.class, entity_id: claim.id, err, job_id: ctx.jobId },
+    `enrichment of ${claim.class} ${claim.id} stopped by an error`,
+  );
+  throw err;
+}
+
+function logResult(log: EnrichDeps['logger'], r: EnrichResult, jobId: string | null): void {
+  const fields = {
+    class: r.class,
+    entity_id: r.entityId,
+    outcome: r.outcome,
+    status: r.status ?? null,
+    job_id: jobId,
+  };
+  if (r.outcome === 'retry' || r.outcome === 'failed') {
+    log.warn(
+      {
+        event: 'enrichment.failed',
+        ...fields,
+        will_retry: r.outcome === 'retry',
+        retry_at: r.retryAt,
+        detail: r.detail,
+      },
+      `${r.class} ${r.entityId}: ${r.detail}`,
+    );
+  } else {
+    log.info({ event: 'enrichment.completed', ...fields }, `${r.class} ${r.entityId} ${r.outcome}`);
+  }
+}
+
+export interface CycleOptions {
+  jobId?: string | null;
+  /** Stop after this many entities (default: until idle or told no). */
+  maxEntities?: number;
+  /** Checked before each entity: a job being shut down stops between entities, never mid-request. */
+  shouldStop?: () => boolean;
+  signal?: AbortSignal;
+}
+
+export interface CycleSummary {
+  class: EntityClass;
+  /** Entities a request was made for. */
+  processed: number;
+  outcomes: Record<EnrichOutcome, number>;
+  stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
+  /** Set when rate limited: when the class may run again. */
+  retryAt?: Date;
+}
+
+function emptyOutcomes(): Record<EnrichOutcome, number> {
+  return {
+    idle: 0,
+    enriched: 0,
+    not_modified: 0,
+    gone: 0,
+    retry: 0,
+    failed: 0,
+    rate_limited: 0,
+    budget_exhausted: 0,
+  };
+}
+
+/**
+ * One cycle of a class (what the enrich-actor / enrich-repository jobs run): enrichOnce
+ * until nothing is due, the budget or the fair share says no, GitHub rate-limits us,
+ * the cap is reached, or the caller asks to stop.
+ */
+export async function enrichCycle(
+  deps: EnrichDeps,
+  cls: EntityClass,
+  opts: CycleOptions = {},
+): Promise<CycleSummary> {
+  const summary: CycleSummary = {
+    class: cls,
+    processed: 0,
+    outcomes: emptyOutcomes(),
+    stoppedBy: 'idle',
+  };
+  const cap = opts.maxEntities ?? Number.POSITIVE_INFINITY;
+  for (;;) {
+    if (summary.processed >= cap) {
+      summary.stoppedBy = 'cap';
+      break;
+    }
+    if (opts.shouldStop?.() || opts.signal?.aborted) {
+      summary.stoppedBy = 'stopped';
+      break;
+    }
+    const r = await enrichOnce(deps, cls, { jobId: opts.jobId, signal: opts.signal });
+    summary.outcomes[r.outcome] += 1;
+    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') {
+      summary.stoppedBy = r.outcome;
+      break;
+    }
+    summary.processed += 1;
+    if (r.outcome === 'rate_limited') {
+      summary.stoppedBy = 'rate_limited';
+      summary.retryAt = r.retryAt;
+      break;
+    }
+  }
+  return summary;
+}

@@ -1,0 +1,133 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import { type Claim, stillOurs } from './claim.ts';
+import { ENTITY_TABLES, type EntityClass } from './entity.ts';
+
+/**
+ * The entity state machine (README "Enrichment", ADR 0006). Every transition that ends
+ * an attempt also clears the lease, and only applies while the lease is still ours: a
+ * worker whose lease expired mid-request must not overwrite the row's next owner.
+ *
+ *   pending ──200──► enriched ──TTL (age-out sweep)──► pending (refresh, etag kept)
+ *   pending ──304──► enriched (enriched_at moved)
+ *   pending ──404/410──► gone (terminal)
+ *   pending ──5xx/timeout/malformed──► pending (attempts+1, backoff) … ► failed (terminal)
+ *   pending ──403/429──► pending (next_attempt_at = retry-at, no penalty)
+ */
+
+/** Backoff after the n-th consecutive transient failure: 1m, 4m, 16m, 64m, … capped at 6h. */
+export function backoffSeconds(failures: number): number {
+  return Math.min(60 * 4 ** Math.max(0, failures - 1), 6 * 3600);
+}
+
+/** How many enriched rows one sweep turns back into pending refreshes (keeps it short). */
+export const AGE_OUT_BATCH = 200;
+
+/**
+ * The age-out sweep: enriched rows older than the TTL become pending again — due for a
+ * conditional refresh. Their etag, enriched_at and profile stay, which is what makes the
+ * refresh a cheap If-None-Match and places it in the claim's second tier.
+ */
+export async function ageOut(
+  db: Db,
+  cls: EntityClass,
+  opts: { now: Date; ttlSeconds: number; batch?: number },
+): Promise<number> {
+  const { table } = ENTITY_TABLES[cls];
+  const cutoff = new Date(opts.now.getTime() - opts.ttlSeconds * 1000);
+  const r = await sql`
+    UPDATE ${sql.table(table)} SET
+      enrichment_state = 'pending', attempts = 0, next_attempt_at = ${opts.now}, updated_at = ${opts.now}
+    WHERE id IN (
+      SELECT id FROM ${sql.table(table)}
+      WHERE enrichment_state = 'enriched' AND enriched_at < ${cutoff}
+      ORDER BY enriched_at
+      LIMIT ${opts.batch ?? AGE_OUT_BATCH}
+      FOR UPDATE SKIP LOCKED
+    )`.execute(db);
+  return Number(r.numAffectedRows ?? 0);
+}
+
+/** Column values a 200 writes (name column, profile fields, raw profile). */
+export type ProfileColumns = Record<string, unknown>;
+
+async function transition(db: Db, claim: Claim, set: ReturnType<typeof sql>): Promise<boolean> {
+  const { table } = ENTITY_TABLES[claim.class];
+  const r = await sql`
+    UPDATE ${sql.table(table)}
+    SET ${set}, claimed_until = NULL, claimed_by = NULL
+    WHERE ${stillOurs(claim)}`.execute(db);
+  return Number(r.numAffectedRows ?? 0) === 1;
+}
+
+/** 200: store the profile; the entity is enriched and its failure count cleared. */
+export function markEnriched(
+  db: Db,
+  claim: Claim,
+  profile: ProfileColumns,
+  etag: string | null,
+  now: Date,
+): Promise<boolean> {
+  const assignments = Object.entries(profile).map(
+    ([column, value]) => sql`${sql.ref(column)} = ${value}`,
+  );
+  return transition(
+    db,
+    claim,
+    sql`${sql.join(assignments)}, enrichment_state = 'enriched', attempts = 0, last_error = NULL,
+        enriched_at = ${now}, next_attempt_at = ${now}, etag = ${etag}, updated_at = ${now}`,
+  );
+}
+
+/** 304: the profile we hold is current; only enriched_at moves. */
+export function markNotModified(
+  db: Db,
+  claim: Claim,
+  etag: string | null,
+  now: Date,
+): Promise<boolean> {
+  return transition(
+    db,
+    claim,
+    sql`enrichment_state = 'enriched', attempts = 0, last_error = NULL, enriched_at = ${now},
+        next_attempt_at = ${now}, etag = COALESCE(${etag}, etag), updated_at = ${now}`,
+  );
+}
+
+/** 404/410/451: GitHub no longer serves it. Terminal; the last profile we had stays. */
+export function markGone(db: Db, claim: Claim, detail: string, now: Date): Promise<boolean> {
+  return transition(
+    db,
+    claim,
+    sql`enrichment_state = 'gone', last_error = ${detail}, next_attempt_at = ${now}, updated_at = ${now}`,
+  );
+}
+
+/**
+ * A transient failure (5xx, timeout, malformed body): one more attempt spent. Below the
+ * limit the row waits on the backoff ladder; at the limit it is `failed` — terminal, so
+ * a permanently broken entity costs at most maxAttempts requests, never a loop.
+ */
+export async function markFailedAttempt(
+  db: Db,
+  claim: Claim,
+  detail: string,
+  now: Date,
+  maxAttempts: number,
+): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
+  const attempts = claim.attempts + 1;
+  const terminal = attempts >= maxAttempts;
+  const nextAttemptAt = new Date(now.getTime() + backoffSeconds(attempts) * 1000);
+  const applied = await transition(
+    db,
+    claim,
+    sql`enrichment_state = ${terminal ? 'failed' : 'pending'}, attempts = ${attempts},
+        last_error = ${detail}, next_attempt_at = ${nextAttemptAt}, updated_at = ${now}`,
+  );
+  return { applied, terminal, nextAttemptAt };
+}
+
+/** 403/429: a budget event, not the entity's fault: no attempt is counted against it. */
+export function deferUntil(db: Db, claim: Claim, retryAt: Date, now: Date): Promise<boolean> {
+  return transition(db, claim, sql`next_attempt_at = ${retryAt}, updated_at = ${now}`);
+}
