@@ -228,10 +228,10 @@ async function runLocked(
 
   try {
     await fetchPages(deps, source, state, opts);
+    return await finalizeSuccess(deps, source, state, log, ids);
   } catch (err) {
     return finalizeFailure(deps, source, state, err, log, ids);
   }
-  return finalizeSuccess(deps, source, state, log, ids);
 }
 
 function pagePath(source: EventSource, page: number): string {
@@ -293,26 +293,32 @@ async function fetchPages(
     // Validate the whole page before writing any of it.
     const mapped = mapEventsPage(res.data, path);
     const held = await heldBefore(deps.db, Number(source.id), horizon, mapped.eventIds);
-    state.pagesFetched++;
-    state.eventsSeen += mapped.eventIds.length;
-    state.pushEventsSeen += mapped.pushes.length;
-    state.eventIds.push(...mapped.eventIds);
 
-    await deps.db.transaction().execute(async (trx) => {
+    // Counters advance only once the page is committed, so a failed page is not counted.
+    const counted = await deps.db.transaction().execute(async (trx) => {
       const stored = await storePushes(trx, mapped.pushes, {
         origin: 'poll',
         sourceId: Number(source.id),
         runId: state.runId,
       });
-      state.eventsCreated += stored.created;
-      state.actorsCreated += stored.newActors;
-      state.repositoriesCreated += stored.newRepositories;
+      const next: RunState = {
+        ...state,
+        pagesFetched: state.pagesFetched + 1,
+        eventsSeen: state.eventsSeen + mapped.eventIds.length,
+        pushEventsSeen: state.pushEventsSeen + mapped.pushes.length,
+        eventsCreated: state.eventsCreated + stored.created,
+        actorsCreated: state.actorsCreated + stored.newActors,
+        repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
+      };
       await trx
         .updateTable('ingestion_runs')
-        .set(runCounters(state))
+        .set(runCounters(next))
         .where('id', '=', String(state.runId))
         .execute();
+      return next;
     });
+    Object.assign(state, counted);
+    state.eventIds.push(...mapped.eventIds);
     faultPoint('ingest.after_page_commit');
 
     if (held.size > 0) {
