@@ -51,32 +51,41 @@ interface ClaimRow {
   prev_by: string | null;
 }
 
+/** The claim of one tier as a statement (exported so a test can EXPLAIN it). */
+export function claimStatement(
+  cls: EntityClass,
+  refresh: boolean,
+  leaseUntil: Date,
+  opts: ClaimOptions,
+) {
+  const { table, nameColumn } = ENTITY_TABLES[cls];
+  const tier = TIERS[refresh ? 1 : 0];
+  return sql<ClaimRow>`
+    UPDATE ${sql.table(table)} AS t
+    SET claimed_until = ${leaseUntil}, claimed_by = ${opts.workerId}
+    FROM (
+      SELECT id, claimed_until::text AS prev_until, claimed_by AS prev_by
+      FROM ${sql.table(table)}
+      WHERE enrichment_state = 'pending' AND ${tier.predicate}
+        AND next_attempt_at <= ${opts.now}
+        AND (claimed_until IS NULL OR claimed_until <= ${opts.now})
+      ORDER BY next_attempt_at, first_seen_at
+      LIMIT 1
+      FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE t.id = c.id
+    RETURNING t.id, t.${sql.ref(nameColumn)} AS name, t.etag, t.attempts, c.prev_until, c.prev_by`;
+}
+
 /** Claims the next due entity of `cls`, or returns null when none is due. */
 export async function claimNext(
   db: Db,
   cls: EntityClass,
   opts: ClaimOptions,
 ): Promise<Claim | null> {
-  const { table, nameColumn } = ENTITY_TABLES[cls];
   const leaseUntil = new Date(opts.now.getTime() + opts.leaseSeconds * 1000);
   for (const tier of TIERS) {
-    const r = await sql<ClaimRow>`
-      UPDATE ${sql.table(table)} AS t
-      SET claimed_until = ${leaseUntil}, claimed_by = ${opts.workerId}
-      FROM (
-        SELECT id, claimed_until::text AS prev_until, claimed_by AS prev_by
-        FROM ${sql.table(table)}
-        WHERE enrichment_state = 'pending' AND ${tier.predicate}
-          AND next_attempt_at <= ${opts.now}
-          AND (claimed_until IS NULL OR claimed_until <= ${opts.now})
-        ORDER BY next_attempt_at, first_seen_at
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED
-      ) AS c
-      WHERE t.id = c.id
-      RETURNING t.id, t.${sql.ref(nameColumn)} AS name, t.etag, t.attempts, c.prev_until, c.prev_by`.execute(
-      db,
-    );
+    const r = await claimStatement(cls, tier.refresh, leaseUntil, opts).execute(db);
     const row = r.rows[0];
     if (row) {
       return {

@@ -32,6 +32,12 @@ function agedOut(cls: EntityClass, now: Date, ttlSeconds: number) {
     WHERE enrichment_state = 'enriched' AND enriched_at < ${cutoff}`;
 }
 
+/** The "any due work?" question as a statement (exported so a test can EXPLAIN it). */
+export function dueStatement(cls: EntityClass, now: Date, ttlSeconds: number) {
+  return sql<{ due: boolean }>`
+    SELECT EXISTS (${pendingDue(cls, now)}) OR EXISTS (${agedOut(cls, now, ttlSeconds)}) AS due`;
+}
+
 /** True when a cycle of `cls` would find something to do. */
 export async function hasDueWork(
   db: Db,
@@ -39,10 +45,7 @@ export async function hasDueWork(
   now: Date = new Date(),
   ttlSeconds: number = DEFAULT_TTL_SECONDS,
 ): Promise<boolean> {
-  const r = await sql<{ due: boolean }>`
-    SELECT EXISTS (${pendingDue(cls, now)}) OR EXISTS (${agedOut(cls, now, ttlSeconds)}) AS due`.execute(
-    db,
-  );
+  const r = await dueStatement(cls, now, ttlSeconds).execute(db);
   return r.rows[0]!.due;
 }
 
