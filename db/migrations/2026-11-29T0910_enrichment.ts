@@ -69,7 +69,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`CREATE INDEX enrichment_attempts_entity ON enrichment_attempts (class, entity_id, started_at)`.execute(
     db,
   );
-  await sql`CREATE INDEX enrichment_attempts_started ON enrichment_attempts (started_at)`.execute(db);
+  await sql`CREATE INDEX enrichment_attempts_started ON enrichment_attempts (started_at)`.execute(
+    db,
+  );
   await sql`
     CREATE INDEX enrichment_attempts_open ON enrichment_attempts (class, entity_id)
     WHERE outcome IS NULL`.execute(db);
