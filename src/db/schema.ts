@@ -187,6 +187,20 @@ export interface GithubRateLimitsTable {
   observed_at: Generated<Timestamp>;
 }
 
+/** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
+export interface WebhookDeliveriesTable {
+  delivery_id: string;
+  event: string;
+  action: string | null;
+  /** 'push:created' | 'push:known' | 'ping' | 'ignored:<event>' */
+  routing: string;
+  payload_sha256: string;
+  hook_id: BigId | null;
+  repository_id: BigId | null;
+  repository_full_name: string | null;
+  received_at: Generated<Timestamp>;
+}
+
 export interface Database {
   event_sources: EventSourcesTable;
   ingestion_runs: IngestionRunsTable;
@@ -196,6 +210,7 @@ export interface Database {
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
   enrichment_attempts: EnrichmentAttemptsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
 }
 
 export type EventSource = Selectable<EventSourcesTable>;
@@ -207,3 +222,4 @@ export type Repository = Selectable<RepositoriesTable>;
 export type EnrichmentAttempt = Selectable<EnrichmentAttemptsTable>;
 export type PushEvent = Selectable<PushEventsTable>;
 export type GithubRequest = Selectable<GithubRequestsTable>;
+export type WebhookDelivery = Selectable<WebhookDeliveriesTable>;
