@@ -1,0 +1,37 @@
+import { createApp } from '../app.ts';
+import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
+import { parseCli } from './args.ts';
+import { runSetup } from './setup.ts';
+import { shutdownSignal } from './shutdown.ts';
+
+const USAGE = `
+Usage: npm start   (or bin/start)
+
+Everything in one process: setup (migrations, pg-boss schema and queues, SOURCES),
+then the worker (scheduler + job handlers). With no DATABASE_URL it runs an embedded
+Postgres under DATA_DIR (default .data/), so a fresh machine needs nothing but Node.
+
+The default GITHUB_MODE=live polls api.github.com continuously and spends real
+GitHub quota (60 requests/hour without GITHUB_TOKEN).
+SIGTERM/SIGINT stops gracefully; a second signal exits at once.
+`;
+
+const CLOSE_MARGIN_MS = 5_000;
+
+export async function main(argv: string[]): Promise<number> {
+  if (!parseCli(argv, USAGE, {})) return 0;
+  const app = await createApp({ role: 'start', poolMax: 10 });
+  const stopRequested = shutdownSignal(app.logger, {
+    forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
+  });
+  const worker = new WorkerService(app);
+  try {
+    await runSetup(app);
+    await worker.start();
+    await stopRequested;
+  } finally {
+    await worker.stop();
+    await app.close();
+  }
+  return 0;
+}

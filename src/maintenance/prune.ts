@@ -1,0 +1,73 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+
+/**
+ * Retention for the three append-only ledgers (RETENTION_DAYS, default 30). Rows go in
+ * batches, each its own short statement, so pruning a large backlog never holds a long
+ * transaction or a lock a poll or a cycle would queue behind. Rows still in flight (a
+ * `running` run, an open reservation, an unfinished attempt) are never pruned, whatever
+ * their age: the reconciler settles them first.
+ *
+ * Each batch walks the primary key from the oldest id, which is also the oldest row, so it
+ * stops after `batchSize` matches without scanning the table.
+ */
+
+export const PRUNE_BATCH_SIZE = 1000;
+
+export const PRUNED_TABLES = ['ingestion_runs', 'github_requests', 'enrichment_attempts'] as const;
+export type PrunedTable = (typeof PRUNED_TABLES)[number];
+
+function batch(table: PrunedTable, cutoff: Date, limit: number) {
+  switch (table) {
+    case 'ingestion_runs':
+      return sql`
+        DELETE FROM ingestion_runs WHERE id IN (
+          SELECT id FROM ingestion_runs
+          WHERE started_at < ${cutoff} AND status <> 'running'
+          ORDER BY id LIMIT ${limit})`;
+    case 'github_requests':
+      return sql`
+        DELETE FROM github_requests WHERE id IN (
+          SELECT id FROM github_requests
+          WHERE reserved_at < ${cutoff} AND outcome NOT IN ('reserved', 'sent')
+          ORDER BY id LIMIT ${limit})`;
+    case 'enrichment_attempts':
+      return sql`
+        DELETE FROM enrichment_attempts WHERE id IN (
+          SELECT id FROM enrichment_attempts
+          WHERE started_at < ${cutoff} AND finished_at IS NOT NULL
+          ORDER BY id LIMIT ${limit})`;
+  }
+}
+
+export interface PruneOptions {
+  retentionDays: number;
+  now?: Date;
+  batchSize?: number;
+  /** Checked between batches: a time-boxed job stops there and the next run carries on. */
+  shouldStop?: () => boolean;
+}
+
+export interface PruneReport {
+  cutoff: Date;
+  deleted: Record<PrunedTable, number>;
+  /** False when shouldStop cut the pass short. */
+  complete: boolean;
+}
+
+export async function pruneLedgers(db: Db, opts: PruneOptions): Promise<PruneReport> {
+  const now = opts.now ?? new Date();
+  const cutoff = new Date(now.getTime() - opts.retentionDays * 86_400_000);
+  const limit = opts.batchSize ?? PRUNE_BATCH_SIZE;
+  const deleted = { ingestion_runs: 0, github_requests: 0, enrichment_attempts: 0 };
+  for (const table of PRUNED_TABLES) {
+    for (;;) {
+      if (opts.shouldStop?.()) return { cutoff, deleted, complete: false };
+      const r = await batch(table, cutoff, limit).execute(db);
+      const n = Number(r.numAffectedRows ?? 0);
+      deleted[table] += n;
+      if (n < limit) break;
+    }
+  }
+  return { cutoff, deleted, complete: true };
+}

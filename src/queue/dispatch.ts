@@ -1,0 +1,93 @@
+import type { PgBoss } from 'pg-boss';
+import { ENTITY_CLASSES } from '../enrichment/entity.ts';
+import type { EntityClass } from '../github/types.ts';
+import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
+import type { Logger } from '../log.ts';
+import { enrichQueue, type QueueName } from './names.ts';
+
+/**
+ * Sending enrichment cycles. A cycle job carries no entity id — the runner picks the next
+ * entity by its own policy — so one queued cycle says everything N would (ADR 0007), and
+ * the stately queue keeps at most one waiting. A null id from send() therefore means
+ * "a cycle is already queued", which is success, not an error.
+ */
+
+export type CycleReason = 'hint' | 'reconcile' | 'continue';
+
+export interface CycleJobData {
+  class: EntityClass;
+  reason: CycleReason;
+  /** The ingestion run whose new rows prompted a hint. */
+  run_id?: number;
+}
+
+export interface SendResult {
+  queue: QueueName;
+  jobId: string | null;
+  status: 'sent' | 'already_queued';
+}
+
+export async function sendCycle(
+  boss: PgBoss,
+  cls: EntityClass,
+  data: Omit<CycleJobData, 'class'>,
+): Promise<SendResult> {
+  const queue = enrichQueue(cls);
+  const jobId = await boss.send(queue, { class: cls, ...data } satisfies CycleJobData);
+  return { queue, jobId, status: jobId ? 'sent' : 'already_queued' };
+}
+
+export interface ClassDispatch extends SendResult {
+  newPending: number;
+}
+
+/**
+ * The post-commit hint for one ingestion run: ONE cycle per entity class that got new
+ * pending rows, never one per event. Called by the runner after the run's rows committed,
+ * the run was finalized and the source lock released — a process killed before this line
+ * loses the hint, never the work (the reconciler finds the rows). Returns null when the run
+ * created nothing to enrich.
+ */
+export async function dispatchHints(
+  boss: PgBoss,
+  log: Logger,
+  summary: RunSummary,
+): Promise<Partial<Record<EntityClass, ClassDispatch>> | null> {
+  const classes = ENTITY_CLASSES.filter((cls) => summary.newPending[cls] > 0);
+  if (classes.length === 0) return null;
+  const report: Partial<Record<EntityClass, ClassDispatch>> = {};
+  for (const cls of classes) {
+    const sent = await sendCycle(boss, cls, {
+      reason: 'hint',
+      ...(summary.runId === null ? {} : { run_id: summary.runId }),
+    });
+    report[cls] = { ...sent, newPending: summary.newPending[cls] };
+  }
+  log.info(
+    {
+      event: 'enrichment.dispatched',
+      run_id: summary.runId,
+      source_id: summary.sourceId,
+      ...Object.fromEntries(
+        Object.entries(report).map(([cls, d]) => [
+          cls,
+          { new_pending: d.newPending, status: d.status, enrich_job_id: d.jobId, queue: d.queue },
+        ]),
+      ),
+    },
+    `enrichment hints for run ${summary.runId}: ${Object.entries(report)
+      .map(
+        ([cls, d]) =>
+          `${cls} ${d.newPending} new, ${d.status === 'sent' ? 'cycle sent' : 'cycle already queued'}`,
+      )
+      .join('; ')}`,
+  );
+  return report;
+}
+
+/** dispatchHints as the ingestion runner's afterRun hook. */
+export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
+  return async (summary) => {
+    await dispatchHints(boss, log, summary);
+  };
+}

@@ -1,0 +1,249 @@
+import type { PgBoss } from 'pg-boss';
+import type { Deps } from '../deps.ts';
+import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
+import type { EntityClass } from '../github/types.ts';
+import { pollDueSources, type RunSummary } from '../ingestion/runner.ts';
+import { jobLogger, type Logger } from '../log.ts';
+import { pruneLedgers } from '../maintenance/prune.ts';
+import { reconcile } from '../reconcile/reconciler.ts';
+import { CYCLE_MAX_ENTITIES, CYCLE_MAX_SECONDS, MAINTENANCE_MAX_SECONDS } from './boss.ts';
+import { dispatchHints, sendCycle } from './dispatch.ts';
+import { enrichQueue, QUEUES, type QueueName } from './names.ts';
+
+/**
+ * The job handlers. Each one only asks a domain runner to look at the tables: jobs carry
+ * no entity ids and no business state, and never open a transaction shared with pg-boss.
+ * Every line logged inside a job carries job_id and queue; `job.completed` closes each
+ * job with its duration and outcome. A thrown error fails the job (retryLimit 0: no
+ * retry — the ledgers and the next tick are the retry).
+ */
+
+export interface JobContext {
+  deps: Deps;
+  boss: PgBoss;
+  /** True once the worker is shutting down: cycles stop between entities. */
+  isStopping: () => boolean;
+  limits?: Partial<JobLimits>;
+}
+
+export interface JobLimits {
+  cycleMaxEntities: number;
+  cycleMaxSeconds: number;
+  maintenanceMaxSeconds: number;
+}
+
+const DEFAULT_LIMITS: JobLimits = {
+  cycleMaxEntities: CYCLE_MAX_ENTITIES,
+  cycleMaxSeconds: CYCLE_MAX_SECONDS,
+  maintenanceMaxSeconds: MAINTENANCE_MAX_SECONDS,
+};
+
+/** What a handler needs of a pg-boss job (tests pass plain objects). */
+export interface JobLike<T = unknown> {
+  id: string;
+  data?: T;
+  signal?: AbortSignal;
+}
+
+export interface JobResult {
+  outcome: string;
+  [field: string]: unknown;
+}
+
+type Handler<R extends JobResult> = (log: Logger, domain: Deps) => Promise<R>;
+
+/**
+ * Runs one job with its logger. Domain runners add job_id to their own lines (they are
+ * given the job id), so they get a logger bound to the queue only — binding job_id twice
+ * would print the key twice in every line.
+ */
+async function runJob<R extends JobResult>(
+  ctx: JobContext,
+  queue: QueueName,
+  job: JobLike,
+  fn: Handler<R>,
+): Promise<R> {
+  const log = jobLogger(ctx.deps.logger, queue, job.id);
+  const domain: Deps = { ...ctx.deps, logger: ctx.deps.logger.child({ queue }) };
+  const started = performance.now();
+  const durationMs = () => Math.round(performance.now() - started);
+  try {
+    const result = await fn(log, domain);
+    const fields: Record<string, unknown> = {
+      event: 'job.completed',
+      duration_ms: durationMs(),
+      ...result,
+    };
+    log.info(fields, `${queue} job completed: ${result.outcome}`);
+    return result;
+  } catch (err) {
+    log.error(
+      { event: 'job.completed', duration_ms: durationMs(), outcome: 'error', err },
+      `${queue} job failed: ${(err as Error)?.message ?? String(err)}`,
+    );
+    throw err;
+  }
+}
+
+function countOutcomes(summaries: RunSummary[]) {
+  const runs: Record<RunSummary['outcome'], number> = {
+    completed: 0,
+    not_modified: 0,
+    failed: 0,
+    busy: 0,
+    skipped: 0,
+  };
+  for (const s of summaries) runs[s.outcome] += 1;
+  return runs;
+}
+
+/** poll-sources: every due source of this mode, one after the other, each under its lock. */
+export function handlePollSources(ctx: JobContext, job: JobLike) {
+  return runJob(ctx, QUEUES.pollSources, job, async (log, domain) => {
+    const summaries = await pollDueSources(domain, {
+      jobId: job.id,
+      // After the run committed and its lock was released (the runner's contract).
+      afterRun: async (summary) => {
+        await dispatchHints(ctx.boss, log, summary);
+      },
+    });
+    return {
+      outcome: summaries.length === 0 ? 'nothing_due' : 'polled',
+      sources_due: summaries.length,
+      runs: countOutcomes(summaries),
+      run_ids: summaries.flatMap((s) => (s.runId === null ? [] : [s.runId])),
+      events_created: summaries.reduce((n, s) => n + s.eventsCreated, 0),
+    };
+  });
+}
+
+export interface CycleJobResult extends JobResult {
+  outcome: CycleSummary['stoppedBy'];
+  class: EntityClass;
+  processed: number;
+  outcomes: CycleSummary['outcomes'];
+  continued: boolean;
+}
+
+/**
+ * enrich-actor / enrich-repository: drain due entities of the class until nothing is due,
+ * the budget says no, GitHub rate-limits us, or the cycle's cap. A cycle cut short by its
+ * own cap (not by shutdown) queues its successor, so a backlog drains back to back instead
+ * of at the reconciler's cadence.
+ */
+export function handleEnrichCycle(
+  ctx: JobContext,
+  cls: EntityClass,
+  job: JobLike,
+): Promise<CycleJobResult> {
+  const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
+  return runJob(ctx, enrichQueue(cls), job, async (log, domain) => {
+    const deadline = Date.now() + limits.cycleMaxSeconds * 1000;
+    let timedOut = false;
+    const summary = await enrichCycle(domain, cls, {
+      jobId: job.id,
+      maxEntities: limits.cycleMaxEntities,
+      signal: job.signal,
+      shouldStop: () => {
+        if (ctx.isStopping()) return true;
+        timedOut = Date.now() >= deadline;
+        return timedOut;
+      },
+    });
+    const shortByCap =
+      summary.stoppedBy === 'cap' ||
+      (summary.stoppedBy === 'stopped' && timedOut && !ctx.isStopping());
+    let continued = false;
+    if (shortByCap && !job.signal?.aborted) {
+      const sent = await sendCycle(ctx.boss, cls, { reason: 'continue' });
+      continued = sent.status === 'sent';
+      log.info(
+        {
+          event: 'enrichment.dispatched',
+          class: cls,
+          reason: 'continue',
+          status: sent.status,
+          enrich_job_id: sent.jobId,
+        },
+        `${cls} cycle reached its cap with work left; ${continued ? 'next cycle sent' : 'a cycle is already queued'}`,
+      );
+    }
+    return {
+      outcome: summary.stoppedBy,
+      class: cls,
+      processed: summary.processed,
+      outcomes: summary.outcomes,
+      continued,
+      ...(summary.retryAt ? { retry_at: summary.retryAt.toISOString() } : {}),
+    };
+  });
+}
+
+/** reconcile: see src/reconcile/reconciler.ts. */
+export function handleReconcile(ctx: JobContext, job: JobLike) {
+  return runJob(ctx, QUEUES.reconcile, job, async (log) => {
+    const report = await reconcile({ ...ctx.deps, logger: log, boss: ctx.boss });
+    const dispatched = report.classes.filter((c) => c.action === 'dispatched');
+    return {
+      outcome:
+        dispatched.length > 0 || report.interruptedRuns.length > 0 ? 'repaired' : 'nothing_to_do',
+      dispatched: dispatched.map((c) => c.class),
+      interrupted_runs: report.interruptedRuns.map((r) => r.runId),
+      settled_reservations: report.settledReservations,
+    };
+  });
+}
+
+/** maintenance: prune the ledgers past RETENTION_DAYS, time-boxed; the next hour carries on. */
+export function handleMaintenance(ctx: JobContext, job: JobLike) {
+  const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
+  return runJob(ctx, QUEUES.maintenance, job, async () => {
+    const deadline = Date.now() + limits.maintenanceMaxSeconds * 1000;
+    const report = await pruneLedgers(ctx.deps.db, {
+      retentionDays: ctx.deps.config.retentionDays,
+      shouldStop: () => ctx.isStopping() || Date.now() >= deadline,
+    });
+    return {
+      outcome: report.complete ? 'pruned' : 'partial',
+      cutoff: report.cutoff.toISOString(),
+      deleted: report.deleted,
+    };
+  });
+}
+
+/** Registers the five handlers on a started boss: one job at a time per queue and process. */
+export async function registerHandlers(
+  boss: PgBoss,
+  ctx: JobContext,
+  { pollingIntervalSeconds = 2 }: { pollingIntervalSeconds?: number } = {},
+): Promise<void> {
+  const options = { batchSize: 1, pollingIntervalSeconds };
+  const each = (fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
+    for (const job of jobs) await fn(job);
+  };
+  await boss.work(
+    QUEUES.pollSources,
+    options,
+    each((job) => handlePollSources(ctx, job)),
+  );
+  await boss.work(
+    QUEUES.enrichActor,
+    options,
+    each((job) => handleEnrichCycle(ctx, 'actor', job)),
+  );
+  await boss.work(
+    QUEUES.enrichRepository,
+    options,
+    each((job) => handleEnrichCycle(ctx, 'repository', job)),
+  );
+  await boss.work(
+    QUEUES.reconcile,
+    options,
+    each((job) => handleReconcile(ctx, job)),
+  );
+  await boss.work(
+    QUEUES.maintenance,
+    options,
+    each((job) => handleMaintenance(ctx, job)),
+  );
+}

@@ -1,0 +1,99 @@
+import type { PgBoss } from 'pg-boss';
+import { systemClock } from '../clock.ts';
+import type { Deps } from '../deps.ts';
+import { hasDueWork } from '../enrichment/due.ts';
+import { ENTITY_CLASSES } from '../enrichment/entity.ts';
+import { settleAbandonedReservations } from '../github/ledger.ts';
+import type { EntityClass } from '../github/types.ts';
+import { attemptWorstCaseSeconds } from '../queue/boss.ts';
+import { sendCycle } from '../queue/dispatch.ts';
+import { enrichQueue } from '../queue/names.ts';
+import { liveJobCounts } from './live-jobs.ts';
+import { type InterruptedRun, interruptOrphanedRuns } from './runs.ts';
+
+/**
+ * The entity-scoped reconciler (DESIGN §3, ADR 0007). Hints are sent after COMMIT and can
+ * be lost; this asks the same question of committed state instead: for each class, is there
+ * due work and no live job to do it? Then send one cycle. It never touches an entity row —
+ * enriched, failed and gone rows are not even read — and sending when nothing is due is a
+ * harmless no-op (the cycle reports idle). It also closes the two other gaps a dead process
+ * leaves: runs left `running`, and budget reservations that were never sent.
+ */
+
+export type ReconcileAction = 'dispatched' | 'already_queued' | 'live_job' | 'nothing_due';
+
+export interface ClassReconcile {
+  class: EntityClass;
+  due: boolean;
+  liveJobs: number;
+  action: ReconcileAction;
+  jobId: string | null;
+}
+
+export interface ReconcileReport {
+  classes: ClassReconcile[];
+  interruptedRuns: InterruptedRun[];
+  settledReservations: number;
+}
+
+export type ReconcileDeps = Pick<Deps, 'db' | 'config' | 'logger' | 'clock'> & { boss: PgBoss };
+
+/**
+ * A reservation is open for at most one attempt (gate wait + connect + response); one left
+ * open far longer belongs to a process that died between reserving and sending.
+ */
+export function abandonedAfterSeconds(deps: Pick<Deps, 'config'>): number {
+  return Math.max(300, 4 * attemptWorstCaseSeconds(deps.config));
+}
+
+/** One pass. Inside a job, pass a job logger in deps: every line then carries job_id. */
+export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
+  const { db, config, logger: log } = deps;
+  const now = (deps.clock ?? systemClock).now();
+
+  const interruptedRuns = await interruptOrphanedRuns(db, now);
+  for (const run of interruptedRuns) {
+    log.warn(
+      { event: 'reconcile.run_interrupted', run_id: run.runId, source_id: run.sourceId },
+      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended; marked interrupted`,
+    );
+  }
+
+  const settled = await settleAbandonedReservations(db, abandonedAfterSeconds(deps));
+  const settledReservations = typeof settled === 'number' ? settled : 0;
+
+  const queues = ENTITY_CLASSES.map(enrichQueue);
+  const live = await liveJobCounts(db, config.pgbossSchema, queues);
+  const classes: ClassReconcile[] = [];
+  for (const cls of ENTITY_CLASSES) {
+    const queue = enrichQueue(cls);
+    const liveJobs = live[queue] ?? 0;
+    const due = await hasDueWork(db, cls, now, config.enrichment.ttlSeconds);
+    if (!due || liveJobs > 0) {
+      classes.push({
+        class: cls,
+        due,
+        liveJobs,
+        action: due ? 'live_job' : 'nothing_due',
+        jobId: null,
+      });
+      continue;
+    }
+    const sent = await sendCycle(deps.boss, cls, { reason: 'reconcile' });
+    const action = sent.status === 'sent' ? 'dispatched' : 'already_queued';
+    classes.push({ class: cls, due, liveJobs, action, jobId: sent.jobId });
+    log.info(
+      {
+        event: 'reconcile.dispatched',
+        class: cls,
+        queue,
+        status: sent.status,
+        enrich_job_id: sent.jobId,
+      },
+      sent.status === 'sent'
+        ? `${cls}: due work and no live job; cycle sent`
+        : `${cls}: due work; a cycle was queued meanwhile`,
+    );
+  }
+  return { classes, interruptedRuns, settledReservations };
+}

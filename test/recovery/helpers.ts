@@ -1,0 +1,56 @@
+import { Writable } from 'node:stream';
+import { type Config, loadConfig } from '../../src/config.ts';
+import { createLogger, type Logger } from '../../src/log.ts';
+
+/** Shared by the queue and recovery tests (not a test file itself). */
+
+export interface LogLine {
+  level: string;
+  event?: string;
+  msg?: string;
+  [key: string]: unknown;
+}
+
+/** A real pino logger whose JSON lines are kept for assertions. */
+export function captureLogger(level = 'debug'): {
+  logger: Logger;
+  lines: LogLine[];
+  events(name: string): LogLine[];
+} {
+  const lines: LogLine[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, done) {
+      for (const line of String(chunk).split('\n')) if (line.trim()) lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  const logger = createLogger(level, stream);
+  return { logger, lines, events: (name) => lines.filter((l) => l.event === name) };
+}
+
+/** A Config for tests: fixture mode unless overridden, short gate wait. */
+export function testConfig(env: Record<string, string> = {}): Config {
+  return loadConfig({ GITHUB_MODE: 'fixture', GATE_WAIT_SECONDS: '2', ...env });
+}
+
+/** Polls `probe` until it returns a truthy value or the deadline passes. */
+export async function waitFor<T>(
+  probe: () => Promise<T> | T,
+  {
+    timeoutMs = 15_000,
+    intervalMs = 100,
+    what = 'condition',
+  }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: T | undefined;
+  for (;;) {
+    last = await probe();
+    if (last) return last as NonNullable<T>;
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what} (last: ${JSON.stringify(last)})`,
+      );
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
