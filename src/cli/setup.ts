@@ -1,4 +1,4 @@
-import { createApp } from '../app.ts';
+import { type App, createApp } from '../app.ts';
 import { migrateToLatest, withSetupLock } from '../db/migrate.ts';
 import { seedSources } from '../ingestion/sources.ts';
 import { installQueues } from '../queue/boss.ts';
@@ -12,18 +12,23 @@ creates the queues, and seeds the sources listed in SOURCES (default: public).
 Idempotent; two setups at once run one after the other (advisory lock).
 `;
 
+/** Everything bin/setup does, on an existing App (npm start runs it before the worker). */
+export async function runSetup(app: App): Promise<void> {
+  await withSetupLock(app.pool, async () => {
+    const applied = await migrateToLatest(app.db);
+    app.logger.info({ event: 'setup.migrated', applied }, `business schema: ${applied.length} migration(s) applied`);
+    await installQueues(app);
+    const seeded = await seedSources(app.db, app.config);
+    app.logger.info({ event: 'setup.sources_seeded', seeded }, `sources: ${seeded.length} new`);
+  });
+  app.logger.info({ event: 'setup.completed' }, 'setup completed');
+}
+
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
   const app = await createApp({ role: 'setup', poolMax: 3 });
   try {
-    await withSetupLock(app.pool, async () => {
-      const applied = await migrateToLatest(app.db);
-      app.logger.info({ event: 'setup.migrated', applied }, `business schema: ${applied.length} migration(s) applied`);
-      await installQueues(app);
-      const seeded = await seedSources(app.db, app.config);
-      app.logger.info({ event: 'setup.sources_seeded', seeded }, `sources: ${seeded.length} new`);
-    });
-    app.logger.info({ event: 'setup.completed' }, 'setup completed');
+    await runSetup(app);
     return 0;
   } finally {
     await app.close();
