@@ -16,7 +16,10 @@ Idempotent; two setups at once run one after the other (advisory lock).
 export async function runSetup(app: App): Promise<void> {
   await withSetupLock(app.pool, async () => {
     const applied = await migrateToLatest(app.db);
-    app.logger.info({ event: 'setup.migrated', applied }, `business schema: ${applied.length} migration(s) applied`);
+    app.logger.info(
+      { event: 'setup.migrated', applied },
+      `business schema: ${applied.length} migration(s) applied`,
+    );
     await installQueues(app);
     const seeded = await seedSources(app.db, app.config);
     app.logger.info({ event: 'setup.sources_seeded', seeded }, `sources: ${seeded.length} new`);
