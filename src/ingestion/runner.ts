@@ -1,6 +1,6 @@
 import { systemClock } from '../clock.ts';
 import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
-import type { EventSource } from '../db/schema.ts';
+import type { EventSource, GithubMode } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
 import { GitHubRequestFailed } from '../github/errors.ts';
@@ -79,6 +79,27 @@ function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {
   };
 }
 
+/**
+ * The due-source pre-filter (exported so the benchmark can time and EXPLAIN the exact
+ * statement). A pre-filter only: each source is re-read under its lock, which decides.
+ */
+export function dueSourcesQuery(
+  db: IngestionDeps['db'],
+  mode: GithubMode,
+  now: Date,
+  force = false,
+) {
+  let due = db
+    .selectFrom('event_sources')
+    .select('id')
+    .where('enabled', '=', true)
+    .where('mode', '=', mode)
+    .orderBy('next_poll_at')
+    .orderBy('id');
+  if (!force) due = due.where('next_poll_at', '<=', now);
+  return due;
+}
+
 /** Polls every due source of this process's mode, one after the other. */
 export async function pollDueSources(
   deps: IngestionDeps,
@@ -90,17 +111,9 @@ export async function pollDueSources(
     return [await pollSource(deps, sourceId, pollOpts)];
   }
   const now = (deps.clock ?? systemClock).now();
-  // A pre-filter only: each source is re-read under its lock, which decides.
-  let due = deps.db
-    .selectFrom('event_sources')
-    .select('id')
-    .where('enabled', '=', true)
-    .where('mode', '=', deps.config.github.mode)
-    .orderBy('next_poll_at')
-    .orderBy('id');
-  if (!opts.force) due = due.where('next_poll_at', '<=', now);
   const summaries: RunSummary[] = [];
-  for (const { id } of await due.execute()) {
+  const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
+  for (const { id } of due) {
     summaries.push(await pollSource(deps, Number(id), pollOpts));
   }
   return summaries;
