@@ -1,0 +1,111 @@
+import { accessSync, constants, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts';
+import { shutdownTimeoutMs } from '../../src/queue/worker-service.ts';
+
+/**
+ * There is no Docker engine here, so docker-compose.yml is checked as data: every command
+ * is one of our executables, every variable it sets is one the config reads (a typo would
+ * otherwise be silently ignored), and the ordering and shutdown settings hold.
+ */
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+interface Service {
+  image?: string;
+  build?: unknown;
+  command?: string[] | string;
+  environment?: Record<string, string | number | boolean | null>;
+  depends_on?: Record<string, { condition: string }>;
+  healthcheck?: { test: unknown };
+  volumes?: string[];
+  stop_grace_period?: string;
+}
+
+const compose = parse(readFileSync(`${root}docker-compose.yml`, 'utf8'), { merge: true }) as {
+  services: Record<string, Service>;
+  volumes?: Record<string, unknown>;
+};
+const services = compose.services;
+const appServices = Object.entries(services).filter(([, s]) => s.command !== undefined);
+
+function commandOf(s: Service): string[] {
+  return Array.isArray(s.command) ? s.command : s.command!.split(/\s+/);
+}
+
+describe('docker-compose.yml', () => {
+  it('has db, setup, worker and web', () => {
+    expect(Object.keys(services).sort()).toEqual(['db', 'setup', 'web', 'worker']);
+  });
+
+  it('runs only executables that exist in bin/', () => {
+    expect(appServices.map(([name]) => name).sort()).toEqual(['setup', 'web', 'worker']);
+    for (const [name, s] of appServices) {
+      const [exe] = commandOf(s);
+      expect(exe, name).toMatch(/^bin\/[a-z-]+$/);
+      expect(() => accessSync(`${root}${exe}`, constants.X_OK), `${name}: ${exe}`).not.toThrow();
+    }
+  });
+
+  it('sets only environment variables the config knows', () => {
+    const known = new Set<string>(ENV_VARS);
+    for (const [name, s] of appServices) {
+      for (const variable of Object.keys(s.environment ?? {})) {
+        expect(known.has(variable), `${name} sets ${variable}, which src/config.ts does not read`).toBe(true);
+      }
+    }
+  });
+
+  it('passes GITHUB_MODE, GITHUB_TOKEN, SOURCES and WEBHOOK_SECRET through from the host', () => {
+    for (const [name, s] of appServices) {
+      for (const variable of ['GITHUB_MODE', 'GITHUB_TOKEN', 'SOURCES', 'WEBHOOK_SECRET']) {
+        expect(String(s.environment?.[variable]), `${name}: ${variable}`).toMatch(
+          new RegExp(`^\\$\\{${variable}(:-[^}]*)?\\}$`),
+        );
+      }
+      expect(s.environment?.DATABASE_URL, name).toMatch(/@db:5432\//);
+    }
+  });
+
+  it('gives every app service a configuration the config accepts', () => {
+    for (const [name, s] of appServices) {
+      // Interpolate as compose would with nothing set on the host: the ${X:-default} value.
+      const env = Object.fromEntries(
+        Object.entries(s.environment ?? {}).map(([k, v]) => [
+          k,
+          String(v).replace(/^\$\{[A-Z_]+(?::-([^}]*))?\}$/, (_m, d: string | undefined) => d ?? ''),
+        ]),
+      );
+      expect(() => loadConfig(env), name).not.toThrow();
+    }
+  });
+
+  it('runs Postgres 18 with a healthcheck and a named volume', () => {
+    const db = services.db!;
+    expect(db.image).toBe('postgres:18');
+    expect(db.healthcheck?.test).toBeDefined();
+    const [volume] = db.volumes!;
+    expect(Object.keys(compose.volumes ?? {})).toContain(volume!.split(':')[0]);
+  });
+
+  it('runs setup once after the db is healthy, and everything else after setup succeeded', () => {
+    expect(services.setup!.depends_on).toEqual({ db: { condition: 'service_healthy' } });
+    for (const name of ['worker', 'web']) {
+      expect(services[name]!.depends_on, name).toEqual({
+        setup: { condition: 'service_completed_successfully' },
+      });
+    }
+  });
+
+  it('gives the worker more time to stop than its graceful shutdown needs', () => {
+    const grace = parseDurationSeconds(services.worker!.stop_grace_period ?? '10s')!;
+    expect(grace).toBe(30);
+    expect(grace * 1000).toBeGreaterThan(shutdownTimeoutMs(loadConfig({})));
+  });
+
+  it('serves the web service on all interfaces, port 3000', () => {
+    expect(services.web!.environment).toMatchObject({ HTTP_HOST: '0.0.0.0', HTTP_PORT: '3000' });
+  });
+});
