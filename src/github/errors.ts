@@ -5,11 +5,15 @@ export class RateLimited extends AppError {
   readonly retryAt: Date;
   readonly status: number;
   constructor(status: number, retryAt: Date, path: string) {
-    super('RATE_LIMITED', `GitHub rate limit (HTTP ${status}) on ${path}; retry at ${retryAt.toISOString()}`, {
-      status,
-      retryAt: retryAt.toISOString(),
-      path,
-    });
+    super(
+      'RATE_LIMITED',
+      `GitHub rate limit (HTTP ${status}) on ${path}; retry at ${retryAt.toISOString()}`,
+      {
+        status,
+        retryAt: retryAt.toISOString(),
+        path,
+      },
+    );
     this.retryAt = retryAt;
     this.status = status;
   }
@@ -19,10 +23,14 @@ export class RateLimited extends AppError {
 export class BudgetExhausted extends AppError {
   readonly retryAt: Date | null;
   constructor(purpose: string, retryAt: Date | null) {
-    super('BUDGET_EXHAUSTED', `request budget for ${purpose} is spent${retryAt ? ` until ${retryAt.toISOString()}` : ''}`, {
-      purpose,
-      retryAt: retryAt?.toISOString() ?? null,
-    });
+    super(
+      'BUDGET_EXHAUSTED',
+      `request budget for ${purpose} is spent${retryAt ? ` until ${retryAt.toISOString()}` : ''}`,
+      {
+        purpose,
+        retryAt: retryAt?.toISOString() ?? null,
+      },
+    );
     this.retryAt = retryAt;
   }
 }
@@ -30,7 +38,10 @@ export class BudgetExhausted extends AppError {
 /** Waited GATE_WAIT_SECONDS for the request gate and did not get it; nothing was sent. */
 export class GateTimeout extends AppError {
   constructor(credential: string, waitedMs: number) {
-    super('GATE_TIMEOUT', `request gate for ${credential} still busy after ${waitedMs} ms`, { credential, waitedMs });
+    super('GATE_TIMEOUT', `request gate for ${credential} still busy after ${waitedMs} ms`, {
+      credential,
+      waitedMs,
+    });
   }
 }
 
@@ -38,7 +49,12 @@ export class GateTimeout extends AppError {
 export class GitHubUnavailable extends AppError {
   readonly status: number | null;
   constructor(path: string, status: number | null, detail: string, cause?: unknown) {
-    super('GITHUB_UNAVAILABLE', `GitHub unavailable on ${path}: ${detail}`, { path, status }, { cause });
+    super(
+      'GITHUB_UNAVAILABLE',
+      `GitHub unavailable on ${path}: ${detail}`,
+      { path, status },
+      { cause },
+    );
     this.status = status;
   }
 }
@@ -53,14 +69,22 @@ export class MalformedResponse extends AppError {
 /** 401: the token is bad. Sources must not be hammered: callers back off hard. */
 export class GitHubAuthFailed extends AppError {
   constructor(path: string) {
-    super('GITHUB_AUTH_FAILED', `GitHub rejected the credentials (401) on ${path}; check GITHUB_TOKEN`, { path });
+    super(
+      'GITHUB_AUTH_FAILED',
+      `GitHub rejected the credentials (401) on ${path}; check GITHUB_TOKEN`,
+      { path },
+    );
   }
 }
 
 /** Fixture mode was asked for something it has no file for. */
 export class FixtureMiss extends AppError {
   constructor(method: string, path: string, file: string) {
-    super('FIXTURE_MISS', `no fixture for ${method} ${path} (looked for ${file})`, { method, path, file });
+    super('FIXTURE_MISS', `no fixture for ${method} ${path} (looked for ${file})`, {
+      method,
+      path,
+      file,
+    });
   }
 }
 
@@ -68,7 +92,10 @@ export class FixtureMiss extends AppError {
 export class GitHubRequestFailed extends AppError {
   readonly status: number;
   constructor(path: string, status: number, detail: string) {
-    super('GITHUB_REQUEST_FAILED', `GitHub answered ${status} on ${path}: ${detail}`, { path, status });
+    super('GITHUB_REQUEST_FAILED', `GitHub answered ${status} on ${path}: ${detail}`, {
+      path,
+      status,
+    });
     this.status = status;
   }
 }

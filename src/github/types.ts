@@ -74,7 +74,12 @@ export interface GitHubClient {
    */
   reserve(
     purpose: RequestPurpose,
-    meta?: { jobId?: string | null; runId?: number | null; entity?: { class: EntityClass; id: number }; path?: string },
+    meta?: {
+      jobId?: string | null;
+      runId?: number | null;
+      entity?: { class: EntityClass; id: number };
+      path?: string;
+    },
   ): Promise<Reservation | null>;
   /** Give back a reservation that will not be used (claim released, shutdown). */
   release(reservation: Reservation): Promise<void>;

@@ -1,0 +1,139 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { RequestPurpose } from '../db/schema.ts';
+import type { EntityClass, RateLimitState } from './types.ts';
+
+/**
+ * The request ledger (github_requests): one row per request, written BEFORE it is sent
+ * ('reserved' → 'sent' → 'completed' | 'error'; or 'abandoned' when never used or when
+ * its process died). Every process reads the same rows, so the budget is shared.
+ */
+
+/** Placeholder path of a reservation made before its caller knew the path. */
+export const UNSPECIFIED_PATH = '(unspecified)';
+
+/** Rows that spend quota: not a known 304, and not given back before being sent. */
+export const SPENDS_QUOTA = sql<boolean>`(counted IS NOT FALSE AND NOT (outcome = 'abandoned' AND sent_at IS NULL))`;
+
+export interface ReservationRow {
+  credential: string;
+  purpose: RequestPurpose;
+  path?: string;
+  method?: string;
+  jobId?: string | null;
+  runId?: number | null;
+  entity?: { class: EntityClass; id: number };
+  now: Date;
+}
+
+export async function insertReservation(db: Db, r: ReservationRow): Promise<number> {
+  const row = await db
+    .insertInto('github_requests')
+    .values({
+      credential: r.credential,
+      purpose: r.purpose,
+      method: r.method ?? 'GET',
+      path: r.path ?? UNSPECIFIED_PATH,
+      outcome: 'reserved',
+      reserved_at: r.now,
+      job_id: r.jobId ?? null,
+      run_id: r.runId ?? null,
+      entity_class: r.entity?.class ?? null,
+      entity_id: r.entity?.id ?? null,
+    })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  return Number(row.id);
+}
+
+/** The request is about to leave: from here on it may have spent quota. */
+export async function markSent(
+  db: Db,
+  id: number,
+  at: { path: string; method: string; now: Date; jobId?: string | null; runId?: number | null },
+): Promise<void> {
+  const res = await db
+    .updateTable('github_requests')
+    .set({
+      outcome: 'sent',
+      path: at.path,
+      method: at.method,
+      sent_at: at.now,
+      job_id: sql`COALESCE(${at.jobId ?? null}::text, job_id)`,
+      run_id: sql`COALESCE(${at.runId ?? null}::bigint, run_id)`,
+    })
+    .where('id', '=', String(id))
+    .where('outcome', '=', 'reserved')
+    .executeTakeFirst();
+  if (Number(res.numUpdatedRows) !== 1) {
+    throw new Error(
+      `github_requests ${id} is not an open reservation (already used, released or swept)`,
+    );
+  }
+}
+
+export interface Settlement {
+  outcome: 'completed' | 'error';
+  /** HTTP status, or null when no answer arrived (timeout, reset). */
+  status: number | null;
+  durationMs: number;
+  rateLimit: RateLimitState | null;
+  error?: string;
+  now: Date;
+}
+
+export async function settle(db: Db, id: number, s: Settlement): Promise<void> {
+  await db
+    .updateTable('github_requests')
+    .set({
+      outcome: s.outcome,
+      status: s.status,
+      // A 304 is free; anything else that got an answer was counted; with no answer we
+      // cannot know, so NULL (and the budget assumes it was spent).
+      counted: s.status === null ? null : s.status !== 304,
+      finished_at: s.now,
+      duration_ms: s.durationMs,
+      rate_limit_limit: s.rateLimit?.limit ?? null,
+      rate_limit_remaining: s.rateLimit?.remaining ?? null,
+      rate_limit_reset: s.rateLimit?.resetAt ?? null,
+      error: s.error ?? null,
+    })
+    .where('id', '=', String(id))
+    .execute();
+}
+
+/** Give back a reservation that was never sent. Returns false when it was not open. */
+export async function releaseReservation(
+  db: Db,
+  id: number,
+  reason: string,
+  now: Date,
+): Promise<boolean> {
+  const res = await db
+    .updateTable('github_requests')
+    .set({ outcome: 'abandoned', finished_at: now, error: reason })
+    .where('id', '=', String(id))
+    .where('outcome', '=', 'reserved')
+    .executeTakeFirst();
+  return Number(res.numUpdatedRows) === 1;
+}
+
+/**
+ * Rows left 'reserved' or 'sent' for longer than any live request can take belong to a
+ * process that died. Marks them 'abandoned' so the ledger shows what happened; one that
+ * was already sent still counts against the budget (GitHub may have served it).
+ * Called by the reconciler and the maintenance job. Returns how many were settled.
+ */
+export async function settleAbandonedReservations(
+  db: Db,
+  olderThanSeconds: number,
+): Promise<number> {
+  const res = await sql`
+    UPDATE github_requests
+    SET outcome = 'abandoned',
+        finished_at = COALESCE(finished_at, now()),
+        error = COALESCE(error, 'abandoned: no answer recorded (the process ended?)')
+    WHERE outcome IN ('reserved', 'sent')
+      AND reserved_at < now() - make_interval(secs => ${olderThanSeconds})`.execute(db);
+  return Number(res.numAffectedRows ?? 0);
+}

@@ -1,0 +1,152 @@
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Octokit } from '@octokit/rest';
+import { FixtureMiss } from './errors.ts';
+import { createHttpFetch } from './http-fetch.ts';
+
+/**
+ * How a request reaches "GitHub": over HTTP with Octokit (live), or from files
+ * (fixture). Either way the client above does the gate, ledger, rate limits and
+ * classification, so everything downstream behaves the same in both modes.
+ */
+export interface RawResponse {
+  status: number;
+  /** Lower-cased header names. */
+  headers: Record<string, string>;
+  /** The body as text; null when there is none (304). */
+  body: string | null;
+  /** Final URL (after redirects). */
+  url: string;
+}
+
+/** No answer at all: connection refused/reset, timeout. */
+export class TransportFailure extends Error {
+  constructor(message: string, cause: unknown) {
+    super(message, { cause });
+    this.name = 'TransportFailure';
+  }
+}
+
+export interface Transport {
+  send(req: { method: 'GET'; path: string; etag: string | null }): Promise<RawResponse>;
+}
+
+const silentLog = { debug() {}, info() {}, warn() {}, error() {} };
+
+interface OctokitFailure {
+  status: number;
+  response?: { status: number; url: string; headers: Record<string, string>; data: unknown };
+}
+
+export function liveTransport(o: {
+  apiUrl: string;
+  token: string | undefined;
+  userAgent: string;
+  connectTimeoutMs: number;
+  responseTimeoutMs: number;
+}): Transport {
+  const octokit = new Octokit({
+    baseUrl: o.apiUrl,
+    auth: o.token,
+    userAgent: o.userAgent,
+    // Octokit's request log prints request options (headers included): keep it silent.
+    log: silentLog,
+    request: {
+      fetch: createHttpFetch({
+        connectTimeoutMs: o.connectTimeoutMs,
+        responseTimeoutMs: o.responseTimeoutMs,
+      }),
+      // We parse bodies ourselves: a truncated body must be an error, not a string.
+      parseSuccessResponseBody: false,
+    },
+  });
+  return {
+    async send({ method, path: p, etag }) {
+      try {
+        const res = await octokit.request({
+          method,
+          url: p,
+          headers: etag ? { 'if-none-match': etag } : {},
+        });
+        const body = res.data ? await new Response(res.data as ReadableStream).text() : null;
+        return {
+          status: res.status,
+          headers: res.headers as Record<string, string>,
+          body,
+          url: res.url,
+        };
+      } catch (err) {
+        const f = err as OctokitFailure;
+        if (f.response) {
+          // Octokit throws for 304 and >= 400 with the answer attached: still an answer.
+          const data = f.response.data;
+          const body =
+            data === undefined || data === ''
+              ? null
+              : typeof data === 'string'
+                ? data
+                : JSON.stringify(data);
+          return {
+            status: f.response.status,
+            headers: f.response.headers,
+            body,
+            url: f.response.url,
+          };
+        }
+        const cause = (err as { cause?: unknown }).cause ?? err;
+        const detail = cause instanceof Error ? cause.message : String(cause);
+        throw new TransportFailure(detail, cause);
+      }
+    },
+  };
+}
+
+/**
+ * Fixture files: `<dir>/<method>/<path>[__<query>].json`, lower-cased, where `<path>`
+ * is the decoded path (`users/dependabot[bot]`) and `<query>` is the query parameters
+ * sorted by name as `name-value` joined by `_` (`events__page-1_per_page-100.json`).
+ * Each file holds `{ "status", "headers", "body" }` (or `"bodyText"` for a raw body).
+ * See test/fixtures/github/README.md.
+ */
+export function fixtureFile(dir: string, method: string, requestPath: string): string {
+  const url = new URL(requestPath, 'http://fixture.invalid');
+  const segments = url.pathname
+    .split('/')
+    .filter(Boolean)
+    .map((s) => decodeURIComponent(s).replace(/[^A-Za-z0-9._\-[\]]/g, '_'));
+  const params = [...url.searchParams.entries()]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([k, v]) => `${k}-${v}`.replace(/[^A-Za-z0-9._\-[\]]/g, '_'));
+  const name = segments.join('/') + (params.length ? `__${params.join('_')}` : '');
+  return path.join(dir, method.toLowerCase(), `${name.toLowerCase()}.json`);
+}
+
+interface FixtureFile {
+  status: number;
+  headers?: Record<string, string>;
+  body?: unknown;
+  bodyText?: string;
+}
+
+export function fixtureTransport(o: { dir: string; apiUrl: string }): Transport {
+  return {
+    async send({ method, path: p, etag }) {
+      const file = fixtureFile(o.dir, method, p);
+      let raw: string;
+      try {
+        raw = await readFile(file, 'utf8');
+      } catch {
+        throw new FixtureMiss(method, p, file);
+      }
+      const f = JSON.parse(raw) as FixtureFile;
+      const headers = Object.fromEntries(
+        Object.entries(f.headers ?? {}).map(([k, v]) => [k.toLowerCase(), String(v)]),
+      );
+      const url = `${o.apiUrl}${p}`;
+      // Conditional requests behave as on GitHub: the same ETag answers 304.
+      if (etag && headers.etag === etag) return { status: 304, headers, body: null, url };
+      const body = f.bodyText ?? (f.body === undefined ? null : JSON.stringify(f.body));
+      return { status: f.status, headers, body, url };
+    },
+  };
+}
