@@ -1,5 +1,6 @@
 import type { EventSource, GithubMode } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
+import { pollIntervalFloorSeconds } from '../github/budget.ts';
 
 /**
  * When a source is polled next: after a success, the larger of GitHub's X-Poll-Interval
@@ -35,16 +36,18 @@ export function notDueReason(
 }
 
 /**
- * The poll budget's per-source floor: polls may spend `allowance.poll` requests an hour,
- * shared by every enabled source of this mode, so none may come round more often than
- * 3600 × sources / allowance seconds.
+ * The poll budget's per-source floor (DESIGN §6): polls may spend what enrichment leaves
+ * of the hourly quota, shared by every enabled source of this mode. The GitHub layer owns
+ * the arithmetic (it knows the quota last seen for the credential).
  */
 export async function pollFloorSeconds(
-  deps: Pick<Deps, 'github'>,
+  deps: Pick<Deps, 'db' | 'github' | 'config'>,
   enabledSources: number,
 ): Promise<number> {
-  const budget = await deps.github.budget();
-  const allowance = budget.allowance.poll;
-  if (allowance <= 0) return BACKOFF_CAP_SECONDS;
-  return Math.ceil((3600 * Math.max(1, enabledSources)) / allowance);
+  return pollIntervalFloorSeconds(
+    deps.db,
+    deps.github.credential,
+    enabledSources,
+    deps.config.enrichment.share,
+  );
 }

@@ -1,0 +1,187 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { main } from '../../src/cli/sources.ts';
+import { UsageError } from '../../src/errors.ts';
+import { useTestDatabase } from '../support/db.ts';
+
+const t = useTestDatabase();
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+/** Runs main(argv) in-process and returns its exit code and what it printed. */
+async function run(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const o = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+    out.push(String(chunk));
+    return true;
+  });
+  const e = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+    err.push(String(chunk));
+    return true;
+  });
+  try {
+    const code = await main(argv);
+    return { code, out: out.join(''), err: err.join('') };
+  } finally {
+    o.mockRestore();
+    e.mockRestore();
+  }
+}
+
+/** Runs the real executable bin/sources with Node 24 first on PATH (its shebang is `env node`). */
+function spawnSources(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      path.join(ROOT, 'bin/sources'),
+      argv,
+      {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          PATH: `${path.dirname(process.execPath)}:${process.env.PATH}`,
+          DATABASE_URL: t.url,
+          GITHUB_MODE: 'live',
+          LOG_LEVEL: 'silent',
+        },
+      },
+      (error, stdout, stderr) => {
+        resolve({ code: error ? Number(error.code ?? 1) : 0, out: stdout, err: stderr });
+      },
+    );
+  });
+}
+
+beforeAll(() => {
+  vi.stubEnv('DATABASE_URL', t.url);
+  vi.stubEnv('GITHUB_MODE', 'live');
+  vi.stubEnv('LOG_LEVEL', 'silent');
+});
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('bin/sources', () => {
+  it('adds each kind once, and says so when it already exists', async () => {
+    expect(await run(['add', 'public'])).toMatchObject({
+      code: 0,
+      out: expect.stringMatching(/^added source \d+: public \(live\)/),
+    });
+    expect((await run(['add', 'repo', 'octocat/Hello-World'])).out).toMatch(
+      /added source \d+: repo octocat\/Hello-World/,
+    );
+    expect((await run(['add', 'org', 'github'])).out).toMatch(/added source \d+: org github/);
+    expect((await run(['add', 'user', 'torvalds'])).out).toMatch(/added source \d+: user torvalds/);
+    const again = await run(['add', 'repo', 'OctoCat/hello-world']);
+    expect(again.code).toBe(0);
+    expect(again.out).toMatch(/already exists: repo octocat\/Hello-World/);
+    const rows = await t.db
+      .selectFrom('event_sources')
+      .select(['kind', 'target', 'mode'])
+      .orderBy('id')
+      .execute();
+    expect(rows).toEqual([
+      { kind: 'public', target: null, mode: 'live' },
+      { kind: 'repo', target: 'octocat/Hello-World', mode: 'live' },
+      { kind: 'org', target: 'github', mode: 'live' },
+      { kind: 'user', target: 'torvalds', mode: 'live' },
+    ]);
+  });
+
+  it('lists sources as a table and as JSON', async () => {
+    const table = await run(['list']);
+    expect(table.code).toBe(0);
+    const lines = table.out.trimEnd().split('\n');
+    expect(lines[0]).toMatch(
+      /^ID\s+KIND\s+TARGET\s+MODE\s+ENABLED\s+NEXT POLL\s+FAILURES\s+LAST ERROR$/,
+    );
+    expect(lines.find((l) => l.includes('octocat/Hello-World'))).toMatch(
+      /repo\s+octocat\/Hello-World\s+live\s+yes\s+due\s+0\s+-/,
+    );
+
+    const json = JSON.parse((await run(['list', '--json'])).out) as {
+      id: number;
+      kind: string;
+      enabled: boolean;
+    }[];
+    expect(json.map((s) => s.kind)).toEqual(['public', 'repo', 'org', 'user']);
+    expect(json[0]).toMatchObject({
+      id: expect.any(Number),
+      enabled: true,
+      consecutive_failures: 0,
+      last_error: null,
+    });
+  });
+
+  it('disables and enables by id', async () => {
+    const [src] = await t.db
+      .selectFrom('event_sources')
+      .select('id')
+      .where('kind', '=', 'org')
+      .execute();
+    const id = String(src!.id);
+    expect((await run(['disable', id])).out).toBe(`source ${id} disabled: org github (live)\n`);
+    expect((await run(['list'])).out.split('\n').find((l) => l.includes('github '))).toMatch(
+      /org\s+github\s+live\s+no\s+-/,
+    );
+    expect((await run(['enable', id])).out).toBe(`source ${id} enabled: org github (live)\n`);
+    const row = await t.db
+      .selectFrom('event_sources')
+      .select('enabled')
+      .where('id', '=', id)
+      .executeTakeFirstOrThrow();
+    expect(row.enabled).toBe(true);
+  });
+
+  it('refuses an unknown id with exit 1 and a clear message', async () => {
+    expect(await run(['enable', '424242'])).toEqual({
+      code: 1,
+      out: '',
+      err: 'sources: no source with id 424242 (see bin/sources list)\n',
+    });
+  });
+
+  it.each([
+    [[], /missing command/],
+    [['frobnicate'], /unknown command "frobnicate"/],
+    [['add'], /needs a kind/],
+    [['add', 'team', 'x'], /unknown source kind "team"/],
+    [['add', 'repo', 'octocat'], /not OWNER\/NAME/],
+    [['add', 'user', 'bad-'], /not a GitHub login/],
+    [['add', 'public', 'extra'], /takes no target/],
+    [['add', 'org', 'a', 'b'], /unexpected argument "b"/],
+    [['enable'], /missing source ID/],
+    [['disable', 'x1'], /positive integer/],
+    [['add', 'public', '--json'], /--json applies to "list" only/],
+    [['list', '--color'], /Unknown option '--color'/],
+  ])('refuses %j with usage', async (argv, says) => {
+    const before = await t.db.selectFrom('event_sources').select('id').execute();
+    const err = await main(argv as string[]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UsageError);
+    expect((err as UsageError).message).toMatch(says);
+    expect((err as UsageError).message).toContain('Usage:');
+    expect(await t.db.selectFrom('event_sources').select('id').execute()).toEqual(before);
+  });
+
+  it('runs as a real executable: exit 0, exit 2 with usage, exit 1 for an unknown id', async () => {
+    const added = await spawnSources(['add', 'user', 'octocat']);
+    expect(added).toMatchObject({
+      code: 0,
+      out: expect.stringMatching(/^added source \d+: user octocat \(live\)\n$/),
+    });
+    const bad = await spawnSources(['add', 'repo', 'no-slash']);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toMatch(/^sources: repo "no-slash" is not OWNER\/NAME/);
+    expect(bad.err).toContain('Usage:');
+    const unknown = await spawnSources(['disable', '999999']);
+    expect(unknown).toMatchObject({
+      code: 1,
+      err: 'sources: no source with id 999999 (see bin/sources list)\n',
+    });
+    const help = await spawnSources(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.out).toMatch(/^Usage:\n {2}bin\/sources add public/);
+  });
+});
