@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import type { GitHubClient } from '../github/types.ts';
+import { SPENDS_QUOTA } from '../github/ledger.ts';
+import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
 import { hasDueWork } from './due.ts';
 import { type EntityClass, otherClass } from './entity.ts';
 
@@ -19,7 +20,7 @@ import { type EntityClass, otherClass } from './entity.ts';
  * runners. The allowance itself is still exact (the GitHub layer serializes it).
  */
 
-export const WINDOW_SECONDS = 3600;
+const HOUR_MS = 3600_000;
 
 export interface ShareDecision {
   allowed: boolean;
@@ -30,20 +31,29 @@ export interface ShareDecision {
   half: number;
 }
 
-/** Enrich requests of `cls` that count against the window: sent or still open, and not a free 304. */
+/**
+ * The budget's own window (src/github/budget.ts): GitHub's current rate-limit hour when
+ * known (it ends at resetAt), else the last 60 minutes. Counting over the same window
+ * with the same "spends quota" rule keeps the halves in step with the allowance.
+ */
+export function windowStart(b: BudgetSnapshot, now: Date): Date {
+  if (b.resetAt && b.resetAt.getTime() > now.getTime())
+    return new Date(b.resetAt.getTime() - HOUR_MS);
+  return new Date(now.getTime() - HOUR_MS);
+}
+
+/** Enrich requests of `cls` that spend quota in the window (sent or still open; not a free 304). */
 export async function classSpent(
   db: Db,
   credential: string,
   cls: EntityClass,
-  now: Date,
+  since: Date,
 ): Promise<number> {
-  const since = new Date(now.getTime() - WINDOW_SECONDS * 1000);
-  const r = await sql<{ n: string }>`
-    SELECT count(*) AS n FROM github_requests
-    WHERE credential = ${credential} AND purpose = 'enrich' AND reserved_at > ${since}
-      AND entity_class = ${cls}
-      AND outcome <> 'abandoned' AND counted IS NOT FALSE`.execute(db);
-  return Number(r.rows[0]!.n);
+  const r = await sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM github_requests
+    WHERE credential = ${credential} AND reserved_at >= ${since} AND purpose = 'enrich'
+      AND entity_class = ${cls} AND ${SPENDS_QUOTA}`.execute(db);
+  return r.rows[0]!.n;
 }
 
 export async function fairShare(
@@ -52,9 +62,10 @@ export async function fairShare(
   cls: EntityClass,
   opts: { now: Date; ttlSeconds: number },
 ): Promise<ShareDecision> {
-  const allowance = (await github.budget()).allowance.enrich;
+  const budget = await github.budget();
+  const allowance = budget.allowance.enrich;
   const half = Math.ceil(allowance / 2);
-  const spent = await classSpent(db, github.credential, cls, opts.now);
+  const spent = await classSpent(db, github.credential, cls, windowStart(budget, opts.now));
   if (spent < half) return { allowed: true, allowance, spent, half };
   const otherWaiting = await hasDueWork(db, otherClass(cls), opts.now, opts.ttlSeconds);
   return { allowed: !otherWaiting, allowance, spent, half };

@@ -64,6 +64,7 @@ export interface EnrichResult {
 
 export interface EnrichOptions {
   jobId?: string | null;
+  /** Already aborted → throws before touching anything. Never interrupts a claimed entity. */
   signal?: AbortSignal;
 }
 
@@ -119,7 +120,6 @@ export async function enrichOnce(
   let reservation = null;
   let reason: EnrichResult['reason'] = 'fair_share';
   try {
-    opts.signal?.throwIfAborted();
     const share = await fairShare(db, github, cls, { now: clock.now(), ttlSeconds });
     if (share.allowed) {
       reason = 'budget';
@@ -275,6 +275,22 @@ async function settleError(
       retryAt: err.retryAt,
       detail: message,
     };
+  }
+
+  if (err instanceof GitHubRequestFailed && GONE_STATUSES.has(err.status)) {
+    // 451 (blocked for legal reasons) arrives as an error from the client: still gone.
+    await db.transaction().execute(async (trx) => {
+      const applied = await markGone(trx, claim, message, now);
+      await finishAttempt(trx, attemptId, {
+        outcome: applied ? 'gone' : 'interrupted',
+        httpStatus: status,
+        detail: message,
+        now,
+      });
+    });
+    const result = { ...base, outcome: 'gone' as const, status, detail: message };
+    logResult(ctx.log, result, ctx.jobId);
+    return result;
   }
 
   if (isTransient(err)) {
