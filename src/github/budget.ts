@@ -18,6 +18,13 @@ import type { BudgetSnapshot, Reservation } from './types.ts';
  */
 
 const HOUR_MS = 3600_000;
+/**
+ * GitHub starts the hour when it receives the first request, and reports the reset in
+ * whole seconds; we reserve before sending (and may wait for the gate first). Counting
+ * from a minute earlier keeps that first request in its own window: it can only
+ * over-count, never let us spend a request GitHub has already counted.
+ */
+const WINDOW_SLACK_MS = 60_000;
 
 export interface BudgetPolicy {
   credential: string;
@@ -38,7 +45,7 @@ interface Window {
 function currentWindow(rl: StoredRateLimit | null, now: Date): Window {
   const t = now.getTime();
   if (rl && rl.resetAt.getTime() > t) {
-    return { start: new Date(rl.resetAt.getTime() - HOUR_MS), end: rl.resetAt };
+    return { start: new Date(rl.resetAt.getTime() - HOUR_MS - WINDOW_SLACK_MS), end: rl.resetAt };
   }
   // The last known hour has ended: a new one began at its reset, at most an hour ago.
   const start = new Date(Math.max(t - HOUR_MS, rl ? rl.resetAt.getTime() : 0));

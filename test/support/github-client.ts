@@ -1,0 +1,84 @@
+import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { type Config, loadConfig } from '../../src/config.ts';
+import { createGitHubClient } from '../../src/github/client.ts';
+import type { GitHubClient } from '../../src/github/types.ts';
+import { createLogger, type Logger } from '../../src/log.ts';
+import type { TestDatabase } from './db.ts';
+
+/**
+ * Real GitHub clients for tests: each gets its own request gate (its own connection,
+ * hence its own Postgres session) exactly as a separate process would. Close them with
+ * `closeAll()` in afterEach/afterAll; the harness fails the file on a leaked connection.
+ */
+
+export interface TestClientOptions {
+  apiUrl: string;
+  /** Default: a fresh random token, so each test has its own credential and budget. */
+  token?: string | null;
+  mode?: 'live' | 'fixture';
+  fixturesDir?: string;
+  gateWaitSeconds?: number;
+  responseTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  logger?: Logger;
+  env?: Record<string, string>;
+}
+
+export function randomToken(): string {
+  return `ghp_test${randomBytes(12).toString('hex')}`;
+}
+
+export function testConfig(t: TestDatabase, o: TestClientOptions): Config {
+  const token = o.token === undefined ? randomToken() : o.token;
+  const base = loadConfig({
+    DATABASE_URL: t.url,
+    GITHUB_API_URL: o.apiUrl,
+    GITHUB_MODE: o.mode ?? 'live',
+    ...(token ? { GITHUB_TOKEN: token } : {}),
+    ...(o.fixturesDir ? { GITHUB_FIXTURES_DIR: o.fixturesDir } : {}),
+    GATE_WAIT_SECONDS: String(o.gateWaitSeconds ?? 5),
+    LOG_LEVEL: 'silent',
+    ...o.env,
+  });
+  return {
+    ...base,
+    github: {
+      ...base.github,
+      responseTimeoutMs: o.responseTimeoutMs ?? base.github.responseTimeoutMs,
+      connectTimeoutMs: o.connectTimeoutMs ?? base.github.connectTimeoutMs,
+    },
+  };
+}
+
+/** A pino logger whose lines are kept in memory (to assert on what would be logged). */
+export function memoryLogger(level = 'debug'): { logger: Logger; lines: string[] } {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      lines.push(...String(chunk).split('\n').filter(Boolean));
+      cb();
+    },
+  });
+  return { logger: createLogger(level, sink), lines };
+}
+
+export function clientFactory(t: TestDatabase) {
+  const open: GitHubClient[] = [];
+  return {
+    make(o: TestClientOptions): GitHubClient {
+      const config = testConfig(t, o);
+      const client = createGitHubClient({
+        config,
+        db: t.db,
+        databaseUrl: t.url,
+        logger: o.logger ?? createLogger('silent'),
+      });
+      open.push(client);
+      return client;
+    },
+    async closeAll(): Promise<void> {
+      await Promise.all(open.splice(0).map((c) => c.close()));
+    },
+  };
+}
