@@ -303,6 +303,34 @@ describe('claims under concurrency and crashes', () => {
       'enriched',
     ]);
   });
+
+  it('a runner whose lease expired mid-request changes nothing; its attempt is interrupted', async () => {
+    await insertEntities(t.db, 'actor', [{ id: 99, name: 'slow' }]);
+    fake.setUser(userProfile({ id: 99, login: 'slow' }));
+    // While the request is in flight the lease runs out and another worker takes the row.
+    fake.onRequest = async () => {
+      await sql`UPDATE actors SET claimed_by = 'other:1', claimed_until = now() + interval '1 minute' WHERE id = 99`.execute(
+        t.db,
+      );
+    };
+    try {
+      const r = await enrichOnce(runner(), 'actor');
+      expect(r).toMatchObject({ outcome: 'retry', entityId: 99 });
+      expect(r.detail).toMatch(/lease lost/);
+    } finally {
+      fake.onRequest = null;
+    }
+    expect(await entityRow(t.db, 'actor', 99)).toMatchObject({
+      enrichment_state: 'pending',
+      claimed_by: 'other:1',
+      name: null,
+      attempts: 0,
+    });
+    expect((await attemptsOf(t.db, 'actor', 99))[0]).toMatchObject({
+      outcome: 'interrupted',
+      http_status: 200,
+    });
+  });
 });
 
 describe('budget and fairness', () => {
