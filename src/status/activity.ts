@@ -1,0 +1,49 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+
+/** Totals across sources and the webhook intake over the last 24 hours. */
+export interface IngestActivity {
+  /** push_events rows held, by how each push first arrived. */
+  pushes: { total: number; poll: number; webhook: number; last24h: number };
+  /** Finished runs in the last 24 hours by outcome ('running' counts the ones in flight). */
+  runsLast24h: Record<string, number>;
+  gapsLast24h: number;
+  webhooks: {
+    /** Deliveries in the last 24 hours by routing ('push:created', 'ignored:issues', ...). */
+    last24h: Record<string, number>;
+    lastReceivedAt: Date | null;
+  };
+}
+
+export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity> {
+  const since = new Date(now.getTime() - 86_400_000);
+  const pushes = await sql<{ origin: 'poll' | 'webhook'; n: string; recent: string }>`
+    SELECT origin, count(*) AS n, count(*) FILTER (WHERE ingested_at > ${since}) AS recent
+    FROM push_events GROUP BY origin`.execute(db);
+  const runs = await sql<{ status: string; n: string; gaps: string }>`
+    SELECT status, count(*) AS n, count(*) FILTER (WHERE gap_detected) AS gaps
+    FROM ingestion_runs WHERE started_at > ${since} GROUP BY status`.execute(db);
+  const deliveries = await sql<{ routing: string; n: string; last: Date }>`
+    SELECT routing, count(*) AS n, max(received_at) AS last
+    FROM webhook_deliveries WHERE received_at > ${since} GROUP BY routing`.execute(db);
+  const lastDelivery = await sql<{ last: Date | null }>`
+    SELECT max(received_at) AS last FROM webhook_deliveries`.execute(db);
+
+  const out: IngestActivity = {
+    pushes: { total: 0, poll: 0, webhook: 0, last24h: 0 },
+    runsLast24h: {},
+    gapsLast24h: 0,
+    webhooks: { last24h: {}, lastReceivedAt: lastDelivery.rows[0]?.last ?? null },
+  };
+  for (const row of pushes.rows) {
+    out.pushes[row.origin] = Number(row.n);
+    out.pushes.total += Number(row.n);
+    out.pushes.last24h += Number(row.recent);
+  }
+  for (const row of runs.rows) {
+    out.runsLast24h[row.status] = Number(row.n);
+    out.gapsLast24h += Number(row.gaps);
+  }
+  for (const row of deliveries.rows) out.webhooks.last24h[row.routing] = Number(row.n);
+  return out;
+}

@@ -1,0 +1,28 @@
+/** Small formatting helpers shared by the HTML page and the terminal picture. */
+
+/** 42 → "42s", 300 → "5m", 5400 → "1h30m", 200000 → "2d7h". */
+export function duration(seconds: number): string {
+  const s = Math.round(Math.abs(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600)
+    return `${Math.floor(s / 60)}m${s % 60 ? `${String(s % 60).padStart(2, '0')}s` : ''}`;
+  if (s < 86_400) {
+    const m = Math.floor((s % 3600) / 60);
+    return `${Math.floor(s / 3600)}h${m ? `${String(m).padStart(2, '0')}m` : ''}`;
+  }
+  const h = Math.floor((s % 86_400) / 3600);
+  return `${Math.floor(s / 86_400)}d${h ? `${h}h` : ''}`;
+}
+
+/** "in 45s", "3m ago", "now"; "never" for null. */
+export function relative(at: Date | null, now: Date): string {
+  if (at === null) return 'never';
+  const delta = (at.getTime() - now.getTime()) / 1000;
+  if (Math.abs(delta) < 1) return 'now';
+  return delta > 0 ? `in ${duration(delta)}` : `${duration(delta)} ago`;
+}
+
+/** 1234567 → "1,234,567". */
+export function count(n: number): string {
+  return n.toLocaleString('en-US');
+}

@@ -1,0 +1,69 @@
+import { systemClock } from '../clock.ts';
+import type { Deps } from '../deps.ts';
+import { type Backlog, backlog } from '../enrichment/due.ts';
+import type { BudgetSnapshot } from '../github/types.ts';
+import { type IngestActivity, ingestActivity } from './activity.ts';
+import {
+  type LastReconcile,
+  lastReconcile,
+  pgBossInstalled,
+  type QueueStatus,
+  queueStatuses,
+} from './queues.ts';
+import { type SourceStatus, sourceStatuses } from './sources.ts';
+
+/**
+ * The one status model behind GET /status (JSON), GET / (HTML) and bin/status (terminal).
+ * Everything is read from Postgres at the moment of asking, so any process shows the same
+ * picture of the whole deployment, not of itself.
+ */
+export interface StatusReport {
+  generatedAt: Date;
+  sources: SourceStatus[];
+  activity: IngestActivity;
+  enrichment: Backlog;
+  /** null with budgetError when the budget could not be read. */
+  budget: BudgetSnapshot | null;
+  budgetError?: string;
+  /** null with queuesError when pg-boss is not installed (bin/setup has not run). */
+  queues: QueueStatus[] | null;
+  queuesError?: string;
+  lastReconcile: LastReconcile | null;
+  webhooksEnabled: boolean;
+}
+
+export type StatusDeps = Pick<Deps, 'db' | 'config' | 'clock'> & {
+  github: Pick<Deps['github'], 'budget'>;
+};
+
+export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
+  const { db, config } = deps;
+  const now = (deps.clock ?? systemClock).now();
+  const report: StatusReport = {
+    generatedAt: now,
+    sources: await sourceStatuses(db, now),
+    activity: await ingestActivity(db, now),
+    enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
+    budget: null,
+    queues: null,
+    lastReconcile: null,
+    webhooksEnabled: config.webhookSecret !== undefined,
+  };
+  try {
+    report.budget = await deps.github.budget();
+  } catch (err) {
+    report.budgetError = (err as Error).message;
+  }
+  if (await pgBossInstalled(db, config.pgbossSchema)) {
+    report.queues = await queueStatuses(db, config.pgbossSchema, now);
+    report.lastReconcile = await lastReconcile(db, config.pgbossSchema);
+  } else {
+    report.queuesError = `pg-boss schema "${config.pgbossSchema}" is not installed (run bin/setup)`;
+  }
+  return report;
+}
+
+/** The report as plain JSON (dates as ISO strings): what GET /status and `bin/status --json` print. */
+export function statusJson(report: StatusReport): unknown {
+  return JSON.parse(JSON.stringify(report));
+}

@@ -1,0 +1,118 @@
+import { count, duration, relative } from './format.ts';
+import type { StatusReport } from './model.ts';
+import { sourceLabel } from './sources.ts';
+
+/** The status report as a terminal picture (bin/status): plain text, fixed-width columns. */
+
+function table(header: string[], rows: string[][]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
+  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)];
+}
+
+export function renderText(report: StatusReport): string {
+  const now = report.generatedAt;
+  const out: string[] = [`github-push-ingestor status at ${now.toISOString()}`, ''];
+
+  const a = report.activity;
+  out.push(
+    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook), ${count(a.pushes.last24h)} in the last 24h`,
+    `Runs (24h): ${
+      Object.entries(a.runsLast24h)
+        .map(([status, n]) => `${status} ${n}`)
+        .join(', ') || 'none'
+    }; gaps (24h): ${a.gapsLast24h}`,
+    '',
+    'Sources',
+  );
+  out.push(
+    ...table(
+      ['id', 'source', 'mode', 'enabled', 'last run', 'when', 'next poll', 'failures', 'gaps 24h'],
+      report.sources.map((s) => [
+        String(s.id),
+        sourceLabel(s),
+        s.mode,
+        s.enabled ? 'yes' : 'no',
+        s.lastRun?.status ?? '-',
+        s.lastRun ? relative(s.lastRun.finishedAt ?? s.lastRun.startedAt, now) : 'never',
+        s.enabled ? relative(s.nextPollAt, now) : '-',
+        String(s.consecutiveFailures),
+        String(s.gapsLast24h),
+      ]),
+    ),
+  );
+  for (const s of report.sources) {
+    if (s.lastError) out.push(`  source ${s.id} last error: ${s.lastError}`);
+  }
+
+  out.push('', 'Enrichment backlog');
+  out.push(
+    ...table(
+      ['class', 'pending', 'due now', 'claimed', 'enriched', 'failed', 'gone'],
+      Object.entries(report.enrichment).map(([cls, b]) => [
+        cls,
+        count(b.pending),
+        count(b.due),
+        count(b.claimed),
+        count(b.enriched),
+        count(b.failed),
+        count(b.gone),
+      ]),
+    ),
+  );
+
+  out.push('', 'Request budget');
+  const b = report.budget;
+  if (b) {
+    out.push(
+      `  quota ${b.quota}/h, remaining ${b.remaining ?? 'unknown'}, resets ${relative(b.resetAt, now)}` +
+        (b.blockedUntil && b.blockedUntil > now
+          ? `, BLOCKED until ${b.blockedUntil.toISOString()}`
+          : ''),
+      `  spent this window: poll ${b.spent.poll}/${b.allowance.poll}, enrich ${b.spent.enrich}/${b.allowance.enrich}`,
+    );
+  } else {
+    out.push(`  unavailable: ${report.budgetError ?? 'unknown error'}`);
+  }
+
+  out.push('', 'Queues');
+  if (report.queues) {
+    out.push(
+      ...table(
+        ['queue', 'created', 'active', 'completed', 'failed', 'oldest waiting'],
+        report.queues.map((q) => [
+          q.name,
+          String(q.jobs.created + q.jobs.retry),
+          String(q.jobs.active),
+          String(q.jobs.completed),
+          String(q.jobs.failed),
+          q.oldestWaitingSeconds === null ? '-' : duration(q.oldestWaitingSeconds),
+        ]),
+      ),
+    );
+    const r = report.lastReconcile;
+    out.push(
+      `  last reconcile: ${r ? `${r.state} ${relative(r.completedAt ?? r.startedAt, now)}` : 'never'}`,
+    );
+  } else {
+    out.push(`  ${report.queuesError}`);
+  }
+
+  out.push('', 'Webhooks');
+  if (report.webhooksEnabled) {
+    const w = a.webhooks;
+    const routed = Object.entries(w.last24h)
+      .map(([routing, n]) => `${routing} ${n}`)
+      .join(', ');
+    out.push(
+      `  enabled; last delivery ${relative(w.lastReceivedAt, now)}; 24h: ${routed || 'none'}`,
+    );
+  } else {
+    out.push('  disabled (WEBHOOK_SECRET is not set)');
+  }
+  return `${out.join('\n')}\n`;
+}

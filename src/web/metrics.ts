@@ -1,0 +1,258 @@
+import { sql } from 'kysely';
+import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client';
+import type { Config } from '../config.ts';
+import type { Db } from '../db/pool.ts';
+import { backlog } from '../enrichment/due.ts';
+import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
+
+/**
+ * GET /metrics. Every gpi_* value is read from Postgres at scrape time, so whichever web
+ * replica Prometheus scrapes, it sees the work of every worker on every machine — an
+ * in-process counter would only count what this process did. Counters over the pruned
+ * ledgers add metric_tallies (what retention deleted, migration 2026-11-29T0920), so they
+ * never go down. Each scrape builds a fresh registry: two concurrent scrapes cannot mix.
+ */
+
+type Labels = Record<string, string>;
+
+/** Live rows + tallies of pruned rows, per label set, for one counter. */
+async function tallied(
+  db: Db,
+  metric: string,
+  live: ReturnType<typeof sql<{ labels: Labels; n: string }>>,
+): Promise<{ labels: Labels; n: number }[]> {
+  const r = await sql<{ labels: Labels; n: string }>`
+    SELECT labels, sum(n)::bigint AS n FROM (
+      ${live}
+      UNION ALL
+      SELECT labels, n FROM metric_tallies WHERE metric = ${metric}
+    ) t (labels, n) GROUP BY labels`.execute(db);
+  return r.rows.map((row) => ({ labels: row.labels, n: Number(row.n) }));
+}
+
+/** Seconds; pg-boss jobs run from well under a second (reconcile) to minutes (cycles, polls). */
+export const JOB_DURATION_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900];
+
+/**
+ * gpi_job_duration_seconds as a Prometheus histogram computed in SQL from the jobs pg-boss
+ * still retains (completed and failed). prom-client's Histogram can only observe values in
+ * this process, so this is a hand-made metric in prom-client's own Metric shape.
+ */
+async function jobDurationHistogram(db: Db, schema: string): Promise<Metric> {
+  const bucketColumns = JOB_DURATION_BUCKETS.map(
+    (le, i) => sql`count(*) FILTER (WHERE d <= ${le}) AS ${sql.ref(`b${i}`)}`,
+  );
+  const r = await sql<Record<string, string> & { queue: string; n: string; total: number }>`
+    SELECT name AS queue, count(*) AS n, coalesce(sum(d), 0)::float8 AS total, ${sql.join(bucketColumns)}
+    FROM (
+      SELECT name, extract(epoch FROM completed_on - started_on)::float8 AS d
+      FROM ${sql.table(`${schema}.job`)}
+      WHERE state IN ('completed', 'failed') AND started_on IS NOT NULL AND completed_on IS NOT NULL
+    ) j GROUP BY name`.execute(db);
+  const name = 'gpi_job_duration_seconds';
+  const values: { metricName: string; labels: Labels; value: number }[] = [];
+  for (const row of r.rows) {
+    JOB_DURATION_BUCKETS.forEach((le, i) => {
+      values.push({
+        metricName: `${name}_bucket`,
+        labels: { queue: row.queue, le: String(le) },
+        value: Number(row[`b${i}`]),
+      });
+    });
+    values.push({
+      metricName: `${name}_bucket`,
+      labels: { queue: row.queue, le: '+Inf' },
+      value: Number(row.n),
+    });
+    values.push({ metricName: `${name}_sum`, labels: { queue: row.queue }, value: row.total });
+    values.push({
+      metricName: `${name}_count`,
+      labels: { queue: row.queue },
+      value: Number(row.n),
+    });
+  }
+  const snapshot = {
+    name,
+    help: 'Run time of finished pg-boss jobs (completed or failed) still retained, by queue',
+    type: 'histogram' as const,
+    aggregator: 'sum' as const,
+    values,
+  };
+  return { ...snapshot, get: async () => snapshot } as unknown as Metric;
+}
+
+export interface MetricsDeps {
+  db: Db;
+  config: Config;
+}
+
+export interface MetricsEndpoint {
+  contentType: string;
+  /** Reads everything and renders the Prometheus text exposition. */
+  scrape(): Promise<string>;
+}
+
+export function createMetrics(deps: MetricsDeps): MetricsEndpoint {
+  // The web process's own health (memory, event loop lag, open handles); process-local by nature.
+  const processRegistry = new Registry();
+  collectDefaultMetrics({ register: processRegistry });
+
+  return {
+    contentType: Registry.PROMETHEUS_CONTENT_TYPE,
+    async scrape() {
+      const registry = new Registry();
+      await collectDb(deps, registry);
+      return Registry.merge([processRegistry, registry]).metrics();
+    },
+  };
+}
+
+async function collectDb({ db, config }: MetricsDeps, registers: Registry): Promise<void> {
+  const counter = (name: string, help: string, labelNames: string[] = []) =>
+    new Counter({ name, help, labelNames, registers: [registers] });
+  const gauge = (name: string, help: string, labelNames: string[] = []) =>
+    new Gauge({ name, help, labelNames, registers: [registers] });
+
+  const pushes = counter(
+    'gpi_push_events_ingested_total',
+    'Push events stored, by how each push first arrived (poll or webhook)',
+    ['origin'],
+  );
+  for (const origin of ['poll', 'webhook']) pushes.inc({ origin }, 0);
+  const byOrigin = await sql<{ origin: string; n: string }>`
+    SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
+  for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
+
+  const runs = counter('gpi_ingestion_runs_total', 'Finished ingestion runs by outcome', [
+    'outcome',
+  ]);
+  for (const outcome of ['completed', 'not_modified', 'failed', 'interrupted'])
+    runs.inc({ outcome }, 0);
+  for (const { labels, n } of await tallied(
+    db,
+    'gpi_ingestion_runs_total',
+    sql`SELECT jsonb_build_object('outcome', status), count(*) FROM ingestion_runs
+        WHERE status <> 'running' GROUP BY status`,
+  )) {
+    runs.inc(labels, n);
+  }
+  const running = await sql<{ n: string }>`
+    SELECT count(*) AS n FROM ingestion_runs WHERE status = 'running'`.execute(db);
+  gauge('gpi_ingestion_runs_running', 'Ingestion runs in progress').set(Number(running.rows[0]!.n));
+
+  const gaps = counter(
+    'gpi_gaps_total',
+    'Ingestion runs that recorded a gap (three pages without overlap: events may be missing)',
+  );
+  gaps.inc(0);
+  for (const { n } of await tallied(
+    db,
+    'gpi_gaps_total',
+    sql`SELECT '{}'::jsonb, count(*) FROM ingestion_runs WHERE gap_detected HAVING count(*) > 0`,
+  )) {
+    gaps.inc(n);
+  }
+
+  const requests = counter(
+    'gpi_github_requests_total',
+    'Finished GitHub requests by purpose and HTTP status (or error / abandoned when none came back)',
+    ['purpose', 'status'],
+  );
+  for (const { labels, n } of await tallied(
+    db,
+    'gpi_github_requests_total',
+    sql`SELECT jsonb_build_object('purpose', purpose, 'status', coalesce(status::text, outcome)), count(*)
+        FROM github_requests WHERE outcome NOT IN ('reserved', 'sent')
+        GROUP BY purpose, coalesce(status::text, outcome)`,
+  )) {
+    requests.inc(labels, n);
+  }
+  const inFlight = await sql<{ purpose: string; n: string }>`
+    SELECT purpose, count(*) AS n FROM github_requests WHERE outcome IN ('reserved', 'sent')
+    GROUP BY purpose`.execute(db);
+  const open = gauge(
+    'gpi_github_requests_in_flight',
+    'GitHub requests reserved or sent and not yet finished, by purpose',
+    ['purpose'],
+  );
+  for (const purpose of ['poll', 'enrich']) open.set({ purpose }, 0);
+  for (const row of inFlight.rows) open.set({ purpose: row.purpose }, Number(row.n));
+
+  // One row per credential ('anonymous', 'fixture', 'token:<sha256 prefix>': never a token).
+  const limits = await sql<{
+    credential: string;
+    quota: number;
+    remaining: number;
+    reset_at: Date;
+  }>`
+    SELECT credential, quota, remaining, reset_at FROM github_rate_limits`.execute(db);
+  const remaining = gauge(
+    'gpi_github_rate_limit_remaining',
+    'x-ratelimit-remaining as GitHub last reported it, by credential',
+    ['credential'],
+  );
+  const quota = gauge('gpi_github_rate_limit_limit', 'x-ratelimit-limit: the hourly quota', [
+    'credential',
+  ]);
+  const reset = gauge(
+    'gpi_github_rate_limit_reset_timestamp_seconds',
+    'When the rate-limit window resets (Unix time), by credential',
+    ['credential'],
+  );
+  for (const row of limits.rows) {
+    remaining.set({ credential: row.credential }, row.remaining);
+    quota.set({ credential: row.credential }, row.quota);
+    reset.set({ credential: row.credential }, row.reset_at.getTime() / 1000);
+  }
+
+  const attempts = counter(
+    'gpi_enrichment_attempts_total',
+    'Finished enrichment attempts by class and outcome',
+    ['class', 'outcome'],
+  );
+  for (const { labels, n } of await tallied(
+    db,
+    'gpi_enrichment_attempts_total',
+    sql`SELECT jsonb_build_object('class', class, 'outcome', outcome), count(*)
+        FROM enrichment_attempts WHERE outcome IS NOT NULL GROUP BY class, outcome`,
+  )) {
+    attempts.inc(labels, n);
+  }
+
+  const now = new Date();
+  const backlogGauge = gauge(
+    'gpi_enrichment_backlog',
+    'Actors and repositories by enrichment state',
+    ['class', 'state'],
+  );
+  const dueGauge = gauge('gpi_enrichment_due', 'Entities due for enrichment now', ['class']);
+  for (const [cls, b] of Object.entries(await backlog(db, now, config.enrichment.ttlSeconds))) {
+    for (const state of ['pending', 'enriched', 'failed', 'gone'] as const) {
+      backlogGauge.set({ class: cls, state }, b[state]);
+    }
+    dueGauge.set({ class: cls }, b.due);
+  }
+
+  const deliveries = counter(
+    'gpi_webhook_deliveries_total',
+    'Webhook deliveries recorded, by routing (push:created, push:known, ping, ignored:<event>)',
+    ['routing'],
+  );
+  const routed = await sql<{ routing: string; n: string }>`
+    SELECT routing, count(*) AS n FROM webhook_deliveries GROUP BY routing`.execute(db);
+  for (const row of routed.rows) deliveries.inc({ routing: row.routing }, Number(row.n));
+
+  if (await pgBossInstalled(db, config.pgbossSchema)) {
+    const jobs = gauge('gpi_queue_jobs', 'pg-boss jobs by queue and state', ['queue', 'state']);
+    const oldest = gauge(
+      'gpi_queue_oldest_waiting_seconds',
+      'Age of the oldest job waiting to start, by queue (0 when none waits)',
+      ['queue'],
+    );
+    for (const q of await queueStatuses(db, config.pgbossSchema, now)) {
+      for (const [state, n] of Object.entries(q.jobs)) jobs.set({ queue: q.name, state }, n);
+      oldest.set({ queue: q.name }, q.oldestWaitingSeconds ?? 0);
+    }
+    registers.registerMetric(await jobDurationHistogram(db, config.pgbossSchema));
+  }
+}

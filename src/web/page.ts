@@ -1,0 +1,195 @@
+import { count, duration, relative } from '../status/format.ts';
+import type { StatusReport } from '../status/model.ts';
+import type { MinuteSeries } from '../status/series.ts';
+import { type SourceStatus, sourceLabel } from '../status/sources.ts';
+import { barChart } from './chart.ts';
+import { escapeHtml as e } from './html.ts';
+
+/**
+ * GET /: the status report as a page a person would rather look at than read. Server-
+ * rendered, one request, no script and no external asset (it must work on an air-gapped
+ * host and behind any proxy); it refreshes itself every 30 seconds.
+ */
+
+const CSS = `
+:root { --fg:#1d2330; --muted:#667085; --line:#e4e7ec; --bg:#f7f8fa; --ok:#1a7f37; --warn:#9a6700; --bad:#cf222e; }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color:var(--fg); background:var(--bg); }
+header { padding:16px 24px; background:#fff; border-bottom:1px solid var(--line); display:flex; align-items:center; gap:16px; flex-wrap:wrap; }
+header h1 { font-size:18px; margin:0; }
+main { padding:16px 24px 32px; max-width:1240px; }
+.muted { color:var(--muted); font-weight:normal; }
+.pill { display:inline-block; padding:2px 10px; border-radius:999px; font-weight:600; font-size:12px; }
+.pill.ok { background:#dafbe1; color:var(--ok); } .pill.warn { background:#fff8c5; color:var(--warn); } .pill.bad { background:#ffebe9; color:var(--bad); }
+.cards { display:grid; grid-template-columns:repeat(auto-fit, minmax(220px, 1fr)); gap:12px; margin-bottom:16px; }
+.card { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; }
+.card h2 { font-size:12px; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); margin:0 0 6px; }
+.big { font-size:24px; font-weight:600; }
+.card dl { display:grid; grid-template-columns:auto auto; gap:2px 12px; margin:6px 0 0; }
+.card dt { color:var(--muted); } .card dd { margin:0; text-align:right; font-variant-numeric:tabular-nums; }
+section { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:16px; }
+section h2 { font-size:15px; margin:0 0 8px; }
+table { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
+th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
+th { font-size:12px; color:var(--muted); font-weight:600; }
+td.num, th.num { text-align:right; }
+.err { color:var(--bad); font-size:12px; }
+.charts { display:flex; flex-wrap:wrap; gap:16px; }
+figure.chart { margin:0; }
+figcaption { font-weight:600; margin-bottom:4px; }
+.key { font-weight:normal; font-size:12px; margin-left:8px; color:var(--muted); }
+.key i { display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:4px; vertical-align:-1px; }
+svg .axis { stroke:#98a2b3; stroke-width:1; }
+svg .tick { font-size:10px; fill:var(--muted); }
+svg .empty { font-size:12px; fill:var(--muted); }
+footer { color:var(--muted); font-size:12px; padding:0 24px 24px; }
+`;
+
+type Health = { level: 'ok' | 'warn' | 'bad'; text: string };
+
+function health(report: StatusReport): Health {
+  const now = report.generatedAt;
+  const enabled = report.sources.filter((s) => s.enabled);
+  const failing = enabled.filter((s) => s.consecutiveFailures > 0);
+  const blocked = report.budget?.blockedUntil && report.budget.blockedUntil > now;
+  if (enabled.length > 0 && failing.length === enabled.length) {
+    return { level: 'bad', text: 'every enabled source is failing' };
+  }
+  if (!report.queues) return { level: 'bad', text: 'queues not installed' };
+  const problems: string[] = [];
+  if (failing.length) problems.push(`${failing.length} source(s) failing`);
+  if (report.activity.gapsLast24h) problems.push(`${report.activity.gapsLast24h} gap(s) in 24h`);
+  if (blocked) problems.push('rate limited');
+  if (problems.length) return { level: 'warn', text: problems.join(', ') };
+  return { level: 'ok', text: enabled.length ? 'healthy' : 'no enabled sources' };
+}
+
+function card(title: string, big: string, rows: [string, string][]): string {
+  return `<div class="card"><h2>${e(title)}</h2><div class="big">${e(big)}</div><dl>${rows
+    .map(([k, v]) => `<dt>${e(k)}</dt><dd>${e(v)}</dd>`)
+    .join('')}</dl></div>`;
+}
+
+function sourceRow(s: SourceStatus, now: Date): string {
+  const run = s.lastRun;
+  const status = run
+    ? `<span class="pill ${run.status === 'failed' || run.status === 'interrupted' ? 'bad' : run.status === 'running' ? 'warn' : 'ok'}">${e(run.status)}</span>`
+    : '<span class="muted">never run</span>';
+  const error = s.lastError ? `<div class="err">${e(s.lastError)}</div>` : '';
+  return `<tr>
+<td class="num">${s.id}</td>
+<td>${e(sourceLabel(s))}${error}</td>
+<td>${e(s.mode)}</td>
+<td>${s.enabled ? 'yes' : '<span class="muted">no</span>'}</td>
+<td>${status}</td>
+<td>${e(run ? relative(run.finishedAt ?? run.startedAt, now) : '-')}</td>
+<td>${e(s.enabled ? relative(s.nextPollAt, now) : '-')}</td>
+<td class="num">${e(duration(s.pollIntervalSeconds))}</td>
+<td class="num">${s.consecutiveFailures}</td>
+<td class="num">${count(s.eventsCreatedLast24h)}</td>
+<td class="num">${s.gapsLast24h}</td>
+</tr>`;
+}
+
+export function renderPage(report: StatusReport, series: MinuteSeries): string {
+  const now = report.generatedAt;
+  const h = health(report);
+  const a = report.activity;
+  const b = report.budget;
+
+  const cards = [
+    card('Pushes held', count(a.pushes.total), [
+      ['last 24h', count(a.pushes.last24h)],
+      ['polled', count(a.pushes.poll)],
+      ['by webhook', count(a.pushes.webhook)],
+      ['gaps (24h)', String(a.gapsLast24h)],
+    ]),
+    b
+      ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
+          ['resets', relative(b.resetAt, now)],
+          ['poll spent', `${b.spent.poll} of ${b.allowance.poll}`],
+          ['enrich spent', `${b.spent.enrich} of ${b.allowance.enrich}`],
+          [
+            'blocked',
+            b.blockedUntil && b.blockedUntil > now
+              ? `until ${relative(b.blockedUntil, now).replace('in ', '')}`
+              : 'no',
+          ],
+        ])
+      : card('Request budget', 'unavailable', [['reason', report.budgetError ?? 'unknown']]),
+    ...Object.entries(report.enrichment).map(([cls, x]) =>
+      card(`${cls} backlog`, `${count(x.pending)} pending`, [
+        ['due now', count(x.due)],
+        ['claimed', count(x.claimed)],
+        ['enriched', count(x.enriched)],
+        ['failed / gone', `${count(x.failed)} / ${count(x.gone)}`],
+      ]),
+    ),
+    card(
+      'Webhooks',
+      report.webhooksEnabled ? 'enabled' : 'disabled',
+      report.webhooksEnabled
+        ? [
+            ['last delivery', relative(a.webhooks.lastReceivedAt, now)],
+            ...Object.entries(a.webhooks.last24h).map(([k, v]): [string, string] => [
+              `${k} (24h)`,
+              String(v),
+            ]),
+          ]
+        : [['set', 'WEBHOOK_SECRET']],
+    ),
+  ];
+
+  const queues = report.queues
+    ? `<table><thead><tr><th>queue</th><th class="num">waiting</th><th class="num">active</th><th class="num">completed</th><th class="num">failed</th><th class="num">oldest waiting</th></tr></thead><tbody>${report.queues
+        .map(
+          (q) =>
+            `<tr><td>${e(q.name)}</td><td class="num">${q.jobs.created + q.jobs.retry}</td><td class="num">${q.jobs.active}</td><td class="num">${q.jobs.completed}</td><td class="num">${q.jobs.failed}</td><td class="num">${q.oldestWaitingSeconds === null ? '-' : e(duration(q.oldestWaitingSeconds))}</td></tr>`,
+        )
+        .join('')}</tbody></table>
+<p class="muted">Last reconcile: ${
+        report.lastReconcile
+          ? `${e(report.lastReconcile.state)} ${e(relative(report.lastReconcile.completedAt ?? report.lastReconcile.startedAt, now))}`
+          : 'never'
+      }</p>`
+    : `<p class="err">${e(report.queuesError)}</p>`;
+
+  const hours = Math.round(series.minutes / 60);
+  const charts = `<div class="charts">
+${barChart([{ label: 'push events', color: '#2f81f7', values: series.eventsIngested }], {
+  title: `Events ingested per minute, last ${hours} h`,
+  start: series.start,
+})}
+${barChart(
+  [
+    { label: 'poll', color: '#8250df', values: series.requestsSpent.poll },
+    { label: 'enrich', color: '#bf8700', values: series.requestsSpent.enrich },
+  ],
+  { title: `GitHub requests spent per minute, last ${hours} h`, start: series.start },
+)}
+</div>`;
+
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="refresh" content="30">
+<title>github-push-ingestor status</title>
+<style>${CSS}</style>
+</head>
+<body>
+<header><h1>github-push-ingestor</h1><span class="pill ${h.level}" id="health">${e(h.text)}</span>
+<span class="muted">as of ${e(now.toISOString().replace('T', ' ').slice(0, 19))} UTC · <a href="/status">JSON</a> · <a href="/metrics">metrics</a></span></header>
+<main>
+<div class="cards">${cards.join('\n')}</div>
+<section><h2>Activity</h2>${charts}</section>
+<section><h2>Sources <span class="muted">(${report.sources.length})</span></h2>
+<table id="sources"><thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">gaps 24h</th></tr></thead>
+<tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || '<tr><td colspan="11" class="muted">No sources yet: bin/sources add public</td></tr>'}</tbody></table></section>
+<section><h2>Queues</h2>${queues}</section>
+</main>
+<footer>Refreshes every 30 s. Same data: <code>bin/status</code>, <code>GET /status</code>, and the <code>ingest_overview</code>, <code>enrichment_backlog</code>, <code>queue_overview</code> views.</footer>
+</body>
+</html>`;
+}

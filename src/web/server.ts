@@ -1,0 +1,142 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { PgBoss } from 'pg-boss';
+import { systemClock } from '../clock.ts';
+import type { Deps } from '../deps.ts';
+import { readStatus } from '../status/model.ts';
+import { minuteSeries } from '../status/series.ts';
+import { createMetrics } from './metrics.ts';
+import { renderPage } from './page.ts';
+import { checkReadiness } from './readiness.ts';
+import { webhookRoute } from './webhook-route.ts';
+
+/**
+ * bin/web's HTTP server on node:http: six routes do not need a framework, and every
+ * dependency is one more thing to audit in a process that faces GitHub's webhooks.
+ */
+
+export type WebDeps = Pick<Deps, 'config' | 'db' | 'logger' | 'github' | 'clock'> & {
+  /** For post-commit enrichment hints from webhooks; without it the reconciler covers. */
+  boss?: PgBoss;
+};
+
+export interface WebServer {
+  url: string;
+  close(): Promise<void>;
+}
+
+type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>;
+
+export function sendJson(res: http.ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+  });
+  res.end(text);
+}
+
+function sendText(
+  res: http.ServerResponse,
+  status: number,
+  contentType: string,
+  text: string,
+): void {
+  res.writeHead(status, {
+    'content-type': contentType,
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+  });
+  res.end(text);
+}
+
+export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
+  const metrics = createMetrics(deps);
+  const now = () => (deps.clock ?? systemClock).now();
+  const routes = new Map<string, Map<string, Handler>>();
+  const route = (method: string, path: string, handler: Handler) => {
+    if (!routes.has(path)) routes.set(path, new Map());
+    routes.get(path)!.set(method, handler);
+  };
+
+  route('GET', '/healthz', async (_req, res) => sendJson(res, 200, { ok: true }));
+
+  route('GET', '/readyz', async (_req, res) => {
+    const r = await checkReadiness(deps.db, deps.config);
+    sendJson(res, r.ready ? 200 : 503, r);
+  });
+
+  route('GET', '/status', async (_req, res) => sendJson(res, 200, await readStatus(deps)));
+
+  route('GET', '/', async (_req, res) => {
+    const report = await readStatus(deps);
+    const series = await minuteSeries(deps.db, now());
+    sendText(res, 200, 'text/html; charset=utf-8', renderPage(report, series));
+  });
+
+  route('GET', '/metrics', async (_req, res) => {
+    sendText(res, 200, metrics.contentType, await metrics.scrape());
+  });
+
+  route('POST', '/webhooks/github', webhookRoute(deps));
+  return routes;
+}
+
+export function createHandler(deps: WebDeps): http.RequestListener {
+  const routes = createRoutes(deps);
+  return (req, res) => {
+    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    const methods = routes.get(path);
+    const method = req.method === 'HEAD' ? 'GET' : (req.method ?? 'GET');
+    const handler = methods?.get(method);
+    if (!methods) return sendJson(res, 404, { error: 'not found' });
+    if (!handler) {
+      res.setHeader('allow', [...methods.keys()].join(', '));
+      return sendJson(res, 405, { error: 'method not allowed' });
+    }
+    handler(req, res).catch((err: unknown) => {
+      deps.logger.error(
+        { event: 'web.request_failed', method: req.method, path, err },
+        `${req.method} ${path} failed: ${(err as Error).message}`,
+      );
+      if (!res.headersSent) sendJson(res, 500, { error: 'internal error' });
+      else res.destroy();
+    });
+  };
+}
+
+/** Starts listening; resolves once the port is bound (port 0 picks a free one). */
+export async function startWebServer(
+  deps: WebDeps,
+  opts: { host: string; port: number },
+): Promise<WebServer> {
+  const server = http.createServer(createHandler(deps));
+  // A slow client may not hold a connection open forever; GitHub delivers within 10 s.
+  server.requestTimeout = 60_000;
+  server.headersTimeout = 20_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  deps.logger.info({ event: 'web.listening', url }, `web server listening on ${url}`);
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+        // In-flight requests get a moment to finish (a webhook mid-transaction), then go.
+        setTimeout(() => server.closeAllConnections(), 5_000).unref();
+      });
+      return closing;
+    },
+  };
+}
