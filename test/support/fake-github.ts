@@ -104,7 +104,7 @@ export interface FakeGitHub {
     used: number;
   };
   fail(fault: Fault): void;
-  /** Back to the state right after start: no data, faults, requests or counters. */
+  /** Back to the state right after start: no data, faults, hook, requests or counters. */
   reset(): void;
   close(): Promise<void>;
 }
@@ -537,6 +537,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       counted = 0;
       maxInFlight = inFlight;
       secondaryLimitHits = 0;
+      fake.onRequest = null;
     },
     async close() {
       for (const res of hanging) res.destroy();
