@@ -59,8 +59,7 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
     );
   }
 
-  const settled = await settleAbandonedReservations(db, abandonedAfterSeconds(deps));
-  const settledReservations = typeof settled === 'number' ? settled : 0;
+  const settledReservations = await settleAbandonedReservations(db, abandonedAfterSeconds(deps));
 
   const queues = ENTITY_CLASSES.map(enrichQueue);
   const live = await liveJobCounts(db, config.pgbossSchema, queues);

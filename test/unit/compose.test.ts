@@ -53,7 +53,10 @@ describe('docker-compose.yml', () => {
     const known = new Set<string>(ENV_VARS);
     for (const [name, s] of appServices) {
       for (const variable of Object.keys(s.environment ?? {})) {
-        expect(known.has(variable), `${name} sets ${variable}, which src/config.ts does not read`).toBe(true);
+        expect(
+          known.has(variable),
+          `${name} sets ${variable}, which src/config.ts does not read`,
+        ).toBe(true);
       }
     }
   });
@@ -75,7 +78,10 @@ describe('docker-compose.yml', () => {
       const env = Object.fromEntries(
         Object.entries(s.environment ?? {}).map(([k, v]) => [
           k,
-          String(v).replace(/^\$\{[A-Z_]+(?::-([^}]*))?\}$/, (_m, d: string | undefined) => d ?? ''),
+          String(v).replace(
+            /^\$\{[A-Z_]+(?::-([^}]*))?\}$/,
+            (_m, d: string | undefined) => d ?? '',
+          ),
         ]),
       );
       expect(() => loadConfig(env), name).not.toThrow();

@@ -1,0 +1,133 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Deps } from '../../src/deps.ts';
+import { createGitHubClient } from '../../src/github/client.ts';
+import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import type { Logger } from '../../src/log.ts';
+import type { TestDatabase } from '../support/db.ts';
+import type { FakeGitHub } from '../support/fake-github.ts';
+import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
+import { type LogLine, testConfig, waitFor } from './helpers.ts';
+
+/** A small GitHub world, in-process deps, and child processes (not a test file). */
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface World {
+  eventIds: string[];
+  actorIds: number[];
+  repositoryIds: number[];
+}
+
+/**
+ * `n` pushes, each by its own actor to its own repository, on the public feed, with a
+ * profile for every actor and repository. Ids start at `first` so files do not collide.
+ */
+export function seedPushes(fake: FakeGitHub, n: number, first = 1): World {
+  const world: World = { eventIds: [], actorIds: [], repositoryIds: [] };
+  const events = [];
+  for (let i = 0; i < n; i++) {
+    const actor = { id: 70_000 + first + i, login: `pusher-${first + i}` };
+    const repo = { id: 80_000 + first + i, name: `org-${first + i}/repo-${first + i}` };
+    const ev = pushEvent({ id: 50_000_000_000 + first + i, actor, repo });
+    events.push(ev);
+    world.eventIds.push(ev.id);
+    world.actorIds.push(actor.id);
+    world.repositoryIds.push(repo.id);
+    fake.setUser(userProfile(actor));
+    fake.setRepo(repoProfile({ id: repo.id, full_name: repo.name }));
+  }
+  fake.addEvents('public', events);
+  return world;
+}
+
+/** The public source, due now, in live mode (the fake stands in for api.github.com). */
+export async function addPublicSource(t: TestDatabase): Promise<number> {
+  const { source } = await addSource(t.db, sourceSpec('public'), 'live');
+  return Number(source.id);
+}
+
+export interface TestDeps extends Deps {
+  close(): Promise<void>;
+}
+
+/** Deps as the worker builds them, on the test database and the fake GitHub. */
+export function liveDeps(
+  t: TestDatabase,
+  fake: FakeGitHub,
+  logger: Logger,
+  env: Record<string, string> = {},
+): TestDeps {
+  const config = testConfig({ GITHUB_MODE: 'live', GITHUB_API_URL: fake.url, ...env });
+  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
+  return {
+    config,
+    db: t.db,
+    pool: t.pool,
+    github,
+    logger,
+    workerId: 'test-worker:1',
+    close: () => github.close(),
+  };
+}
+
+export interface Child {
+  process: ChildProcess;
+  lines: LogLine[];
+  stderr: string[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  waitForLine(pred: (l: LogLine) => boolean, what: string, timeoutMs?: number): Promise<LogLine>;
+}
+
+/**
+ * Runs bin/<name> as a child with the given environment on top of a clean one. Node 24
+ * first on PATH (bin/* need type stripping). Its JSON log lines are parsed as they come.
+ */
+export function spawnBin(name: string, env: Record<string, string>, args: string[] = []): Child {
+  const child = spawn(path.join(ROOT, 'bin', name), args, {
+    cwd: ROOT,
+    env: {
+      PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}`,
+      HOME: process.env.HOME ?? '/tmp',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: LogLine[] = [];
+  const stderr: string[] = [];
+  let buffered = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    buffered += chunk.toString();
+    const parts = buffered.split('\n');
+    buffered = parts.pop() ?? '';
+    for (const part of parts) {
+      if (!part.trim()) continue;
+      try {
+        lines.push(JSON.parse(part));
+      } catch {
+        lines.push({ level: 'text', msg: part });
+      }
+    }
+  });
+  child.stderr!.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  return {
+    process: child,
+    lines,
+    stderr,
+    exited,
+    waitForLine: (pred, what, timeoutMs = 20_000) =>
+      waitFor(
+        () => {
+          if (child.exitCode !== null || child.signalCode !== null)
+            throw new Error(`${name} exited while waiting for ${what}: ${stderr.join('')}`);
+          return lines.find(pred);
+        },
+        { timeoutMs, what },
+      ),
+  };
+}
