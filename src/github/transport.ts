@@ -113,7 +113,12 @@ export function fixtureFile(dir: string, method: string, requestPath: string): s
   const segments = url.pathname
     .split('/')
     .filter(Boolean)
-    .map((s) => decodeURIComponent(s).replace(/[^A-Za-z0-9._\-[\]]/g, '_'));
+    // A segment of dots would climb out of the fixtures directory.
+    .map((s) =>
+      decodeURIComponent(s)
+        .replace(/[^A-Za-z0-9._\-[\]]/g, '_')
+        .replace(/^\.+$/, '_'),
+    );
   const params = [...url.searchParams.entries()]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([k, v]) => `${k}-${v}`.replace(/[^A-Za-z0-9._\-[\]]/g, '_'));
