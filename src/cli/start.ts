@@ -1,5 +1,6 @@
 import { createApp } from '../app.ts';
 import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
+import { startWebServer, type WebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';
 import { runSetup } from './setup.ts';
 import { shutdownSignal } from './shutdown.ts';
@@ -8,8 +9,9 @@ const USAGE = `
 Usage: npm start   (or bin/start)
 
 Everything in one process: setup (migrations, pg-boss schema and queues, SOURCES),
-then the worker (scheduler + job handlers). With no DATABASE_URL it runs an embedded
-Postgres under DATA_DIR (default .data/), so a fresh machine needs nothing but Node.
+then the worker (scheduler + job handlers) and the web server (HTTP_HOST:HTTP_PORT,
+default 127.0.0.1:3000). With no DATABASE_URL it runs an embedded Postgres under
+DATA_DIR (default .data/), so a fresh machine needs nothing but Node.
 
 The default GITHUB_MODE=live polls api.github.com continuously and spends real
 GitHub quota (60 requests/hour without GITHUB_TOKEN).
@@ -25,11 +27,16 @@ export async function main(argv: string[]): Promise<number> {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });
   const worker = new WorkerService(app);
+  let web: WebServer | undefined;
   try {
     await runSetup(app);
     await worker.start();
+    // The web server sends its webhook hints through the worker's boss.
+    web = await startWebServer({ ...app, boss: worker.boss }, app.config.http);
     await stopRequested;
   } finally {
+    // Webhooks first (a delivery in flight may still send a hint), then jobs, then pools.
+    await web?.close();
     await worker.stop();
     await app.close();
   }
