@@ -106,10 +106,8 @@ export async function pollDueSources(
   opts: PollOptions & { sourceId?: number } = {},
 ): Promise<RunSummary[]> {
   const { sourceId, ...pollOpts } = opts;
-  if (sourceId !== undefined) {
-    await getSource(deps.db, sourceId); // NotFound for an unknown id
-    return [await pollSource(deps, sourceId, pollOpts)];
-  }
+  // One named source (bin/ingest --source): polled or reported skipped; NotFound if unknown.
+  if (sourceId !== undefined) return [await pollSource(deps, sourceId, pollOpts)];
   const now = (deps.clock ?? systemClock).now();
   const summaries: RunSummary[] = [];
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
@@ -151,6 +149,9 @@ export async function pollSource(
         });
       }
     }
+  } catch (err) {
+    broken ??= err as Error; // never hand a session in an unknown state back to the pool
+    throw err;
   } finally {
     client.release(broken);
   }
