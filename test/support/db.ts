@@ -40,12 +40,20 @@ export function useTestDatabase(): TestDatabase {
   afterAll(async () => {
     await Promise.all(extraPools.map((p) => p.end().catch(() => {})));
     await handle.db?.destroy();
-    const open = await adminQuery(
-      adminUrl,
-      `SELECT application_name, state, left(query, 120) AS query FROM pg_stat_activity
-       WHERE datname = $1 AND pid <> pg_backend_pid()`,
-      [name],
-    );
+    // A pool's end() resolves when its sockets close; the server-side backend may still be
+    // listed for a moment after that, so a connection only counts as leaked if it stays.
+    const deadline = Date.now() + 2_000;
+    let open: Awaited<ReturnType<typeof adminQuery>>;
+    for (;;) {
+      open = await adminQuery(
+        adminUrl,
+        `SELECT application_name, state, left(query, 120) AS query FROM pg_stat_activity
+         WHERE datname = $1 AND pid <> pg_backend_pid()`,
+        [name],
+      );
+      if (!open.rowCount || Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
     await adminQuery(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     if (open.rowCount) {
       throw new Error(
