@@ -2,13 +2,15 @@ import { type App, createApp } from '../app.ts';
 import { migrateToLatest, withSetupLock } from '../db/migrate.ts';
 import { seedSources } from '../ingestion/sources.ts';
 import { installQueues } from '../queue/boss.ts';
+import { installViews } from '../status/views.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
 Usage: bin/setup
 
 Migrates the business schema, installs or migrates the pg-boss schema (PGBOSS_SCHEMA),
-creates the queues, and seeds the sources listed in SOURCES (default: public).
+creates the queues and the psql views (ingest_overview, enrichment_backlog,
+queue_overview), and seeds the sources listed in SOURCES (default: public).
 Idempotent; two setups at once run one after the other (advisory lock).
 `;
 
@@ -21,6 +23,12 @@ export async function runSetup(app: App): Promise<void> {
       `business schema: ${applied.length} migration(s) applied`,
     );
     await installQueues(app);
+    // After the queue install: queue_overview reads the pg-boss schema.
+    await installViews(app.db, app.config.pgbossSchema);
+    app.logger.info(
+      { event: 'setup.views' },
+      'views: ingest_overview, enrichment_backlog, queue_overview',
+    );
     const seeded = await seedSources(app.db, app.config);
     app.logger.info({ event: 'setup.sources_seeded', seeded }, `sources: ${seeded.length} new`);
   });

@@ -26,3 +26,8 @@ export function relative(at: Date | null, now: Date): string {
 export function count(n: number): string {
   return n.toLocaleString('en-US');
 }
+
+/** When a source polls next: "in 45s", or "due" once the time has come. */
+export function nextPoll(at: Date, now: Date): string {
+  return at.getTime() <= now.getTime() ? 'due' : relative(at, now);
+}

@@ -1,4 +1,4 @@
-import { count, duration, relative } from './format.ts';
+import { count, duration, nextPoll, relative } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { sourceLabel } from './sources.ts';
 
@@ -39,7 +39,7 @@ export function renderText(report: StatusReport): string {
         s.enabled ? 'yes' : 'no',
         s.lastRun?.status ?? '-',
         s.lastRun ? relative(s.lastRun.finishedAt ?? s.lastRun.startedAt, now) : 'never',
-        s.enabled ? relative(s.nextPollAt, now) : '-',
+        s.enabled ? nextPoll(s.nextPollAt, now) : '-',
         String(s.consecutiveFailures),
         String(s.gapsLast24h),
       ]),
@@ -83,7 +83,7 @@ export function renderText(report: StatusReport): string {
   if (report.queues) {
     out.push(
       ...table(
-        ['queue', 'created', 'active', 'completed', 'failed', 'oldest waiting'],
+        ['queue', 'waiting', 'active', 'completed', 'failed', 'oldest waiting'],
         report.queues.map((q) => [
           q.name,
           String(q.jobs.created + q.jobs.retry),

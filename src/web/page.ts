@@ -1,4 +1,4 @@
-import { count, duration, relative } from '../status/format.ts';
+import { count, duration, nextPoll, relative } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
 import type { MinuteSeries } from '../status/series.ts';
 import { type SourceStatus, sourceLabel } from '../status/sources.ts';
@@ -34,16 +34,22 @@ th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); 
 th { font-size:12px; color:var(--muted); font-weight:600; }
 td.num, th.num { text-align:right; }
 .err { color:var(--bad); font-size:12px; }
-.charts { display:flex; flex-wrap:wrap; gap:16px; }
-figure.chart { margin:0; }
+.charts { display:flex; flex-wrap:wrap; gap:24px; }
+figure.chart { margin:0; flex:1 1 460px; min-width:0; }
+figure.chart svg { width:100%; height:auto; display:block; }
 figcaption { font-weight:600; margin-bottom:4px; }
-.key { font-weight:normal; font-size:12px; margin-left:8px; color:var(--muted); }
+.key { white-space:nowrap; font-weight:normal; font-size:12px; margin-left:8px; color:var(--muted); }
 .key i { display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:4px; vertical-align:-1px; }
 svg .axis { stroke:#98a2b3; stroke-width:1; }
 svg .tick { font-size:10px; fill:var(--muted); }
 svg .empty { font-size:12px; fill:var(--muted); }
 footer { color:var(--muted); font-size:12px; padding:0 24px 24px; }
 `;
+
+// Inline, so the browser's automatic /favicon.ico request never happens (and never 404s).
+const FAVICON = `data:image/svg+xml,${encodeURIComponent(
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#2f81f7"/><path d="M3 11h2V7H3zm4 0h2V4H7zm4 0h2V8h-2z" fill="#fff"/></svg>',
+)}`;
 
 type Health = { level: 'ok' | 'warn' | 'bad'; text: string };
 
@@ -83,7 +89,7 @@ function sourceRow(s: SourceStatus, now: Date): string {
 <td>${s.enabled ? 'yes' : '<span class="muted">no</span>'}</td>
 <td>${status}</td>
 <td>${e(run ? relative(run.finishedAt ?? run.startedAt, now) : '-')}</td>
-<td>${e(s.enabled ? relative(s.nextPollAt, now) : '-')}</td>
+<td>${e(s.enabled ? nextPoll(s.nextPollAt, now) : '-')}</td>
 <td class="num">${e(duration(s.pollIntervalSeconds))}</td>
 <td class="num">${s.consecutiveFailures}</td>
 <td class="num">${count(s.eventsCreatedLast24h)}</td>
@@ -165,7 +171,7 @@ ${barChart(
     { label: 'poll', color: '#8250df', values: series.requestsSpent.poll },
     { label: 'enrich', color: '#bf8700', values: series.requestsSpent.enrich },
   ],
-  { title: `GitHub requests spent per minute, last ${hours} h`, start: series.start },
+  { title: `Requests spent per minute, last ${hours} h`, start: series.start },
 )}
 </div>`;
 
@@ -176,6 +182,7 @@ ${barChart(
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="refresh" content="30">
 <title>github-push-ingestor status</title>
+<link rel="icon" href="${FAVICON}">
 <style>${CSS}</style>
 </head>
 <body>

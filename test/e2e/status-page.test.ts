@@ -1,0 +1,114 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestDatabase } from '../support/db.ts';
+import { seedActivity } from '../support/status-factories.ts';
+import { startTestWeb, type TestWeb } from '../support/web.ts';
+
+/**
+ * The status page in a real browser: headless Chromium (Debian package `chromium`) loads
+ * GET /, and the test looks at what a person would see, then keeps a screenshot in
+ * test/.artifacts/. scripts/ensure-chromium.sh installs the browser when it is missing;
+ * only when that cannot be done (no root, no apt) is the test skipped, saying so.
+ */
+
+const CHROMIUM = '/usr/bin/chromium';
+const ARTIFACTS = path.resolve(import.meta.dirname, '../.artifacts');
+const SCREENSHOT = path.join(ARTIFACTS, 'status-page.png');
+
+function ensureChromium(): string | null {
+  if (existsSync(CHROMIUM)) return null;
+  try {
+    execFileSync(path.resolve(import.meta.dirname, '../../scripts/ensure-chromium.sh'), {
+      stdio: 'inherit',
+    });
+  } catch (err) {
+    return (err as Error).message;
+  }
+  return existsSync(CHROMIUM) ? null : `${CHROMIUM} still missing after ensure-chromium.sh`;
+}
+
+const unavailable = ensureChromium();
+if (unavailable) {
+  console.warn(
+    `SKIPPING the status page browser test: Chromium cannot be had here (${unavailable}). ` +
+      'Install it with scripts/ensure-chromium.sh (needs root and apt-get).',
+  );
+}
+
+const t = useTestDatabase();
+
+describe.skipIf(unavailable !== null)('status page in headless Chromium', () => {
+  let web: TestWeb;
+  beforeAll(async () => {
+    await seedActivity(t.db);
+    web = await startTestWeb(t);
+  });
+  afterAll(async () => {
+    await web?.close();
+  });
+
+  it('shows sources, backlog, budget and both charts, loading nothing from elsewhere', async () => {
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    });
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      const requested: string[] = [];
+      const consoleErrors: string[] = [];
+      page.on('request', (r) => requested.push(r.url()));
+      page.on('console', (m) => {
+        if (m.type() === 'error') consoleErrors.push(m.text());
+      });
+
+      const response = await page.goto(`${web.url}/`);
+      expect(response?.status()).toBe(200);
+      expect(await page.title()).toBe('github-push-ingestor status');
+
+      const sources = page.locator('#sources tbody tr');
+      expect(await sources.count()).toBe(3);
+      expect(await sources.nth(1).textContent()).toContain('octocat/Hello-World');
+      expect(await page.locator('#health').textContent()).toMatch(/source\(s\) failing/);
+      for (const heading of [
+        'Pushes held',
+        'Request budget',
+        'actor backlog',
+        'repository backlog',
+        'Queues',
+      ]) {
+        expect(await page.getByText(heading, { exact: true }).count(), heading).toBeGreaterThan(0);
+      }
+
+      // Two charts, drawn with real bars, and laid out at a visible size.
+      const charts = page.locator('figure.chart svg');
+      expect(await charts.count()).toBe(2);
+      for (let i = 0; i < 2; i++) {
+        const box = await charts.nth(i).boundingBox();
+        expect(box?.width).toBeGreaterThan(300);
+        expect(box?.height).toBeGreaterThan(100);
+        expect(await charts.nth(i).locator('rect').count()).toBeGreaterThan(10);
+      }
+
+      expect(requested).toEqual([`${web.url}/`]);
+      expect(consoleErrors).toEqual([]);
+
+      mkdirSync(ARTIFACTS, { recursive: true });
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+      expect(statSync(SCREENSHOT).size).toBeGreaterThan(10_000);
+    } finally {
+      await browser.close();
+    }
+  });
+});
