@@ -8,6 +8,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, randomToken, testConfig } from '../support/github-client.ts';
 import { type GitHubEvent, otherEvent, pushEvent } from '../support/github-factories.ts';
+import { waitFor } from '../support/wait.ts';
 
 const t = useTestDatabase();
 const clients = clientFactory(t);
@@ -329,7 +330,10 @@ describe('a source another session is polling', () => {
     expect(fake.requests).toHaveLength(0);
     const busy = lines.map((l) => JSON.parse(l)).filter((l) => l.event === 'source.busy');
     expect(busy).toEqual([expect.objectContaining({ level: 'info', source_id: s.id })]);
-    // Once the other session is gone, the same call polls.
+    // Once the other session is gone (the server notices the closed socket), the same call polls.
+    await waitFor(async () => !(await isLockHeld(t.db, LockSpace.source, s.id)), {
+      what: 'the dead session to release its source lock',
+    });
     expect((await pollSource(deps(), s.id)).outcome).toBe('completed');
   });
 });
