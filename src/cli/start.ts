@@ -18,7 +18,8 @@ GitHub quota (60 requests/hour without GITHUB_TOKEN).
 SIGTERM/SIGINT stops gracefully; a second signal exits at once.
 `;
 
-const CLOSE_MARGIN_MS = 5_000;
+/** Beyond the jobs' shutdown timeout: the web server's 5 s for in-flight requests, then pools. */
+const CLOSE_MARGIN_MS = 10_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
