@@ -1,0 +1,83 @@
+import os from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { benchHotQueries } from './hot-queries.ts';
+import { type BenchDatabase, openBenchDatabase, resetBusinessTables } from './lib/database.ts';
+import { ResultLog } from './lib/results.ts';
+import { secondsSince } from './lib/stats.ts';
+
+/**
+ * `npm run bench` [names…]: the benchmarks of issue 6, in one process, against one
+ * database (see bench/lib/database.ts). Figures are printed and written to
+ * bench/results/latest.json; targets are reported as PASS/MISS, never asserted. The one
+ * hard failure: a hot query planned as a sequential scan on a big table (exit 1).
+ *
+ * Names: hot, ingest, enrich (default: all). The soak is separate: `npm run bench:soak`.
+ */
+
+type Bench = (database: BenchDatabase, results: ResultLog) => Promise<string[]>;
+
+const BENCHES: Record<string, () => Promise<Bench>> = {
+  ingest: async () => (await import('./ingest.ts')).benchIngest,
+  enrich: async () => (await import('./enrich.ts')).benchEnrich,
+  hot: async () => benchHotQueries,
+};
+
+async function main(): Promise<number> {
+  const names = process.argv.slice(2);
+  for (const n of names) {
+    if (!(n in BENCHES)) {
+      console.error(
+        `bench: unknown benchmark "${n}" (expected ${Object.keys(BENCHES).join(', ')})`,
+      );
+      return 2;
+    }
+  }
+  const selected = names.length ? names : Object.keys(BENCHES);
+  const t0 = performance.now();
+  const results = new ResultLog();
+  const database = await openBenchDatabase();
+  const failures: string[] = [];
+  try {
+    results.record({
+      bench: 'machine',
+      metric: 'environment',
+      value: os.availableParallelism(),
+      unit: 'cpus',
+      detail: {
+        memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+        cpuModel: os.cpus()[0]?.model,
+        node: process.version,
+        postgres: database.serverVersion,
+        database: database.origin,
+      },
+    });
+    console.log(
+      `# ${os.availableParallelism()} CPUs, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}, ` +
+        `Postgres ${database.serverVersion} (${database.origin})`,
+    );
+    for (const name of selected) {
+      console.log(`\n## ${name}`);
+      await resetBusinessTables(database.db);
+      const bench = await BENCHES[name]!();
+      failures.push(...(await bench(database, results)));
+    }
+  } finally {
+    await database.close();
+  }
+  const misses = results.results.filter((r) => r.status === 'MISS');
+  console.log(
+    `\n${results.results.filter((r) => r.status === 'PASS').length} PASS, ${misses.length} MISS` +
+      ` in ${secondsSince(t0).toFixed(0)} s; results in ${results.file}`,
+  );
+  for (const m of misses) console.log(`  MISS: ${m.bench} ${m.metric}`);
+  if (failures.length) {
+    console.error(
+      '\nBENCHMARK FAILED: a hot query is planned as a sequential scan on a big table:',
+    );
+    for (const f of failures) console.error(`  - ${f}`);
+    return 1;
+  }
+  return 0;
+}
+
+process.exitCode = await main();
