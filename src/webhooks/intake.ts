@@ -4,6 +4,7 @@ import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
+import { faultPoint } from '../fault.ts';
 import type { EntityClass } from '../github/types.ts';
 import { storePushes } from '../ingestion/store.ts';
 import { sendCycle } from '../queue/dispatch.ts';
@@ -133,6 +134,9 @@ export async function receiveDelivery(
       });
       const none = { actor: 0, repository: 0 };
       if (!isNew) return { duplicate: true, routing, newPending: none };
+      // Crash window: the delivery row is written but not committed, so a redelivery must
+      // find nothing and store the push once (test/recovery/crash-matrix.test.ts).
+      faultPoint('webhook.after_delivery_insert');
       if (!push) return { duplicate: false, routing, newPending: none };
       const stored = await storePushes(trx, [push], { origin: 'webhook' });
       // Held already (polled first, or another hook on the same repository): one row.
