@@ -38,7 +38,7 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
   let embedded: EmbeddedHandle | undefined;
   let databaseUrl = config.databaseUrl;
   if (!databaseUrl) {
-    embedded = await startEmbeddedPostgres(config.dataDir, logger);
+    embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, logger });
     databaseUrl = embedded.url;
   }
   const role = opts.role ?? 'app';
@@ -63,7 +63,9 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
       closed = true;
       await github.close().catch((err) => logger.warn({ err }, 'closing GitHub client failed'));
       await db.destroy().catch((err) => logger.warn({ err }, 'closing pool failed'));
-      await embedded?.stop().catch((err) => logger.warn({ err }, 'stopping embedded Postgres failed'));
+      await embedded
+        ?.stop()
+        .catch((err) => logger.warn({ err }, 'stopping embedded Postgres failed'));
     },
   };
 }

@@ -116,10 +116,10 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
     );
   }
 
-  const embedded = await startEmbeddedPostgres(
-    process.env.DATA_DIR ?? '.data',
-    createLogger('silent'),
-  );
+  const embedded = await startEmbeddedPostgres({
+    dataDir: process.env.DATA_DIR ?? '.data',
+    logger: createLogger('silent'),
+  });
   const embeddedAdmin = withDatabase(embedded.url, 'postgres');
   await adminQuery(embeddedAdmin, `CREATE DATABASE ${scratch}`);
   return connect(withDatabase(embedded.url, scratch), 'embedded', async () => {

