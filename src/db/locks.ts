@@ -41,12 +41,16 @@ export async function unlockSession(client: pg.ClientBase, space: number, id: nu
   return r.rows[0]!.ok;
 }
 
-/** Is the lock held by any session right now? (reads pg_locks; used by the reconciler.) */
+/**
+ * Is the lock held by any session of this database right now? pg_locks is cluster-wide,
+ * so the database filter keeps another database's lock on the same key from counting.
+ */
 export async function isLockHeld(db: Db, space: number, id: number): Promise<boolean> {
   const r = await sql<{ held: boolean }>`
     SELECT EXISTS (
       SELECT 1 FROM pg_locks
       WHERE locktype = 'advisory' AND granted
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
         AND classid = ${space}::int::oid AND objid = ${id}::int::oid AND objsubid = 2
     ) AS held`.execute(db);
   return r.rows[0]!.held;
