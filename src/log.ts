@@ -3,6 +3,19 @@ import pino, { type Logger } from 'pino';
 export type { Logger };
 
 /**
+ * pino's error serializer, minus properties that drag whole objects into a log line
+ * (pg errors raised through pg-boss carry the `client`, with its connection state).
+ */
+function serializeError(err: unknown) {
+  const out = pino.stdSerializers.err(err as Error) as unknown as Record<string, unknown>;
+  if (out && typeof out === 'object') {
+    delete out.client;
+    delete out.connection;
+  }
+  return out;
+}
+
+/**
  * The root logger: pino JSON on stdout (or the given destination). Every line that
  * matters carries an `event` field from the vocabulary in README "Log events".
  * Authorization headers, tokens and secrets are redacted wherever they appear.
@@ -32,7 +45,7 @@ export function createLogger(
         censor: '[redacted]',
       },
       formatters: { level: (label) => ({ level: label }) },
-      serializers: { err: pino.stdSerializers.err },
+      serializers: { err: serializeError },
     },
     destination,
   );

@@ -24,9 +24,28 @@ export function createPool(connectionString: string, opts: PoolOptions = {}): pg
     idleTimeoutMillis: 30_000,
   });
   pool.on('error', (err) => {
-    opts.logger?.warn({ event: 'db.idle_client_error', err }, 'idle database client failed');
+    opts.logger?.warn(
+      { event: 'db.idle_client_error', err: brief(err) },
+      'idle database client failed',
+    );
+  });
+  // A client checked out for a long hold (a source lock, the request gate, the setup
+  // lock) has no pool listener while out; a dropped connection would then crash the
+  // process. The error still surfaces on that client's next query.
+  pool.on('connect', (client) => {
+    client.on('error', (err) => {
+      opts.logger?.warn(
+        { event: 'db.client_error', err: brief(err) },
+        'database connection failed',
+      );
+    });
   });
   return pool;
+}
+
+/** The parts of a pg error worth logging (the full object drags the whole client along). */
+function brief(err: Error & { code?: string }) {
+  return { message: err.message, code: err.code };
 }
 
 export function createDb(pool: pg.Pool): Kysely<Database> {
