@@ -38,11 +38,20 @@ function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
-/** Answers and then drops the connection: the rest of an oversized body is never read. */
+/**
+ * Answers 413 and closes the connection. The rest of the body is read and discarded for
+ * a short while first (a "lingering close"): a client still writing would otherwise get a
+ * connection reset instead of our answer. Never more than LINGER_MS, whatever it sends.
+ */
+const LINGER_MS = 2_000;
+
 function tooLarge(res: http.ServerResponse, req: http.IncomingMessage): void {
   res.setHeader('connection', 'close');
   sendJson(res, 413, { error: `payload larger than ${MAX_WEBHOOK_BODY_BYTES} bytes` });
-  res.once('finish', () => req.destroy());
+  req.resume();
+  const timer = setTimeout(() => req.destroy(), LINGER_MS);
+  timer.unref();
+  req.once('end', () => clearTimeout(timer));
 }
 
 export function webhookRoute(deps: WebDeps) {
