@@ -37,7 +37,10 @@ const positiveInt = (max = Number.MAX_SAFE_INTEGER) =>
   z.string().transform((raw, ctx) => {
     const n = Number(raw);
     if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n < 1 || n > max) {
-      ctx.addIssue({ code: 'custom', message: `must be an integer from 1 to ${max} (got "${raw}")` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be an integer from 1 to ${max} (got "${raw}")`,
+      });
       return z.NEVER;
     }
     return n;
@@ -65,7 +68,10 @@ const sqlIdentifier = z
 const share = z.string().transform((raw, ctx) => {
   const n = Number(raw);
   if (!Number.isFinite(n) || n <= 0 || n >= 1) {
-    ctx.addIssue({ code: 'custom', message: `must be a number between 0 and 1 exclusive (got "${raw}")` });
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be a number between 0 and 1 exclusive (got "${raw}")`,
+    });
     return z.NEVER;
   }
   return n;

@@ -1,4 +1,4 @@
-import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { UsageError } from '../errors.ts';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
@@ -13,11 +13,20 @@ export function parseCli<O extends Options>(
   options: O,
   { allowPositionals = false }: { allowPositionals?: boolean } = {},
 ) {
-  let parsed: ReturnType<typeof parseArgs<{ options: O & { help: { type: 'boolean'; short: 'h' } }; allowPositionals: boolean; args: string[]; strict: true }>>;
+  let parsed: ReturnType<
+    typeof parseArgs<{
+      options: O & { help: { type: 'boolean'; short: 'h' } };
+      allowPositionals: boolean;
+      args: string[];
+      strict: true;
+    }>
+  >;
   try {
     parsed = parseArgs({
       args: argv,
-      options: { ...options, help: { type: 'boolean', short: 'h' } } as O & { help: { type: 'boolean'; short: 'h' } },
+      options: { ...options, help: { type: 'boolean', short: 'h' } } as O & {
+        help: { type: 'boolean'; short: 'h' };
+      },
       allowPositionals,
       strict: true,
     });
@@ -32,7 +41,11 @@ export function parseCli<O extends Options>(
 }
 
 /** A positive integer flag value, or a UsageError naming the flag. */
-export function positiveIntFlag(name: string, raw: string | undefined, usage: string): number | undefined {
+export function positiveIntFlag(
+  name: string,
+  raw: string | undefined,
+  usage: string,
+): number | undefined {
   if (raw === undefined) return undefined;
   const n = Number(raw);
   if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < 1) {

@@ -21,7 +21,9 @@ export async function runMain(name: string, main: Main, argv: string[]): Promise
       code = 2;
     } else {
       const e = err as Error & { code?: string };
-      process.stderr.write(`${name}: ${e?.name ?? 'Error'}${e?.code ? ` [${e.code}]` : ''}: ${e?.message ?? String(err)}\n`);
+      process.stderr.write(
+        `${name}: ${e?.name ?? 'Error'}${e?.code ? ` [${e.code}]` : ''}: ${e?.message ?? String(err)}\n`,
+      );
       code = 1;
     }
   }

@@ -36,8 +36,15 @@ export async function tryLockSession(
   return r.rows[0]!.ok;
 }
 
-export async function unlockSession(client: pg.ClientBase, space: number, id: number): Promise<boolean> {
-  const r = await client.query<{ ok: boolean }>('SELECT pg_advisory_unlock($1, $2) AS ok', [space, id]);
+export async function unlockSession(
+  client: pg.ClientBase,
+  space: number,
+  id: number,
+): Promise<boolean> {
+  const r = await client.query<{ ok: boolean }>('SELECT pg_advisory_unlock($1, $2) AS ok', [
+    space,
+    id,
+  ]);
   return r.rows[0]!.ok;
 }
 

@@ -17,7 +17,9 @@ class DirectoryMigrationProvider implements MigrationProvider {
   }
   async getMigrations(): Promise<Record<string, Migration>> {
     const out: Record<string, Migration> = {};
-    const files = (await readdir(this.dir)).filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts'));
+    const files = (await readdir(this.dir)).filter(
+      (f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts'),
+    );
     for (const file of files.sort()) {
       const mod = (await import(pathToFileURL(path.join(this.dir, file)).href)) as Migration;
       out[file.replace(/\.(ts|js)$/, '')] = { up: mod.up, down: mod.down };
@@ -28,7 +30,12 @@ class DirectoryMigrationProvider implements MigrationProvider {
 
 export class MigrationFailed extends AppError {
   constructor(migration: string | undefined, cause: unknown) {
-    super('MIGRATION_FAILED', `migration ${migration ?? '(unknown)'} failed: ${String((cause as Error)?.message ?? cause)}`, { migration }, { cause });
+    super(
+      'MIGRATION_FAILED',
+      `migration ${migration ?? '(unknown)'} failed: ${String((cause as Error)?.message ?? cause)}`,
+      { migration },
+      { cause },
+    );
   }
 }
 

@@ -1,4 +1,10 @@
-import type { ColumnType, Generated as KyselyGenerated, Insertable, Selectable, Updateable } from 'kysely';
+import type {
+  ColumnType,
+  Insertable,
+  Generated as KyselyGenerated,
+  Selectable,
+  Updateable,
+} from 'kysely';
 
 /**
  * Kysely's view of the business schema (db/migrations). Keep in step with migrations;
@@ -6,7 +12,11 @@ import type { ColumnType, Generated as KyselyGenerated, Insertable, Selectable, 
  */
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
-type NullableTimestamp = ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+type NullableTimestamp = ColumnType<
+  Date | null,
+  Date | string | null | undefined,
+  Date | string | null
+>;
 /** bigint columns arrive from pg as strings; we parse ids to numbers (GitHub ids < 2^53). */
 type BigId = ColumnType<string, number | string | bigint, number | string | bigint>;
 /**
@@ -75,7 +85,11 @@ interface EntityStateColumns {
 }
 
 /** The raw GitHub answer, kept whole beside the columns pulled out of it. */
-type ProfileJson = ColumnType<Record<string, unknown> | null, string | null | undefined, string | null>;
+type ProfileJson = ColumnType<
+  Record<string, unknown> | null,
+  string | null | undefined,
+  string | null
+>;
 
 export interface ActorsTable extends EntityStateColumns {
   id: BigId;

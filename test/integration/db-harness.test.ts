@@ -11,9 +11,18 @@ describe('test database harness', () => {
     expect(r.rows[0]!.db).toBe(t.name);
     expect(await pendingMigrations(t.db)).toEqual([]);
     const tables = await sql<{ table_name: string }>`
-      SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`.execute(t.db);
+      SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`.execute(
+      t.db,
+    );
     expect(tables.rows.map((r) => r.table_name)).toEqual(
-      expect.arrayContaining(['event_sources', 'ingestion_runs', 'push_events', 'actors', 'repositories', 'github_requests']),
+      expect.arrayContaining([
+        'event_sources',
+        'ingestion_runs',
+        'push_events',
+        'actors',
+        'repositories',
+        'github_requests',
+      ]),
     );
   });
 });

@@ -16,11 +16,16 @@ export default async function setup(project: TestProject) {
   const startedAt = Math.floor(Date.now() / 1000);
   const runId = `${startedAt.toString(36)}_${process.pid.toString(36)}`;
   const template = `gpi_${runId}_tpl`;
-  const existing = await adminQuery(server.adminUrl, `SELECT datname FROM pg_database WHERE datname LIKE 'gpi\\_%'`);
+  const existing = await adminQuery(
+    server.adminUrl,
+    `SELECT datname FROM pg_database WHERE datname LIKE 'gpi\\_%'`,
+  );
   for (const { datname } of existing.rows as { datname: string }[]) {
     const born = Number.parseInt(datname.split('_')[1] ?? '', 36);
     if (Number.isFinite(born) && startedAt - born > 3 * 3600) {
-      await adminQuery(server.adminUrl, `DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => {});
+      await adminQuery(server.adminUrl, `DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(
+        () => {},
+      );
     }
   }
   await adminQuery(server.adminUrl, `CREATE DATABASE ${template}`);

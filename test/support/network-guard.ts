@@ -29,9 +29,14 @@ if (!(net.Socket.prototype.connect as { guarded?: boolean }).guarded) {
   const guarded = function (this: net.Socket, ...args: ConnectArgs) {
     const { host, path } = targetHost(args);
     if (!path && !isLoopbackHost(host)) {
-      const err = Object.assign(new Error(`NETWORK_REFUSED_IN_TESTS: connection to ${host} refused; tests may only reach loopback`), {
-        code: 'NETWORK_REFUSED_IN_TESTS',
-      });
+      const err = Object.assign(
+        new Error(
+          `NETWORK_REFUSED_IN_TESTS: connection to ${host} refused; tests may only reach loopback`,
+        ),
+        {
+          code: 'NETWORK_REFUSED_IN_TESTS',
+        },
+      );
       process.nextTick(() => this.destroy(err));
       return this;
     }

@@ -6,7 +6,9 @@ describe('network guard', () => {
     const err = await new Promise<Error & { code?: string }>((resolve) => {
       const s = net.connect({ host: '140.82.112.6', port: 443 });
       s.once('error', resolve);
-      s.once('connect', () => resolve(Object.assign(new Error('connected'), { code: 'CONNECTED' })));
+      s.once('connect', () =>
+        resolve(Object.assign(new Error('connected'), { code: 'CONNECTED' })),
+      );
     });
     expect(err.code).toBe('NETWORK_REFUSED_IN_TESTS');
   });
