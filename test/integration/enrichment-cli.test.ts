@@ -1,38 +1,22 @@
-import { execFile } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type Exit, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { repoProfile, userProfile } from '../support/github-factories.ts';
 import { insertPending, statesOf } from './enrichment-fixtures.ts';
 
 const t = useTestDatabase();
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 let fake: FakeGitHub;
-
-interface Exit {
-  code: number;
-  out: string;
-  err: string;
-}
 
 /** The real executable, as an operator runs it (no TTY: one line per entity). */
 function spawnEnrich(argv: string[]): Promise<Exit> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    PATH: `${path.dirname(process.execPath)}:${process.env.PATH}`,
+  return runBin('enrich', argv, {
     DATABASE_URL: t.url,
     GITHUB_API_URL: fake.url,
     GITHUB_MODE: 'live',
     LOG_LEVEL: 'warn',
-  };
-  delete env.GITHUB_TOKEN;
-  return new Promise((resolve) => {
-    execFile(path.join(ROOT, 'bin/enrich'), argv, { cwd: ROOT, env }, (error, stdout, stderr) => {
-      resolve({ code: error ? Number(error.code ?? 1) : 0, out: stdout, err: stderr });
-    });
+    GITHUB_TOKEN: undefined,
   });
 }
 

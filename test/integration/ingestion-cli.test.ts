@@ -1,18 +1,15 @@
-import { execFile } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/ingest.ts';
 import { UsageError } from '../../src/errors.ts';
 import type { RunSummary } from '../../src/ingestion/runner.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
+import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { randomToken } from '../support/github-client.ts';
 import { otherEvent, pushEvent } from '../support/github-factories.ts';
 
 const t = useTestDatabase();
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 let fake: FakeGitHub;
 
 beforeAll(async () => {
@@ -28,47 +25,16 @@ afterAll(async () => {
   await fake.close();
 });
 
-async function run(argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const o = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
-    out.push(String(chunk));
-    return true;
-  });
-  const e = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-    err.push(String(chunk));
-    return true;
-  });
-  try {
-    return { code: await main(argv), out: out.join(''), err: err.join('') };
-  } finally {
-    o.mockRestore();
-    e.mockRestore();
-  }
+function run(argv: string[]) {
+  return captureMain(main, argv);
 }
 
-function spawnBin(
-  name: string,
-  argv: string[],
-): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      path.join(ROOT, 'bin', name),
-      argv,
-      {
-        cwd: ROOT,
-        env: {
-          ...process.env,
-          PATH: `${path.dirname(process.execPath)}:${process.env.PATH}`,
-          DATABASE_URL: t.url,
-          GITHUB_API_URL: fake.url,
-          GITHUB_MODE: 'live',
-          LOG_LEVEL: 'silent',
-        },
-      },
-      (error, stdout, stderr) =>
-        resolve({ code: error ? Number(error.code ?? 1) : 0, out: stdout, err: stderr }),
-    );
+function spawnBin(name: string, argv: string[]) {
+  return runBin(name, argv, {
+    DATABASE_URL: t.url,
+    GITHUB_API_URL: fake.url,
+    GITHUB_MODE: 'live',
+    LOG_LEVEL: 'silent',
   });
 }
 

@@ -1,56 +1,17 @@
-import { execFile } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/sources.ts';
 import { UsageError } from '../../src/errors.ts';
+import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 const t = useTestDatabase();
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-/** Runs main(argv) in-process and returns its exit code and what it printed. */
-async function run(argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const o = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
-    out.push(String(chunk));
-    return true;
-  });
-  const e = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-    err.push(String(chunk));
-    return true;
-  });
-  try {
-    const code = await main(argv);
-    return { code, out: out.join(''), err: err.join('') };
-  } finally {
-    o.mockRestore();
-    e.mockRestore();
-  }
+function run(argv: string[]) {
+  return captureMain(main, argv);
 }
 
-/** Runs the real executable bin/sources with Node 24 first on PATH (its shebang is `env node`). */
-function spawnSources(argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      path.join(ROOT, 'bin/sources'),
-      argv,
-      {
-        cwd: ROOT,
-        env: {
-          ...process.env,
-          PATH: `${path.dirname(process.execPath)}:${process.env.PATH}`,
-          DATABASE_URL: t.url,
-          GITHUB_MODE: 'live',
-          LOG_LEVEL: 'silent',
-        },
-      },
-      (error, stdout, stderr) => {
-        resolve({ code: error ? Number(error.code ?? 1) : 0, out: stdout, err: stderr });
-      },
-    );
-  });
+function spawnSources(argv: string[]) {
+  return runBin('sources', argv, { DATABASE_URL: t.url, GITHUB_MODE: 'live', LOG_LEVEL: 'silent' });
 }
 
 beforeAll(() => {
