@@ -1,13 +1,13 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { type Exit, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { repoProfile, userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
 import { insertPending, statesOf } from './enrichment-fixtures.ts';
 
 const t = useTestDatabase();
-let fake: FakeGitHub;
+const fake = useFakeGitHub();
 
 /** The real executable, as an operator runs it (no TTY: one line per entity). */
 function spawnEnrich(argv: string[]): Promise<Exit> {
@@ -20,14 +20,7 @@ function spawnEnrich(argv: string[]): Promise<Exit> {
   });
 }
 
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-});
-afterAll(async () => {
-  await fake.close();
-});
 beforeEach(async () => {
-  fake.reset();
   // Mid-way through GitHub's rate-limit hour, as a running system would be.
   fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
   await sql`TRUNCATE actors, repositories, enrichment_attempts, github_requests, github_rate_limits`.execute(

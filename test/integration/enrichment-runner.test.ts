@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fixedClock } from '../../src/clock.ts';
 import { type Config, loadConfig } from '../../src/config.ts';
 import { createDb, type Db } from '../../src/db/pool.ts';
@@ -8,8 +8,8 @@ import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { createLogger } from '../../src/log.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { repoProfile, userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
 import {
   attemptsOf,
   entityRow,
@@ -20,18 +20,11 @@ import {
 } from './enrichment-fixtures.ts';
 
 const t = useTestDatabase();
-let fake: FakeGitHub;
+const fake = useFakeGitHub();
 const clients: GitHubClient[] = [];
 const logger = createLogger('silent');
 
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-});
-afterAll(async () => {
-  await fake.close();
-});
 beforeEach(async () => {
-  fake.reset();
   await sql`TRUNCATE actors, repositories, enrichment_attempts, github_requests, github_rate_limits`.execute(
     t.db,
   );

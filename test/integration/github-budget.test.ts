@@ -1,26 +1,19 @@
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { allowanceFor, pollIntervalFloorSeconds } from '../../src/github/budget.ts';
 import { settleAbandonedReservations } from '../../src/github/ledger.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /** The hourly budget (DESIGN §6), computed from the shared ledger. */
 
 const t = useTestDatabase();
 const clients = clientFactory(t);
-let fake: FakeGitHub;
+const fake = useFakeGitHub();
 
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-});
-afterAll(async () => {
-  await fake.close();
-});
 beforeEach(async () => {
-  fake.reset();
   // Several tests share the 'anonymous' credential: each starts from an empty ledger.
   await sql`TRUNCATE github_requests, github_rate_limits`.execute(t.db);
 });

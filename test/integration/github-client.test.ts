@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import {
   GitHubAuthFailed,
   GitHubRequestFailed,
@@ -8,23 +8,16 @@ import {
   RateLimited,
 } from '../../src/github/errors.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, randomToken } from '../support/github-client.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /** The live client against the fake GitHub: answers, classification, ledger, secrets. */
 
 const t = useTestDatabase();
 const clients = clientFactory(t);
-let fake: FakeGitHub;
+const fake = useFakeGitHub();
 
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-});
-afterAll(async () => {
-  await fake.close();
-});
-beforeEach(() => fake.reset());
 afterEach(() => clients.closeAll());
 
 async function ledgerRow(id: number) {

@@ -1,19 +1,12 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
+import { describe, expect, it } from 'vitest';
 import { otherEvent, pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /** The fake GitHub itself follows DESIGN §5: other tests rely on it doing so. */
 
-let fake: FakeGitHub;
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-});
-afterAll(async () => {
-  await fake.close();
-});
-beforeEach(() => fake.reset());
+const fake = useFakeGitHub();
 
 const get = (path: string, headers: Record<string, string> = {}) =>
   fetch(`${fake.url}${path}`, { headers });

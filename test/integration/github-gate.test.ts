@@ -1,25 +1,18 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { int4Key, LockSpace } from '../../src/db/locks.ts';
 import { GateTimeout, RateLimited } from '../../src/github/errors.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, randomToken } from '../support/github-client.ts';
 import { userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /** The request gate: one request in flight per credential across processes, bounded wait. */
 
 const t = useTestDatabase();
 const clients = clientFactory(t);
-let fake: FakeGitHub;
+const fake = useFakeGitHub();
 
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-});
-afterAll(async () => {
-  await fake.close();
-});
 beforeEach(() => {
-  fake.reset();
   for (let i = 0; i < 8; i++) fake.setUser(userProfile({ id: i + 1, login: `u${i}` }));
 });
 afterEach(() => clients.closeAll());
