@@ -5,6 +5,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { clientFactory, randomToken } from '../support/github-client.ts';
 import { userProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
+import { waitFor } from '../support/wait.ts';
 
 /** The request gate: one request in flight per credential across processes, bounded wait. */
 
@@ -50,7 +51,7 @@ describe('request gate', () => {
     };
     const slow = a.request({ purpose: 'enrich', path: '/users/u0' });
     try {
-      await waitFor(() => fake.inFlight === 1);
+      await waitFor(() => fake.inFlight === 1, { what: 'a request in flight' });
       // b is not held back by a's gate: it reaches the fake while a is in flight, and the
       // fake answers with its secondary-limit 403 — proof that both were in flight.
       await expect(b.request({ purpose: 'enrich', path: '/users/u1' })).rejects.toBeInstanceOf(
@@ -100,11 +101,3 @@ describe('request gate', () => {
     expect((await gh.request({ purpose: 'poll', path: '/users/u1' })).status).toBe(200);
   });
 });
-
-async function waitFor(cond: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

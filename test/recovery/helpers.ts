@@ -33,24 +33,4 @@ export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig({ GITHUB_MODE: 'fixture', GATE_WAIT_SECONDS: '2', ...env });
 }
 
-/** Polls `probe` until it returns a truthy value or the deadline passes. */
-export async function waitFor<T>(
-  probe: () => Promise<T> | T,
-  {
-    timeoutMs = 15_000,
-    intervalMs = 100,
-    what = 'condition',
-  }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
-): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  for (;;) {
-    last = await probe();
-    if (last) return last as NonNullable<T>;
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what} (last: ${JSON.stringify(last)})`,
-      );
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
-}
+export { waitFor } from '../support/wait.ts';
