@@ -221,29 +221,12 @@ export async function registerHandlers(
   const each = (fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
     for (const job of jobs) await fn(job);
   };
-  await boss.work(
-    QUEUES.pollSources,
-    options,
-    each((job) => handlePollSources(ctx, job)),
-  );
-  await boss.work(
-    QUEUES.enrichActor,
-    options,
-    each((job) => handleEnrichCycle(ctx, 'actor', job)),
-  );
-  await boss.work(
-    QUEUES.enrichRepository,
-    options,
-    each((job) => handleEnrichCycle(ctx, 'repository', job)),
-  );
-  await boss.work(
-    QUEUES.reconcile,
-    options,
-    each((job) => handleReconcile(ctx, job)),
-  );
-  await boss.work(
-    QUEUES.maintenance,
-    options,
-    each((job) => handleMaintenance(ctx, job)),
-  );
+  const handlers: [string, (job: JobLike) => Promise<unknown>][] = [
+    [QUEUES.pollSources, (job) => handlePollSources(ctx, job)],
+    [QUEUES.enrichActor, (job) => handleEnrichCycle(ctx, 'actor', job)],
+    [QUEUES.enrichRepository, (job) => handleEnrichCycle(ctx, 'repository', job)],
+    [QUEUES.reconcile, (job) => handleReconcile(ctx, job)],
+    [QUEUES.maintenance, (job) => handleMaintenance(ctx, job)],
+  ];
+  for (const [queue, handle] of handlers) await boss.work(queue, options, each(handle));
 }
