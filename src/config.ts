@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.ts';
+import { parseSourcesList } from './ingestion/sources.ts';
 
 /**
  * Every environment variable the project reads, parsed once into a frozen Config.
@@ -171,6 +172,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(variable, message);
   }
   const e = parsed.data;
+  // SOURCES is only used by bin/setup, but a bad list should stop any process at start.
+  parseSourcesList(e.SOURCES);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,
     github: {
