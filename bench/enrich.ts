@@ -107,7 +107,7 @@ export async function benchEnrich(database: BenchDatabase, results: ResultLog): 
 
     // The ceiling: requests through the gate and the ledger, one after another, nothing else.
     await resetWork(db);
-    const ceilingRequests = Math.min(ENTITIES / 2, 2000);
+    const ceilingRequests = Math.min(ENTITIES / 2, 1000);
     let t0 = performance.now();
     for (let i = 0; i < ceilingRequests; i++) {
       await clients[0]!.github.request({ purpose: 'enrich', path: `/users/enr-${i}` });

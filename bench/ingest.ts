@@ -4,6 +4,7 @@ import { createDb } from '../src/db/pool.ts';
 import { mapEventsPage, type PushRow } from '../src/ingestion/mapping.ts';
 import { pollDueSources } from '../src/ingestion/runner.ts';
 import { addSource } from '../src/ingestion/sources.ts';
+import { storePushes } from '../src/ingestion/store.ts';
 import { startFakeGitHub } from '../test/support/fake-github.ts';
 import { type GitHubEvent, pushEvent } from '../test/support/github-factories.ts';
 import { copyChunks, copyFrom } from './lib/copy.ts';
@@ -105,6 +106,32 @@ function copyRow(p: PushRow, sourceId: number): unknown[] {
   ];
 }
 
+async function storeOnly(
+  database: BenchDatabase,
+  feeds: { target: string }[],
+  fake: { feed(key: string): GitHubEvent[] },
+): Promise<number> {
+  const pages = feeds.flatMap((f, i) => {
+    const events = fake.feed(`repo:${f.target}`); // newest first, as served
+    return [0, 1, 2].map((p) => ({
+      sourceId: i + 1,
+      events: events.slice(p * 100, p * 100 + 100),
+    }));
+  });
+  const t0 = performance.now();
+  for (const page of pages) {
+    const mapped = mapEventsPage(page.events, 'bench');
+    await database.db
+      .transaction()
+      .execute((trx) =>
+        storePushes(trx, mapped.pushes, { origin: 'poll', sourceId: page.sourceId }),
+      );
+  }
+  const perSecond = (pages.length * 100) / secondsSince(t0);
+  await sql`TRUNCATE push_events, actors, repositories`.execute(database.db);
+  return perSecond;
+}
+
 async function copyCeiling(database: BenchDatabase, rows: unknown[][]): Promise<number> {
   await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
   // Same columns, keys and indexes as push_events (LIKE copies no foreign keys).
@@ -175,6 +202,10 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
     // Due for certain: next_poll_at defaults to the database's now(), which can be a
     // fraction of a millisecond after the JavaScript clock the pre-filter compares with.
     await sql`UPDATE event_sources SET next_poll_at = now() - interval '1 minute'`.execute(db);
+
+    // The data path alone: each page mapped and stored in its own transaction, as the
+    // poll path stores it, without HTTP, the gate, the ledger or run bookkeeping.
+    const storeAlone = await storeOnly(database, feeds, fake);
     recording = true;
 
     const t0 = performance.now();
@@ -248,6 +279,19 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
       value: copyPerSecond,
       unit: 'rows/s',
       detail: { rows: rows.length },
+    });
+    results.record({
+      bench: 'ingest',
+      metric: 'store alone (map + storePushes per page) events/s',
+      value: storeAlone,
+      unit: 'events/s',
+      detail: { ratioToCopy: storeAlone / copyPerSecond, msPerPage: 100_000 / storeAlone },
+    });
+    results.record({
+      bench: 'ingest',
+      metric: 'store alone / COPY ratio',
+      value: storeAlone / copyPerSecond,
+      unit: '×',
     });
     results.record({
       bench: 'ingest',

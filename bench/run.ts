@@ -49,6 +49,7 @@ async function main(): Promise<number> {
         node: process.version,
         postgres: database.serverVersion,
         database: database.origin,
+        loadAverage: os.loadavg(),
       },
     });
     console.log(
@@ -56,7 +57,13 @@ async function main(): Promise<number> {
         `Postgres ${database.serverVersion} (${database.origin})`,
     );
     for (const name of selected) {
-      console.log(`\n## ${name}`);
+      // Other work on the machine moves every figure: say how busy it was.
+      console.log(
+        `\n## ${name} (load average ${os
+          .loadavg()
+          .map((l) => l.toFixed(2))
+          .join(' ')})`,
+      );
       await resetBusinessTables(database.db);
       const bench = await BENCHES[name]!();
       failures.push(...(await bench(database, results)));
