@@ -112,6 +112,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           path,
           `HTTP ${status} body is not JSON (${raw.body.length} bytes)`,
           err,
+          status,
         );
       }
     }

@@ -61,13 +61,17 @@ export class GitHubUnavailable extends AppError {
 
 /** A 2xx whose body is not the JSON GitHub documents. */
 export class MalformedResponse extends AppError {
-  constructor(path: string, detail: string, cause?: unknown) {
+  /** The HTTP status the body came with, when known (the attempt ledger records it). */
+  readonly status: number | null;
+  constructor(path: string, detail: string, cause?: unknown, status: number | null = null) {
     super('MALFORMED_RESPONSE', `malformed response from ${path}: ${detail}`, { path }, { cause });
+    this.status = status;
   }
 }
 
 /** 401: the token is bad. Sources must not be hammered: callers back off hard. */
 export class GitHubAuthFailed extends AppError {
+  readonly status = 401;
   constructor(path: string) {
     super(
       'GITHUB_AUTH_FAILED',
