@@ -36,6 +36,9 @@ export interface GitHubClientOptions {
   transport?: Transport;
 }
 
+/** How long a 401 blocks its credential (as long as a source's longest failure backoff). */
+export const AUTH_FAILED_BLOCK_MS = 3600_000;
+
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);
 
@@ -185,6 +188,16 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       if (rateLimit) await recordRateLimit(trx, credential, rateLimit, now);
       if (error instanceof RateLimited)
         await recordBlock(trx, credential, error.retryAt, defaultQuota(credential));
+      // A rejected token stays rejected until an operator changes it (which is a new
+      // credential): block this one for every process, so no poll or enrichment cycle
+      // repeats the 401 each tick.
+      if (error instanceof GitHubAuthFailed)
+        await recordBlock(
+          trx,
+          credential,
+          new Date(now.getTime() + AUTH_FAILED_BLOCK_MS),
+          defaultQuota(credential),
+        );
     });
 
     (req.jobId ? logger.child({ job_id: req.jobId }) : logger).debug(

@@ -209,13 +209,16 @@ describe('failures', () => {
       status: 403,
       body: '{"message":"Repository access blocked"}',
     });
-    await expect(gh.request({ purpose: 'enrich', path: '/users/x' })).rejects.toBeInstanceOf(
-      GitHubAuthFailed,
-    );
     const blocked = await gh.request({ purpose: 'enrich', path: '/repos/a/dmca' }).catch((e) => e);
     expect(blocked).toBeInstanceOf(GitHubRequestFailed);
     expect(blocked.status).toBe(403);
     expect((await gh.budget()).blockedUntil).toBeNull();
+    await expect(gh.request({ purpose: 'enrich', path: '/users/x' })).rejects.toBeInstanceOf(
+      GitHubAuthFailed,
+    );
+    // A rejected token blocks its credential for an hour: no process repeats the 401.
+    const until = (await gh.budget()).blockedUntil;
+    expect(until!.getTime() - Date.now()).toBeGreaterThan(3500_000);
   });
 });
 
@@ -296,6 +299,8 @@ describe('secrets', () => {
       await gh.request({ purpose: 'enrich', path: p, jobId: 'job-9' }).catch((err) => {
         logger.error({ err }, 'request failed');
       });
+      // A 401 or a rate limit blocks the credential; lift it so every path is sent.
+      await sql`UPDATE github_rate_limits SET blocked_until = NULL`.execute(t.db);
     }
 
     expect(fake.requests[0]!.headers.authorization).toBe(`token ${token}`);

@@ -249,14 +249,14 @@ describe('GitHub faults on the enrichment path', () => {
           events(d.lines, 'enrichment.deferred').length;
         expect(logged).toBe(1);
 
-        // An immediate second pass sends nothing: the entity (or, for a rate limit, the
-        // whole credential) waits. A 401 leaves it due: the caller (the cycle job) stops.
-        if (c.expect.enrich.outcome !== 'throws') {
-          const seen = fake.requests.length;
-          const again = await enrichOnce(d.deps, 'actor');
-          expect(['idle', 'budget_exhausted']).toContain(again.outcome);
-          expect(fake.requests.length).toBe(seen);
-        }
+        // An immediate second pass sends nothing: the entity waits (or, for a rate limit,
+        // the whole credential). A bad token blocks the credential too: retrying it on
+        // every tick with another entity would only repeat the 401.
+        const seen = fake.requests.length;
+        fake.fail({ path: `/users/${ACTOR.login}`, ...c.fault });
+        const again = await enrichOnce(d.deps, 'actor');
+        expect(['idle', 'budget_exhausted']).toContain(again.outcome);
+        expect(fake.requests.length).toBe(seen);
       } finally {
         await d.close();
       }
