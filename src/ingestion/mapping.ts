@@ -93,6 +93,31 @@ function eventIdOf(v: number | string): string {
   return BigInt(v).toString();
 }
 
+/**
+ * Postgres text and jsonb cannot hold U+0000 (the insert fails with an encoding error), so
+ * a value carrying one can be rejected as malformed but never stored exactly. Returns the
+ * path of the first string (or key) that holds one, or null.
+ */
+export function findNul(value: unknown, path = ''): string | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? path || 'value' : null;
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) {
+      const found = findNul(v, `${path}[${i}]`);
+      if (found) return found;
+    }
+    return null;
+  }
+  if (value !== null && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      const at = path ? `${path}.${k}` : k;
+      if (k.includes('\u0000')) return at;
+      const found = findNul(v, at);
+      if (found) return found;
+    }
+  }
+  return null;
+}
+
 /** Maps one PushEvent (already known to be one) to a PushRow, or throws MalformedEvent. */
 export function mapPushEvent(raw: unknown, path: string, index: number): PushRow {
   const parsed = pushEvent.safeParse(raw);
@@ -109,6 +134,14 @@ export function mapPushEvent(raw: unknown, path: string, index: number): PushRow
   }
   const e = parsed.data;
   const p = e.payload;
+  const nul = findNul({ actor: e.actor, repo: e.repo, payload: p });
+  if (nul) {
+    throw new MalformedEvent(
+      path,
+      `event #${index} (id ${String(e.id)}): ${nul} contains a NUL character (U+0000), which cannot be stored`,
+      { index, eventId: e.id },
+    );
+  }
   return {
     id: eventIdOf(e.id),
     actor: { id: Number(e.actor.id), login: e.actor.login },

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AppError } from '../errors.ts';
-import type { PushRow } from '../ingestion/mapping.ts';
+import { findNul, type PushRow } from '../ingestion/mapping.ts';
 
 /**
  * A `push` webhook payload → the PushRow polling would have produced for the same push.
@@ -64,6 +64,17 @@ export function mapPushDelivery(body: unknown, receivedAt: Date): PushRow {
   const parsed = pushPayload.safeParse(body);
   if (!parsed.success) throw new MalformedDelivery(describe(parsed.error));
   const p = parsed.data;
+  // Postgres cannot store U+0000: a 400 names it, where the failed insert would be a 500.
+  const nul = findNul({
+    ref: p.ref,
+    before: p.before,
+    after: p.after,
+    sender: p.sender,
+    repository: p.repository,
+    commits: p.commits,
+  });
+  if (nul)
+    throw new MalformedDelivery(`${nul} contains a NUL character (U+0000), which cannot be stored`);
   const commits = (p.commits ?? []).map((c) => ({
     sha: c.id,
     author: { name: c.author?.name, email: c.author?.email },
