@@ -1,0 +1,243 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Deps } from '../../src/deps.ts';
+import { createGitHubClient } from '../../src/github/client.ts';
+import { pollSource } from '../../src/ingestion/runner.ts';
+import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
+import { memoryLogger, testConfig } from '../support/github-client.ts';
+import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
+import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';
+
+/**
+ * Bad input (issue 6): what GitHub (or someone posing as it) might send that is not what it
+ * documents — events without an actor or a repository, ids as strings, a 5 MB event,
+ * unicode and control characters, NUL bytes (which Postgres text and jsonb cannot hold),
+ * null fields. Each is either rejected with a named error or stored exactly (the stored
+ * payload reads back equal to what was sent); nothing crashes, and a rejected page stores
+ * nothing of itself. Both entry points: a polled feed page and a webhook delivery.
+ */
+
+const t = useTestDatabase();
+let fake: FakeGitHub;
+let web: TestWeb;
+let deps: Deps;
+let logLines: string[];
+let closeClient: () => Promise<void>;
+
+beforeAll(async () => {
+  fake = await startFakeGitHub();
+  const config = testConfig(t, { apiUrl: fake.url });
+  const { logger, lines } = memoryLogger('info');
+  logLines = lines;
+  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
+  closeClient = () => github.close();
+  deps = { config, db: t.db, pool: t.pool, github, logger, workerId: 'bad-input:1' };
+  web = await startTestWeb(t);
+});
+
+afterAll(async () => {
+  await web?.close();
+  await closeClient?.();
+  await fake?.close();
+});
+
+const FIVE_MB = 'x'.repeat(5 * 1024 * 1024);
+const UNICODE = 'emoji 🚀 · RTL עברית · combining é · CJK 漢字 · line sep \u2028 · BOM \ufeff';
+const CONTROLS = 'tab\t bell\u0007 esc\u001b del\u007f unit-sep\u001f cr\r lf\n';
+const NUL = 'before\u0000after';
+
+type Mutate = (ev: GitHubEvent) => unknown;
+const without =
+  (key: string): Mutate =>
+  (ev) => {
+    const copy: Record<string, unknown> = { ...ev };
+    delete copy[key];
+    return copy;
+  };
+
+/** Poll cases: a mutation of an otherwise valid PushEvent, and what must happen. */
+const POLL_CASES: { name: string; mutate: Mutate; expect: 'stored' | RegExp }[] = [
+  { name: 'missing actor', mutate: without('actor'), expect: /MALFORMED_EVENT.*actor is missing/ },
+  { name: 'missing repo', mutate: without('repo'), expect: /MALFORMED_EVENT.*repo is missing/ },
+  {
+    name: 'null actor',
+    mutate: (ev) => ({ ...ev, actor: null }),
+    expect: /MALFORMED_EVENT.*actor/,
+  },
+  {
+    name: 'null payload.ref',
+    mutate: (ev) => ({ ...ev, payload: { ...ev.payload, ref: null } }),
+    expect: /MALFORMED_EVENT.*payload\.ref/,
+  },
+  {
+    name: 'null payload.size',
+    mutate: (ev) => ({ ...ev, payload: { ...ev.payload, size: null } }),
+    expect: /MALFORMED_EVENT.*payload\.size/,
+  },
+  {
+    name: 'string ids that are numbers',
+    mutate: (ev) => ({
+      ...ev,
+      actor: { ...ev.actor, id: String(ev.actor.id) },
+      repo: { ...ev.repo, id: String(ev.repo.id) },
+    }),
+    expect: 'stored',
+  },
+  {
+    name: 'string ids that are not numbers',
+    mutate: (ev) => ({ ...ev, actor: { ...ev.actor, id: 'abc' } }),
+    expect: /MALFORMED_EVENT.*actor\.id must be a numeric id/,
+  },
+  {
+    name: 'a 5 MB event',
+    mutate: (ev) => ({ ...ev, payload: { ...ev.payload, note: FIVE_MB } }),
+    expect: 'stored',
+  },
+  {
+    name: 'unicode in login, ref and payload',
+    mutate: (ev) => ({
+      ...ev,
+      payload: { ...ev.payload, ref: `refs/heads/${UNICODE}`, note: UNICODE },
+    }),
+    expect: 'stored',
+  },
+  {
+    name: 'control characters',
+    mutate: (ev) => ({
+      ...ev,
+      payload: { ...ev.payload, ref: `refs/heads/${CONTROLS}`, note: CONTROLS },
+    }),
+    expect: 'stored',
+  },
+  {
+    name: 'NUL in a payload string',
+    mutate: (ev) => ({ ...ev, payload: { ...ev.payload, note: NUL } }),
+    expect: /MALFORMED_EVENT.*NUL/,
+  },
+  {
+    name: 'NUL in a column (ref)',
+    mutate: (ev) => ({ ...ev, payload: { ...ev.payload, ref: `refs/heads/${NUL}` } }),
+    expect: /MALFORMED_EVENT.*NUL/,
+  },
+];
+
+describe('bad input on a polled feed', () => {
+  for (const [i, c] of POLL_CASES.entries()) {
+    it(`${c.name}: ${c.expect === 'stored' ? 'stored exactly' : 'rejected, nothing stored'}`, {
+      timeout: 30_000,
+    }, async () => {
+      const name = `bad/input-${i}`;
+      const { source } = await addSource(t.db, sourceSpec('repo', name), 'live');
+      const repo = { id: 600_000 + i, name };
+      const good = pushEvent({ repo, actor: { id: 610_000 + i, login: `good-${i}` } });
+      const bad = pushEvent({ repo, actor: { id: 620_000 + i, login: `bad-${i}` } });
+      const sent = c.mutate(bad) as GitHubEvent;
+      fake.addEvents(`repo:${name}`, [good, sent]);
+
+      const run = await pollSource(deps, Number(source.id));
+
+      const stored = await sql<{ id: string; ref: string; payload: unknown }>`
+        SELECT id::text, ref, payload FROM push_events WHERE repository_id = ${repo.id}
+        ORDER BY id`.execute(t.db);
+      if (c.expect === 'stored') {
+        expect(run.outcome).toBe('completed');
+        expect(stored.rows.map((r) => r.id)).toEqual([good.id, bad.id].sort());
+        const row = stored.rows.find((r) => r.id === bad.id)!;
+        // Exactly what was sent: the jsonb reads back equal, the ref column byte for byte.
+        expect(row.payload).toEqual((sent as { payload: unknown }).payload);
+        expect(row.ref).toBe((sent as { payload: { ref: string } }).payload.ref);
+      } else {
+        expect(run.outcome).toBe('failed');
+        expect(`${run.error?.code}: ${run.error?.message}`).toMatch(c.expect);
+        // The page is one transaction: its good event is not stored either.
+        expect(stored.rows).toEqual([]);
+        const failed = logLines
+          .map((l) => JSON.parse(l))
+          .filter((l) => l.event === 'ingestion.run_failed' && l.run_id === run.runId);
+        expect(failed).toHaveLength(1);
+      }
+    });
+  }
+});
+
+/** Webhook cases: a push delivery body and the answer it must get. */
+const HOOK_CASES: {
+  name: string;
+  body: () => unknown;
+  status: number;
+  stored?: (payload: Record<string, unknown>) => void;
+}[] = [
+  {
+    name: 'missing sender',
+    body: () => ({ ...pushPayload(), sender: undefined }),
+    status: 400,
+  },
+  {
+    name: 'null repository',
+    body: () => ({ ...pushPayload(), repository: null }),
+    status: 400,
+  },
+  {
+    name: 'string ids',
+    body: () => {
+      const p = pushPayload();
+      return { ...p, sender: { ...p.sender, id: String(p.sender.id) } };
+    },
+    status: 202,
+  },
+  {
+    name: 'a 5 MB commit message',
+    body: () => {
+      const p = pushPayload();
+      return { ...p, commits: [{ ...p.commits[0]!, message: FIVE_MB }] };
+    },
+    status: 202,
+    stored: (payload) =>
+      expect((payload.commits as { message: string }[])[0]!.message).toBe(FIVE_MB),
+  },
+  {
+    name: 'unicode and control characters',
+    body: () => {
+      const p = pushPayload();
+      return { ...p, commits: [{ ...p.commits[0]!, message: UNICODE + CONTROLS }] };
+    },
+    status: 202,
+    stored: (payload) =>
+      expect((payload.commits as { message: string }[])[0]!.message).toBe(UNICODE + CONTROLS),
+  },
+  {
+    name: 'NUL in a commit message',
+    body: () => {
+      const p = pushPayload();
+      return { ...p, commits: [{ ...p.commits[0]!, message: NUL }] };
+    },
+    status: 400,
+  },
+];
+
+describe('bad input in a webhook delivery', () => {
+  for (const [i, c] of HOOK_CASES.entries()) {
+    it(`${c.name}: answered ${c.status}`, { timeout: 30_000 }, async () => {
+      const body = c.body() as ReturnType<typeof pushPayload>;
+      const deliveryId = `bad-input-${i}`;
+      const res = await deliver(web.url, { deliveryId, body: JSON.stringify(body) });
+      expect(res.status, JSON.stringify(res.json)).toBe(c.status);
+      const recorded = await sql<{ routing: string }>`
+        SELECT routing FROM webhook_deliveries WHERE delivery_id = ${deliveryId}`.execute(t.db);
+      const repoId = Number((body.repository as { id?: number } | null)?.id ?? -1);
+      const stored = await sql<{ payload: Record<string, unknown> }>`
+        SELECT payload FROM push_events WHERE repository_id = ${repoId}`.execute(t.db);
+      if (c.status === 202) {
+        expect(recorded.rows).toEqual([{ routing: 'push:created' }]);
+        expect(stored.rows).toHaveLength(1);
+        c.stored?.(stored.rows[0]!.payload);
+      } else {
+        // Rejected before the transaction: no delivery row, so a fixed redelivery is new.
+        expect(recorded.rows).toEqual([]);
+        expect(stored.rows).toEqual([]);
+      }
+    });
+  }
+});
