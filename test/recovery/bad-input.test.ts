@@ -147,7 +147,7 @@ describe('bad input on a polled feed', () => {
         const row = stored.rows.find((r) => r.id === bad.id)!;
         // Exactly what was sent: the jsonb reads back equal, the ref column byte for byte.
         expect(row.payload).toEqual((sent as { payload: unknown }).payload);
-        expect(row.ref).toBe((sent as { payload: { ref: string } }).payload.ref);
+        expect(row.ref).toBe((sent.payload as { ref: string }).ref);
       } else {
         expect(run.outcome).toBe('failed');
         expect(`${run.error?.code}: ${run.error?.message}`).toMatch(c.expect);

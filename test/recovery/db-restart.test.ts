@@ -94,10 +94,12 @@ describe('database restart mid-run', () => {
     });
     const during = seedPushes(fake, 3, 3100);
     // Let the worker meet the outage on a few ticks of its own.
-    const errorsAtStop = worker.lines.filter((l) => l.level === 'error' || l.level === 50).length;
+    const errorsAtStop = worker.lines.filter(
+      (l) => l.level === 'error' || l.level === 'fatal',
+    ).length;
     await waitFor(
       () =>
-        worker.lines.filter((l) => l.level === 'error' || l.level === 50).length >=
+        worker.lines.filter((l) => l.level === 'error' || l.level === 'fatal').length >=
         errorsAtStop + 2,
       { timeoutMs: 20_000, what: 'the worker to notice the outage' },
     );
@@ -128,8 +130,8 @@ describe('database restart mid-run', () => {
     expect(await worker.exited).toEqual({ code: 0, signal: null });
     expect(await web.exited).toEqual({ code: 0, signal: null });
     console.log(
-      `db restart: worker logged ${worker.lines.filter((l) => l.level === 'error' || l.level === 50).length} error lines across the outage, ` +
-        `web ${web.lines.filter((l) => l.level === 'error' || l.level === 50).length}; one worker.started`,
+      `db restart: worker logged ${worker.lines.filter((l) => l.level === 'error' || l.level === 'fatal').length} error lines across the outage, ` +
+        `web ${web.lines.filter((l) => l.level === 'error' || l.level === 'fatal').length}; one worker.started`,
     );
   });
 });
