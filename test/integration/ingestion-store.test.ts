@@ -164,7 +164,8 @@ describe('sources', () => {
       ['org', 'github', 'fixture'],
     ]);
     expect(await seedSources(t.db, config)).toEqual([]);
-    await expect(seedSources(t.db, loadConfig({ SOURCES: 'public,repo:nope' }))).rejects.toThrow(
+    // loadConfig already refuses a bad list; seedSources checks on its own too.
+    await expect(seedSources(t.db, { ...config, sources: 'public,repo:nope' })).rejects.toThrow(
       ConfigError,
     );
   });

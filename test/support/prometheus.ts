@@ -53,9 +53,11 @@ function parseLabels(text: string, line: string): Record<string, string> {
 }
 
 function parseValue(raw: string, line: string): number {
-  if (raw === '+Inf') return Infinity;
-  if (raw === '-Inf') return -Infinity;
-  if (raw === 'NaN') return NaN;
+  // Prometheus parses values with Go's ParseFloat: Inf and NaN in any letter case
+  // (prom-client writes NaN as "Nan").
+  if (/^\+?inf$/i.test(raw)) return Infinity;
+  if (/^-inf$/i.test(raw)) return -Infinity;
+  if (/^nan$/i.test(raw)) return NaN;
   if (!/^-?\d+(\.\d+)?([eE][-+]?\d+)?$/.test(raw))
     throw new Error(`bad value "${raw}" in: ${line}`);
   return Number(raw);
