@@ -152,14 +152,14 @@ export async function enrichOnce(
       jobId,
     });
   } catch (err) {
-    return settleError(deps, claim, attemptId, err, { jobId, maxAttempts, log });
+    return settleError(deps, claim, attemptId, err, { maxAttempts, log });
   }
   faultPoint('enrich.after_response');
 
   // 5. Apply.
   const result = await applyResponse(deps, claim, attemptId, path, response, maxAttempts);
   faultPoint('enrich.after_apply');
-  logResult(log, result, jobId);
+  logResult(log, result);
   return result;
 }
 
@@ -238,7 +238,7 @@ async function settleError(
   claim: Claim,
   attemptId: number,
   err: unknown,
-  ctx: { jobId: string | null; maxAttempts: number; log: EnrichDeps['logger'] },
+  ctx: { maxAttempts: number; log: EnrichDeps['logger'] },
 ): Promise<EnrichResult> {
   const { db } = deps;
   const now = (deps.clock ?? systemClock).now();
@@ -264,7 +264,6 @@ async function settleError(
         entity_id: claim.id,
         status: err.status,
         retry_at: err.retryAt,
-        job_id: ctx.jobId,
       },
       'rate limited: enrichment waits for the reset',
     );
@@ -289,7 +288,7 @@ async function settleError(
       });
     });
     const result = { ...base, outcome: 'gone' as const, status, detail: message };
-    logResult(ctx.log, result, ctx.jobId);
+    logResult(ctx.log, result);
     return result;
   }
 
@@ -311,7 +310,7 @@ async function settleError(
         retryAt: r.terminal ? undefined : r.nextAttemptAt,
       };
     });
-    logResult(ctx.log, result, ctx.jobId);
+    logResult(ctx.log, result);
     return result;
   }
 
@@ -333,19 +332,19 @@ async function settleError(
     };
   }
   ctx.log.error(
-    { event: 'enrichment.failed', class: claim.class, entity_id: claim.id, err, job_id: ctx.jobId },
+    { event: 'enrichment.failed', class: claim.class, entity_id: claim.id, err },
     `enrichment of ${claim.class} ${claim.id} stopped by an error`,
   );
   throw err;
 }
 
-function logResult(log: EnrichDeps['logger'], r: EnrichResult, jobId: string | null): void {
+/** `log` is already bound to the job (job_id), when a job runs this. */
+function logResult(log: EnrichDeps['logger'], r: EnrichResult): void {
   const fields = {
     class: r.class,
     entity_id: r.entityId,
     outcome: r.outcome,
     status: r.status ?? null,
-    job_id: jobId,
   };
   if (r.outcome === 'retry' || r.outcome === 'failed') {
     log.warn(
