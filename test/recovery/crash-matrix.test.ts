@@ -9,7 +9,7 @@ import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 import { pushPayload } from '../support/web.ts';
 import { type LogLine, waitFor } from './helpers.ts';
-import { type Child, seedPushes, spawnBin, type World } from './world.ts';
+import { type Child, killAll, seedPushes, spawnBin, type World } from './world.ts';
 
 /**
  * The crash-window matrix (issue 6). For every fault point in src/fault.ts: a real child
@@ -64,9 +64,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children)
-    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
-  await Promise.all(children.map((c) => c.exited));
+  await killAll(children);
   await fake?.close();
   if (matrix.length > 0) console.log(`\nCrash-window matrix\n${renderMatrix(matrix)}\n`);
 });

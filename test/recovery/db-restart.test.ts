@@ -4,7 +4,7 @@ import { createDb, createPool, type Db } from '../../src/db/pool.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { startThrowawayPostgres, type ThrowawayPostgres } from '../support/throwaway-postgres.ts';
 import { waitFor } from './helpers.ts';
-import { type Child, seedPushes, spawnBin } from './world.ts';
+import { type Child, killAll, seedPushes, spawnBin } from './world.ts';
 
 /**
  * Database restart mid-run (issue 6): a Postgres server of the test's own (bin/setup run
@@ -31,9 +31,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const c of children)
-    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
-  await Promise.all(children.map((c) => c.exited));
+  await killAll(children);
   await db?.destroy();
   await fake?.close();
   await server?.destroy();

@@ -12,7 +12,7 @@ import { type FakeGitHub, type Fault, startFakeGitHub } from '../support/fake-gi
 import { memoryLogger, testConfig } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { waitFor } from './helpers.ts';
-import { type Child, spawnBin } from './world.ts';
+import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
  * GitHub's faults, from the fake (issue 6), through the real runners and the real client:
@@ -115,9 +115,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children)
-    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
-  await Promise.all(children.map((c) => c.exited));
+  await killAll(children);
   await fake?.close();
 });
 

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { waitFor } from './helpers.ts';
-import { addPublicSource, type Child, seedPushes, spawnBin, type World } from './world.ts';
+import { addPublicSource, type Child, killAll, seedPushes, spawnBin, type World } from './world.ts';
 
 /**
  * Process crash: a real bin/worker, SIGKILLed mid-enrichment (no handler, no finally),
@@ -49,9 +49,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children)
-    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
-  await Promise.all(children.map((c) => c.exited));
+  await killAll(children);
   await fake?.close();
 });
 

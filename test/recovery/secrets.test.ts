@@ -6,7 +6,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushPayload } from '../support/web.ts';
 import { waitFor } from './helpers.ts';
-import { addPublicSource, type Child, seedPushes, spawnBin } from './world.ts';
+import { addPublicSource, type Child, killAll, seedPushes, spawnBin } from './world.ts';
 
 /**
  * Secrets never leave the process (issue 6): bin/worker and bin/web run with a sentinel
@@ -28,9 +28,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children)
-    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
-  await Promise.all(children.map((c) => c.exited));
+  await killAll(children);
   await fake?.close();
 });
 

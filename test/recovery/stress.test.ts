@@ -6,7 +6,7 @@ import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
 import { adminQuery } from '../support/postgres-server.ts';
 import { waitFor } from './helpers.ts';
-import { type Child, spawnBin } from './world.ts';
+import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
  * Multi-process stress (issue 6): 4 bin/worker and 2 bin/enrich against one database and a
@@ -76,9 +76,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children)
-    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
-  await Promise.all(children.map((c) => c.exited));
+  await killAll(children);
   await fake?.close();
 });
 

@@ -131,3 +131,11 @@ export function spawnBin(name: string, env: Record<string, string>, args: string
       ),
   };
 }
+
+/** Ends every child still running (SIGKILL: a test's leftovers need no grace) and waits for them. */
+export async function killAll(children: Child[]): Promise<void> {
+  for (const c of children) {
+    if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
+  }
+  await Promise.all(children.map((c) => c.exited));
+}
