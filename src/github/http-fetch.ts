@@ -7,8 +7,14 @@ import https from 'node:https';
  * and the whole answer (headers and body) within responseTimeoutMs after that.
  * The body is read completely here, so a server that stalls mid-body is a timeout too.
  * Redirects (301/302/307/308) are followed for GET, up to 5; Response.url is the final URL.
- * No keep-alive: requests are serialized by the gate anyway, and a reused socket the
- * server has just closed would turn into a spurious ECONNRESET that costs a reservation.
+ *
+ * Keep-alive: a connection (TCP, and TLS against api.github.com) is reused for the next
+ * request instead of being opened for every one. Idle sockets are dropped before the
+ * server would drop them (the agent honours the server's `Keep-Alive: timeout` hint and
+ * our own idle limit), and a GET that fails with a reset before any answer on a REUSED
+ * socket — the server closed it as we wrote — is sent once more on a fresh connection:
+ * nothing reached the server, so nothing is repeated. A reset on a fresh connection is
+ * the server's answer and is reported as before.
  */
 export class HttpTimeout extends Error {
   readonly code = 'ETIMEDOUT';
@@ -24,6 +30,25 @@ export interface HttpFetchOptions {
   maxRedirects?: number;
 }
 
+/** Idle keep-alive sockets are closed after this (GitHub keeps them far longer). */
+const IDLE_SOCKET_MS = 4_000;
+/** The gate serializes requests per credential; a few sockets cover redirects and overlap. */
+const MAX_SOCKETS = 4;
+
+const STALE_SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE']);
+
+function keepAliveAgents() {
+  const options = {
+    keepAlive: true,
+    maxSockets: MAX_SOCKETS,
+    maxFreeSockets: MAX_SOCKETS,
+    timeout: IDLE_SOCKET_MS,
+  };
+  return { 'http:': new http.Agent(options), 'https:': new https.Agent(options) };
+}
+
+type Agents = ReturnType<typeof keepAliveAgents>;
+
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
@@ -33,17 +58,39 @@ interface RawAnswer {
   body: Buffer;
 }
 
-function once(
+/** One request; a GET whose reused socket turns out to be closed is sent once more. */
+async function once(
   url: URL,
   method: string,
   headers: Record<string, string>,
   o: HttpFetchOptions,
+  agents: Agents,
   signal?: AbortSignal | null,
 ): Promise<RawAnswer> {
+  try {
+    return await attempt(url, method, headers, o, agents, signal);
+  } catch (err) {
+    const stale = (err as { staleSocket?: boolean }).staleSocket === true;
+    if (!stale || method !== 'GET' || signal?.aborted) throw err;
+    return attempt(url, method, headers, o, agents, signal, false);
+  }
+}
+
+function attempt(
+  url: URL,
+  method: string,
+  headers: Record<string, string>,
+  o: HttpFetchOptions,
+  agents: Agents,
+  signal?: AbortSignal | null,
+  reuse = true,
+): Promise<RawAnswer> {
   const lib = url.protocol === 'https:' ? https : http;
+  const agent = reuse ? agents[url.protocol === 'https:' ? 'https:' : 'http:'] : false;
   return new Promise((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
-    const req = lib.request(url, { method, headers, agent: false });
+    let answered = false;
+    const req = lib.request(url, { method, headers, agent });
     const fail = (err: Error) => {
       clearTimeout(timer);
       req.destroy(err);
@@ -66,12 +113,16 @@ function once(
       );
       socket.once('connect', startResponseTimer);
     });
-    req.on('error', (err) => {
+    req.on('error', (err: NodeJS.ErrnoException) => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
+      if (req.reusedSocket && !answered && STALE_SOCKET_ERRORS.has(err.code ?? '')) {
+        Object.assign(err, { staleSocket: true });
+      }
       reject(err);
     });
     req.on('response', (res) => {
+      answered = true;
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('error', fail);
@@ -94,12 +145,13 @@ function once(
 
 export function createHttpFetch(o: HttpFetchOptions): typeof fetch {
   const maxRedirects = o.maxRedirects ?? 5;
+  const agents = keepAliveAgents();
   return (async (input: string | URL | Request, init: RequestInit = {}) => {
     let url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
     const method = (init.method ?? 'GET').toUpperCase();
     const headers = Object.fromEntries(new Headers(init.headers).entries());
     for (let hop = 0; ; hop++) {
-      const answer = await once(url, method, headers, o, init.signal);
+      const answer = await once(url, method, headers, o, agents, init.signal);
       const location = answer.headers.get('location');
       if (REDIRECTS.has(answer.status) && location && method === 'GET' && hop < maxRedirects) {
         const next = new URL(location, url);
