@@ -90,7 +90,8 @@ function naturalKeyOrder(a: PushRow, b: PushRow): number {
 /**
  * A push first delivered by webhook has no event id. When the poll brings the same push
  * (same natural key) with its id, record the id on the existing row rather than adding
- * a second one. Skipped if that id is somehow already on another row.
+ * a second one. Skipped if that id is somehow already on another row. Called only with
+ * the pushes the insert did not add: a push it added had no row to merge with.
  */
 async function fillInEventIds(db: Db, pushes: PushRow[]): Promise<void> {
   const withId = pushes.filter((p) => p.id !== null);
@@ -131,7 +132,6 @@ export async function storePushes(
     chronological.map((p) => ({ id: p.repository.id, name: p.repository.fullName })),
   );
   const ordered = [...pushes].sort(naturalKeyOrder);
-  if (opts.origin === 'poll') await fillInEventIds(trx, ordered);
   const inserted = await trx
     .insertInto('push_events')
     .values(
@@ -155,7 +155,16 @@ export async function storePushes(
     // Either key may conflict: the natural key (held already, by any origin) or the
     // event id (held already under another key would be GitHub's bug, not ours to fix).
     .onConflict((oc) => oc.doNothing())
-    .returning('repository_id')
+    .returning('id')
     .execute();
+  if (opts.origin === 'poll' && inserted.length < ordered.length) {
+    // Only a push the insert skipped can be a webhook copy waiting for its id; in a page
+    // of new pushes (the common case) there is nothing to merge and no UPDATE to send.
+    const added = new Set(inserted.map((r) => r.id));
+    await fillInEventIds(
+      trx,
+      ordered.filter((p) => !added.has(p.id)),
+    );
+  }
   return { created: inserted.length, newActors, newRepositories };
 }
