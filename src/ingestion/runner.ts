@@ -100,7 +100,27 @@ export function dueSourcesQuery(
   return due;
 }
 
-/** Polls every due source of this process's mode, one after the other. */
+/** Sources polled at once by pollDueSources (see pollConcurrency). */
+export const MAX_CONCURRENT_POLLS = 3;
+
+/**
+ * How many sources to poll at once. The gate still sends one request at a time per
+ * credential; concurrency lets one source's page be stored (and its run bookkeeping
+ * written) while another's request is in flight. Each poll holds two pool connections at
+ * worst (its source lock's session, and a transaction or ledger statement), so the pool
+ * must have room for every poll's pair plus one spare for everything else — a poll that
+ * holds its lock client and waits for a second connection must always get one.
+ */
+export function pollConcurrency(poolMax: number | undefined): number {
+  const max = poolMax ?? 10; // pg's default
+  return Math.max(1, Math.min(MAX_CONCURRENT_POLLS, Math.floor((max - 1) / 2)));
+}
+
+/**
+ * Polls every due source of this process's mode, a few at a time (pollConcurrency), each
+ * under its own lock. Summaries come back in the pre-filter's order (most overdue first).
+ * An unexpected error stops new polls from starting; those in flight finish, then it is thrown.
+ */
 export async function pollDueSources(
   deps: IngestionDeps,
   opts: PollOptions & { sourceId?: number } = {},
@@ -109,11 +129,23 @@ export async function pollDueSources(
   // One named source (bin/ingest --source): polled or reported skipped; NotFound if unknown.
   if (sourceId !== undefined) return [await pollSource(deps, sourceId, pollOpts)];
   const now = (deps.clock ?? systemClock).now();
-  const summaries: RunSummary[] = [];
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
-  for (const { id } of due) {
-    summaries.push(await pollSource(deps, Number(id), pollOpts));
-  }
+  const summaries: RunSummary[] = new Array(due.length);
+  let next = 0;
+  let failure: { err: unknown } | null = null;
+  const worker = async () => {
+    while (failure === null && next < due.length) {
+      const i = next++;
+      try {
+        summaries[i] = await pollSource(deps, Number(due[i]!.id), pollOpts);
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
+  };
+  const workers = Math.min(due.length, pollConcurrency(deps.pool.options?.max));
+  await Promise.all(Array.from({ length: workers }, worker));
+  if (failure) throw (failure as { err: unknown }).err;
   return summaries;
 }
 
@@ -306,7 +338,10 @@ async function fetchPages(
 
     // Validate the whole page before writing any of it.
     const mapped = mapEventsPage(res.data, path);
-    const held = await heldBefore(deps.db, Number(source.id), horizon, mapped.eventIds);
+    // A source with no horizon has no completed run whose pushes could be held.
+    const held = hasHorizon
+      ? await heldBefore(deps.db, Number(source.id), horizon, mapped.eventIds)
+      : new Set<string>();
 
     // Counters advance only once the page is committed, so a failed page is not counted.
     const counted = await deps.db.transaction().execute(async (trx) => {
