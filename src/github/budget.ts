@@ -2,8 +2,9 @@ import { sql } from 'kysely';
 import { int4Key, LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import { AppError } from '../errors.ts';
 import { defaultQuota } from './credential.ts';
-import { insertReservation, type ReservationRow, SPENDS_QUOTA } from './ledger.ts';
+import { type ReservationRow, SPENDS_QUOTA, UNSPECIFIED_PATH } from './ledger.ts';
 import { readRateLimit, type StoredRateLimit } from './rate-limit.ts';
 import type { BudgetSnapshot, Reservation } from './types.ts';
 
@@ -42,16 +43,6 @@ interface Window {
   end: Date;
 }
 
-function currentWindow(rl: StoredRateLimit | null, now: Date): Window {
-  const t = now.getTime();
-  if (rl && rl.resetAt.getTime() > t) {
-    return { start: new Date(rl.resetAt.getTime() - HOUR_MS - WINDOW_SLACK_MS), end: rl.resetAt };
-  }
-  // The last known hour has ended: a new one began at its reset, at most an hour ago.
-  const start = new Date(Math.max(t - HOUR_MS, rl ? rl.resetAt.getTime() : 0));
-  return { start, end: new Date(start.getTime() + HOUR_MS) };
-}
-
 export function allowanceFor(quota: number, share: number): { poll: number; enrich: number } {
   const enrich = Math.floor(quota * share);
   return { enrich, poll: quota - enrich };
@@ -64,25 +55,6 @@ interface Spend {
   sinceObservation: number;
 }
 
-async function spend(
-  db: Db,
-  credential: string,
-  since: Date,
-  observedAt: Date | null,
-): Promise<Spend> {
-  const r = await sql<{ poll: number; enrich: number; since_observation: number }>`
-    SELECT
-      count(*) FILTER (WHERE purpose = 'poll')::int AS poll,
-      count(*) FILTER (WHERE purpose = 'enrich')::int AS enrich,
-      count(*) FILTER (
-        WHERE finished_at IS NULL OR finished_at > ${observedAt ?? new Date(0)}
-      )::int AS since_observation
-    FROM github_requests
-    WHERE credential = ${credential} AND reserved_at >= ${since} AND ${SPENDS_QUOTA}`.execute(db);
-  const row = r.rows[0]!;
-  return { poll: row.poll, enrich: row.enrich, sinceObservation: row.since_observation };
-}
-
 interface State {
   rl: StoredRateLimit | null;
   quota: number;
@@ -92,17 +64,100 @@ interface State {
   remaining: number | null;
 }
 
+interface StateRow {
+  rl_quota: number | null;
+  rl_remaining: number | null;
+  reset_at: Date | null;
+  blocked_until: Date | null;
+  observed_at: Date | null;
+  quota: number;
+  window_start: Date;
+  window_end: Date;
+  poll: number;
+  enrich: number;
+  since_observation: number;
+  remaining: number | null;
+}
+
+/**
+ * The budget state as CTEs ending in `st` (one row), so reading it is one round trip and
+ * a reservation can decide and insert in the same statement:
+ * - rl: the stored rate-limit row, if any;
+ * - w: the window: GitHub's current hour (reset_at − 1 h − slack) while the reset is
+ *   ahead, else the last 60 minutes, starting no earlier than the last known reset;
+ * - c: what the window spent (index-only on github_requests_spend), and how much of it
+ *   came after the observation (not yet reflected in its remaining).
+ */
+function stateCtes(credential: string, now: Date) {
+  return sql`
+    rl AS (
+      SELECT quota, remaining, reset_at, blocked_until, observed_at,
+             reset_at > ${now}::timestamptz AS fresh
+      FROM github_rate_limits WHERE credential = ${credential}
+    ),
+    w AS (
+      SELECT rl.quota AS rl_quota, rl.remaining AS rl_remaining, rl.reset_at,
+        rl.blocked_until, rl.observed_at, rl.fresh,
+        COALESCE(rl.quota, ${defaultQuota(credential)}::int) AS quota,
+        CASE WHEN rl.fresh
+          THEN rl.reset_at - make_interval(secs => ${(HOUR_MS + WINDOW_SLACK_MS) / 1000})
+          ELSE GREATEST(${now}::timestamptz - make_interval(secs => ${HOUR_MS / 1000}),
+                        COALESCE(rl.reset_at, '-infinity'))
+        END AS window_start
+      FROM (SELECT) AS one LEFT JOIN rl ON true
+    ),
+    c AS (
+      SELECT
+        count(*) FILTER (WHERE purpose = 'poll')::int AS poll,
+        count(*) FILTER (WHERE purpose = 'enrich')::int AS enrich,
+        count(*) FILTER (
+          WHERE finished_at IS NULL
+             OR finished_at > (SELECT CASE WHEN fresh THEN observed_at ELSE '-infinity' END FROM w)
+        )::int AS since_observation
+      FROM github_requests
+      WHERE credential = ${credential} AND reserved_at >= (SELECT window_start FROM w)
+        -- Implied by the line above (a window never starts earlier), but the planner cannot
+        -- see into w: this bound is what makes it choose a short range scan.
+        AND reserved_at >= ${new Date(now.getTime() - HOUR_MS - WINDOW_SLACK_MS)}::timestamptz
+        AND ${SPENDS_QUOTA}
+    ),
+    st AS (
+      SELECT w.rl_quota, w.rl_remaining, w.reset_at, w.blocked_until, w.observed_at, w.quota,
+        w.window_start,
+        CASE WHEN w.fresh THEN w.reset_at ELSE w.window_start + make_interval(secs => ${HOUR_MS / 1000}) END
+          AS window_end,
+        c.poll, c.enrich, c.since_observation,
+        -- in a new hour (reset passed), everything since its start came off the quota
+        CASE WHEN w.rl_quota IS NULL THEN NULL
+             WHEN w.fresh THEN w.rl_remaining - c.since_observation
+             ELSE w.quota - c.since_observation END AS remaining
+      FROM w, c
+    )`;
+}
+
+function toState(row: StateRow): State {
+  const rl: StoredRateLimit | null =
+    row.rl_quota === null
+      ? null
+      : {
+          quota: row.rl_quota,
+          remaining: row.rl_remaining!,
+          resetAt: row.reset_at!,
+          blockedUntil: row.blocked_until,
+          observedAt: row.observed_at!,
+        };
+  return {
+    rl,
+    quota: row.quota,
+    window: { start: row.window_start, end: row.window_end },
+    spent: { poll: row.poll, enrich: row.enrich, sinceObservation: row.since_observation },
+    remaining: row.remaining,
+  };
+}
+
 async function readState(db: Db, credential: string, now: Date): Promise<State> {
-  const rl = await readRateLimit(db, credential);
-  const quota = rl?.quota ?? defaultQuota(credential);
-  const window = currentWindow(rl, now);
-  const fresh = rl !== null && rl.resetAt.getTime() > now.getTime();
-  const spent = await spend(db, credential, window.start, fresh ? rl.observedAt : null);
-  let remaining: number | null = null;
-  if (rl) {
-    remaining = fresh ? rl.remaining - spent.sinceObservation : quota - spent.sinceObservation; // a new hour: everything since its start
-  }
-  return { rl, quota, window, spent, remaining };
+  const r = await sql<StateRow>`WITH ${stateCtes(credential, now)} SELECT * FROM st`.execute(db);
+  return toState(r.rows[0]!);
 }
 
 function decide(state: State, policy: BudgetPolicy, purpose: RequestPurpose, now: Date) {
@@ -120,9 +175,21 @@ function decide(state: State, policy: BudgetPolicy, purpose: RequestPurpose, now
   return null;
 }
 
+/** Thrown when the statement's insert and decide() disagree: a bug, never a budget answer. */
+export class BudgetRuleMismatch extends AppError {
+  constructor(context: Record<string, unknown>) {
+    super('BUDGET_RULE_MISMATCH', 'the reservation statement and decide() disagree', context);
+  }
+}
+
 /**
- * Reserve one request of `purpose`: count and insert under a transaction-scoped
- * advisory lock per credential, so two processes cannot both take the last request.
+ * Reserve one request of `purpose`. The per-credential advisory lock serializes
+ * reservations across processes; it must be its own statement, because under READ
+ * COMMITTED a statement's snapshot is taken before it runs, so a count in the statement
+ * that waited for the lock could miss the reservation committed by the lock's previous
+ * holder. After it, ONE statement reads the state, applies the rules (the same as
+ * decide(), which then explains a no) and inserts the row when they allow it: four round
+ * trips (BEGIN, lock, statement, COMMIT) instead of six.
  */
 export async function reserve(
   db: Db,
@@ -130,15 +197,44 @@ export async function reserve(
   purpose: RequestPurpose,
   meta: Omit<ReservationRow, 'credential' | 'purpose'>,
 ): Promise<BudgetDecision> {
+  const { credential } = policy;
+  const now = meta.now;
+  const enrichAllowance = sql`floor(st.quota * ${policy.share}::float8)`;
+  const room =
+    purpose === 'enrich'
+      ? sql`st.enrich < ${enrichAllowance}`
+      : sql`st.poll < st.quota - ${enrichAllowance}`;
   return db.transaction().execute(async (trx) => {
-    await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(policy.credential)})`.execute(
+    await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(credential)})`.execute(
       trx,
     );
-    const state = await readState(trx, policy.credential, meta.now);
-    const no = decide(state, policy, purpose, meta.now);
+    const r = await sql<StateRow & { id: string | null }>`
+      WITH ${stateCtes(credential, now)},
+      ins AS (
+        INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at,
+          job_id, run_id, entity_class, entity_id)
+        SELECT ${credential}, ${purpose}, ${meta.method ?? 'GET'}, ${meta.path ?? UNSPECIFIED_PATH},
+          'reserved', ${now}::timestamptz, ${meta.jobId ?? null}::text, ${meta.runId ?? null}::bigint,
+          ${meta.entity?.class ?? null}::text, ${meta.entity?.id ?? null}::bigint
+        FROM st
+        WHERE (st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
+          AND (st.remaining IS NULL OR st.remaining > 0)
+          AND ${room}
+        RETURNING id
+      )
+      SELECT st.*, (SELECT id FROM ins) AS id FROM st`.execute(trx);
+    const row = r.rows[0]!;
+    const no = decide(toState(row), policy, purpose, now);
+    if ((no === null) !== (row.id !== null)) {
+      throw new BudgetRuleMismatch({
+        credential,
+        purpose,
+        inserted: row.id !== null,
+        decision: no?.reason ?? 'ok',
+      });
+    }
     if (no) return no;
-    const id = await insertReservation(trx, { ...meta, credential: policy.credential, purpose });
-    return { ok: true as const, reservation: { id, purpose, credential: policy.credential } };
+    return { ok: true as const, reservation: { id: Number(row.id), purpose, credential } };
   });
 }
 

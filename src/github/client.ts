@@ -15,7 +15,7 @@ import {
 } from './errors.ts';
 import { createRequestGate } from './gate.ts';
 import { markSent, releaseReservation, settle } from './ledger.ts';
-import { parseRateLimit, rateLimitRetryAt, recordBlock, recordRateLimit } from './rate-limit.ts';
+import { parseRateLimit, rateLimitRetryAt, recordBlock } from './rate-limit.ts';
 import {
   fixtureTransport,
   liveTransport,
@@ -176,29 +176,32 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       error = new GitHubUnavailable(path, null, failure.message, failure.cause);
     }
 
-    await db.transaction().execute(async (trx) => {
-      await settle(trx, id, {
-        outcome: error ? 'error' : 'completed',
-        status: answer?.status ?? null,
-        durationMs,
-        rateLimit,
-        error: error ? (error as Error).message : undefined,
-        now,
+    const settlement = {
+      outcome: error ? ('error' as const) : ('completed' as const),
+      status: answer?.status ?? null,
+      durationMs,
+      rateLimit,
+      error: error ? (error as Error).message : undefined,
+      now,
+    };
+    // A rejected token stays rejected until an operator changes it (which is a new
+    // credential): block this one for every process, so no poll or enrichment cycle
+    // repeats the 401 each tick.
+    const blockUntil =
+      error instanceof RateLimited
+        ? error.retryAt
+        : error instanceof GitHubAuthFailed
+          ? new Date(now.getTime() + AUTH_FAILED_BLOCK_MS)
+          : null;
+    if (blockUntil === null) {
+      // The usual case: settle and the rate-limit upsert are one statement.
+      await settle(db, id, settlement, credential);
+    } else {
+      await db.transaction().execute(async (trx) => {
+        await settle(trx, id, settlement, credential);
+        await recordBlock(trx, credential, blockUntil, defaultQuota(credential));
       });
-      if (rateLimit) await recordRateLimit(trx, credential, rateLimit, now);
-      if (error instanceof RateLimited)
-        await recordBlock(trx, credential, error.retryAt, defaultQuota(credential));
-      // A rejected token stays rejected until an operator changes it (which is a new
-      // credential): block this one for every process, so no poll or enrichment cycle
-      // repeats the 401 each tick.
-      if (error instanceof GitHubAuthFailed)
-        await recordBlock(
-          trx,
-          credential,
-          new Date(now.getTime() + AUTH_FAILED_BLOCK_MS),
-          defaultQuota(credential),
-        );
-    });
+    }
 
     (req.jobId ? logger.child({ job_id: req.jobId }) : logger).debug(
       {

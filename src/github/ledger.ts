@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import { rateLimitUpsert } from './rate-limit.ts';
 import type { EntityClass, RateLimitState } from './types.ts';
 
 /**
@@ -24,26 +25,6 @@ export interface ReservationRow {
   runId?: number | null;
   entity?: { class: EntityClass; id: number };
   now: Date;
-}
-
-export async function insertReservation(db: Db, r: ReservationRow): Promise<number> {
-  const row = await db
-    .insertInto('github_requests')
-    .values({
-      credential: r.credential,
-      purpose: r.purpose,
-      method: r.method ?? 'GET',
-      path: r.path ?? UNSPECIFIED_PATH,
-      outcome: 'reserved',
-      reserved_at: r.now,
-      job_id: r.jobId ?? null,
-      run_id: r.runId ?? null,
-      entity_class: r.entity?.class ?? null,
-      entity_id: r.entity?.id ?? null,
-    })
-    .returning('id')
-    .executeTakeFirstOrThrow();
-  return Number(row.id);
 }
 
 /** The request is about to leave: from here on it may have spent quota. */
@@ -82,8 +63,8 @@ export interface Settlement {
   now: Date;
 }
 
-export async function settle(db: Db, id: number, s: Settlement): Promise<void> {
-  await db
+function settlement(db: Db, id: number, s: Settlement) {
+  return db
     .updateTable('github_requests')
     .set({
       outcome: s.outcome,
@@ -98,8 +79,30 @@ export async function settle(db: Db, id: number, s: Settlement): Promise<void> {
       rate_limit_reset: s.rateLimit?.resetAt ?? null,
       error: s.error ?? null,
     })
-    .where('id', '=', String(id))
-    .execute();
+    .where('id', '=', String(id));
+}
+
+/**
+ * Record the answer on the ledger row and, when the answer carried x-ratelimit-*
+ * headers, store them for `credential` in the SAME statement (a data-modifying CTE):
+ * one round trip, and atomic even outside a transaction, on every request's path.
+ */
+export async function settle(
+  db: Db,
+  id: number,
+  s: Settlement,
+  credential: string | null = null,
+): Promise<void> {
+  if (s.rateLimit && credential !== null) {
+    await rateLimitUpsert(
+      db.with('settled', () => settlement(db, id, s).returning('id')),
+      credential,
+      s.rateLimit,
+      s.now,
+    ).execute();
+  } else {
+    await settlement(db, id, s).execute();
+  }
 }
 
 /** Give back a reservation that was never sent. Returns false when it was not open. */

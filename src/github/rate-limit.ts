@@ -1,5 +1,6 @@
-import { sql } from 'kysely';
+import { type QueryCreator, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import type { Database } from '../db/schema.ts';
 import type { RateLimitState } from './types.ts';
 
 /** Response headers, lower-cased names (fetch and fixture files both give these). */
@@ -78,14 +79,18 @@ export async function readRateLimit(db: Db, credential: string): Promise<StoredR
   };
 }
 
-/** What the latest response said. Keeps blocked_until: only time or a new block lifts it. */
-export async function recordRateLimit(
-  db: Db,
+/**
+ * The upsert that records what the latest response said, as a builder so that settling
+ * the ledger row can send it in the same statement. Keeps blocked_until: only time or a
+ * new block lifts it.
+ */
+export function rateLimitUpsert(
+  qc: Pick<QueryCreator<Database>, 'insertInto'>,
   credential: string,
   state: RateLimitState,
   observedAt: Date,
-): Promise<void> {
-  await db
+) {
+  return qc
     .insertInto('github_rate_limits')
     .values({
       credential,
@@ -101,8 +106,17 @@ export async function recordRateLimit(
         reset_at: state.resetAt,
         observed_at: observedAt,
       }),
-    )
-    .execute();
+    );
+}
+
+/** What the latest response said. */
+export async function recordRateLimit(
+  db: Db,
+  credential: string,
+  state: RateLimitState,
+  observedAt: Date,
+): Promise<void> {
+  await rateLimitUpsert(db, credential, state, observedAt).execute();
 }
 
 /** A 403/429 told us to wait: nobody on this credential asks again before `until`. */
