@@ -6,7 +6,7 @@ import { ENTITY_CLASSES, ENTITY_TABLES, type EntityClass } from './entity.ts';
 /**
  * "Is there enrichment work?" — asked of committed state by the reconciler every tick
  * and by the fairness rule before every reservation, so each question is a range scan on
- * a small partial index (migration 2026-11-29T0910), never a scan of the table.
+ * a small partial index (migrations 2026-11-29T0910 and T0930), never a scan of the table.
  *
  * Due work is (a) pending rows whose next_attempt_at has come and whose lease is free or
  * expired, and (b) enriched rows older than the TTL, which the next cycle's age-out sweep
@@ -56,10 +56,19 @@ export async function countDue(
   now: Date = new Date(),
   ttlSeconds: number = DEFAULT_TTL_SECONDS,
 ): Promise<number> {
-  const r = await sql<{ n: string }>`
-    SELECT (SELECT count(*) FROM (${pendingDue(cls, now)}) p)
-         + (SELECT count(*) FROM (${agedOut(cls, now, ttlSeconds)}) a) AS n`.execute(db);
+  const r = await countDueStatement(cls, now, ttlSeconds).execute(db);
   return Number(r.rows[0]!.n);
+}
+
+/**
+ * countDue as a statement (exported so a test can EXPLAIN it). O(backlog), but both halves
+ * are index-only counts: `*_pending` carries claimed_until as an INCLUDE column (migration
+ * 2026-11-29T0930) and `*_age_out` is keyed on enriched_at.
+ */
+export function countDueStatement(cls: EntityClass, now: Date, ttlSeconds: number) {
+  return sql<{ n: string }>`
+    SELECT (SELECT count(*) FROM (${pendingDue(cls, now)}) p)
+         + (SELECT count(*) FROM (${agedOut(cls, now, ttlSeconds)}) a) AS n`;
 }
 
 export type Backlog = Record<

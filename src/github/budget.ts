@@ -155,8 +155,13 @@ function toState(row: StateRow): State {
   };
 }
 
+/** The budget state as a statement (exported so a test can EXPLAIN it). */
+export function budgetStateStatement(credential: string, now: Date) {
+  return sql<StateRow>`WITH ${stateCtes(credential, now)} SELECT * FROM st`;
+}
+
 async function readState(db: Db, credential: string, now: Date): Promise<State> {
-  const r = await sql<StateRow>`WITH ${stateCtes(credential, now)} SELECT * FROM st`.execute(db);
+  const r = await budgetStateStatement(credential, now).execute(db);
   return toState(r.rows[0]!);
 }
 
