@@ -38,44 +38,43 @@ function byId(entities: NamedEntity[]): NamedEntity[] {
 }
 
 /**
- * Inserts actors not yet known (enrichment_state 'pending') and updates the login of
- * known ones whose login changed — people are keyed by numeric id because logins change.
- * Returns how many were inserted.
+ * Inserts the actors and repositories not yet known (enrichment_state 'pending') and
+ * updates the login / full_name of known ones that changed — both are keyed by numeric id
+ * because logins change and repositories are renamed or transferred. One statement for
+ * both tables (a round trip per page saved); rows go in id order, actors first, as before.
+ * Returns how many of each were inserted.
  */
-export async function upsertActors(db: Db, actors: NamedEntity[]): Promise<number> {
-  const rows = byId(actors);
-  if (rows.length === 0) return 0;
-  const result = await db
-    .insertInto('actors')
-    .values(rows.map((a) => ({ id: a.id, login: a.name })))
-    .onConflict((oc) =>
-      oc
-        .column('id')
-        .doUpdateSet({ login: (eb) => eb.ref('excluded.login'), updated_at: sql`now()` })
-        .whereRef('actors.login', 'is distinct from', 'excluded.login'),
+export async function upsertActorsAndRepositories(
+  db: Db,
+  actors: NamedEntity[],
+  repositories: NamedEntity[],
+): Promise<{ newActors: number; newRepositories: number }> {
+  const a = byId(actors);
+  const r = byId(repositories);
+  if (a.length === 0 && r.length === 0) return { newActors: 0, newRepositories: 0 };
+  // xmax = 0 only on a freshly inserted row version: inserted vs. renamed.
+  const result = await sql<{ actors: string; repositories: string }>`
+    WITH a AS (
+      INSERT INTO actors (id, login)
+      SELECT id, login
+      FROM unnest(${a.map((e) => e.id)}::bigint[], ${a.map((e) => e.name)}::text[]) AS v (id, login)
+      ORDER BY id
+      ON CONFLICT (id) DO UPDATE SET login = excluded.login, updated_at = now()
+        WHERE actors.login IS DISTINCT FROM excluded.login
+      RETURNING xmax = 0 AS inserted
+    ), r AS (
+      INSERT INTO repositories (id, full_name)
+      SELECT id, full_name
+      FROM unnest(${r.map((e) => e.id)}::bigint[], ${r.map((e) => e.name)}::text[]) AS v (id, full_name)
+      ORDER BY id
+      ON CONFLICT (id) DO UPDATE SET full_name = excluded.full_name, updated_at = now()
+        WHERE repositories.full_name IS DISTINCT FROM excluded.full_name
+      RETURNING xmax = 0 AS inserted
     )
-    // xmax = 0 only on a freshly inserted row version: inserted vs. renamed.
-    .returning(sql<boolean>`xmax = 0`.as('inserted'))
-    .execute();
-  return result.filter((r) => r.inserted).length;
-}
-
-/** As upsertActors, for repositories (a renamed or transferred repo keeps its id). */
-export async function upsertRepositories(db: Db, repositories: NamedEntity[]): Promise<number> {
-  const rows = byId(repositories);
-  if (rows.length === 0) return 0;
-  const result = await db
-    .insertInto('repositories')
-    .values(rows.map((r) => ({ id: r.id, full_name: r.name })))
-    .onConflict((oc) =>
-      oc
-        .column('id')
-        .doUpdateSet({ full_name: (eb) => eb.ref('excluded.full_name'), updated_at: sql`now()` })
-        .whereRef('repositories.full_name', 'is distinct from', 'excluded.full_name'),
-    )
-    .returning(sql<boolean>`xmax = 0`.as('inserted'))
-    .execute();
-  return result.filter((r) => r.inserted).length;
+    SELECT (SELECT count(*) FILTER (WHERE inserted) FROM a) AS actors,
+           (SELECT count(*) FILTER (WHERE inserted) FROM r) AS repositories`.execute(db);
+  const row = result.rows[0]!;
+  return { newActors: Number(row.actors), newRepositories: Number(row.repositories) };
 }
 
 function naturalKeyOrder(a: PushRow, b: PushRow): number {
@@ -123,12 +122,9 @@ export async function storePushes(
   if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0 };
   // Oldest first, so the newest login/full_name seen in this batch is the one kept.
   const chronological = [...pushes].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
-  const newActors = await upsertActors(
+  const { newActors, newRepositories } = await upsertActorsAndRepositories(
     trx,
     chronological.map((p) => ({ id: p.actor.id, name: p.actor.login })),
-  );
-  const newRepositories = await upsertRepositories(
-    trx,
     chronological.map((p) => ({ id: p.repository.id, name: p.repository.fullName })),
   );
   const ordered = [...pushes].sort(naturalKeyOrder);
