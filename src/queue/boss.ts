@@ -69,8 +69,9 @@ export function queueDefinitions(config: Config): QueueDefinition[] {
     {
       name: QUEUES.pollSources,
       ...tick,
-      // Each due source is up to three pages, each up to one attempt's worst case, polled
-      // one after the other; 15 minutes covers ten sources at their worst. An expired poll
+      // Each due source is up to three pages, each up to one attempt's worst case, and the
+      // request gate serializes them even when a few sources poll at once (ADR 0009);
+      // 15 minutes covers ten sources at their worst. An expired poll
       // is harmless (its sources stay locked by the run still holding them).
       expireInSeconds: 900,
       why: 'tick: polls every due source under its lock',

@@ -97,7 +97,7 @@ function countOutcomes(summaries: RunSummary[]) {
   return runs;
 }
 
-/** poll-sources: every due source of this mode, one after the other, each under its lock. */
+/** poll-sources: every due source of this mode (a few at once, ADR 0009), each under its lock. */
 export function handlePollSources(ctx: JobContext, job: JobLike) {
   return runJob(ctx, QUEUES.pollSources, job, async (log, domain) => {
     const summaries = await pollDueSources(domain, {
