@@ -4,7 +4,7 @@ import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import { defaultQuota } from './credential.ts';
-import { type ReservationRow, SPENDS_QUOTA, UNSPECIFIED_PATH } from './ledger.ts';
+import { ASYNC_COMMIT, type ReservationRow, SPENDS_QUOTA, UNSPECIFIED_PATH } from './ledger.ts';
 import { readRateLimit, type StoredRateLimit } from './rate-limit.ts';
 import type { BudgetSnapshot, Reservation } from './types.ts';
 
@@ -210,9 +210,10 @@ export async function reserve(
       ? sql`st.enrich < ${enrichAllowance}`
       : sql`st.poll < st.quota - ${enrichAllowance}`;
   return db.transaction().execute(async (trx) => {
-    await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(credential)})`.execute(
-      trx,
-    );
+    // Asynchronous commit (ADR 0010): the row is visible to every other session the moment
+    // it commits; only a crash of the Postgres server itself within ~200 ms could lose it.
+    await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(credential)}),
+                     ${ASYNC_COMMIT}`.execute(trx);
     const r = await sql<StateRow & { id: string | null }>`
       WITH ${stateCtes(credential, now)},
       ins AS (

@@ -105,6 +105,13 @@ export async function settle(
   }
 }
 
+/**
+ * Bookkeeping writes of the ledger commit asynchronously (ADR 0010): other sessions see
+ * them at once; a crash of the Postgres server itself may lose the last ~200 ms of them,
+ * which the next response's x-ratelimit-remaining corrects. Evaluate inside a transaction.
+ */
+export const ASYNC_COMMIT = sql`set_config('synchronous_commit', 'off', true)`;
+
 /** Give back a reservation that was never sent. Returns false when it was not open. */
 export async function releaseReservation(
   db: Db,
@@ -112,13 +119,16 @@ export async function releaseReservation(
   reason: string,
   now: Date,
 ): Promise<boolean> {
-  const res = await db
-    .updateTable('github_requests')
-    .set({ outcome: 'abandoned', finished_at: now, error: reason })
-    .where('id', '=', String(id))
-    .where('outcome', '=', 'reserved')
-    .executeTakeFirst();
-  return Number(res.numUpdatedRows) === 1;
+  return db.transaction().execute(async (trx) => {
+    await sql`SELECT ${ASYNC_COMMIT}`.execute(trx);
+    const res = await trx
+      .updateTable('github_requests')
+      .set({ outcome: 'abandoned', finished_at: now, error: reason })
+      .where('id', '=', String(id))
+      .where('outcome', '=', 'reserved')
+      .executeTakeFirst();
+    return Number(res.numUpdatedRows) === 1;
+  });
 }
 
 /**
