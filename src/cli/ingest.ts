@@ -1,6 +1,7 @@
 import { type App, createApp } from '../app.ts';
 import { NotFound } from '../errors.ts';
 import { type AfterRun, pollDueSources, type RunSummary } from '../ingestion/runner.ts';
+import { hintDispatcher, startHintSender } from '../queue/dispatch.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `
@@ -8,7 +9,8 @@ Usage: bin/ingest [--source ID] [--force] [--json]
 
 Polls every due source of this process's GITHUB_MODE now (enabled, next_poll_at
 arrived), one after the other, and prints one line per source. Safe beside a running
-worker: a source another process is polling is reported "busy" and left alone.
+worker: a source another process is polling is reported "busy" and left alone. After
+each run it sends the worker one enrichment hint per class with new pending rows.
 
   --source ID  poll only this source
   --force      ignore next_poll_at (never the request budget)
@@ -63,10 +65,7 @@ export async function runIngest(
   return pollDueSources(app, { sourceId: opts.sourceId, force: opts.force, afterRun });
 }
 
-export async function main(
-  argv: string[],
-  hooks: { afterRun?: (app: App) => AfterRun } = {},
-): Promise<number> {
+export async function main(argv: string[]): Promise<number> {
   const parsed = parseCli(argv, USAGE, {
     source: { type: 'string' },
     force: { type: 'boolean' },
@@ -75,13 +74,15 @@ export async function main(
   if (!parsed) return 0;
   const sourceId = positiveIntFlag('source', parsed.values.source, USAGE);
   const app = await createApp({ role: 'ingest', poolMax: 4 });
+  // Post-commit hints, as the worker sends them, so a live worker enriches at once.
+  const boss = await startHintSender(app, 'ingest');
   try {
     let summaries: RunSummary[];
     try {
       summaries = await runIngest(
         app,
         { sourceId, force: parsed.values.force },
-        hooks.afterRun?.(app),
+        boss && hintDispatcher(boss, app.logger),
       );
     } catch (err) {
       if (!(err instanceof NotFound)) throw err;
@@ -99,6 +100,7 @@ export async function main(
     }
     return summaries.some((s) => s.outcome === 'failed') ? 1 : 0;
   } finally {
+    await boss?.stop({ graceful: true, timeout: 5_000 }).catch(() => {});
     await app.close();
   }
 }

@@ -1,6 +1,6 @@
 import type { PgBoss } from 'pg-boss';
 import { createApp } from '../app.ts';
-import { createBoss } from '../queue/boss.ts';
+import { startHintSender } from '../queue/dispatch.ts';
 import { startWebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';
 import { shutdownSignal } from './shutdown.ts';
@@ -20,32 +20,6 @@ Run as many replicas as you like: everything it shows or stores is in Postgres.
 SIGTERM/SIGINT stops gracefully; a second signal exits at once.
 `;
 
-/**
- * pg-boss is only used to send enrichment hints after a webhook commits. If it cannot
- * start (setup has not run yet), the web still serves: /readyz says why, and the
- * reconciler finds anything a webhook stored without a hint.
- */
-async function startHintSender(
-  app: Awaited<ReturnType<typeof createApp>>,
-): Promise<PgBoss | undefined> {
-  const boss = createBoss(app.databaseUrl, app.config, app.logger, {
-    role: 'web',
-    max: 2,
-    supervise: false,
-  });
-  try {
-    await boss.start();
-    return boss;
-  } catch (err) {
-    app.logger.warn(
-      { event: 'web.hints_disabled', err },
-      'pg-boss did not start (has bin/setup run?): webhook enrichment hints are off; the reconciler covers them',
-    );
-    await boss.stop({ graceful: false }).catch(() => {});
-    return undefined;
-  }
-}
-
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
   const app = await createApp({ role: 'web', poolMax: 6 });
@@ -53,7 +27,8 @@ export async function main(argv: string[]): Promise<number> {
   let boss: PgBoss | undefined;
   let server: Awaited<ReturnType<typeof startWebServer>> | undefined;
   try {
-    boss = await startHintSender(app);
+    // pg-boss only sends the post-commit hints of webhooks; without it the web still serves.
+    boss = await startHintSender(app, 'web');
     server = await startWebServer({ ...app, boss }, app.config.http);
     await stopRequested;
   } finally {

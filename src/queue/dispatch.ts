@@ -1,8 +1,10 @@
 import type { PgBoss } from 'pg-boss';
+import type { App } from '../app.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import type { EntityClass } from '../github/types.ts';
 import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
 import type { Logger } from '../log.ts';
+import { createBoss } from './boss.ts';
 import { enrichQueue, type QueueName } from './names.ts';
 
 /**
@@ -90,4 +92,29 @@ export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
   return async (summary) => {
     await dispatchHints(boss, log, summary);
   };
+}
+
+/**
+ * A pg-boss instance that only sends hints, for processes that store work outside a job
+ * (bin/web's webhooks, bin/ingest). If it cannot start (setup has not run yet), the
+ * process goes on without hints — `<role>.hints_disabled` says so — and the reconciler
+ * finds the pending rows on its next tick.
+ */
+export async function startHintSender(app: App, role: string): Promise<PgBoss | undefined> {
+  const boss = createBoss(app.databaseUrl, app.config, app.logger, {
+    role,
+    max: 2,
+    supervise: false,
+  });
+  try {
+    await boss.start();
+    return boss;
+  } catch (err) {
+    app.logger.warn(
+      { event: `${role}.hints_disabled`, err },
+      'pg-boss did not start (has bin/setup run?): enrichment hints are off; the reconciler covers them',
+    );
+    await boss.stop({ graceful: false }).catch(() => {});
+    return undefined;
+  }
 }

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/ingest.ts';
 import { UsageError } from '../../src/errors.ts';
@@ -116,6 +117,16 @@ describe('bin/ingest', () => {
       .execute();
     const servedPushIds = served.filter((e) => e.type === 'PushEvent').map((e) => e.id);
     expect(stored.map((r) => r.id).sort()).toEqual([...servedPushIds].sort());
+    // Post-commit hints for a live worker: one enrichment cycle per class.
+    const hints = await sql<{ name: string; n: string }>`
+      SELECT name, count(*) AS n FROM pgboss.job
+      WHERE name IN ('enrich-actor', 'enrich-repository') GROUP BY name ORDER BY name`.execute(
+      t.db,
+    );
+    expect(hints.rows).toEqual([
+      { name: 'enrich-actor', n: '1' },
+      { name: 'enrich-repository', n: '1' },
+    ]);
 
     const counted = fake.countedRequests;
     const second = await spawnBin('ingest', ['--force']);
