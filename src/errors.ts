@@ -39,13 +39,6 @@ export class UsageError extends AppError {
   }
 }
 
-/** Another session holds the source's advisory lock. Not a failure: logged at INFO. */
-export class SourceBusy extends AppError {
-  constructor(sourceId: number) {
-    super('SOURCE_BUSY', `source ${sourceId} is being polled by another session`, { sourceId });
-  }
-}
-
 export class NotFound extends AppError {
   constructor(what: string, id: unknown) {
     super('NOT_FOUND', `${what} ${String(id)} does not exist`, { what, id });

@@ -109,16 +109,6 @@ export function rateLimitUpsert(
     );
 }
 
-/** What the latest response said. */
-export async function recordRateLimit(
-  db: Db,
-  credential: string,
-  state: RateLimitState,
-  observedAt: Date,
-): Promise<void> {
-  await rateLimitUpsert(db, credential, state, observedAt).execute();
-}
-
 /** A 403/429 told us to wait: nobody on this credential asks again before `until`. */
 export async function recordBlock(
   db: Db,

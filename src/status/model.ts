@@ -62,8 +62,3 @@ export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
   }
   return report;
 }
-
-/** The report as plain JSON (dates as ISO strings): what GET /status and `bin/status --json` print. */
-export function statusJson(report: StatusReport): unknown {
-  return JSON.parse(JSON.stringify(report));
-}
