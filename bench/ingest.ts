@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
+import { copyChunks, copyFrom } from '../src/db/copy.ts';
 import { createDb } from '../src/db/pool.ts';
 import { mapEventsPage, type PushRow } from '../src/ingestion/mapping.ts';
 import { pollDueSources } from '../src/ingestion/runner.ts';
@@ -7,7 +8,6 @@ import { addSource } from '../src/ingestion/sources.ts';
 import { storePushes } from '../src/ingestion/store.ts';
 import { startFakeGitHub } from '../test/support/fake-github.ts';
 import { type GitHubEvent, pushEvent } from '../test/support/github-factories.ts';
-import { copyChunks, copyFrom } from './lib/copy.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import { benchConfig, benchDeps } from './lib/github.ts';
 import { recordingPool, type SentStatement } from './lib/pg-recorder.ts';

@@ -58,6 +58,21 @@ const url = z.string().transform((raw, ctx) => {
   }
 });
 
+/** Where GH Archive hour files come from: the archive, a mirror over HTTP, or a directory. */
+const archiveUrl = z.string().transform((raw, ctx) => {
+  try {
+    const u = new URL(raw);
+    if (!['http:', 'https:', 'file:'].includes(u.protocol)) throw new Error('protocol');
+    return raw.replace(/\/+$/, '');
+  } catch {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be an http(s) URL or a file:// directory (got "${raw}")`,
+    });
+    return z.NEVER;
+  }
+});
+
 const postgresUrl = z.string().refine((raw) => /^postgres(ql)?:\/\//.test(raw), {
   message: 'must be a postgres:// or postgresql:// URL',
 });
@@ -108,6 +123,7 @@ export const envSchema = z.object({
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
+  GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -141,6 +157,8 @@ export interface Config {
   };
   readonly retentionDays: number;
   readonly dataDir: string;
+  /** GH Archive (or a mirror): where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
+  readonly archive: { readonly url: string };
 }
 
 function deepFreeze<T>(o: T): T {
@@ -200,5 +218,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     retentionDays: e.RETENTION_DAYS,
     dataDir: e.DATA_DIR,
+    archive: { url: e.GHARCHIVE_URL },
   });
 }

@@ -16,6 +16,10 @@ export const LockSpace = {
   gate: 7303,
   /** Budget reservation: transaction-scoped, serializes count + insert per credential. */
   budget: 7304,
+  /** One import of a (file, scope) at a time (objid = int4Key of both), held for the session. */
+  backfillFile: 7305,
+  /** One fill of a gap at a time (objid = gap id), held for the session. */
+  gap: 7306,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */

@@ -1,0 +1,491 @@
+import type pg from 'pg';
+import { systemClock } from '../clock.ts';
+import { int4Key, LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
+import type { Deps } from '../deps.ts';
+import { AppError } from '../errors.ts';
+import {
+  type BulkStoreResult,
+  bulkStorePushes,
+  clearStage,
+  dropStage,
+  prepareStage,
+} from '../ingestion/bulk-store.ts';
+import type { PushRow } from '../ingestion/mapping.ts';
+import type { Logger } from '../log.ts';
+import { type ByteSource, decoded, readError } from './archive.ts';
+import {
+  addCounts,
+  advanceCheckpoint,
+  type Checkpoint,
+  type CheckpointCounts,
+  type CheckpointKey,
+  failCheckpoint,
+  readCheckpoint,
+  startCheckpoint,
+  ZERO_COUNTS,
+} from './checkpoints.ts';
+import { classifyLine, mapArchivePush, type ScopeTest } from './events.ts';
+import { lineBatches } from './lines.ts';
+
+/**
+ * Importing one archive file (ADR 0040, ADR 0041): stream → gunzip → NDJSON lines →
+ * PushEvents in scope → chunks of CHUNK_ROWS pushes → the bulk store, one transaction per
+ * chunk, the checkpoint advanced in the same transaction. While a chunk is being stored the
+ * next one is parsed (one store in flight, so memory holds at most two chunks). A killed
+ * import resumes after its last committed line; the natural key makes any re-read line a
+ * no-op, so a push is stored once however often its file is read.
+ */
+
+export const CHUNK_ROWS = 5_000;
+/** Malformed lines logged one by one per import; the rest are only counted. */
+const LOGGED_MALFORMED = 5;
+
+export interface ImportTarget {
+  /** 'all' | 'source:<id>' | 'gap:<id>': the checkpoint key beside the file. */
+  scope: string;
+  sourceId: number | null;
+  gapId: number | null;
+  /** Keep only the events a source's feed would list (default: all). */
+  inScope?: ScopeTest;
+  /** Keep only pushes created in this window (a gap's). */
+  window?: { from: Date; to: Date };
+}
+
+export interface ImportOptions {
+  /** A session the caller holds (the gap fill keeps its gap lock on it); default: one from the pool. */
+  client?: pg.ClientBase;
+  /** Read a completed file again (still idempotent: nothing is stored twice). */
+  force?: boolean;
+  /** Wait while another process imports the same file (else return 'busy'). */
+  wait?: boolean;
+  signal?: AbortSignal;
+  chunkRows?: number;
+  onProgress?: (p: ImportProgress) => void;
+}
+
+export type ImportOutcome = 'completed' | 'already_imported' | 'busy' | 'failed' | 'interrupted';
+
+export interface ImportProgress {
+  label: string;
+  bytesRead: number;
+  bytesTotal: number | null;
+  lines: number;
+  /** Cumulative over every attempt at this (file, scope), committed. */
+  committed: CheckpointCounts;
+}
+
+export interface ImportResult {
+  file: string;
+  label: string;
+  scope: string;
+  outcome: ImportOutcome;
+  checkpointId: number | null;
+  /** Lines skipped because an earlier attempt had committed them. */
+  resumedAt: number;
+  lines: number;
+  /** This attempt's counts (committed). */
+  counts: CheckpointCounts;
+  newActors: number;
+  newRepositories: number;
+  /** Every attempt's counts: what the checkpoint row holds. */
+  totals: CheckpointCounts;
+  bytes: number;
+  seconds: number;
+  error: { code: string; message: string } | null;
+}
+
+export type ImportDeps = Pick<Deps, 'pool' | 'logger' | 'workerId' | 'clock'>;
+
+/** Another process is importing the same (file, scope). */
+class FileBusy extends AppError {
+  constructor(label: string) {
+    super('BACKFILL_BUSY', `${label} is being imported by another process`, { label });
+  }
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+
+async function lockFile(
+  client: pg.ClientBase,
+  lockKey: number,
+  label: string,
+  opts: ImportOptions,
+  log: Logger,
+): Promise<void> {
+  let told = false;
+  while (!(await tryLockSession(client, LockSpace.backfillFile, lockKey))) {
+    if (!opts.wait || opts.signal?.aborted) throw new FileBusy(label);
+    if (!told) {
+      log.info(
+        { event: 'backfill.busy', file: label },
+        `${label} is being imported by another process; waiting`,
+      );
+      told = true;
+    }
+    await sleep(500, opts.signal);
+  }
+}
+
+/** Postgres refused a row for its content (bad value, too long for an index…), not for load. */
+function refusedForContent(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' && /^(22|23|54)/.test(code);
+}
+
+interface ChunkOutcome {
+  stored: BulkStoreResult;
+  refused: { row: PushRow; reason: string }[];
+}
+
+/**
+ * Stores rows under a savepoint; when Postgres refuses the batch for a row's content, the
+ * batch is halved until the refused rows are found: one bad event never costs the rest.
+ */
+async function storeIsolating(
+  client: pg.ClientBase,
+  rows: PushRow[],
+  target: ImportTarget,
+  retried: boolean,
+): Promise<ChunkOutcome> {
+  await client.query('SAVEPOINT gpi_chunk');
+  try {
+    if (retried) await clearStage(client);
+    const stored = await bulkStorePushes(client, rows, {
+      origin: 'archive',
+      sourceId: target.sourceId,
+    });
+    await client.query('RELEASE SAVEPOINT gpi_chunk');
+    return { stored, refused: [] };
+  } catch (err) {
+    if (!refusedForContent(err)) throw err;
+    await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
+    await client.query('RELEASE SAVEPOINT gpi_chunk');
+    if (rows.length === 1) {
+      return {
+        stored: { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 },
+        refused: [{ row: rows[0]!, reason: (err as Error).message }],
+      };
+    }
+    const mid = Math.ceil(rows.length / 2);
+    const a = await storeIsolating(client, rows.slice(0, mid), target, true);
+    const b = await storeIsolating(client, rows.slice(mid), target, true);
+    return {
+      stored: {
+        created: a.stored.created + b.stored.created,
+        newActors: a.stored.newActors + b.stored.newActors,
+        newRepositories: a.stored.newRepositories + b.stored.newRepositories,
+        idsFilledIn: a.stored.idsFilledIn + b.stored.idsFilledIn,
+      },
+      refused: [...a.refused, ...b.refused],
+    };
+  }
+}
+
+/**
+ * Imports one file (or resumes it). Never throws for what the file or the archive did —
+ * that is the result's `failed` outcome with the error — only for programming or database
+ * errors it cannot record.
+ */
+export async function importFile(
+  deps: ImportDeps,
+  source: ByteSource,
+  target: ImportTarget,
+  opts: ImportOptions = {},
+): Promise<ImportResult> {
+  const clock = deps.clock ?? systemClock;
+  const started = clock.now().getTime();
+  const log = deps.logger.child({ file: source.label, scope: target.scope });
+  const key: CheckpointKey = {
+    file: source.key,
+    scope: target.scope,
+    sourceId: target.sourceId,
+    gapId: target.gapId,
+  };
+  const result: ImportResult = {
+    file: source.key,
+    label: source.label,
+    scope: target.scope,
+    outcome: 'failed',
+    checkpointId: null,
+    resumedAt: 0,
+    lines: 0,
+    counts: { ...ZERO_COUNTS },
+    newActors: 0,
+    newRepositories: 0,
+    totals: { ...ZERO_COUNTS },
+    bytes: 0,
+    seconds: 0,
+    error: null,
+  };
+  const finish = (outcome: ImportOutcome) => {
+    result.outcome = outcome;
+    result.seconds = (clock.now().getTime() - started) / 1000;
+    return result;
+  };
+
+  const own = opts.client ? null : await deps.pool.connect();
+  const client: pg.ClientBase = opts.client ?? own!;
+  let broken: Error | undefined;
+  const lockKey = int4Key(`${source.key}\u0000${target.scope}`);
+  let locked = false;
+  try {
+    try {
+      await lockFile(client, lockKey, source.label, opts, log);
+      locked = true;
+    } catch (err) {
+      if (!(err instanceof FileBusy)) throw err;
+      result.error = { code: err.code, message: err.message };
+      return finish('busy');
+    }
+    const previous = await readCheckpoint(client, key);
+    if (previous?.state === 'completed' && !opts.force) {
+      result.checkpointId = previous.id;
+      result.totals = previous.counts;
+      return finish('already_imported');
+    }
+    return await readAndStore(deps, client, source, target, opts, previous, result, finish, log);
+  } catch (err) {
+    broken = err as Error;
+    throw err;
+  } finally {
+    if (locked) {
+      await unlockSession(client, LockSpace.backfillFile, lockKey).catch((err: Error) => {
+        broken ??= err;
+      });
+    }
+    own?.release(broken);
+  }
+}
+
+async function readAndStore(
+  deps: ImportDeps,
+  client: pg.ClientBase,
+  source: ByteSource,
+  target: ImportTarget,
+  opts: ImportOptions,
+  previous: Checkpoint | null,
+  result: ImportResult,
+  finish: (o: ImportOutcome) => ImportResult,
+  log: Logger,
+): Promise<ImportResult> {
+  const key: CheckpointKey = {
+    file: source.key,
+    scope: target.scope,
+    sourceId: target.sourceId,
+    gapId: target.gapId,
+  };
+  const fail = async (err: unknown, outcome: ImportOutcome = 'failed') => {
+    const e = readError(source.label, err);
+    const code = (e as { code?: string }).code ?? 'ERROR';
+    result.error = { code, message: e.message };
+    const note =
+      outcome === 'interrupted'
+        ? `interrupted at line ${result.resumedAt + result.lines}; the next attempt resumes there`
+        : e.message;
+    await failCheckpoint(client, key, note, deps.workerId);
+    log.warn(
+      {
+        event: 'backfill.file_failed',
+        error_code: code,
+        err: e,
+        outcome,
+        lines_done: result.resumedAt + result.lines,
+      },
+      `${source.label}: ${outcome}: ${note}`,
+    );
+    return finish(outcome);
+  };
+
+  let opened: Awaited<ReturnType<ByteSource['open']>>;
+  try {
+    opened = await source.open(opts.signal);
+  } catch (err) {
+    if (err instanceof AppError) return fail(err);
+    if (opts.signal?.aborted) return fail(err, 'interrupted');
+    throw err;
+  }
+  // Resume only into the same file: a different size means the lines are not the same lines.
+  const sameFile =
+    previous !== null &&
+    (previous.bytes === null || opened.bytes === null || previous.bytes === opened.bytes);
+  const restart = opts.force === true || !sameFile;
+  const checkpoint = await startCheckpoint(client, key, {
+    bytes: opened.bytes,
+    worker: deps.workerId,
+    restart,
+  });
+  result.checkpointId = checkpoint.id;
+  result.resumedAt = checkpoint.linesDone;
+  let committed = checkpoint.counts;
+  result.totals = committed;
+  log.info(
+    {
+      event: 'backfill.file_started',
+      checkpoint_id: checkpoint.id,
+      resume_at_line: checkpoint.linesDone,
+      bytes: opened.bytes,
+    },
+    `${source.label}: importing${checkpoint.linesDone ? ` from line ${checkpoint.linesDone + 1}` : ''}`,
+  );
+
+  await prepareStage(client);
+  const chunkRows = opts.chunkRows ?? CHUNK_ROWS;
+  const inScope = target.inScope;
+  const window = target.window;
+  let pending: PushRow[] = [];
+  let delta: CheckpointCounts = { ...ZERO_COUNTS };
+  let lineNo = 0;
+  let loggedMalformed = 0;
+  let inFlight: Promise<void> | null = null;
+  let lastProgress = 0;
+  // A failed chunk store is the database's failure, not the file's: it propagates.
+  let storeError: unknown = null;
+
+  const progress = (force: boolean) => {
+    if (!opts.onProgress) return;
+    const now = Date.now();
+    if (!force && now - lastProgress < 200) return;
+    lastProgress = now;
+    opts.onProgress({
+      label: source.label,
+      bytesRead: result.bytes,
+      bytesTotal: opened.bytes,
+      lines: checkpoint.linesDone + result.lines,
+      committed,
+    });
+  };
+
+  const malformed = (line: number, reason: string, detail: string, eventId: string | null) => {
+    delta.malformed++;
+    if (loggedMalformed++ < LOGGED_MALFORMED) {
+      log.warn(
+        { event: 'backfill.line_malformed', line, reason, event_id: eventId, detail },
+        `${source.label} line ${line}: ${detail}`,
+      );
+    }
+  };
+
+  // One chunk's transaction: the rows, then the checkpoint, committed together.
+  const store = async (rows: PushRow[], upTo: number, counts: CheckpointCounts, last: boolean) => {
+    await client.query('BEGIN');
+    try {
+      const outcome = await storeIsolating(client, rows, target, false);
+      for (const { row, reason } of outcome.refused) {
+        counts.malformed++;
+        counts.kept--;
+        if (loggedMalformed++ < LOGGED_MALFORMED) {
+          log.warn(
+            { event: 'backfill.line_malformed', reason: 'refused_by_database', event_id: row.id },
+            `${source.label}: event ${row.id} refused by the database: ${reason}`,
+          );
+        }
+      }
+      counts.created += outcome.stored.created;
+      await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
+      await client.query('COMMIT');
+      result.newActors += outcome.stored.newActors;
+      result.newRepositories += outcome.stored.newRepositories;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      storeError = err;
+      throw err;
+    }
+    result.lines = upTo - checkpoint.linesDone;
+    result.counts = addCounts(result.counts, counts);
+    committed = addCounts(committed, counts);
+    result.totals = committed;
+    progress(true);
+  };
+
+  // At most one store in flight: the next chunk is parsed meanwhile.
+  const flush = async (last: boolean) => {
+    const rows = pending;
+    const counts = delta;
+    pending = [];
+    delta = { ...ZERO_COUNTS };
+    if (inFlight) await inFlight;
+    inFlight = store(rows, lineNo, counts, last);
+    inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
+  };
+
+  let stream: ReturnType<typeof decoded> | null = null;
+  try {
+    stream = decoded(opened, opened.gzip, (n) => {
+      result.bytes += n;
+    });
+    for await (const batch of lineBatches(stream)) {
+      if (opts.signal?.aborted) break;
+      for (const line of batch) {
+        lineNo++;
+        if (lineNo <= checkpoint.linesDone) continue;
+        const verdict = classifyLine(line);
+        switch (verdict.kind) {
+          case 'blank':
+            break;
+          case 'other':
+            delta.events++;
+            break;
+          case 'malformed':
+            malformed(lineNo, verdict.reason, verdict.detail, verdict.eventId);
+            break;
+          case 'push': {
+            // Mapped before the scope test, so a malformed push is counted whatever the scope.
+            const row = mapArchivePush(verdict.event, verdict.text, lineNo);
+            if ('malformed' in row) {
+              malformed(lineNo, 'bad_push', row.malformed, row.eventId);
+              break;
+            }
+            delta.events++;
+            delta.pushes++;
+            if (inScope && !inScope(verdict.event)) break;
+            const at = row.createdAt.getTime();
+            if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
+            delta.kept++;
+            pending.push(row);
+            if (pending.length >= chunkRows) await flush(false);
+          }
+        }
+      }
+      progress(false);
+    }
+    if (opts.signal?.aborted) {
+      await flush(false);
+      await inFlight;
+      stream.destroy();
+      return await fail(new AppError('INTERRUPTED', 'stopped'), 'interrupted');
+    }
+    await flush(true);
+    await inFlight;
+  } catch (err) {
+    stream?.destroy();
+    // Whatever chunk was in flight either committed or not; the checkpoint says which.
+    await (inFlight as Promise<void> | null)?.catch(() => {});
+    if (storeError !== null) throw storeError;
+    return fail(err, opts.signal?.aborted ? 'interrupted' : 'failed');
+  } finally {
+    await dropStage(client).catch(() => {});
+  }
+  log.info(
+    {
+      event: 'backfill.file_completed',
+      checkpoint_id: checkpoint.id,
+      lines: result.lines,
+      resumed_at: result.resumedAt,
+      events: result.counts.events,
+      pushes: result.counts.pushes,
+      kept: result.counts.kept,
+      created: result.counts.created,
+      malformed: result.counts.malformed,
+      bytes: result.bytes,
+    },
+    `${source.label}: ${result.counts.created} pushes stored of ${result.counts.kept} kept (${result.counts.malformed} malformed lines)`,
+  );
+  return finish('completed');
+}

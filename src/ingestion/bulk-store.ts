@@ -1,0 +1,175 @@
+import type pg from 'pg';
+import { copyChunks, copyFrom } from '../db/copy.ts';
+import type { PushOrigin } from '../db/schema.ts';
+import type { PushRow } from './mapping.ts';
+import type { StoreResult } from './store.ts';
+
+/**
+ * The bulk store path (ADR 0040): thousands of pushes per transaction, near the cost of a
+ * COPY. The rows are COPYed into a session-local staging table, then ONE statement merges
+ * them into actors, repositories and push_events with the same keys and rules as
+ * storePushes (src/ingestion/store.ts):
+ *
+ * - a push is its natural key (repository_id, ref, before, head); the event id is a unique
+ *   attribute; `ON CONFLICT DO NOTHING` on either key, so a push held already (by any
+ *   origin) or repeated within the batch is one row;
+ * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
+ *   another row already holds that id;
+ * - rows are written in key order (actors by id, then repositories by id, then pushes by
+ *   natural key), so concurrent writers take row locks in the same order.
+ *
+ * What differs is names: polled and delivered pushes are current, so the newest login /
+ * full_name of the batch replaces a different one (as storePushes does); an archive file is
+ * history, so it only inserts actors and repositories that are missing and never renames
+ * one we hold — a month-old hour file must not turn a login back into what it used to be.
+ *
+ * The caller owns the transaction on `client` (a raw pg client: COPY needs the protocol).
+ * The staging table is a temporary table (never WAL-logged, invisible to other sessions)
+ * whose rows vanish at commit.
+ */
+
+export const STAGE_TABLE = 'gpi_push_stage';
+
+export interface BulkStoreOptions {
+  origin: PushOrigin;
+  sourceId?: number | null;
+  runId?: number | null;
+}
+
+export interface BulkStoreResult extends StoreResult {
+  /** Webhook copies whose event id this batch filled in. */
+  idsFilledIn: number;
+}
+
+const STAGE_COLUMNS = `
+  id bigint, actor_id bigint, actor_login text, repository_id bigint, repo_name text,
+  push_id bigint, ref text, head text, before text, created_at timestamptz,
+  payload text, size integer, distinct_size integer`;
+
+/** Creates this session's staging table (idempotent; call outside or inside a transaction). */
+export async function prepareStage(client: pg.ClientBase): Promise<void> {
+  await client.query(
+    `CREATE TEMP TABLE IF NOT EXISTS ${STAGE_TABLE} (${STAGE_COLUMNS}) ON COMMIT DELETE ROWS`,
+  );
+}
+
+/** Drops the staging table, so a pooled session goes back clean. */
+export async function dropStage(client: pg.ClientBase): Promise<void> {
+  await client.query(`DROP TABLE IF EXISTS pg_temp.${STAGE_TABLE}`);
+}
+
+/** Empties the stage inside a transaction (a retried half after a failed merge). */
+export async function clearStage(client: pg.ClientBase): Promise<void> {
+  await client.query(`DELETE FROM ${STAGE_TABLE}`);
+}
+
+function stageRow(p: PushRow): unknown[] {
+  return [
+    p.id,
+    p.actor.id,
+    p.actor.login,
+    p.repository.id,
+    p.repository.fullName,
+    p.pushId,
+    p.ref,
+    p.head,
+    p.before,
+    p.createdAt,
+    JSON.stringify(p.payload),
+    p.size,
+    p.distinctSize,
+  ];
+}
+
+function entityUpsert(
+  table: 'actors' | 'repositories',
+  idColumn: string,
+  nameColumn: string,
+  stagedName: string,
+  renames: boolean,
+): string {
+  // DISTINCT ON … ORDER BY id, created_at DESC: one row per entity, the newest name of the
+  // batch, in id order (the lock order).
+  const pick = `
+    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${stagedName} FROM ${STAGE_TABLE}
+    ORDER BY ${idColumn}, created_at DESC`;
+  if (!renames) {
+    return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
+      ON CONFLICT (id) DO NOTHING RETURNING true AS inserted`;
+  }
+  // xmax = 0 only on a freshly inserted row version: inserted vs. renamed.
+  return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
+    ON CONFLICT (id) DO UPDATE SET ${nameColumn} = excluded.${nameColumn}, updated_at = now()
+      WHERE ${table}.${nameColumn} IS DISTINCT FROM excluded.${nameColumn}
+    RETURNING xmax = 0 AS inserted`;
+}
+
+/**
+ * The merge, one statement. `p` returns the natural keys it inserted, so the fill-in `f`
+ * only probes the pushes the insert skipped (a push it added had no webhook copy to merge
+ * with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s rows anyway,
+ * and the two touch disjoint rows.
+ */
+function mergeStatement(renames: boolean): string {
+  return `
+    WITH a AS (${entityUpsert('actors', 'actor_id', 'login', 'actor_login', renames)}),
+    r AS (${entityUpsert('repositories', 'repository_id', 'full_name', 'repo_name', renames)}),
+    p AS (
+      INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
+        created_at, payload, size, distinct_size, origin, source_id, run_id)
+      SELECT id, actor_id, repository_id, push_id, ref, head, before, created_at,
+        payload::jsonb, size, distinct_size, $1::text, $2::bigint, $3::bigint
+      FROM ${STAGE_TABLE}
+      ORDER BY repository_id, ref, before, head
+      ON CONFLICT DO NOTHING
+      RETURNING repository_id, ref, before, head
+    ), f AS (
+      UPDATE push_events t SET id = s.id
+      FROM ${STAGE_TABLE} s
+      WHERE s.id IS NOT NULL AND t.id IS NULL
+        AND (t.repository_id, t.ref, t.before, t.head) = (s.repository_id, s.ref, s.before, s.head)
+        AND NOT EXISTS (
+          SELECT 1 FROM p
+          WHERE (p.repository_id, p.ref, p.before, p.head) = (s.repository_id, s.ref, s.before, s.head))
+        AND NOT EXISTS (SELECT 1 FROM push_events q WHERE q.id = s.id)
+      RETURNING 1
+    )
+    SELECT (SELECT count(*) FILTER (WHERE inserted) FROM a) AS actors,
+           (SELECT count(*) FILTER (WHERE inserted) FROM r) AS repositories,
+           (SELECT count(*) FROM p) AS created,
+           (SELECT count(*) FROM f) AS filled`;
+}
+
+const MERGE_RENAMING = mergeStatement(true);
+const MERGE_INSERT_ONLY = mergeStatement(false);
+
+/**
+ * Stages `pushes` and merges them. Call inside a transaction on `client`, after
+ * prepareStage, with the stage empty (it is after every commit, and after a rollback to a
+ * savepoint taken before the call).
+ */
+export async function bulkStorePushes(
+  client: pg.ClientBase,
+  pushes: readonly PushRow[],
+  opts: BulkStoreOptions,
+): Promise<BulkStoreResult> {
+  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, copyChunks(pushes.map(stageRow)));
+  const r = await client.query<{
+    actors: string;
+    repositories: string;
+    created: string;
+    filled: string;
+  }>(opts.origin === 'archive' ? MERGE_INSERT_ONLY : MERGE_RENAMING, [
+    opts.origin,
+    opts.sourceId ?? null,
+    opts.runId ?? null,
+  ]);
+  const row = r.rows[0]!;
+  return {
+    created: Number(row.created),
+    newActors: Number(row.actors),
+    newRepositories: Number(row.repositories),
+    idsFilledIn: Number(row.filled),
+  };
+}
