@@ -135,9 +135,8 @@ export function archiveHourSource(
         try {
           return await openLocal(file);
         } catch (err) {
-          if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+          if ((err as AppError).code === 'FILE_NOT_FOUND')
             throw new ArchiveHourMissing(url.href, null);
-          }
           throw err;
         }
       },
@@ -147,7 +146,10 @@ export function archiveHourSource(
 }
 
 async function openLocal(file: string): Promise<OpenedSource> {
-  const s = await stat(file);
+  const s = await stat(file).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err;
+    throw new AppError('FILE_NOT_FOUND', `${file} does not exist`, { file }, { cause: err });
+  });
   if (!s.isFile()) throw new AppError('NOT_A_FILE', `${file} is not a regular file`, { file });
   return {
     stream: createReadStream(file, { highWaterMark: 256 * 1024 }),

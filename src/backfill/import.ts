@@ -8,6 +8,7 @@ import {
   bulkStorePushes,
   clearStage,
   dropStage,
+  KnownEntities,
   prepareStage,
 } from '../ingestion/bulk-store.ts';
 import type { PushRow } from '../ingestion/mapping.ts';
@@ -69,9 +70,10 @@ export interface ImportProgress {
   label: string;
   bytesRead: number;
   bytesTotal: number | null;
+  /** Lines read so far (including lines an earlier attempt committed). */
   lines: number;
-  /** Cumulative over every attempt at this (file, scope), committed. */
-  committed: CheckpointCounts;
+  /** This attempt's counts, committed. */
+  counts: CheckpointCounts;
 }
 
 export interface ImportResult {
@@ -152,6 +154,7 @@ async function storeIsolating(
   client: pg.ClientBase,
   rows: PushRow[],
   target: ImportTarget,
+  known: KnownEntities,
   retried: boolean,
 ): Promise<ChunkOutcome> {
   await client.query('SAVEPOINT gpi_chunk');
@@ -160,6 +163,7 @@ async function storeIsolating(
     const stored = await bulkStorePushes(client, rows, {
       origin: 'archive',
       sourceId: target.sourceId,
+      known,
     });
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     return { stored, refused: [] };
@@ -174,8 +178,8 @@ async function storeIsolating(
       };
     }
     const mid = Math.ceil(rows.length / 2);
-    const a = await storeIsolating(client, rows.slice(0, mid), target, true);
-    const b = await storeIsolating(client, rows.slice(mid), target, true);
+    const a = await storeIsolating(client, rows.slice(0, mid), target, known, true);
+    const b = await storeIsolating(client, rows.slice(mid), target, known, true);
     return {
       stored: {
         created: a.stored.created + b.stored.created,
@@ -294,7 +298,8 @@ async function readAndStore(
       {
         event: 'backfill.file_failed',
         error_code: code,
-        err: e,
+        // An archive's failure is expected and its message says it all; anything else gets its stack.
+        ...(e instanceof AppError ? { error: e.message } : { err: e }),
         outcome,
         lines_done: result.resumedAt + result.lines,
       },
@@ -357,8 +362,8 @@ async function readAndStore(
       label: source.label,
       bytesRead: result.bytes,
       bytesTotal: opened.bytes,
-      lines: checkpoint.linesDone + result.lines,
-      committed,
+      lines: lineNo,
+      counts: result.counts,
     });
   };
 
@@ -373,10 +378,13 @@ async function readAndStore(
   };
 
   // One chunk's transaction: the rows, then the checkpoint, committed together.
+  const known = new KnownEntities();
   const store = async (rows: PushRow[], upTo: number, counts: CheckpointCounts, last: boolean) => {
     await client.query('BEGIN');
+    let refused: Set<PushRow>;
     try {
-      const outcome = await storeIsolating(client, rows, target, false);
+      const outcome = await storeIsolating(client, rows, target, known, false);
+      refused = new Set(outcome.refused.map((r) => r.row));
       for (const { row, reason } of outcome.refused) {
         counts.malformed++;
         counts.kept--;
@@ -397,6 +405,7 @@ async function readAndStore(
       storeError = err;
       throw err;
     }
+    known.remember(refused.size ? rows.filter((r) => !refused.has(r)) : rows);
     result.lines = upTo - checkpoint.linesDone;
     result.counts = addCounts(result.counts, counts);
     committed = addCounts(committed, counts);

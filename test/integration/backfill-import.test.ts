@@ -180,7 +180,9 @@ describe('importing an archive file', () => {
     });
     expect((await held(pushesOf(good).map((e) => e.id))).length).toBe(5);
     expect(await held([String(noActor.id), nul.id, badTime.id])).toEqual([]);
-    const rejected = logged.map((l) => JSON.parse(l)).filter((l) => l.event === 'backfill.line_malformed');
+    const rejected = logged
+      .map((l) => JSON.parse(l))
+      .filter((l) => l.event === 'backfill.line_malformed');
     expect(rejected.length).toBe(5); // the first five, one by one; the rest counted
     expect(rejected[0]).toMatchObject({ line: 2, reason: 'not_json' });
     expect(rejected.find((l) => l.event_id === String(noActor.id))).toMatchObject({
@@ -262,7 +264,10 @@ describe('importing an archive file', () => {
       {},
     );
     expect(r.counts).toMatchObject({ pushes: 7, kept: 2, created: 2 });
-    expect((await held(mine.map((e) => e.id))).map((h) => h.id)).toEqual([mine[0]!.id, mine[1]!.id]);
+    expect((await held(mine.map((e) => e.id))).map((h) => h.id)).toEqual([
+      mine[0]!.id,
+      mine[1]!.id,
+    ]);
     expect(await held(theirs.map((e) => e.id))).toEqual([]);
   });
 
@@ -273,12 +278,18 @@ describe('importing an archive file', () => {
     const r = await importFile(deps(), archiveHourSource(archive.url, hour), ALL);
     expect(r).toMatchObject({ outcome: 'completed', file: hour.name, counts: { created: 10 } });
     expect(archive.requests.at(-1)).toMatchObject({ path: '/2026-11-20-10.json.gz', status: 200 });
-    const ledger = await sql<{ n: string }>`SELECT count(*) AS n FROM github_requests`.execute(t.db);
+    const ledger = await sql<{ n: string }>`SELECT count(*) AS n FROM github_requests`.execute(
+      t.db,
+    );
     expect(Number(ledger.rows[0]!.n)).toBe(0);
   });
 
   it('reports a missing hour (404) and an unavailable archive (503) without storing anything', async () => {
-    const missing = await importFile(deps(), archiveHourSource(archive.url, parseHour('2020-01-01-0')!), ALL);
+    const missing = await importFile(
+      deps(),
+      archiveHourSource(archive.url, parseHour('2020-01-01-0')!),
+      ALL,
+    );
     expect(missing).toMatchObject({
       outcome: 'failed',
       error: { code: 'ARCHIVE_HOUR_MISSING' },
@@ -317,7 +328,10 @@ describe('importing an archive file', () => {
     expect(whole).toMatchObject({ outcome: 'completed' });
     expect(cut.counts.created + whole.counts.created).toBe(1500);
     expect((await held(pushesOf(evs).map((e) => e.id))).length).toBe(1500);
-    expect(await checkpoint(hour.name)).toMatchObject({ state: 'completed', pushes_created: '1500' });
+    expect(await checkpoint(hour.name)).toMatchObject({
+      state: 'completed',
+      pushes_created: '1500',
+    });
   });
 
   it('treats a download cut mid-body as truncated and resumes from its checkpoint', async () => {

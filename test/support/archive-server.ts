@@ -129,7 +129,10 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
       return;
     }
     rec.status = 200;
-    res.writeHead(200, { 'content-type': 'application/gzip', 'content-length': String(body.length) });
+    res.writeHead(200, {
+      'content-type': 'application/gzip',
+      'content-length': String(body.length),
+    });
     res.end(body);
   });
   await new Promise<void>((resolve, reject) => {

@@ -1,0 +1,178 @@
+import { createReadStream, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createGunzip } from 'node:zlib';
+import { sql } from 'kysely';
+import { localFileSource } from '../src/backfill/archive.ts';
+import { classifyLine, mapArchivePush } from '../src/backfill/events.ts';
+import { importFile } from '../src/backfill/import.ts';
+import { lineBatches } from '../src/backfill/lines.ts';
+import { copyChunks, copyFrom } from '../src/db/copy.ts';
+import type { PushRow } from '../src/ingestion/mapping.ts';
+import { createLogger } from '../src/log.ts';
+import { generateHourFile } from './lib/archive-gen.ts';
+import type { BenchDatabase } from './lib/database.ts';
+import type { ResultLog } from './lib/results.ts';
+import { secondsSince } from './lib/stats.ts';
+
+/**
+ * Benchmark 5: backfill against the physical ceiling. A generated hour file of EVENTS
+ * events (half PushEvents, bench/lib/archive-gen.ts) is imported by the real path
+ * (importFile: gunzip, NDJSON, mapping, the bulk store in chunks, the checkpoint), and the
+ * same push rows are COPYed into a table shaped like push_events (same keys and indexes):
+ * the ceiling. Target: backfill ≥ 0.50 × COPY. Measured ROUNDS times alternating on the
+ * same busy machine; the ratio is of the medians.
+ */
+
+const EVENTS = Number(process.env.BENCH_BACKFILL_EVENTS ?? 100_000);
+const ROUNDS = Number(process.env.BENCH_BACKFILL_ROUNDS ?? 3);
+const TARGET_RATIO = 0.5;
+
+async function pushRowsOf(file: string): Promise<PushRow[]> {
+  const rows: PushRow[] = [];
+  let n = 0;
+  for await (const batch of lineBatches(createReadStream(file).pipe(createGunzip()))) {
+    for (const line of batch) {
+      n++;
+      const v = classifyLine(line);
+      if (v.kind !== 'push') continue;
+      const row = mapArchivePush(v.event, v.text, n);
+      if (!('malformed' in row)) rows.push(row);
+    }
+  }
+  return rows;
+}
+
+function copyRow(p: PushRow): unknown[] {
+  return [
+    p.id,
+    p.actor.id,
+    p.repository.id,
+    p.pushId,
+    p.ref,
+    p.head,
+    p.before,
+    p.createdAt,
+    JSON.stringify(p.payload),
+    p.size,
+    p.distinctSize,
+    'archive',
+    null,
+    null,
+  ];
+}
+
+async function copyCeiling(database: BenchDatabase, chunks: Buffer[], rows: number) {
+  await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
+  await sql`CREATE TABLE bench_copy_push_events (LIKE push_events INCLUDING ALL)`.execute(
+    database.db,
+  );
+  await sql`CHECKPOINT`.execute(database.db);
+  const client = await database.pool.connect();
+  try {
+    const t0 = performance.now();
+    const copied = await copyFrom(
+      client,
+      `COPY bench_copy_push_events (id, actor_id, repository_id, push_id, ref, head, before,
+         created_at, payload, size, distinct_size, origin, source_id, run_id) FROM STDIN`,
+      chunks,
+    );
+    const seconds = secondsSince(t0);
+    if (copied !== rows) throw new Error(`COPY wrote ${copied} of ${rows} rows`);
+    return rows / seconds;
+  } finally {
+    client.release();
+    await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
+  }
+}
+
+async function emptyTables(database: BenchDatabase) {
+  await sql`TRUNCATE push_events, actors, repositories, backfill_files`.execute(database.db);
+  await sql`CHECKPOINT`.execute(database.db);
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+export async function benchBackfill(
+  database: BenchDatabase,
+  results: ResultLog,
+): Promise<string[]> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'gpi-bench-backfill-'));
+  try {
+    const generated = await generateHourFile(path.join(dir, '2026-11-20-10.json.gz'), {
+      events: EVENTS,
+    });
+    const rows = await pushRowsOf(generated.file);
+    const chunks = copyChunks(rows.map(copyRow));
+    const deps = {
+      pool: database.pool,
+      logger: createLogger('silent'),
+      workerId: 'bench:backfill',
+    };
+    const copyRates: number[] = [];
+    const backfillRates: number[] = [];
+    let last: Awaited<ReturnType<typeof importFile>> | null = null;
+    for (let round = 0; round < ROUNDS; round++) {
+      await emptyTables(database);
+      copyRates.push(await copyCeiling(database, chunks, rows.length));
+      await emptyTables(database);
+      const t0 = performance.now();
+      last = await importFile(deps, localFileSource(generated.file), {
+        scope: 'all',
+        sourceId: null,
+        gapId: null,
+      });
+      const seconds = secondsSince(t0);
+      if (last.outcome !== 'completed' || last.counts.created !== rows.length) {
+        throw new Error(
+          `backfill bench: expected ${rows.length} pushes created, got ${last.counts.created} (${last.outcome}: ${last.error?.message ?? ''})`,
+        );
+      }
+      backfillRates.push(rows.length / seconds);
+    }
+    const copy = median(copyRates);
+    const backfill = median(backfillRates);
+    const detail = {
+      events: generated.events,
+      pushes: rows.length,
+      fileMB: generated.compressedBytes / 1e6,
+      uncompressedMB: generated.bytes / 1e6,
+      actors: last!.newActors,
+      repositories: last!.newRepositories,
+      rounds: ROUNDS,
+      copyRates,
+      backfillRates,
+    };
+    results.record({
+      bench: 'backfill',
+      metric: 'backfill of an hour file: pushes/s',
+      value: backfill,
+      unit: 'pushes/s',
+      detail,
+    });
+    results.record({
+      bench: 'backfill',
+      metric: 'COPY ceiling of the same push rows',
+      value: copy,
+      unit: 'rows/s',
+      detail: { rows: rows.length },
+    });
+    results.record({
+      bench: 'backfill',
+      metric: 'backfill / COPY ratio',
+      value: backfill / copy,
+      unit: '×',
+      target: { op: '>=', value: TARGET_RATIO },
+      detail,
+    });
+    results.note(
+      `  ${generated.events.toLocaleString('en-US')} events (${(generated.compressedBytes / 1e6).toFixed(1)} MB gzip, ${(generated.bytes / 1e6).toFixed(0)} MB NDJSON), ` +
+        `${rows.length.toLocaleString('en-US')} pushes by ${last!.newActors.toLocaleString('en-US')} actors to ${last!.newRepositories.toLocaleString('en-US')} repositories; ` +
+        `rounds: backfill ${backfillRates.map((r) => Math.round(r)).join(', ')} pushes/s, COPY ${copyRates.map((r) => Math.round(r)).join(', ')} rows/s`,
+    );
+    return [];
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
