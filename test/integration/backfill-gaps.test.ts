@@ -116,7 +116,9 @@ function publish(events: GitHubEvent[], extra: Record<string, GitHubEvent[]> = {
 
 async function storedIds(repoId: number): Promise<string[]> {
   const r = await sql<{ id: string }>`
-    SELECT id::text AS id FROM push_events WHERE repository_id = ${repoId} ORDER BY id`.execute(t.db);
+    SELECT id::text AS id FROM push_events WHERE repository_id = ${repoId} ORDER BY id`.execute(
+    t.db,
+  );
   return r.rows.map((x) => x.id);
 }
 
@@ -171,10 +173,11 @@ describe('filling a gap from the archive', () => {
     const noise = [otherEvent('WatchEvent', { repo: s.repo, created_at: t0 })];
     // GH Archive files by crawl time: one dropped push sits in the NEXT hour's file.
     const late = s.dropped[7]!;
-    publish(
-      [...s.first, ...s.later.filter((e) => e !== late), tooEarly, ...otherRepo, ...noise],
-      { '2026-11-21-11': [late], '2026-11-21-12': [], '2026-11-21-9': [] },
-    );
+    publish([...s.first, ...s.later.filter((e) => e !== late), tooEarly, ...otherRepo, ...noise], {
+      '2026-11-21-11': [late],
+      '2026-11-21-12': [],
+      '2026-11-21-9': [],
+    });
     const requestsBefore = await ledgerRows();
     const { logger, lines } = memoryLogger('info');
 
@@ -220,7 +223,10 @@ describe('filling a gap from the archive', () => {
     const clock = fixedClock('2026-11-22T13:10:00Z'); // 12:00–13:00 is published at 13:15
     const served = archive.requests.length;
     const r = await fillGap(deps({ clock }), Number(s.gap.id));
-    expect(r).toMatchObject({ outcome: 'waiting', nextAttemptAt: new Date('2026-11-22T13:15:00Z') });
+    expect(r).toMatchObject({
+      outcome: 'waiting',
+      nextAttemptAt: new Date('2026-11-22T13:15:00Z'),
+    });
     expect(archive.requests.length).toBe(served);
     expect(await gapRow(s.gap.id)).toMatchObject({ state: 'open', attempts: 0 });
   });
@@ -249,7 +255,9 @@ describe('filling a gap from the archive', () => {
     const second = await fillGap(deps({ clock }), Number(s.gap.id));
     expect(second).toMatchObject({ outcome: 'filled', eventsRecovered: 20 });
     // Only the hour that failed was downloaded again; the others were checkpointed.
-    expect(archive.requests.slice(requested).map((r) => r.path)).toEqual(['/2026-11-23-11.json.gz']);
+    expect(archive.requests.slice(requested).map((r) => r.path)).toEqual([
+      '/2026-11-23-11.json.gz',
+    ]);
     expect(await storedIds(s.repo.id)).toEqual(ids([...s.first, ...s.later]));
     expect(await gapRow(s.gap.id)).toMatchObject({ state: 'filled', attempts: 2 });
   });
@@ -259,7 +267,9 @@ describe('filling a gap from the archive', () => {
     const s = await overflowingSource(t0);
     // Hour 10 never appears on the archive (GH Archive has such hours); the rest does.
     publish(
-      [...s.first, ...s.later].filter((e) => hourOf(new Date(e.created_at)).name !== '2026-11-24-10'),
+      [...s.first, ...s.later].filter(
+        (e) => hourOf(new Date(e.created_at)).name !== '2026-11-24-10',
+      ),
       { '2026-11-24-9': [], '2026-11-24-12': [] },
     );
     archive.removeHour('2026-11-24-10');
@@ -279,7 +289,9 @@ describe('filling a gap from the archive', () => {
     expect(row.last_error).toMatch(
       /^archive hours unavailable 48 h after they ended: 2026-11-24-10: .*\(404\)/,
     );
-    expect(lines.map((l) => JSON.parse(l)).find((l) => l.event === 'gap.unavailable')).toMatchObject({
+    expect(
+      lines.map((l) => JSON.parse(l)).find((l) => l.event === 'gap.unavailable'),
+    ).toMatchObject({
       gap_id: Number(s.gap.id),
     });
     // Unavailable is final: the worker never tries it again.
