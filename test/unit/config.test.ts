@@ -39,6 +39,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
   ['SOURCES', 'public,planet:mars', /bad entry "planet:mars": unknown source kind/],
+  ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
+  ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -93,6 +95,16 @@ describe('config: defaults and parsing', () => {
     });
     expect(c.retentionDays).toBe(30);
     expect(c.dataDir).toBe('.data');
+    expect(c.archive).toEqual({ url: 'https://data.gharchive.org' });
+  });
+
+  it('takes a GH Archive mirror over HTTP or as a file:// directory', () => {
+    expect(loadConfig({ GHARCHIVE_URL: 'https://mirror.example.org/gharchive/' }).archive.url).toBe(
+      'https://mirror.example.org/gharchive',
+    );
+    expect(loadConfig({ GHARCHIVE_URL: 'file:///srv/gharchive' }).archive.url).toBe(
+      'file:///srv/gharchive',
+    );
   });
 
   it('treats an empty string as unset', () => {
