@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { createReadStream, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -28,6 +30,64 @@ import { secondsSince } from './lib/stats.ts';
 const EVENTS = Number(process.env.BENCH_BACKFILL_EVENTS ?? 100_000);
 const ROUNDS = Number(process.env.BENCH_BACKFILL_ROUNDS ?? 3);
 const TARGET_RATIO = 0.5;
+/** The large file for the memory figure: 1 GB of NDJSON (BENCH_RSS_BYTES; 0 skips it). */
+const RSS_BYTES = Number(process.env.BENCH_RSS_BYTES ?? 1e9);
+const RSS_TARGET_MB = 250;
+const ROOT = path.resolve(import.meta.dirname, '..');
+
+interface Sample {
+  event: string;
+  at: number;
+  rss: number;
+  heapUsed: number;
+}
+
+/**
+ * The real bin/backfill on a large generated file, as a child process with the soak's
+ * sampler preloaded (bench/lib/sampler.ts: RSS and heap every 200 ms on stderr), so its
+ * code runs untouched. Node's defaults: no memory flags.
+ */
+async function peakRss(database: BenchDatabase, file: string) {
+  const child = spawn(
+    process.execPath,
+    ['--import', path.join(ROOT, 'bench/lib/sampler.ts'), path.join(ROOT, 'bin/backfill'), file],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        DATABASE_URL: database.url,
+        LOG_LEVEL: 'warn',
+        SAMPLE_INTERVAL_MS: '200',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  const samples: Sample[] = [];
+  let out = '';
+  let pending = '';
+  child.stdout.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  child.stderr.on('data', (c: Buffer) => {
+    pending += c.toString();
+    const lines = pending.split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) {
+      if (!line.includes('process.sample')) continue;
+      try {
+        samples.push(JSON.parse(line) as Sample);
+      } catch {}
+    }
+  });
+  const [code] = (await once(child, 'exit')) as [number | null];
+  if (code !== 0) throw new Error(`bin/backfill exited ${code}: ${out}`);
+  return {
+    peakMb: Math.max(...samples.map((x) => x.rss)) / 2 ** 20,
+    peakHeapMb: Math.max(...samples.map((x) => x.heapUsed)) / 2 ** 20,
+    samples: samples.length,
+    output: out.trim(),
+  };
+}
 
 async function pushRowsOf(file: string): Promise<PushRow[]> {
   const rows: PushRow[] = [];
@@ -166,6 +226,38 @@ export async function benchBackfill(
       target: { op: '>=', value: TARGET_RATIO },
       detail,
     });
+    if (RSS_BYTES > 0) {
+      await emptyTables(database);
+      const big = await generateHourFile(path.join(dir, '2026-11-20-11.json.gz'), {
+        bytes: RSS_BYTES,
+        level: 1,
+        hourStart: new Date('2026-11-20T11:00:00Z'),
+        firstEventId: 61_000_000_000,
+        actorPool: 200_000,
+        repoPool: 250_000,
+      });
+      const t0 = performance.now();
+      const rss = await peakRss(database, big.file);
+      const seconds = secondsSince(t0);
+      results.record({
+        bench: 'backfill',
+        metric: `peak RSS importing a ${Math.round(big.bytes / 1e6)} MB file`,
+        value: rss.peakMb,
+        unit: 'MB',
+        target: { op: '<=', value: RSS_TARGET_MB },
+        detail: {
+          events: big.events,
+          pushes: big.pushes,
+          uncompressedMB: big.bytes / 1e6,
+          gzipMB: big.compressedBytes / 1e6,
+          seconds,
+          pushesPerSecond: big.pushes / seconds,
+          peakHeapMb: rss.peakHeapMb,
+          samples: rss.samples,
+          output: rss.output,
+        },
+      });
+    }
     results.note(
       `  ${generated.events.toLocaleString('en-US')} events (${(generated.compressedBytes / 1e6).toFixed(1)} MB gzip, ${(generated.bytes / 1e6).toFixed(0)} MB NDJSON), ` +
         `${rows.length.toLocaleString('en-US')} pushes by ${last!.newActors.toLocaleString('en-US')} actors to ${last!.newRepositories.toLocaleString('en-US')} repositories; ` +

@@ -5,13 +5,12 @@ import type { Deps } from '../deps.ts';
 import { AppError } from '../errors.ts';
 import {
   type BulkStoreResult,
-  bulkStorePushes,
+  bulkStoreStaged,
   clearStage,
   dropStage,
-  KnownEntities,
   prepareStage,
 } from '../ingestion/bulk-store.ts';
-import type { PushRow } from '../ingestion/mapping.ts';
+import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
 import type { Logger } from '../log.ts';
 import { type ByteSource, decoded, readError } from './archive.ts';
 import {
@@ -143,43 +142,48 @@ function refusedForContent(err: unknown): boolean {
 
 interface ChunkOutcome {
   stored: BulkStoreResult;
-  refused: { row: PushRow; reason: string }[];
+  /** Rows of the batch the database refused, by index. */
+  refused: { index: number; reason: string }[];
 }
 
 /**
- * Stores rows under a savepoint; when Postgres refuses the batch for a row's content, the
- * batch is halved until the refused rows are found: one bad event never costs the rest.
+ * Stores rows [from, to) of a batch under a savepoint; when Postgres refuses them for a
+ * row's content, the range is halved until the refused rows are found: one bad event never
+ * costs the rest.
  */
 async function storeIsolating(
   client: pg.ClientBase,
-  rows: PushRow[],
+  batch: StageBatch,
+  from: number,
+  to: number,
   target: ImportTarget,
-  known: KnownEntities,
   retried: boolean,
 ): Promise<ChunkOutcome> {
   await client.query('SAVEPOINT gpi_chunk');
   try {
     if (retried) await clearStage(client);
-    const stored = await bulkStorePushes(client, rows, {
-      origin: 'archive',
-      sourceId: target.sourceId,
-      known,
-    });
+    const stored = await bulkStoreStaged(
+      client,
+      batch,
+      { origin: 'archive', sourceId: target.sourceId },
+      from,
+      to,
+    );
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     return { stored, refused: [] };
   } catch (err) {
     if (!refusedForContent(err)) throw err;
     await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
     await client.query('RELEASE SAVEPOINT gpi_chunk');
-    if (rows.length === 1) {
+    if (to - from === 1) {
       return {
         stored: { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 },
-        refused: [{ row: rows[0]!, reason: (err as Error).message }],
+        refused: [{ index: from, reason: (err as Error).message }],
       };
     }
-    const mid = Math.ceil(rows.length / 2);
-    const a = await storeIsolating(client, rows.slice(0, mid), target, known, true);
-    const b = await storeIsolating(client, rows.slice(mid), target, known, true);
+    const mid = from + Math.ceil((to - from) / 2);
+    const a = await storeIsolating(client, batch, from, mid, target, true);
+    const b = await storeIsolating(client, batch, mid, to, target, true);
     return {
       stored: {
         created: a.stored.created + b.stored.created,
@@ -344,7 +348,11 @@ async function readAndStore(
   const chunkRows = opts.chunkRows ?? CHUNK_ROWS;
   const inScope = target.inScope;
   const window = target.window;
-  let pending: PushRow[] = [];
+  // Two batches take turns: one filling while the other is stored. Their buffers are
+  // reused for the whole file, so a chunk in waiting costs no garbage collection.
+  const chunkBytes = chunkRows * 800;
+  let pending = new StageBatch(chunkBytes);
+  let spare: StageBatch | null = new StageBatch(chunkBytes);
   let delta: CheckpointCounts = { ...ZERO_COUNTS };
   let lineNo = 0;
   let loggedMalformed = 0;
@@ -379,19 +387,25 @@ async function readAndStore(
 
   // One chunk's transaction: the rows, then the checkpoint, committed together.
   const known = new KnownEntities();
-  const store = async (rows: PushRow[], upTo: number, counts: CheckpointCounts, last: boolean) => {
+  const store = async (
+    batch: StageBatch,
+    upTo: number,
+    counts: CheckpointCounts,
+    last: boolean,
+  ) => {
     await client.query('BEGIN');
-    let refused: Set<PushRow>;
+    let refused: Set<number>;
     try {
-      const outcome = await storeIsolating(client, rows, target, known, false);
-      refused = new Set(outcome.refused.map((r) => r.row));
-      for (const { row, reason } of outcome.refused) {
+      const outcome = await storeIsolating(client, batch, 0, batch.length, target, false);
+      refused = new Set(outcome.refused.map((r) => r.index));
+      for (const { index, reason } of outcome.refused) {
         counts.malformed++;
         counts.kept--;
         if (loggedMalformed++ < LOGGED_MALFORMED) {
+          const id = batch.ids[index];
           log.warn(
-            { event: 'backfill.line_malformed', reason: 'refused_by_database', event_id: row.id },
-            `${source.label}: event ${row.id} refused by the database: ${reason}`,
+            { event: 'backfill.line_malformed', reason: 'refused_by_database', event_id: id },
+            `${source.label}: event ${id} refused by the database: ${reason}`,
           );
         }
       }
@@ -405,22 +419,30 @@ async function readAndStore(
       storeError = err;
       throw err;
     }
-    known.remember(refused.size ? rows.filter((r) => !refused.has(r)) : rows);
+    let from = 0;
+    for (const i of [...refused].sort((a, b) => a - b)) {
+      known.remember(batch, from, i);
+      from = i + 1;
+    }
+    known.remember(batch, from);
     result.lines = upTo - checkpoint.linesDone;
     result.counts = addCounts(result.counts, counts);
     committed = addCounts(committed, counts);
     result.totals = committed;
     progress(true);
+    batch.clear();
+    spare = batch;
   };
 
   // At most one store in flight: the next chunk is parsed meanwhile.
   const flush = async (last: boolean) => {
-    const rows = pending;
+    const batch = pending;
     const counts = delta;
-    pending = [];
     delta = { ...ZERO_COUNTS };
     if (inFlight) await inFlight;
-    inFlight = store(rows, lineNo, counts, last);
+    pending = spare ?? new StageBatch(chunkBytes);
+    spare = null;
+    inFlight = store(batch, lineNo, counts, last);
     inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
   };
 
@@ -457,7 +479,7 @@ async function readAndStore(
             const at = row.createdAt.getTime();
             if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
             delta.kept++;
-            pending.push(row);
+            pending.add(row, known);
             if (pending.length >= chunkRows) await flush(false);
           }
         }
@@ -474,6 +496,11 @@ async function readAndStore(
     await inFlight;
   } catch (err) {
     stream?.destroy();
+    if (storeError === null) {
+      // The file failed (cut short, corrupt), not the database: every line read so far was
+      // whole (a partial last line is never yielded), so it is kept and checkpointed.
+      await flush(false).catch(() => {});
+    }
     // Whatever chunk was in flight either committed or not; the checkpoint says which.
     await (inFlight as Promise<void> | null)?.catch(() => {});
     if (storeError !== null) throw storeError;

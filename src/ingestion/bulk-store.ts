@@ -1,7 +1,8 @@
 import type pg from 'pg';
-import { copyField, copyFrom } from '../db/copy.ts';
+import { copyFrom } from '../db/copy.ts';
 import type { PushOrigin } from '../db/schema.ts';
 import type { PushRow } from './mapping.ts';
+import { StageBatch } from './stage-batch.ts';
 import type { StoreResult } from './store.ts';
 
 /**
@@ -34,8 +35,6 @@ export interface BulkStoreOptions {
   origin: PushOrigin;
   sourceId?: number | null;
   runId?: number | null;
-  /** Archive imports: entities already known to exist are skipped (see KnownEntities). */
-  known?: KnownEntities;
 }
 
 export interface BulkStoreResult extends StoreResult {
@@ -66,64 +65,6 @@ export async function clearStage(client: pg.ClientBase): Promise<void> {
   await client.query(`DELETE FROM ${STAGE_TABLE}`);
 }
 
-const text = copyField;
-const num = (n: number | null) => (n === null ? '\\N' : String(n));
-
-/**
- * One push as a COPY text line (the stage's column order). Written by hand rather than
- * through copyField per value: on the bulk path this runs 50,000 times an hour file.
- * `newActor`/`newRepository` false: the entity is known to exist, the merge skips it.
- */
-function stageLine(p: PushRow, newActor: boolean, newRepository: boolean): string {
-  return `${p.id ?? '\\N'}\t${p.actor.id}\t${text(p.actor.login)}\t${newActor ? 't' : 'f'}\t${p.repository.id}\t${text(p.repository.fullName)}\t${newRepository ? 't' : 'f'}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\n`;
-}
-
-/** Lines packed into ~256 KiB buffers for the COPY stream. */
-function stageBuffers(pushes: readonly PushRow[], known: KnownEntities | null): Buffer[] {
-  const out: Buffer[] = [];
-  let lines: string[] = [];
-  let size = 0;
-  for (const p of pushes) {
-    const line = stageLine(
-      p,
-      !known?.actors.has(p.actor.id),
-      !known?.repositories.has(p.repository.id),
-    );
-    lines.push(line);
-    size += line.length;
-    if (size >= 262_144) {
-      out.push(Buffer.from(lines.join('')));
-      lines = [];
-      size = 0;
-    }
-  }
-  if (lines.length) out.push(Buffer.from(lines.join('')));
-  return out;
-}
-
-/**
- * Actors and repositories an import has seen committed (archive imports only: they insert
- * missing entities and never rename, so a known id needs no statement at all). One per
- * import, never shared: nothing deletes an entity while a file is read, but a set that
- * outlived its import could outlive a TRUNCATE. Bounded: past MAX_KNOWN ids a set starts
- * over, which only costs a few redundant probes.
- */
-export class KnownEntities {
-  static readonly MAX_KNOWN = 250_000;
-  readonly actors = new Set<number>();
-  readonly repositories = new Set<number>();
-
-  /** Call after the transaction that stored `pushes` committed. */
-  remember(pushes: readonly PushRow[]): void {
-    for (const p of pushes) {
-      if (this.actors.size >= KnownEntities.MAX_KNOWN) this.actors.clear();
-      if (this.repositories.size >= KnownEntities.MAX_KNOWN) this.repositories.clear();
-      this.actors.add(p.actor.id);
-      this.repositories.add(p.repository.id);
-    }
-  }
-}
-
 function entityUpsert(
   table: 'actors' | 'repositories',
   idColumn: string,
@@ -132,11 +73,12 @@ function entityUpsert(
   renames: boolean,
 ): string {
   // DISTINCT ON … ORDER BY id, created_at DESC: one row per entity, the newest name of the
-  // batch, in id order (the lock order). Entities known to exist are not even probed.
+  // batch, in id order (the lock order). Insert-only: entities known to exist are not
+  // even probed. Renaming ignores the marks: a known entity may still need its new name.
   const isNew = table === 'actors' ? 'actor_new' : 'repository_new';
   const pick = `
     SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${stagedName} FROM ${STAGE_TABLE}
-    WHERE ${isNew}
+    ${renames ? '' : `WHERE ${isNew}`}
     ORDER BY ${idColumn}, created_at DESC`;
   if (!renames) {
     return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
@@ -198,10 +140,21 @@ export async function bulkStorePushes(
   pushes: readonly PushRow[],
   opts: BulkStoreOptions,
 ): Promise<BulkStoreResult> {
-  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
-  // Known entities may only be skipped where names never change (the archive's rule).
-  const known = opts.origin === 'archive' ? (opts.known ?? null) : null;
-  await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, stageBuffers(pushes, known));
+  const batch = new StageBatch(pushes.length * 1024);
+  for (const p of pushes) batch.add(p);
+  return bulkStoreStaged(client, batch, opts);
+}
+
+/** bulkStorePushes for rows [from, to) of a batch already staged. */
+export async function bulkStoreStaged(
+  client: pg.ClientBase,
+  batch: StageBatch,
+  opts: BulkStoreOptions,
+  from = 0,
+  to = batch.length,
+): Promise<BulkStoreResult> {
+  if (to <= from) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const r = await client.query<{
     actors: string;
     repositories: string;
