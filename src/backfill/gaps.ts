@@ -20,12 +20,15 @@ import { gapReadyAt } from './hours.ts';
  * no older than the oldest event read.
  */
 
+/** GitHub: events appear in a feed 30 s to 6 h after they happen. */
+const FEED_LATENCY_MS = 6 * 3_600_000;
+
 export interface RecordGapInput {
   sourceId: number;
   runId: number;
   /** The source's recent_event_ids before this run (the horizon it held). */
   heldIds: readonly string[];
-  /** When the source last completed a run: the window's start if no held push is known. */
+  /** When the source last completed a run: bounds the window if no held push is known. */
   lastPolledAt: Date | null;
   /** Every event id this run read. */
   readIds: readonly string[];
@@ -41,7 +44,11 @@ export async function recordGap(trx: Db, input: RecordGapInput): Promise<Gap> {
     trx,
   );
   const b = bounds.rows[0]!;
-  const from = b.held_newest ?? input.lastPolledAt ?? input.runStartedAt;
+  // Without a held push to go by: an event the last poll did not see entered the feed after
+  // it, and GitHub documents the feed's latency as at most 6 h, so it was created after
+  // the last poll − 6 h. (Never narrower than the true window; often wider.)
+  const fallback = input.lastPolledAt ?? input.runStartedAt;
+  const from = b.held_newest ?? new Date(fallback.getTime() - FEED_LATENCY_MS);
   const to = b.read_oldest ?? input.runStartedAt;
   // A late event can make the newest held push newer than the oldest read one: the window
   // is then the span between the two, whichever way round.

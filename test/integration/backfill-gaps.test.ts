@@ -161,6 +161,45 @@ describe('a run that overflows its feed', () => {
   });
 });
 
+describe('a source that held no push before its gap', () => {
+  it('starts the window at its last poll − 6 h (the feed’s documented latency)', async () => {
+    const repo = { id: 6_199_001, name: 'quiet-owner/quiet' };
+    const { source } = await addSource(t.db, { kind: 'repo', target: repo.name }, 'live');
+    const feed = `repo:${repo.name}`;
+    fake.addEvents(
+      feed,
+      Array.from({ length: 5 }, () => otherEvent('WatchEvent', { repo })),
+    );
+    await pollSource(deps(), Number(source.id), { force: true });
+    const polled = (
+      await t.db
+        .selectFrom('event_sources')
+        .select('last_polled_at')
+        .where('id', '=', source.id)
+        .executeTakeFirstOrThrow()
+    ).last_polled_at!;
+    fake.addEvents(
+      feed,
+      Array.from({ length: 320 }, (_, i) =>
+        pushEvent({ repo, created_at: new Date(Date.parse('2026-11-20T18:00:00Z') + i * 1000) }),
+      ),
+    );
+    const run = await pollSource(deps(), Number(source.id), { force: true });
+    expect(run.gap).toBe(true);
+    const gap = await t.db
+      .selectFrom('gaps')
+      .selectAll()
+      .where('run_id', '=', String(run.runId))
+      .executeTakeFirstOrThrow();
+    // The poll happened "now" and the pushes are older: the window spans both, whichever way round.
+    const sixHoursBefore = new Date(polled.getTime() - 6 * 3_600_000);
+    const oldestRead = new Date('2026-11-20T18:00:20Z');
+    expect([gap.from_at, gap.to_at]).toEqual(
+      sixHoursBefore < oldestRead ? [sixHoursBefore, oldestRead] : [oldestRead, sixHoursBefore],
+    );
+  });
+});
+
 describe('filling a gap from the archive', () => {
   it('stores every push the feed dropped exactly once (open → filled), and nothing else', async () => {
     const t0 = new Date('2026-11-21T10:00:00Z');
