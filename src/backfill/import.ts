@@ -8,6 +8,7 @@ import {
   bulkStoreStaged,
   clearStage,
   dropStage,
+  PushesAlreadyHeld,
   prepareStage,
 } from '../ingestion/bulk-store.ts';
 import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
@@ -157,6 +158,7 @@ async function storeIsolating(
   from: number,
   to: number,
   target: ImportTarget,
+  mode: { expectNew: boolean },
   retried: boolean,
 ): Promise<ChunkOutcome> {
   await client.query('SAVEPOINT gpi_chunk');
@@ -165,13 +167,20 @@ async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      { origin: 'archive', sourceId: target.sourceId },
+      { origin: 'archive', sourceId: target.sourceId, expectNew: mode.expectNew },
       from,
       to,
     );
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     return { stored, refused: [] };
   } catch (err) {
+    if (err instanceof PushesAlreadyHeld) {
+      // The file holds pushes we have: merge with conflict handling from now on.
+      await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
+      await client.query('RELEASE SAVEPOINT gpi_chunk');
+      mode.expectNew = false;
+      return storeIsolating(client, batch, from, to, target, mode, true);
+    }
     if (!refusedForContent(err)) throw err;
     await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
     await client.query('RELEASE SAVEPOINT gpi_chunk');
@@ -182,8 +191,8 @@ async function storeIsolating(
       };
     }
     const mid = from + Math.ceil((to - from) / 2);
-    const a = await storeIsolating(client, batch, from, mid, target, true);
-    const b = await storeIsolating(client, batch, mid, to, target, true);
+    const a = await storeIsolating(client, batch, from, mid, target, mode, true);
+    const b = await storeIsolating(client, batch, mid, to, target, mode, true);
     return {
       stored: {
         created: a.stored.created + b.stored.created,
@@ -387,6 +396,9 @@ async function readAndStore(
 
   // One chunk's transaction: the rows, then the checkpoint, committed together.
   const known = new KnownEntities();
+  // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
+  // first push already held switches the import to merging with conflict handling.
+  const mode = { expectNew: checkpoint.counts.kept === 0 && target.gapId === null };
   const store = async (
     batch: StageBatch,
     upTo: number,
@@ -396,7 +408,10 @@ async function readAndStore(
     await client.query('BEGIN');
     let refused: Set<number>;
     try {
-      const outcome = await storeIsolating(client, batch, 0, batch.length, target, false);
+      // Asynchronous commit: the chunk and its checkpoint commit together, so a database
+      // crash that loses the last commits loses both, and the import re-reads those lines.
+      await client.query('SET LOCAL synchronous_commit = off');
+      const outcome = await storeIsolating(client, batch, 0, batch.length, target, mode, false);
       refused = new Set(outcome.refused.map((r) => r.index));
       for (const { index, reason } of outcome.refused) {
         counts.malformed++;
