@@ -10,10 +10,10 @@ import { localFileSource } from '../src/backfill/archive.ts';
 import { classifyLine, mapArchivePush } from '../src/backfill/events.ts';
 import { importFile } from '../src/backfill/import.ts';
 import { lineBatches } from '../src/backfill/lines.ts';
-import { copyChunks, copyFrom } from '../src/db/copy.ts';
 import type { PushRow } from '../src/ingestion/mapping.ts';
 import { createLogger } from '../src/log.ts';
 import { generateHourFile } from './lib/archive-gen.ts';
+import { copyCeiling, pushCopyRow } from './lib/ceiling.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
@@ -104,49 +104,6 @@ async function pushRowsOf(file: string): Promise<PushRow[]> {
   return rows;
 }
 
-function copyRow(p: PushRow): unknown[] {
-  return [
-    p.id,
-    p.actor.id,
-    p.repository.id,
-    p.pushId,
-    p.ref,
-    p.head,
-    p.before,
-    p.createdAt,
-    JSON.stringify(p.payload),
-    p.size,
-    p.distinctSize,
-    'archive',
-    null,
-    null,
-  ];
-}
-
-async function copyCeiling(database: BenchDatabase, chunks: Buffer[], rows: number) {
-  await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
-  await sql`CREATE TABLE bench_copy_push_events (LIKE push_events INCLUDING ALL)`.execute(
-    database.db,
-  );
-  await sql`CHECKPOINT`.execute(database.db);
-  const client = await database.pool.connect();
-  try {
-    const t0 = performance.now();
-    const copied = await copyFrom(
-      client,
-      `COPY bench_copy_push_events (id, actor_id, repository_id, push_id, ref, head, before,
-         created_at, payload, size, distinct_size, origin, source_id, run_id) FROM STDIN`,
-      chunks,
-    );
-    const seconds = secondsSince(t0);
-    if (copied !== rows) throw new Error(`COPY wrote ${copied} of ${rows} rows`);
-    return rows / seconds;
-  } finally {
-    client.release();
-    await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
-  }
-}
-
 async function emptyTables(database: BenchDatabase) {
   await sql`TRUNCATE push_events, actors, repositories, backfill_files`.execute(database.db);
   await sql`CHECKPOINT`.execute(database.db);
@@ -164,7 +121,7 @@ export async function benchBackfill(
       events: EVENTS,
     });
     const rows = await pushRowsOf(generated.file);
-    const chunks = copyChunks(rows.map(copyRow));
+    const copyRows = rows.map((p) => pushCopyRow(p, 'archive'));
     const deps = {
       pool: database.pool,
       logger: createLogger('silent'),
@@ -175,7 +132,7 @@ export async function benchBackfill(
     let last: Awaited<ReturnType<typeof importFile>> | null = null;
     for (let round = 0; round < ROUNDS; round++) {
       await emptyTables(database);
-      copyRates.push(await copyCeiling(database, chunks, rows.length));
+      copyRates.push(await copyCeiling(database, copyRows));
       await emptyTables(database);
       const t0 = performance.now();
       last = await importFile(deps, localFileSource(generated.file), {

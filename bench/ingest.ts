@@ -1,13 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import { copyChunks, copyFrom } from '../src/db/copy.ts';
 import { createDb } from '../src/db/pool.ts';
-import { mapEventsPage, type PushRow } from '../src/ingestion/mapping.ts';
+import { mapEventsPage } from '../src/ingestion/mapping.ts';
 import { pollDueSources } from '../src/ingestion/runner.ts';
 import { addSource } from '../src/ingestion/sources.ts';
 import { storePushes } from '../src/ingestion/store.ts';
 import { startFakeGitHub } from '../test/support/fake-github.ts';
 import { type GitHubEvent, pushEvent } from '../test/support/github-factories.ts';
+import { copyCeiling, pushCopyRow } from './lib/ceiling.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import { benchConfig, benchDeps } from './lib/github.ts';
 import { recordingPool, type SentStatement } from './lib/pg-recorder.ts';
@@ -87,25 +87,6 @@ async function probeLatency(database: BenchDatabase): Promise<{ rtt: number; com
   }
 }
 
-function copyRow(p: PushRow, sourceId: number): unknown[] {
-  return [
-    p.id,
-    p.actor.id,
-    p.repository.id,
-    p.pushId,
-    p.ref,
-    p.head,
-    p.before,
-    p.createdAt,
-    JSON.stringify(p.payload),
-    p.size,
-    p.distinctSize,
-    'poll',
-    sourceId,
-    1,
-  ];
-}
-
 async function storeOnly(
   database: BenchDatabase,
   feeds: { target: string }[],
@@ -130,31 +111,6 @@ async function storeOnly(
   const perSecond = (pages.length * 100) / secondsSince(t0);
   await sql`TRUNCATE push_events, actors, repositories`.execute(database.db);
   return perSecond;
-}
-
-async function copyCeiling(database: BenchDatabase, rows: unknown[][]): Promise<number> {
-  await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
-  // Same columns, keys and indexes as push_events (LIKE copies no foreign keys).
-  await sql`CREATE TABLE bench_copy_push_events (LIKE push_events INCLUDING ALL)`.execute(
-    database.db,
-  );
-  const chunks = copyChunks(rows);
-  const client = await database.pool.connect();
-  try {
-    const t0 = performance.now();
-    const copied = await copyFrom(
-      client,
-      `COPY bench_copy_push_events (id, actor_id, repository_id, push_id, ref, head, before,
-         created_at, payload, size, distinct_size, origin, source_id, run_id) FROM STDIN`,
-      chunks,
-    );
-    const seconds = secondsSince(t0);
-    if (copied !== rows.length) throw new Error(`COPY wrote ${copied} of ${rows.length} rows`);
-    return rows.length / seconds;
-  } finally {
-    client.release();
-    await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
-  }
 }
 
 export async function benchIngest(database: BenchDatabase, results: ResultLog): Promise<string[]> {
@@ -230,7 +186,7 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
 
     // The ceiling: the same rows (as the poll path maps them) through COPY.
     const rows = feeds.flatMap((f, i) =>
-      mapEventsPage(f.events, f.target).pushes.map((p) => copyRow(p, i + 1)),
+      mapEventsPage(f.events, f.target).pushes.map((p) => pushCopyRow(p, 'poll', i + 1, 1)),
     );
     const copyPerSecond = await copyCeiling(database, rows);
     const ratio = eventsPerSecond / copyPerSecond;

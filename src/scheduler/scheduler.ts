@@ -68,31 +68,22 @@ export class Scheduler {
         'tick could not be enqueued; the next one will try again',
       );
     const tick = tickSchedule(this.#tickSeconds);
+    const everyTick = (name: string, fire: () => Promise<unknown>) =>
+      new Cron(
+        tick.pattern,
+        {
+          name,
+          protect: true,
+          catch: onError,
+          ...(tick.interval ? { interval: tick.interval } : {}),
+        },
+        async () => {
+          await fire();
+        },
+      );
     this.#crons = [
-      new Cron(
-        tick.pattern,
-        {
-          name: 'tick',
-          protect: true,
-          catch: onError,
-          ...(tick.interval ? { interval: tick.interval } : {}),
-        },
-        async () => {
-          await this.tick();
-        },
-      ),
-      new Cron(
-        tick.pattern,
-        {
-          name: 'backfill',
-          protect: true,
-          catch: onError,
-          ...(tick.interval ? { interval: tick.interval } : {}),
-        },
-        async () => {
-          await this.backfillTick();
-        },
-      ),
+      everyTick('tick', () => this.tick()),
+      everyTick('backfill', () => this.backfillTick()),
       // Minute 7 rather than 0: away from everyone else's top-of-the-hour jobs.
       new Cron('0 7 * * * *', { name: 'maintenance', protect: true, catch: onError }, async () => {
         await this.maintenanceTick();
@@ -100,7 +91,7 @@ export class Scheduler {
     ];
     this.#log.info(
       { event: 'scheduler.started', tick_seconds: this.#tickSeconds, pattern: tick.pattern },
-      `scheduler started: poll-sources and reconcile every ${this.#tickSeconds}s, maintenance hourly`,
+      `scheduler started: poll-sources, reconcile and backfill every ${this.#tickSeconds}s, maintenance hourly`,
     );
   }
 
