@@ -1,5 +1,7 @@
+import { CompiledQuery } from 'kysely';
 import type pg from 'pg';
 import { copyFrom } from '../db/copy.ts';
+import type { Db } from '../db/pool.ts';
 import type { PushOrigin } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import type { PushRow } from './mapping.ts';
@@ -73,6 +75,7 @@ export async function clearStage(client: pg.ClientBase): Promise<void> {
 }
 
 function entityUpsert(
+  src: string,
   table: 'actors' | 'repositories',
   idColumn: string,
   nameColumn: string,
@@ -84,7 +87,7 @@ function entityUpsert(
   // even probed. Renaming ignores the marks: a known entity may still need its new name.
   const isNew = table === 'actors' ? 'actor_new' : 'repository_new';
   const pick = `
-    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${stagedName} FROM ${STAGE_TABLE}
+    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${stagedName} FROM ${src}
     ${renames ? '' : `WHERE ${isNew}`}
     ORDER BY ${idColumn}, created_at DESC`;
   if (!renames) {
@@ -106,13 +109,33 @@ function entityUpsert(
  * `ON CONFLICT` (speculative insertion costs ~30% of the insert) and there is nothing to
  * fill in: a push already held makes the statement fail, and the caller merges again.
  */
-function mergeStatement(renames: boolean, expectNew = false): string {
+/**
+ * Where the merge reads its rows: the staging table (after a COPY), or — for a page of a
+ * hundred, where a temporary table and a COPY cost more than they save — the statement's
+ * own parameter arrays, in the stage's column order ($4 …). Ids travel as decimal text and
+ * are cast in Postgres, so every digit arrives.
+ */
+type MergeSource = 'stage' | 'values';
+
+const VALUES_CTE = `v AS MATERIALIZED (
+      SELECT id::bigint AS id, actor_id, actor_login, true AS actor_new, repository_id,
+        repo_name, true AS repository_new, push_id, ref, head, before, created_at, payload,
+        size, distinct_size
+      FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
+        $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::text[], $15::int[],
+        $16::int[])
+        AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
+          created_at, payload, size, distinct_size)
+    ),`;
+
+function mergeStatement(renames: boolean, expectNew = false, from: MergeSource = 'stage'): string {
+  const src = from === 'stage' ? STAGE_TABLE : 'v';
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id)
       SELECT id, actor_id, repository_id, push_id, ref, head, before, created_at,
         payload::jsonb, size, distinct_size, $1::text, $2::bigint, $3::bigint
-      FROM ${STAGE_TABLE}
+      FROM ${src}
       ORDER BY repository_id, ref, before, head`;
   const pushes = expectNew
     ? `p AS (${insert}
@@ -123,7 +146,7 @@ function mergeStatement(renames: boolean, expectNew = false): string {
       RETURNING repository_id, ref, before, head
     ), f AS (
       UPDATE push_events t SET id = s.id
-      FROM ${STAGE_TABLE} s
+      FROM ${src} s
       WHERE s.id IS NOT NULL AND t.id IS NULL
         AND (t.repository_id, t.ref, t.before, t.head) = (s.repository_id, s.ref, s.before, s.head)
         AND NOT EXISTS (
@@ -133,8 +156,9 @@ function mergeStatement(renames: boolean, expectNew = false): string {
       RETURNING 1
     )`;
   return `
-    WITH a AS (${entityUpsert('actors', 'actor_id', 'login', 'actor_login', renames)}),
-    r AS (${entityUpsert('repositories', 'repository_id', 'full_name', 'repo_name', renames)}),
+    WITH ${from === 'values' ? VALUES_CTE : ''}
+    a AS (${entityUpsert(src, 'actors', 'actor_id', 'login', 'actor_login', renames)}),
+    r AS (${entityUpsert(src, 'repositories', 'repository_id', 'full_name', 'repo_name', renames)}),
     ${pushes}
     SELECT (SELECT count(*) FILTER (WHERE inserted) FROM a) AS actors,
            (SELECT count(*) FILTER (WHERE inserted) FROM r) AS repositories,
@@ -145,6 +169,7 @@ function mergeStatement(renames: boolean, expectNew = false): string {
 const MERGE_RENAMING = mergeStatement(true);
 const MERGE_INSERT_ONLY = mergeStatement(false);
 const MERGE_INSERT_ONLY_NEW = mergeStatement(false, true);
+const MERGE_VALUES_RENAMING = mergeStatement(true, false, 'values');
 
 /** `expectNew` was wrong: a push of the batch is held already. Merge the batch again without it. */
 export class PushesAlreadyHeld extends AppError {
@@ -202,6 +227,53 @@ export async function bulkStoreStaged(
       }
       throw err;
     });
+  const row = r.rows[0]!;
+  return {
+    created: Number(row.created),
+    newActors: Number(row.actors),
+    newRepositories: Number(row.repositories),
+    idsFilledIn: Number(row.filled),
+  };
+}
+
+/**
+ * The bulk merge for a page (a poll page, a webhook's push): one statement, the rows as
+ * parameter arrays — no temporary table, no COPY, no transaction of its own needed (a
+ * single statement is atomic; inside a caller's transaction it joins it). Same keys,
+ * lock order and merge rule as bulkStorePushes and storePushes.
+ */
+export async function bulkStorePage(
+  db: Db,
+  pushes: readonly PushRow[],
+  opts: BulkStoreOptions,
+): Promise<BulkStoreResult> {
+  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
+  const r = await db.executeQuery<{
+    actors: string;
+    repositories: string;
+    created: string;
+    filled: string;
+  }>(
+    CompiledQuery.raw(MERGE_VALUES_RENAMING, [
+      opts.origin,
+      opts.sourceId ?? null,
+      opts.runId ?? null,
+      col((p) => p.id),
+      col((p) => p.actor.id),
+      col((p) => p.actor.login),
+      col((p) => p.repository.id),
+      col((p) => p.repository.fullName),
+      col((p) => p.pushId),
+      col((p) => p.ref),
+      col((p) => p.head),
+      col((p) => p.before),
+      col((p) => p.createdAt),
+      col((p) => JSON.stringify(p.payload)),
+      col((p) => p.size),
+      col((p) => p.distinctSize),
+    ]),
+  );
   const row = r.rows[0]!;
   return {
     created: Number(row.created),
