@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import { createDb } from '../src/db/pool.ts';
+import { bulkStorePage } from '../src/ingestion/bulk-store.ts';
 import { mapEventsPage } from '../src/ingestion/mapping.ts';
 import { pollDueSources } from '../src/ingestion/runner.ts';
 import { addSource } from '../src/ingestion/sources.ts';
@@ -91,6 +92,7 @@ async function storeOnly(
   database: BenchDatabase,
   feeds: { target: string }[],
   fake: { feed(key: string): GitHubEvent[] },
+  path: 'storePushes' | 'bulk' = 'storePushes',
 ): Promise<number> {
   const pages = feeds.flatMap((f, i) => {
     const events = fake.feed(`repo:${f.target}`); // newest first, as served
@@ -102,6 +104,11 @@ async function storeOnly(
   const t0 = performance.now();
   for (const page of pages) {
     const mapped = mapEventsPage(page.events, 'bench');
+    if (path === 'bulk') {
+      // One statement, atomic on its own (ADR 0040).
+      await bulkStorePage(database.db, mapped.pushes, { origin: 'poll', sourceId: page.sourceId });
+      continue;
+    }
     await database.db
       .transaction()
       .execute((trx) =>
@@ -162,6 +169,7 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
     // The data path alone: each page mapped and stored in its own transaction, as the
     // poll path stores it, without HTTP, the gate, the ledger or run bookkeeping.
     const storeAlone = await storeOnly(database, feeds, fake);
+    const bulkAlone = await storeOnly(database, feeds, fake, 'bulk');
     recording = true;
 
     const t0 = performance.now();
@@ -248,6 +256,13 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
       metric: 'store alone / COPY ratio',
       value: storeAlone / copyPerSecond,
       unit: '×',
+    });
+    results.record({
+      bench: 'ingest',
+      metric: 'bulk page store alone (map + bulkStorePage) / COPY',
+      value: bulkAlone / copyPerSecond,
+      unit: '×',
+      detail: { eventsPerSecond: bulkAlone, msPerPage: 100_000 / bulkAlone },
     });
     results.record({
       bench: 'ingest',

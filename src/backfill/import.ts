@@ -8,6 +8,7 @@ import {
   bulkStoreStaged,
   clearStage,
   dropStage,
+  insertStagedEntities,
   PushesAlreadyHeld,
   prepareStage,
 } from '../ingestion/bulk-store.ts';
@@ -167,7 +168,12 @@ async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      { origin: 'archive', sourceId: target.sourceId, expectNew: mode.expectNew },
+      {
+        origin: 'archive',
+        sourceId: target.sourceId,
+        expectNew: mode.expectNew,
+        entitiesStored: true,
+      },
       from,
       to,
     );
@@ -354,6 +360,9 @@ async function readAndStore(
   );
 
   await prepareStage(client);
+  // A second session for the chunks' actors and repositories (see flush).
+  const entityClient = await deps.pool.connect();
+  let entityBroken: Error | undefined;
   const chunkRows = opts.chunkRows ?? CHUNK_ROWS;
   const inScope = target.inScope;
   const window = target.window;
@@ -399,20 +408,21 @@ async function readAndStore(
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
   // first push already held switches the import to merging with conflict handling.
   const mode = { expectNew: checkpoint.counts.kept === 0 && target.gapId === null };
+  // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
+  // inserted just before, on the second connection (ADR 0040).
   const store = async (
     batch: StageBatch,
     upTo: number,
     counts: CheckpointCounts,
     last: boolean,
+    entities: { newActors: number; newRepositories: number },
   ) => {
     await client.query('BEGIN');
-    let refused: Set<number>;
     try {
       // Asynchronous commit: the chunk and its checkpoint commit together, so a database
       // crash that loses the last commits loses both, and the import re-reads those lines.
       await client.query('SET LOCAL synchronous_commit = off');
       const outcome = await storeIsolating(client, batch, 0, batch.length, target, mode, false);
-      refused = new Set(outcome.refused.map((r) => r.index));
       for (const { index, reason } of outcome.refused) {
         counts.malformed++;
         counts.kept--;
@@ -427,19 +437,14 @@ async function readAndStore(
       counts.created += outcome.stored.created;
       await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
       await client.query('COMMIT');
-      result.newActors += outcome.stored.newActors;
-      result.newRepositories += outcome.stored.newRepositories;
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
       storeError = err;
       throw err;
     }
-    let from = 0;
-    for (const i of [...refused].sort((a, b) => a - b)) {
-      known.remember(batch, from, i);
-      from = i + 1;
-    }
-    known.remember(batch, from);
+    result.newActors += entities.newActors;
+    result.newRepositories += entities.newRepositories;
+    known.remember(batch);
     result.lines = upTo - checkpoint.linesDone;
     result.counts = addCounts(result.counts, counts);
     committed = addCounts(committed, counts);
@@ -449,15 +454,25 @@ async function readAndStore(
     spare = batch;
   };
 
-  // At most one store in flight: the next chunk is parsed meanwhile.
+  // A chunk's entities go in on the second connection while the chunk before it is still
+  // being merged; its pushes follow once both are done. At most one push merge in flight,
+  // and the next chunk is parsed meanwhile. No transaction of ours ever waits for another
+  // of ours while holding locks: the entity statement commits on its own, and a merge is
+  // only started after the entity statement it needs has finished.
   const flush = async (last: boolean) => {
     const batch = pending;
     const counts = delta;
     delta = { ...ZERO_COUNTS };
+    const entities = insertStagedEntities(entityClient, batch).catch((err: unknown) => {
+      storeError = err;
+      entityBroken = err as Error;
+      throw err;
+    });
+    entities.catch(() => {});
     if (inFlight) await inFlight;
     pending = spare ?? new StageBatch(chunkBytes);
     spare = null;
-    inFlight = store(batch, lineNo, counts, last);
+    inFlight = entities.then((e) => store(batch, lineNo, counts, last, e));
     inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
   };
 
@@ -522,6 +537,7 @@ async function readAndStore(
     return fail(err, opts.signal?.aborted ? 'interrupted' : 'failed');
   } finally {
     await dropStage(client).catch(() => {});
+    entityClient.release(entityBroken);
   }
   log.info(
     {

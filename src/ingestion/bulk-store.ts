@@ -44,6 +44,8 @@ export interface BulkStoreOptions {
    * (inside a transaction that must then be rolled back to before the call).
    */
   expectNew?: boolean;
+  /** Archive only: insertStagedEntities already ran for this batch; merge the pushes alone. */
+  entitiesStored?: boolean;
 }
 
 export interface BulkStoreResult extends StoreResult {
@@ -128,7 +130,12 @@ const VALUES_CTE = `v AS MATERIALIZED (
           created_at, payload, size, distinct_size)
     ),`;
 
-function mergeStatement(renames: boolean, expectNew = false, from: MergeSource = 'stage'): string {
+function mergeStatement(
+  renames: boolean,
+  expectNew = false,
+  from: MergeSource = 'stage',
+  entities = true,
+): string {
   const src = from === 'stage' ? STAGE_TABLE : 'v';
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
@@ -155,13 +162,16 @@ function mergeStatement(renames: boolean, expectNew = false, from: MergeSource =
         AND NOT EXISTS (SELECT 1 FROM push_events q WHERE q.id = s.id)
       RETURNING 1
     )`;
+  const upserts = entities
+    ? `a AS (${entityUpsert(src, 'actors', 'actor_id', 'login', 'actor_login', renames)}),
+    r AS (${entityUpsert(src, 'repositories', 'repository_id', 'full_name', 'repo_name', renames)}),`
+    : '';
   return `
     WITH ${from === 'values' ? VALUES_CTE : ''}
-    a AS (${entityUpsert(src, 'actors', 'actor_id', 'login', 'actor_login', renames)}),
-    r AS (${entityUpsert(src, 'repositories', 'repository_id', 'full_name', 'repo_name', renames)}),
+    ${upserts}
     ${pushes}
-    SELECT (SELECT count(*) FILTER (WHERE inserted) FROM a) AS actors,
-           (SELECT count(*) FILTER (WHERE inserted) FROM r) AS repositories,
+    SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
+           ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
            (SELECT count(*) FROM p) AS created,
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled`;
 }
@@ -170,6 +180,51 @@ const MERGE_RENAMING = mergeStatement(true);
 const MERGE_INSERT_ONLY = mergeStatement(false);
 const MERGE_INSERT_ONLY_NEW = mergeStatement(false, true);
 const MERGE_VALUES_RENAMING = mergeStatement(true, false, 'values');
+const MERGE_PUSHES_ONLY = mergeStatement(false, false, 'stage', false);
+const MERGE_PUSHES_ONLY_NEW = mergeStatement(false, true, 'stage', false);
+
+/**
+ * The archive's entity inserts on their own (insert-only, never renaming): the batch's
+ * entities not known to exist, each once with its newest name, in id order. A statement
+ * of its own, so the archive import can run it on a second connection while the previous
+ * chunk's pushes are merged (src/backfill/import.ts): the two touch different tables, and
+ * each takes its row locks in the same order as every other writer.
+ */
+const INSERT_ENTITIES = `
+  WITH a AS (
+    INSERT INTO actors (id, login)
+    SELECT * FROM unnest($1::bigint[], $2::text[]) AS v (id, login) ORDER BY id
+    ON CONFLICT (id) DO NOTHING RETURNING 1
+  ), r AS (
+    INSERT INTO repositories (id, full_name)
+    SELECT * FROM unnest($3::bigint[], $4::text[]) AS v (id, full_name) ORDER BY id
+    ON CONFLICT (id) DO NOTHING RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM a) AS actors, (SELECT count(*) FROM r) AS repositories`;
+
+function sortedEntries(m: Map<number, [string, number]>): [number[], string[]] {
+  const ids = [...m.keys()].sort((x, y) => x - y);
+  return [ids, ids.map((id) => m.get(id)![0])];
+}
+
+/** Inserts the batch's actors and repositories not known to exist (archive rule: never renames). */
+export async function insertStagedEntities(
+  client: pg.ClientBase,
+  batch: StageBatch,
+): Promise<{ newActors: number; newRepositories: number }> {
+  if (batch.newActors.size === 0 && batch.newRepositories.size === 0) {
+    return { newActors: 0, newRepositories: 0 };
+  }
+  const [actorIds, logins] = sortedEntries(batch.newActors);
+  const [repoIds, names] = sortedEntries(batch.newRepositories);
+  const r = await client.query<{ actors: string; repositories: string }>(INSERT_ENTITIES, [
+    actorIds,
+    logins,
+    repoIds,
+    names,
+  ]);
+  return { newActors: Number(r.rows[0]!.actors), newRepositories: Number(r.rows[0]!.repositories) };
+}
 
 /** `expectNew` was wrong: a push of the batch is held already. Merge the batch again without it. */
 export class PushesAlreadyHeld extends AppError {
@@ -208,9 +263,13 @@ export async function bulkStoreStaged(
   const statement =
     opts.origin !== 'archive'
       ? MERGE_RENAMING
-      : opts.expectNew
-        ? MERGE_INSERT_ONLY_NEW
-        : MERGE_INSERT_ONLY;
+      : opts.entitiesStored
+        ? opts.expectNew
+          ? MERGE_PUSHES_ONLY_NEW
+          : MERGE_PUSHES_ONLY
+        : opts.expectNew
+          ? MERGE_INSERT_ONLY_NEW
+          : MERGE_INSERT_ONLY;
   const r = await client
     .query<{ actors: string; repositories: string; created: string; filled: string }>(statement, [
       opts.origin,
@@ -219,7 +278,7 @@ export async function bulkStoreStaged(
     ])
     .catch((err: { code?: string; constraint?: string }) => {
       if (
-        statement === MERGE_INSERT_ONLY_NEW &&
+        (statement === MERGE_INSERT_ONLY_NEW || statement === MERGE_PUSHES_ONLY_NEW) &&
         err.code === '23505' &&
         PUSH_KEYS.has(err.constraint ?? '')
       ) {

@@ -44,6 +44,9 @@ export class StageBatch {
   readonly ids: (string | null)[] = [];
   readonly actorIds: number[] = [];
   readonly repositoryIds: number[] = [];
+  /** Entities not known to exist, each once with its newest name in the batch: id → [name, at]. */
+  readonly newActors = new Map<number, [string, number]>();
+  readonly newRepositories = new Map<number, [string, number]>();
 
   constructor(capacityBytes = 1 << 20) {
     this.#buf = Buffer.allocUnsafe(capacityBytes);
@@ -73,6 +76,10 @@ export class StageBatch {
     this.ids.push(p.id);
     this.actorIds.push(p.actor.id);
     this.repositoryIds.push(p.repository.id);
+    const at = p.createdAt.getTime();
+    if (newActor === 't') newest(this.newActors, p.actor.id, p.actor.login, at);
+    if (newRepository === 't')
+      newest(this.newRepositories, p.repository.id, p.repository.fullName, at);
   }
 
   /** The COPY data of rows [from, to). */
@@ -88,5 +95,12 @@ export class StageBatch {
     this.ids.length = 0;
     this.actorIds.length = 0;
     this.repositoryIds.length = 0;
+    this.newActors.clear();
+    this.newRepositories.clear();
   }
+}
+
+function newest(m: Map<number, [string, number]>, id: number, name: string, at: number): void {
+  const held = m.get(id);
+  if (!held || held[1] <= at) m.set(id, [name, at]);
 }
