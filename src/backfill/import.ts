@@ -462,6 +462,9 @@ async function readAndStore(
   const flush = async (last: boolean) => {
     const batch = pending;
     const counts = delta;
+    // The batch holds every line up to here and none after: its checkpoint. (Read now: by
+    // the time the merge runs, the parser is well into the next chunk.)
+    const upTo = lineNo;
     delta = { ...ZERO_COUNTS };
     const entities = insertStagedEntities(entityClient, batch).catch((err: unknown) => {
       storeError = err;
@@ -472,7 +475,7 @@ async function readAndStore(
     if (inFlight) await inFlight;
     pending = spare ?? new StageBatch(chunkBytes);
     spare = null;
-    inFlight = entities.then((e) => store(batch, lineNo, counts, last, e));
+    inFlight = entities.then((e) => store(batch, upTo, counts, last, e));
     inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
   };
 
