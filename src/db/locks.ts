@@ -16,6 +16,11 @@ export const LockSpace = {
   gate: 7303,
   /** Budget reservation: transaction-scoped, serializes count + insert per credential. */
   budget: 7304,
+  /**
+   * A pg-boss job being run (objid = int4Key(job id)), held by its worker's liveness session
+   * for as long as the handler runs: an active job whose lock nobody holds has no worker.
+   */
+  job: 7305,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */

@@ -186,8 +186,11 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
     const dispatched = report.classes.filter((c) => c.action === 'dispatched');
     return {
       outcome:
-        dispatched.length > 0 || report.interruptedRuns.length > 0 ? 'repaired' : 'nothing_to_do',
+        dispatched.length > 0 || report.interruptedRuns.length > 0 || report.orphanedJobs.length > 0
+          ? 'repaired'
+          : 'nothing_to_do',
       dispatched: dispatched.map((c) => c.class),
+      orphaned_jobs: report.orphanedJobs.map((j) => `${j.queue}:${j.id}`),
       interrupted_runs: report.interruptedRuns.map((r) => r.runId),
       settled_reservations: report.settledReservations,
     };
@@ -211,15 +214,35 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
   });
 }
 
-/** Registers the five handlers on a started boss: one job at a time per queue and process. */
+/** Marks jobs as running in this process for as long as their handler runs (liveness.ts). */
+export interface JobMarker {
+  hold(jobId: string): Promise<void>;
+  release(jobId: string): Promise<void>;
+}
+
+/**
+ * Registers the five handlers on a started boss: one job at a time per queue and process.
+ * Each job is marked as running here (its liveness lock) before its handler starts and
+ * until it ends, so the orphan sweep can tell a live job from a dead worker's.
+ */
 export async function registerHandlers(
   boss: PgBoss,
   ctx: JobContext,
-  { pollingIntervalSeconds = 2 }: { pollingIntervalSeconds?: number } = {},
+  {
+    pollingIntervalSeconds = 2,
+    liveness,
+  }: { pollingIntervalSeconds?: number; liveness?: JobMarker } = {},
 ): Promise<void> {
   const options = { batchSize: 1, pollingIntervalSeconds };
   const each = (fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
-    for (const job of jobs) await fn(job);
+    for (const job of jobs) {
+      await liveness?.hold(job.id);
+      try {
+        await fn(job);
+      } finally {
+        await liveness?.release(job.id);
+      }
+    }
   };
   const handlers: [string, (job: JobLike) => Promise<unknown>][] = [
     [QUEUES.pollSources, (job) => handlePollSources(ctx, job)],
