@@ -57,6 +57,9 @@ export function formatReport(report: ReconcileReport, due: Record<string, number
       case 'nothing_due':
         lines.push(`${head} → nothing to do`);
         break;
+      case 'budget_wait':
+        lines.push(`${head} → the enrichment budget is spent or blocked; nothing sent`);
+        break;
     }
   }
   return lines;

@@ -198,8 +198,14 @@ export interface GithubRateLimitsTable {
   remaining: number;
   reset_at: Timestamp;
   blocked_until: NullableTimestamp;
+  /** Why blocked_until is set: a 403/429 from GitHub, or a 401 (the auth ladder). */
+  block_reason: BlockReason | null;
+  /** 401s in a row; the first answer that is not a 401 resets it. */
+  auth_failures: Generated<number>;
   observed_at: Generated<Timestamp>;
 }
+
+export type BlockReason = 'rate_limit' | 'auth';
 
 /** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
 export interface WebhookDeliveriesTable {

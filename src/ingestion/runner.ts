@@ -4,7 +4,15 @@ import type { EventSource, GithubMode } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
 import { GitHubRequestFailed } from '../github/errors.ts';
+import type { Reservation } from '../github/types.ts';
 import type { Logger } from '../log.ts';
+import {
+  type Deferral,
+  deferralOf,
+  deferSources,
+  describeDeferral,
+  logDeferral,
+} from './deferral.ts';
 import { classifyFailure } from './failures.ts';
 import { heldBefore, mergeRecentIds } from './horizon.ts';
 import { mapEventsPage } from './mapping.ts';
@@ -23,7 +31,7 @@ export const PER_PAGE = 100;
 /** GitHub serves at most 300 events per feed: three pages of 100; a fourth is a 422. */
 export const MAX_PAGES = 3;
 
-export type RunOutcome = 'completed' | 'not_modified' | 'failed' | 'busy' | 'skipped';
+export type RunOutcome = 'completed' | 'not_modified' | 'failed' | 'busy' | 'skipped' | 'deferred';
 
 export interface RunSummary {
   /** null when no run row was opened (busy, skipped). */
@@ -43,8 +51,10 @@ export interface RunSummary {
   newPending: { actor: number; repository: number };
   nextPollAt: Date | null;
   error: { code: string; message: string } | null;
-  /** For 'skipped': why (disabled, other mode, not due yet). */
+  /** For 'skipped': why (disabled, other mode, not due yet); for 'deferred': what the budget said. */
   reason?: string;
+  /** For 'deferred': the budget refused page 1 before any request (no run row; see deferral.ts). */
+  deferral?: Deferral;
 }
 
 /** Called after the run is finalized and the source lock released (never inside a transaction). */
@@ -55,6 +65,8 @@ export interface PollOptions {
   force?: boolean;
   jobId?: string | null;
   afterRun?: AfterRun;
+  /** pollDueSources logs one line for every source a refusal put off, not one per source. */
+  logDeferral?: boolean;
 }
 
 export type IngestionDeps = Pick<
@@ -128,16 +140,29 @@ export async function pollDueSources(
   const { sourceId, ...pollOpts } = opts;
   // One named source (bin/ingest --source): polled or reported skipped; NotFound if unknown.
   if (sourceId !== undefined) return [await pollSource(deps, sourceId, pollOpts)];
-  const now = (deps.clock ?? systemClock).now();
+  const clock = deps.clock ?? systemClock;
+  const now = clock.now();
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
   const summaries: RunSummary[] = new Array(due.length);
   let next = 0;
   let failure: { err: unknown } | null = null;
+  // Once the budget refuses one source, it refuses them all (one credential, one poll
+  // allowance): the rest are put off together, without asking it again for each.
+  let deferral: Deferral | null = null;
+  const putOff: number[] = [];
   const worker = async () => {
     while (failure === null && next < due.length) {
       const i = next++;
+      if (deferral) {
+        putOff.push(i);
+        continue;
+      }
       try {
-        summaries[i] = await pollSource(deps, Number(due[i]!.id), pollOpts);
+        summaries[i] = await pollSource(deps, Number(due[i]!.id), {
+          ...pollOpts,
+          logDeferral: false,
+        });
+        deferral ??= summaries[i]!.deferral ?? null;
       } catch (err) {
         failure ??= { err };
       }
@@ -146,7 +171,41 @@ export async function pollDueSources(
   const workers = Math.min(due.length, pollConcurrency(deps.pool.options?.max));
   await Promise.all(Array.from({ length: workers }, worker));
   if (failure) throw (failure as { err: unknown }).err;
+  if (deferral) {
+    const d: Deferral = deferral;
+    const rows = await deferSources(
+      deps.db,
+      putOff.map((i) => Number(due[i]!.id)),
+      d,
+      clock.now(),
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    for (const i of putOff) {
+      const row = byId.get(due[i]!.id);
+      // Not updated: another process polled it meanwhile and it is not due any more.
+      summaries[i] = row
+        ? deferredSummary(row, d)
+        : {
+            ...emptySummary(await getSource(deps.db, Number(due[i]!.id)), 'skipped'),
+            reason: 'polled elsewhere meanwhile',
+          };
+    }
+    const deferred = summaries.filter((s) => s.outcome === 'deferred');
+    logDeferral(opts.jobId ? deps.logger.child({ job_id: opts.jobId }) : deps.logger, d, deferred);
+  }
   return summaries;
+}
+
+function deferredSummary(source: EventSource, d: Deferral): RunSummary {
+  return {
+    ...emptySummary(source, 'deferred'),
+    nextPollAt: d.retryAt,
+    reason: describeDeferral(d),
+    deferral: d,
+    error: d.authError
+      ? { code: 'GITHUB_AUTH_FAILED', message: d.authError.replace(/^GITHUB_AUTH_FAILED: /, '') }
+      : null,
+  };
 }
 
 /**
@@ -238,18 +297,39 @@ async function runLocked(
     return { ...emptySummary(source, 'skipped'), reason };
   }
 
+  // Page 1's request is reserved before the run is opened: a budget that says no costs
+  // no run row, no failure and no warning — the source waits until the budget frees.
+  const decision = await deps.github.tryReserve('poll', {
+    path: pagePath(source, 1),
+    jobId: opts.jobId ?? null,
+  });
+  if (!decision.ok) {
+    const d = deferralOf(decision, deps.github.credential);
+    const [row] = await deferSources(deps.db, [sourceId], d, clock.now());
+    const summary = deferredSummary(row ?? source, d);
+    if (opts.logDeferral !== false) logDeferral(log, d, [summary]);
+    return summary;
+  }
+  const firstPage = decision.reservation;
+
   const startedAt = clock.now();
-  const run = await deps.db
-    .insertInto('ingestion_runs')
-    .values({
-      source_id: sourceId,
-      status: 'running',
-      started_at: startedAt,
-      job_id: opts.jobId ?? null,
-      worker: deps.workerId,
-    })
-    .returning('id')
-    .executeTakeFirstOrThrow();
+  let run: { id: string };
+  try {
+    run = await deps.db
+      .insertInto('ingestion_runs')
+      .values({
+        source_id: sourceId,
+        status: 'running',
+        started_at: startedAt,
+        job_id: opts.jobId ?? null,
+        worker: deps.workerId,
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+  } catch (err) {
+    await deps.github.release(firstPage).catch(() => {});
+    throw err;
+  }
   const state: RunState = {
     runId: Number(run.id),
     startedAt,
@@ -273,7 +353,7 @@ async function runLocked(
   );
 
   try {
-    await fetchPages(deps, source, state, opts);
+    await fetchPages(deps, source, state, opts, firstPage);
     return await finalizeSuccess(deps, source, state, log, ids);
   } catch (err) {
     return finalizeFailure(deps, source, state, err, log, ids);
@@ -294,6 +374,7 @@ async function fetchPages(
   source: EventSource,
   state: RunState,
   opts: PollOptions,
+  firstPage: Reservation,
 ): Promise<void> {
   const horizon = new Set(source.recent_event_ids);
   // A gap needs something to connect to: a source that has never completed a run has
@@ -310,6 +391,7 @@ async function fetchPages(
         purpose: 'poll',
         path,
         etag: page === 1 ? source.etag : null,
+        ...(page === 1 ? { reservation: firstPage } : {}),
         jobId: opts.jobId ?? null,
         runId: state.runId,
       });
@@ -508,7 +590,7 @@ async function finalizeFailure(
       .set({
         consecutive_failures: failure.consecutiveFailures,
         next_poll_at: failure.nextPollAt,
-        last_error: failure.error,
+        last_error: failure.lastError,
         updated_at: now,
       })
       .where('id', '=', source.id)

@@ -92,6 +92,7 @@ function countOutcomes(summaries: RunSummary[]) {
     failed: 0,
     busy: 0,
     skipped: 0,
+    deferred: 0,
   };
   for (const s of summaries) runs[s.outcome] += 1;
   return runs;

@@ -3,6 +3,7 @@ import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { hasDueWork } from '../enrichment/due.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
+import { snapshotRefuses } from '../github/budget.ts';
 import { settleAbandonedReservations } from '../github/ledger.ts';
 import type { EntityClass } from '../github/types.ts';
 import { attemptWorstCaseSeconds } from '../queue/boss.ts';
@@ -22,7 +23,12 @@ import { type InterruptedRun, interruptOrphanedRuns } from './runs.ts';
  * `running`, and budget reservations that were never sent.
  */
 
-export type ReconcileAction = 'dispatched' | 'already_queued' | 'live_job' | 'nothing_due';
+export type ReconcileAction =
+  | 'dispatched'
+  | 'already_queued'
+  | 'live_job'
+  | 'nothing_due'
+  | 'budget_wait';
 
 export interface ClassReconcile {
   class: EntityClass;
@@ -41,7 +47,11 @@ export interface ReconcileReport {
   settledReservations: number;
 }
 
-export type ReconcileDeps = Pick<Deps, 'db' | 'config' | 'logger' | 'clock'> & { boss: PgBoss };
+export type ReconcileDeps = Pick<Deps, 'db' | 'config' | 'logger' | 'clock'> & {
+  boss: PgBoss;
+  /** When given, no cycle is sent while the enrichment budget would refuse it anyway. */
+  github?: Pick<Deps['github'], 'budget'>;
+};
 
 /**
  * A reservation is open for at most one attempt (gate wait + connect + response); one left
@@ -109,6 +119,16 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
   const queues = ENTITY_CLASSES.map(enrichQueue);
   const live = await liveJobCounts(db, config.pgbossSchema, queues);
   const classes: ClassReconcile[] = [];
+  // Asked once, and only if some class would get a cycle: a cycle the budget refuses
+  // (spent, or the credential blocked) would stop at once, and sending one every tick
+  // until the budget frees is a spin.
+  let budgetShut: Promise<boolean> | undefined;
+  const budgetRefuses = () => {
+    budgetShut ??= deps.github
+      ? deps.github.budget().then((b) => snapshotRefuses(b, 'enrich'))
+      : Promise.resolve(false);
+    return budgetShut;
+  };
   for (const cls of ENTITY_CLASSES) {
     const queue = enrichQueue(cls);
     const liveJobs = live[queue] ?? 0;
@@ -121,6 +141,14 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
         action: due ? 'live_job' : 'nothing_due',
         jobId: null,
       });
+      continue;
+    }
+    if (await budgetRefuses()) {
+      classes.push({ class: cls, due, liveJobs, action: 'budget_wait', jobId: null });
+      log.debug(
+        { event: 'reconcile.budget_wait', class: cls },
+        `${cls}: due work, but the enrichment budget would refuse a cycle; none sent`,
+      );
       continue;
     }
     const sent = await sendCycle(deps.boss, cls, { reason: 'reconcile' });

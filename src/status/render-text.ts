@@ -71,7 +71,7 @@ export function renderText(report: StatusReport): string {
     out.push(
       `  quota ${b.quota}/h, remaining ${b.remaining ?? 'unknown'}, resets ${relative(b.resetAt, now)}` +
         (b.blockedUntil && b.blockedUntil > now
-          ? `, BLOCKED until ${b.blockedUntil.toISOString()}`
+          ? `, BLOCKED${b.blockReason === 'auth' ? ' (GitHub rejected the token: 401)' : ''} until ${b.blockedUntil.toISOString()}`
           : ''),
       `  spent this window: poll ${b.spent.poll}/${b.allowance.poll}, enrich ${b.spent.enrich}/${b.allowance.enrich}`,
     );

@@ -65,7 +65,10 @@ function health(report: StatusReport): Health {
   const problems: string[] = [];
   if (failing.length) problems.push(`${failing.length} source(s) failing`);
   if (report.activity.gapsLast24h) problems.push(`${report.activity.gapsLast24h} gap(s) in 24h`);
-  if (blocked) problems.push('rate limited');
+  if (blocked)
+    problems.push(
+      report.budget?.blockReason === 'auth' ? 'GitHub rejected the token (401)' : 'rate limited',
+    );
   if (problems.length) return { level: 'warn', text: problems.join(', ') };
   return { level: 'ok', text: enabled.length ? 'healthy' : 'no enabled sources' };
 }
@@ -118,7 +121,7 @@ export function renderPage(report: StatusReport, series: MinuteSeries): string {
           [
             'blocked',
             b.blockedUntil && b.blockedUntil > now
-              ? `until ${relative(b.blockedUntil, now).replace('in ', '')}`
+              ? `${b.blockReason === 'auth' ? '401, ' : ''}until ${relative(b.blockedUntil, now).replace('in ', '')}`
               : 'no',
           ],
         ])
