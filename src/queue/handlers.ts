@@ -1,6 +1,7 @@
 import type { PgBoss } from 'pg-boss';
 import type { Deps } from '../deps.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
+import { jobFaultPoint } from '../fault.ts';
 import type { EntityClass } from '../github/types.ts';
 import { pollDueSources, type RunSummary } from '../ingestion/runner.ts';
 import { jobLogger, type Logger } from '../log.ts';
@@ -235,16 +236,18 @@ export async function registerHandlers(
   }: { pollingIntervalSeconds?: number; liveness?: JobMarker } = {},
 ): Promise<void> {
   const options = { batchSize: 1, pollingIntervalSeconds };
-  const each = (fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
-    for (const job of jobs) {
-      await liveness?.hold(job.id);
-      try {
-        await fn(job);
-      } finally {
-        await liveness?.release(job.id);
+  const each =
+    (queue: string, fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
+      for (const job of jobs) {
+        await liveness?.hold(job.id);
+        try {
+          jobFaultPoint(queue);
+          await fn(job);
+        } finally {
+          await liveness?.release(job.id);
+        }
       }
-    }
-  };
+    };
   const handlers: [string, (job: JobLike) => Promise<unknown>][] = [
     [QUEUES.pollSources, (job) => handlePollSources(ctx, job)],
     [QUEUES.enrichActor, (job) => handleEnrichCycle(ctx, 'actor', job)],
@@ -252,5 +255,5 @@ export async function registerHandlers(
     [QUEUES.reconcile, (job) => handleReconcile(ctx, job)],
     [QUEUES.maintenance, (job) => handleMaintenance(ctx, job)],
   ];
-  for (const [queue, handle] of handlers) await boss.work(queue, options, each(handle));
+  for (const [queue, handle] of handlers) await boss.work(queue, options, each(queue, handle));
 }

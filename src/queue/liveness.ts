@@ -36,6 +36,7 @@ export class JobLiveness {
   readonly #held = new Set<string>();
   #client: pg.Client | null = null;
   #connecting: Promise<pg.Client> | null = null;
+  #reconnect: NodeJS.Timeout | undefined;
   #closed = false;
 
   constructor(databaseUrl: string, logger: Logger) {
@@ -88,9 +89,20 @@ export class JobLiveness {
   /** Ends the session (after the last job has ended): every lock it still held goes with it. */
   async stop(): Promise<void> {
     this.#closed = true;
+    clearTimeout(this.#reconnect);
     const client = this.#client ?? (await this.#connecting?.catch(() => null));
     this.#client = null;
     await client?.end().catch(() => {});
+  }
+
+  #scheduleReconnect(delayMs: number): void {
+    if (this.#reconnect || this.#closed) return;
+    this.#reconnect = setTimeout(() => {
+      this.#reconnect = undefined;
+      if (this.#closed || this.#client || this.#held.size === 0) return;
+      this.#session().catch(() => this.#scheduleReconnect(Math.min(delayMs * 2, 10_000)));
+    }, delayMs);
+    this.#reconnect.unref();
   }
 
   #session(): Promise<pg.Client> {
@@ -110,16 +122,19 @@ export class JobLiveness {
       keepAlive: true,
     });
     client.on('error', (err) => {
-      if (this.#client === client) this.#client = null;
       if (!this.#closed) {
         this.#log.warn(
           { event: 'worker.liveness_lost', err: brief(err) },
-          'liveness session lost; reconnecting on next use',
+          'liveness session lost; reconnecting',
         );
       }
     });
     client.on('end', () => {
-      if (this.#client === client) this.#client = null;
+      if (this.#client !== client) return;
+      this.#client = null;
+      // The running jobs' locks went with the session: take them again as soon as the
+      // database answers, not at the next job start.
+      if (!this.#closed && this.#held.size > 0) this.#scheduleReconnect(1000);
     });
     await client.connect();
     try {

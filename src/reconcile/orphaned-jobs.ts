@@ -88,11 +88,18 @@ export interface SweepDeps {
   boss: Pick<PgBoss, 'fail'>;
   pgbossSchema: string;
   logger: Logger;
+  /** Tests only: a shorter grace than ORPHAN_GRACE_SECONDS. */
+  graceSeconds?: number;
 }
 
 /** Fails every orphaned job of our queues; logs `reconcile.job_orphaned` for each. */
 export async function failOrphanedJobs(deps: SweepDeps): Promise<OrphanSweep> {
-  const rows = await unlockedActiveJobs(deps.db, deps.pgbossSchema);
+  const rows = await unlockedActiveJobs(
+    deps.db,
+    deps.pgbossSchema,
+    ALL_QUEUES,
+    deps.graceSeconds ?? ORPHAN_GRACE_SECONDS,
+  );
   const failed: OrphanedJob[] = [];
   let recheckAt: Date | null = null;
   for (const row of rows) {

@@ -3,6 +3,7 @@ import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'pr
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { backlog } from '../enrichment/due.ts';
+import type { GitHubClient } from '../github/types.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 
 /**
@@ -84,6 +85,8 @@ async function jobDurationHistogram(db: Db, schema: string): Promise<Metric> {
 export interface MetricsDeps {
   db: Db;
   config: Config;
+  /** For the request budget's window (the same numbers /status and bin/status show). */
+  github?: Pick<GitHubClient, 'budget'>;
 }
 
 export interface MetricsEndpoint {
@@ -107,7 +110,7 @@ export function createMetrics(deps: MetricsDeps): MetricsEndpoint {
   };
 }
 
-async function collectDb({ db, config }: MetricsDeps, registers: Registry): Promise<void> {
+async function collectDb({ db, config, github }: MetricsDeps, registers: Registry): Promise<void> {
   const counter = (name: string, help: string, labelNames: string[] = []) =>
     new Counter({ name, help, labelNames, registers: [registers] });
   const gauge = (name: string, help: string, labelNames: string[] = []) =>
@@ -254,5 +257,24 @@ async function collectDb({ db, config }: MetricsDeps, registers: Registry): Prom
       oldest.set({ queue: q.name }, q.oldestWaitingSeconds ?? 0);
     }
     registers.registerMetric(await jobDurationHistogram(db, config.pgbossSchema));
+  }
+
+  if (github) {
+    // The budget's own count: only requests that reached GitHub and were not a 304.
+    const budget = await github.budget();
+    const spent = gauge(
+      'gpi_github_budget_spent',
+      'Requests that spent quota in the current rate-limit window, by purpose (as /status shows)',
+      ['purpose'],
+    );
+    const allowance = gauge(
+      'gpi_github_budget_allowance',
+      'Requests each purpose may spend per rate-limit window (ENRICH_SHARE of the quota)',
+      ['purpose'],
+    );
+    for (const purpose of ['poll', 'enrich'] as const) {
+      spent.set({ purpose }, budget.spent[purpose]);
+      allowance.set({ purpose }, budget.allowance[purpose]);
+    }
   }
 }
