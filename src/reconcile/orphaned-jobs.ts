@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
-import { LockSpace } from '../db/locks.ts';
+import { LockSpace, lockHeldSql } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
 import { LIVENESS_APPLICATION_NAME } from '../queue/liveness.ts';
@@ -28,6 +28,9 @@ import { ALL_QUEUES, type QueueName } from '../queue/names.ts';
  */
 
 export const ORPHAN_GRACE_SECONDS = 5;
+
+/** jobLockKey (int4Key: the first 4 bytes of sha256, signed) of `j.id`, in SQL. */
+const jobLockKeySql = sql`('x' || left(encode(sha256(j.id::text::bytea), 'hex'), 8))::bit(32)::int`;
 
 export interface OrphanedJob {
   id: string;
@@ -72,13 +75,7 @@ export async function unlockedActiveJobs(
     FROM ${sql.table(`${pgbossSchema}.job`)} j
     WHERE j.name = ANY(${[...queues]}::text[])
       AND j.state = 'active'
-      AND NOT EXISTS (
-        SELECT 1 FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.granted
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND l.classid = ${LockSpace.job}::int::oid
-          AND l.objid = ('x' || left(encode(sha256(j.id::text::bytea), 'hex'), 8))::bit(32)::int::oid
-          AND l.objsubid = 2)
+      AND NOT ${lockHeldSql(LockSpace.job, jobLockKeySql)}
     ORDER BY j.started_on`.execute(db);
   return r.rows;
 }

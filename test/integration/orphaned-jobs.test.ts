@@ -81,6 +81,10 @@ describe('orphan sweep', () => {
     const result = await sweep(ORPHAN_GRACE_SECONDS);
     expect(result.failed.map((j) => [j.id, j.queue])).toEqual([[id, QUEUES.reconcile]]);
     expect(await stateOf(id)).toBe('failed');
+    // What the README's psql recipe looks for.
+    const output = await sql<{ message: string }>`
+      SELECT output->>'message' AS message FROM pgboss.job WHERE id = ${id}`.execute(t.db);
+    expect(output.rows[0]!.message).toMatch(/^orphaned: /);
     expect(events('reconcile.job_orphaned')).toEqual([
       expect.objectContaining({ queue: QUEUES.reconcile, orphan_job_id: id }),
     ]);
