@@ -83,7 +83,12 @@ describe('enrichOnce outcomes', () => {
     const deps = runner();
 
     const r = await enrichOnce(deps, 'actor', { jobId: 'job-1' });
-    expect(r).toMatchObject({ outcome: 'enriched', class: 'actor', entityId: 583231, status: 200 });
+    expect(r).toMatchObject({
+      outcome: 'enriched',
+      class: 'actor',
+      entityId: '583231',
+      status: 200,
+    });
     const row = await entityRow(t.db, 'actor', 583231);
     expect(row).toMatchObject({
       enrichment_state: 'enriched',
@@ -206,7 +211,7 @@ describe('enrichOnce outcomes', () => {
     // Not due again until the backoff has passed; then it succeeds.
     expect((await enrichOnce(deps, 'actor')).outcome).toBe('idle');
     deps.clock.advance(61_000);
-    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: 5 });
+    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: '5' });
     expect((await attemptsOf(t.db, 'actor', 5)).map((a) => a.attempt)).toEqual([1, 2]);
   });
 
@@ -290,7 +295,7 @@ describe('claims under concurrency and crashes', () => {
     expect((await enrichOnce(deps, 'actor')).outcome).toBe('idle');
     expect(fake.requests).toHaveLength(0);
     deps.clock.advance(46_000);
-    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: 88 });
+    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: '88' });
     expect((await attemptsOf(t.db, 'actor', 88)).map((a) => a.outcome)).toEqual([
       'interrupted',
       'enriched',
@@ -308,7 +313,7 @@ describe('claims under concurrency and crashes', () => {
     };
     try {
       const r = await enrichOnce(runner(), 'actor');
-      expect(r).toMatchObject({ outcome: 'retry', entityId: 99 });
+      expect(r).toMatchObject({ outcome: 'retry', entityId: '99' });
       expect(r.detail).toMatch(/lease lost/);
     } finally {
       fake.onRequest = null;
@@ -342,7 +347,7 @@ describe('budget and fairness', () => {
     // ENRICH_SHARE 0.01 of 60/h: enrichment's allowance is 0 — the budget says no.
     const deps = runner({ env: { ENRICH_SHARE: '0.01' } });
     const r = await enrichOnce(deps, 'repository');
-    expect(r).toMatchObject({ outcome: 'budget_exhausted', entityId: 7 });
+    expect(r).toMatchObject({ outcome: 'budget_exhausted', entityId: '7' });
     expect(await rowText(t.db, 'repository', 7)).toBe(before);
     expect(fake.requests).toHaveLength(0);
     expect(await attemptsOf(t.db, 'repository', 7)).toHaveLength(0);
