@@ -1,5 +1,5 @@
 import { AppError } from '../errors.ts';
-import { TooDeepJson } from '../json/exact.ts';
+import { isRawJson, TooDeepJson } from '../json/exact.ts';
 import { inspectJson, MAX_JSON_DEPTH, storableCopy } from '../json/walk.ts';
 import {
   countField,
@@ -71,13 +71,19 @@ export interface MappedPage {
 
 const OWNER_NAME = /^[^/\s]+\/[^/\s]+$/;
 
-/** The id as given, for the record (a string, or the JSON text of anything else, cut short). */
+/**
+ * The id as given, for the record: a string, or a scalar's text, cut short. An object or
+ * array is not an id at all (and is never serialized here: it may be nested arbitrarily deep).
+ */
 function givenId(raw: unknown): string | null {
   if (raw instanceof TooDeepJson) return null;
   const id =
     raw !== null && typeof raw === 'object' ? (raw as Record<string, unknown>).id : undefined;
-  if (id === undefined || id === null) return null;
-  const text = typeof id === 'string' ? id : (JSON.stringify(id) ?? String(id));
+  let text: string;
+  if (typeof id === 'string') text = id;
+  else if (typeof id === 'number' || typeof id === 'boolean') text = String(id);
+  else if (isRawJson(id)) text = id.rawJSON;
+  else return null;
   return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }
 

@@ -223,6 +223,12 @@ const CORPUS: PoisonCase[] = [
     pollExpect: setAside('too_deep', /nested deeper than 64 levels/),
   },
   {
+    // Found by the property test: the id was serialized for the record and overflowed.
+    name: 'an id that is 3,000 nested arrays',
+    poll: (ev) => splice({ ...ev, id: '__X__' }, `${'['.repeat(3000)}1${']'.repeat(3000)}`),
+    pollExpect: setAside('bad_id', /^id must be a numeric id.*\(got an array\)/),
+  },
+  {
     name: 'nesting under the limit (50 levels)',
     poll: (ev) => splice({ ...ev, payload: { ...ev.payload, deep: '__X__' } }, DEEP(50)),
     pollExpect: 'stored',
