@@ -1,5 +1,6 @@
 import type http from 'node:http';
 import { receiveDelivery } from '../webhooks/intake.ts';
+import { BodyTimeout, BodyTooLarge, BudgetFull, type HeldBody, readBody } from './body.ts';
 import type { ByteBudget } from './body-budget.ts';
 import type { WebDeps } from './server.ts';
 import { sendJson } from './server.ts';
@@ -13,11 +14,10 @@ import { sendJson } from './server.ts';
 /** GitHub caps webhook payloads at 25 MB and does not deliver larger ones. */
 export const MAX_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024;
 
-class BodyTooLarge extends Error {}
-class BudgetFull extends Error {}
-
 /** Seconds a sender refused for a full body budget is asked to wait. */
 export const BUSY_RETRY_AFTER_SECONDS = 5;
+/** GitHub gives up on a delivery after 10 s; a body still arriving after this is dropped. */
+export const BODY_TIMEOUT_MS = 15_000;
 
 function header(req: http.IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
@@ -25,53 +25,26 @@ function header(req: http.IncomingMessage, name: string): string | undefined {
 }
 
 /**
- * Buffers the body, taking each chunk's bytes from the shared budget as it arrives. On
- * any failure the bytes taken so far are given back; on success the caller gives back
- * `held` once it is done with the body.
- */
-function readBody(
-  req: http.IncomingMessage,
-  limit: number,
-  budget: ByteBudget,
-): Promise<{ body: Buffer; held: number }> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const fail = (err: Error) => {
-      req.off('data', onData);
-      req.pause();
-      chunks.length = 0;
-      budget.give(size);
-      reject(err);
-    };
-    const onData = (chunk: Buffer) => {
-      if (size + chunk.length > limit) return fail(new BodyTooLarge());
-      if (!budget.tryTake(chunk.length)) return fail(new BudgetFull());
-      size += chunk.length;
-      chunks.push(chunk);
-    };
-    req.on('data', onData);
-    req.once('end', () => {
-      const body = Buffer.concat(chunks, size);
-      chunks.length = 0;
-      resolve({ body, held: size });
-    });
-    req.once('error', (err) => fail(err));
-  });
-}
-
-/**
- * Answers 413 (too large) or 503 (body budget full) and closes the connection. The rest of the body is read and discarded for
- * a short while first (a "lingering close"): a client still writing would otherwise get a
- * connection reset instead of our answer. Never more than LINGER_MS, whatever it sends.
+ * Answers 413 (too large), 503 (body budget full; with Retry-After) or 408 (body too slow)
+ * and closes the connection. The rest of the body is read and discarded for a short while
+ * first (a "lingering close"): closing a socket with unread data sends a reset, which can
+ * destroy our answer before the client reads it; after LINGER_MS the connection is cut. Never more than LINGER_MS, whatever it
+ * sends; the discarded reads reuse the same small buffers, so they do not grow memory.
  */
 const LINGER_MS = 2_000;
 
-function refuseBody(res: http.ServerResponse, req: http.IncomingMessage, status: 413 | 503): void {
-  res.setHeader('connection', 'close');
+function refuse(
+  res: http.ServerResponse,
+  req: http.IncomingMessage,
+  status: 413 | 503 | 408,
+): void {
+  // No "connection: close": Node would destroy the socket as soon as the answer is written,
+  // with the body still arriving — a reset that can destroy the answer in flight.
   if (status === 503) {
     res.setHeader('retry-after', String(BUSY_RETRY_AFTER_SECONDS));
     sendJson(res, 503, { error: 'busy: too many request bodies in memory; retry later' });
+  } else if (status === 408) {
+    sendJson(res, 408, { error: `body not received within ${BODY_TIMEOUT_MS / 1000} s` });
   } else {
     sendJson(res, 413, { error: `payload larger than ${MAX_WEBHOOK_BODY_BYTES} bytes` });
   }
@@ -119,20 +92,29 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
     const declared = Number(header(req, 'content-length'));
     if (Number.isFinite(declared) && declared > MAX_WEBHOOK_BODY_BYTES) {
       rejected(413, `declared body of ${declared} bytes`);
-      return refuseBody(res, req, 413);
+      return refuse(res, req, 413);
     }
-    let raw: { body: Buffer; held: number };
+    let raw: HeldBody;
     try {
-      raw = await readBody(req, MAX_WEBHOOK_BODY_BYTES, budget);
+      raw = await readBody(req, {
+        limit: MAX_WEBHOOK_BODY_BYTES,
+        budget,
+        declared: Number.isSafeInteger(declared) && declared >= 0 ? declared : null,
+        timeoutMs: BODY_TIMEOUT_MS,
+      });
     } catch (err) {
       if (err instanceof BodyTooLarge) {
         rejected(413, 'body exceeded the limit while streaming');
-        return refuseBody(res, req, 413);
+        return refuse(res, req, 413);
       }
       if (err instanceof BudgetFull) {
         budget.noteRefused();
         rejected(503, `request bodies in memory reached ${budget.limit} bytes`);
-        return refuseBody(res, req, 503);
+        return refuse(res, req, 503);
+      }
+      if (err instanceof BodyTimeout) {
+        rejected(408, 'body not received in time');
+        return refuse(res, req, 408);
       }
       throw err;
     }
@@ -151,7 +133,7 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
       );
       sendJson(res, result.status, result.body);
     } finally {
-      budget.give(raw.held);
+      raw.release();
     }
   };
 }
