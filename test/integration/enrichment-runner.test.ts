@@ -6,6 +6,7 @@ import { createDb, type Db } from '../../src/db/pool.ts';
 import { type EnrichDeps, enrichCycle, enrichOnce } from '../../src/enrichment/runner.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
+import { jsonInteger } from '../../src/json/exact.ts';
 import { createLogger } from '../../src/log.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { repoProfile, userProfile } from '../support/github-factories.ts';
@@ -77,6 +78,20 @@ const profileRequests = () =>
   fake.requests.filter((r) => /^\/(users|repos|repositories)\//.test(r.path));
 
 describe('enrichOnce outcomes', () => {
+  it('a 64-bit id beyond 2^53: claimed, fetched and stored under its exact id', async () => {
+    const id = '9007199254740993'; // 2^53 + 1: Number() would make it ...992
+    await sql`INSERT INTO actors (id, login) VALUES (${id}::bigint, 'bigid')`.execute(t.db);
+    // Served as a JSON number with every digit, as GitHub would send it.
+    fake.setUser({ ...userProfile({ login: 'bigid' }), id: jsonInteger(id) as unknown as number });
+    const r = await enrichOnce(runner(), 'actor');
+    expect(r).toMatchObject({ outcome: 'enriched', entityId: id, status: 200 });
+    const row = await sql<{ state: string; profile_id: string }>`
+      SELECT enrichment_state AS state, profile->>'id' AS profile_id FROM actors
+      WHERE id = ${id}::bigint`.execute(t.db);
+    expect(row.rows).toEqual([{ state: 'enriched', profile_id: id }]);
+    await sql`DELETE FROM actors WHERE id = ${id}::bigint`.execute(t.db);
+  });
+
   it('200: stores the actor profile and etag, records the attempt, then is idle', async () => {
     await insertEntities(t.db, 'actor', [{ id: 583231, name: 'octocat' }]);
     fake.setUser(userProfile({ id: 583231, login: 'octocat', name: 'The Octocat', followers: 99 }));
