@@ -1,14 +1,11 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { describe, expect, it } from 'vitest';
 import { pollSource } from '../../src/ingestion/runner.ts';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
-import { memoryLogger, testConfig } from '../support/github-client.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
-import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';
+import { usePoisonWorld } from '../support/poison-world.ts';
+import { deliver, pushPayload } from '../support/web.ts';
 
 /**
  * Bad input (issue 6, contract changed by issue 10 / ADR 0020): what GitHub (or someone
@@ -22,28 +19,7 @@ import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web
  */
 
 const t = useTestDatabase();
-let fake: FakeGitHub;
-let web: TestWeb;
-let deps: Deps;
-let logLines: string[];
-let closeClient: () => Promise<void>;
-
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-  const config = testConfig(t, { apiUrl: fake.url });
-  const { logger, lines } = memoryLogger('info');
-  logLines = lines;
-  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
-  closeClient = () => github.close();
-  deps = { config, db: t.db, pool: t.pool, github, logger, workerId: 'bad-input:1' };
-  web = await startTestWeb(t);
-});
-
-afterAll(async () => {
-  await web?.close();
-  await closeClient?.();
-  await fake?.close();
-});
+const w = usePoisonWorld(t, { workerId: 'bad-input:1', web: true });
 
 const FIVE_MB = 'x'.repeat(5 * 1024 * 1024);
 const UNICODE = 'emoji 🚀 · RTL עברית · combining é · CJK 漢字 · line sep \u2028 · BOM \ufeff';
@@ -159,9 +135,9 @@ describe('bad input on a polled feed', () => {
       const good = pushEvent({ repo, actor: { id: 610_000 + i, login: `good-${i}` } });
       const bad = pushEvent({ repo, actor: { id: 620_000 + i, login: `bad-${i}` } });
       const sent = c.mutate(bad) as GitHubEvent;
-      fake.addEvents(`repo:${name}`, [good, sent]);
+      w.fake.addEvents(`repo:${name}`, [good, sent]);
 
-      const run = await pollSource(deps, Number(source.id));
+      const run = await pollSource(w.deps, Number(source.id));
 
       const stored = await sql<{ id: string; ref: string; payload: unknown }>`
         SELECT id::text, ref, payload FROM push_events WHERE repository_id = ${repo.id}
@@ -187,7 +163,7 @@ describe('bad input on a polled feed', () => {
         expect(rejected.rows).toHaveLength(1);
         expect(rejected.rows[0]).toMatchObject({ event_id: bad.id, reason: c.expect.reason });
         expect(rejected.rows[0]!.message).toMatch(c.expect.says);
-        const logged = logLines
+        const logged = w.logLines
           .map((l) => JSON.parse(l))
           .filter((l) => l.event === 'event.rejected' && l.run_id === run.runId);
         expect(logged).toHaveLength(1);
@@ -259,7 +235,7 @@ describe('bad input in a webhook delivery', () => {
     it(`${c.name}: answered ${c.status}`, { timeout: 30_000 }, async () => {
       const body = c.body() as ReturnType<typeof pushPayload>;
       const deliveryId = `bad-input-${i}`;
-      const res = await deliver(web.url, { deliveryId, body: JSON.stringify(body) });
+      const res = await deliver(w.web.url, { deliveryId, body: JSON.stringify(body) });
       expect(res.status, JSON.stringify(res.json)).toBe(c.status);
       const recorded = await sql<{ routing: string }>`
         SELECT routing FROM webhook_deliveries WHERE delivery_id = ${deliveryId}`.execute(t.db);

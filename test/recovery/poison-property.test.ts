@@ -1,15 +1,13 @@
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { describe, expect, it } from 'vitest';
 import { pollSource } from '../../src/ingestion/runner.ts';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, rawEvent, startFakeGitHub } from '../support/fake-github.ts';
-import { memoryLogger, testConfig } from '../support/github-client.ts';
+import { rawEvent } from '../support/fake-github.ts';
 import { type GitHubEvent, sha } from '../support/github-factories.ts';
+import { expectSourceHealthy, usePoisonWorld } from '../support/poison-world.ts';
 
 /**
  * Property (issue 10): take a real events page (the fixture of GET /events), poison one to
@@ -22,23 +20,7 @@ import { type GitHubEvent, sha } from '../support/github-factories.ts';
  */
 
 const t = useTestDatabase();
-let fake: FakeGitHub;
-let deps: Deps;
-let closeClient: () => Promise<void>;
-
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-  const config = testConfig(t, { apiUrl: fake.url });
-  const { logger } = memoryLogger('silent');
-  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
-  closeClient = () => github.close();
-  deps = { config, db: t.db, pool: t.pool, github, logger, workerId: 'poison-property:1' };
-});
-
-afterAll(async () => {
-  await closeClient?.();
-  await fake?.close();
-});
+const w = usePoisonWorld(t, { workerId: 'poison-property:1', logLevel: 'silent' });
 
 const PAGE: GitHubEvent[] = JSON.parse(
   readFileSync(
@@ -166,15 +148,15 @@ describe('property: poisoned real event pages', () => {
             : JSON.stringify(ev),
         );
         // The fixture is newest first; the fake takes arrival order (last = newest).
-        fake.addEvents(
+        w.fake.addEvents(
           `repo:${name}`,
           texts.map((text, k) => rawEvent(text, events[k]!.id)).reverse(),
         );
 
-        const first = await pollSource(deps, Number(source.id));
+        const first = await pollSource(w.deps, Number(source.id));
         expect(first.outcome, JSON.stringify(first.error)).toBe('completed');
         await sql`UPDATE event_sources SET etag = NULL WHERE id = ${source.id}`.execute(t.db);
-        const again = await pollSource(deps, Number(source.id), { force: true });
+        const again = await pollSource(w.deps, Number(source.id), { force: true });
         expect(again.outcome, JSON.stringify(again.error)).toBe('completed');
         expect(again.eventsCreated).toBe(0);
 
@@ -196,12 +178,7 @@ describe('property: poisoned real event pages', () => {
         expect(first.eventsRejected).toBe(again.eventsRejected);
         expect(Number(q.rows[0]!.n)).toBeLessThanOrEqual(first.eventsRejected);
         expect(stored.size + first.eventsRejected).toBeLessThanOrEqual(events.length);
-        const src = await t.db
-          .selectFrom('event_sources')
-          .select(['consecutive_failures', 'last_error'])
-          .where('id', '=', source.id)
-          .executeTakeFirstOrThrow();
-        expect(src).toEqual({ consecutive_failures: 0, last_error: null });
+        await expectSourceHealthy(t, source.id);
       }),
       { numRuns: Number(process.env.POISON_RUNS ?? 60) },
     );

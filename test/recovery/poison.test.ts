@@ -1,17 +1,15 @@
 import { createHmac } from 'node:crypto';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { describe, expect, it } from 'vitest';
 import { pollSource } from '../../src/ingestion/runner.ts';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { jsonInteger } from '../../src/json/exact.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, rawEvent, startFakeGitHub } from '../support/fake-github.ts';
-import { memoryLogger, testConfig } from '../support/github-client.ts';
+import { rawEvent } from '../support/fake-github.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
+import { expectSourceHealthy, usePoisonWorld } from '../support/poison-world.ts';
 import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
-import { pushPayload, startTestWeb, TEST_WEBHOOK_SECRET, type TestWeb } from '../support/web.ts';
+import { pushPayload, TEST_WEBHOOK_SECRET } from '../support/web.ts';
 
 /**
  * The poison corpus (issue 10, docs/reliability.md "Bad input"): every case through both
@@ -28,28 +26,7 @@ import { pushPayload, startTestWeb, TEST_WEBHOOK_SECRET, type TestWeb } from '..
  */
 
 const t = useTestDatabase();
-let fake: FakeGitHub;
-let web: TestWeb;
-let deps: Deps;
-let logLines: string[];
-let closeClient: () => Promise<void>;
-
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-  const config = testConfig(t, { apiUrl: fake.url });
-  const { logger, lines } = memoryLogger('info');
-  logLines = lines;
-  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
-  closeClient = () => github.close();
-  deps = { config, db: t.db, pool: t.pool, github, logger, workerId: 'poison:1' };
-  web = await startTestWeb(t);
-});
-
-afterAll(async () => {
-  await web?.close();
-  await closeClient?.();
-  await fake?.close();
-});
+const w = usePoisonWorld(t, { workerId: 'poison:1', web: true });
 
 const big = (digits: string) => jsonInteger(digits) as unknown as number;
 /** Random printable ASCII a compressor cannot shrink (the btree holds it uncompressed). */
@@ -315,14 +292,14 @@ describe('poison corpus: polled', () => {
       const [good1, bad, good2] = [0, 1, 2].map((k) =>
         pushEvent({ repo, actor: { id: 810_000 + 10 * i + k, login: `p${i}-${k}` } }),
       ) as [GitHubEvent, GitHubEvent, GitHubEvent];
-      fake.addEvents(`repo:${name}`, [good1, rawEvent(c.poll!(bad), bad.id), good2]);
+      w.fake.addEvents(`repo:${name}`, [good1, rawEvent(c.poll!(bad), bad.id), good2]);
 
-      const first = await pollSource(deps, Number(source.id));
+      const first = await pollSource(w.deps, Number(source.id));
       expect(first.outcome, JSON.stringify(first.error)).toBe('completed');
 
       // Read the same page again (no ETag): nothing new, the poison recorded once.
       await sql`UPDATE event_sources SET etag = NULL WHERE id = ${source.id}`.execute(t.db);
-      const again = await pollSource(deps, Number(source.id), { force: true });
+      const again = await pollSource(w.deps, Number(source.id), { force: true });
       expect(again.outcome).toBe('completed');
       expect(again.eventsCreated).toBe(0);
 
@@ -346,12 +323,7 @@ describe('poison corpus: polled', () => {
       const ids = rows.rows.map((r) => r.id);
       expect(ids).toContain(good1.id);
       expect(ids).toContain(good2.id);
-      const src = await t.db
-        .selectFrom('event_sources')
-        .select(['consecutive_failures', 'last_error'])
-        .where('id', '=', source.id)
-        .executeTakeFirstOrThrow();
-      expect(src).toEqual({ consecutive_failures: 0, last_error: null });
+      await expectSourceHealthy(t, source.id);
 
       if (typeof e === 'string') {
         expect(ids).toEqual([good1.id, bad.id, good2.id].sort());
@@ -364,7 +336,7 @@ describe('poison corpus: polled', () => {
         expect(quarantined.rows).toHaveLength(1);
         expect(quarantined.rows[0]).toMatchObject({ reason: e.reason, seen_count: 2 });
         expect(quarantined.rows[0]!.message).toMatch(e.says);
-        const logged = logLines
+        const logged = w.logLines
           .map((l) => JSON.parse(l))
           .filter((l) => l.event === 'event.rejected' && l.source_id === source.id);
         expect(logged).toHaveLength(1);
@@ -377,7 +349,7 @@ describe('poison corpus: polled', () => {
 async function post(deliveryId: string, body: string | Buffer, event = 'push') {
   const bytes = typeof body === 'string' ? Buffer.from(body) : body;
   const signature = `sha256=${createHmac('sha256', TEST_WEBHOOK_SECRET).update(bytes).digest('hex')}`;
-  const res = await fetch(`${web.url}/webhooks/github`, {
+  const res = await fetch(`${w.web.url}/webhooks/github`, {
     method: 'POST',
     headers: {
       'content-type': 'application/json',
@@ -446,11 +418,11 @@ describe('poison corpus: delivered by webhook', () => {
       SELECT redeliveries, redelivery_mismatches FROM webhook_deliveries
       WHERE delivery_id = 'poison-mismatch'`.execute(t.db);
     expect(row.rows).toEqual([{ redeliveries: 1, redelivery_mismatches: 1 }]);
-    const logged = web.logs
+    const logged = w.web.logs
       .map((l) => JSON.parse(l))
       .filter((l) => l.event === 'webhook.redelivery_mismatch');
     expect(logged).toMatchObject([{ delivery_id: 'poison-mismatch' }]);
-    const metrics = parsePrometheusText(await (await fetch(`${web.url}/metrics`)).text());
+    const metrics = parsePrometheusText(await (await fetch(`${w.web.url}/metrics`)).text());
     expect(
       sampleValue(metrics, 'gpi_webhook_redeliveries_total', { body: 'different' }),
     ).toBeGreaterThanOrEqual(1);
@@ -461,7 +433,7 @@ describe('poison corpus: delivered by webhook', () => {
     expect(made).toEqual({ status: 200, json: { ok: true, routing: 'ignored:other' } });
     const huge = await post('poison-huge-event', JSON.stringify({ zen: 'x' }), 'x'.repeat(8192));
     expect(huge.status).toBe(400);
-    const metrics = await (await fetch(`${web.url}/metrics`)).text();
+    const metrics = await (await fetch(`${w.web.url}/metrics`)).text();
     expect(metrics).not.toContain('made_up_event');
     expect(metrics).not.toContain('x'.repeat(100));
   });
