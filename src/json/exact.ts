@@ -36,8 +36,13 @@ export function jsonInteger(digits: string): RawJson {
 
 /** A JSON integer (as source text) that a double cannot hold exactly. */
 const INTEGER_SOURCE = /^-?\d+$/;
-/** Only a run of 16+ digits can be an unsafe integer: without one, plain JSON.parse is exact. */
-const LONG_DIGIT_RUN = /\d{16}/;
+/**
+ * Only a number of 16+ digits can be an unsafe integer, and a JSON number follows `:`, `[`
+ * or `,` (and whitespace). Without such a token plain JSON.parse is exact — the common case:
+ * GitHub sends event ids as strings and its numeric ids are far shorter. (Digits inside a
+ * string can match too; that costs the slow path, never exactness.)
+ */
+const LONG_NUMBER = /(?:^|[[:,])\s*-?\d{16}/;
 
 function exactReviver(_key: string, value: unknown, context?: { source?: string }): unknown {
   if (
@@ -77,7 +82,7 @@ function isStackOverflow(err: unknown): boolean {
  * JsonTooDeep for a non-array document too deep for the reviver.
  */
 export function parseJson(text: string): unknown {
-  if (!LONG_DIGIT_RUN.test(text)) return JSON.parse(text);
+  if (!LONG_NUMBER.test(text)) return JSON.parse(text);
   try {
     return JSON.parse(text, exactReviver);
   } catch (err) {
