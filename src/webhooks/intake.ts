@@ -10,7 +10,7 @@ import type { PushRow } from '../ingestion/mapping.ts';
 import { Rejection } from '../ingestion/rules.ts';
 import { storePushes } from '../ingestion/store.ts';
 import { exactId, JsonTooDeep, parseJson } from '../json/exact.ts';
-import { MAX_JSON_DEPTH, storableText } from '../json/walk.ts';
+import { inspectJson, MAX_JSON_DEPTH, storableText } from '../json/walk.ts';
 import { sendCycle } from '../queue/dispatch.ts';
 import { recordDelivery, setRouting } from './deliveries.ts';
 import { EVENT_NAME, routingFor } from './events.ts';
@@ -92,6 +92,9 @@ function payloadText(req: DeliveryRequest): string | null {
   return req.encoding === 'form' ? new URLSearchParams(text).get('payload') : text;
 }
 
+const tooDeep = () =>
+  new Rejection('too_deep', `payload is nested deeper than ${MAX_JSON_DEPTH} levels`);
+
 type Verdict =
   | { kind: 'push'; push: PushRow }
   | { kind: 'rejected'; rejection: Rejection }
@@ -103,6 +106,10 @@ function judge(event: string, payload: unknown, receivedAt: Date): Verdict {
       kind: 'rejected',
       rejection: new Rejection('not_an_object', 'payload must be a JSON object'),
     };
+  }
+  // Nothing GitHub sends nests this deep; judge it the same whichever parser path read it.
+  if (inspectJson(payload, MAX_JSON_DEPTH).tooDeep) {
+    return { kind: 'rejected', rejection: tooDeep() };
   }
   if (event !== 'push') return { kind: 'other' };
   try {

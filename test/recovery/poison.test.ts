@@ -198,6 +198,12 @@ const CORPUS: PoisonCase[] = [
         DEEP(20_000),
       ),
     pollExpect: setAside('too_deep', /nested deeper than 64 levels/),
+    hook: (b) =>
+      splice(
+        { ...b, sender: { ...b.sender, id: big('9999999999999999') }, deep: '__X__' },
+        DEEP(20_000),
+      ),
+    hookExpect: rejected('too_deep'),
   },
   {
     // Found by the property test: the id was serialized for the record and overflowed.
