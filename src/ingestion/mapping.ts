@@ -173,6 +173,11 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
         throw new Rejection('not_an_object', 'event must be a JSON object');
       }
       const ev = raw as Record<string, unknown>;
+      // Judged whole, whichever parser path read it (the reviver path marks deep events).
+      const deepAt = inspectJson(ev, MAX_JSON_DEPTH).tooDeep;
+      if (deepAt) {
+        throw new Rejection('too_deep', `${deepAt} is nested deeper than ${MAX_JSON_DEPTH} levels`);
+      }
       const id = idField(ev.id, 'id');
       // Known by id from here on: the horizon counts it whether it is stored or set aside.
       page.eventIds.push(id);
