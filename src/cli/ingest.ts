@@ -48,6 +48,7 @@ export function formatSummary(s: RunSummary): string {
       const counts = [
         `${plural(s.eventsSeen, 'event')} seen`,
         `${s.eventsCreated} created`,
+        ...(s.eventsRejected ? [`${s.eventsRejected} set aside (rejected_events)`] : []),
         plural(s.pagesFetched, 'page'),
         `${plural(s.requestsSpent, 'request')} spent`,
       ].join(', ');

@@ -2,6 +2,7 @@ import { type Clock, systemClock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
 import { type BudgetPolicy, budgetSnapshot, reserve } from './budget.ts';
 import { credentialOf, defaultQuota } from './credential.ts';
@@ -113,7 +114,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     if (status >= 200 && status < 300) {
       if (raw.body === null || raw.body === '') return { ...base, data: undefined };
       try {
-        return { ...base, data: JSON.parse(raw.body) as T };
+        // Exact: 64-bit ids keep every digit (src/json/exact.ts).
+        return { ...base, data: parseJson(raw.body) as T };
       } catch (err) {
         throw new MalformedResponse(
           path,

@@ -23,7 +23,7 @@ export interface ReservationRow {
   method?: string;
   jobId?: string | null;
   runId?: number | null;
-  entity?: { class: EntityClass; id: number };
+  entity?: { class: EntityClass; id: string | number };
   now: Date;
 }
 

@@ -31,7 +31,7 @@ export interface GitHubRequest {
   reservation?: Reservation;
   jobId?: string | null;
   runId?: number | null;
-  entity?: { class: EntityClass; id: number };
+  entity?: { class: EntityClass; id: string | number };
 }
 
 export interface GitHubResponse<T = unknown> {
@@ -80,7 +80,7 @@ export interface GitHubClient {
     meta?: {
       jobId?: string | null;
       runId?: number | null;
-      entity?: { class: EntityClass; id: number };
+      entity?: { class: EntityClass; id: string | number };
       path?: string;
     },
   ): Promise<Reservation | null>;

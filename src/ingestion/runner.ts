@@ -6,6 +6,7 @@ import { faultPoint } from '../fault.ts';
 import { GitHubRequestFailed } from '../github/errors.ts';
 import type { Reservation } from '../github/types.ts';
 import type { Logger } from '../log.ts';
+import { logRejected } from '../quarantine/rejected-events.ts';
 import {
   type Deferral,
   deferralOf,
@@ -16,9 +17,9 @@ import {
 import { classifyFailure } from './failures.ts';
 import { heldBefore, mergeRecentIds } from './horizon.ts';
 import { mapEventsPage } from './mapping.ts';
+import { storePage } from './page-store.ts';
 import { addSeconds, notDueReason, pollFloorSeconds } from './schedule.ts';
 import { describeSource, feedPath, getSource } from './sources.ts';
-import { storePushes } from './store.ts';
 
 /**
  * One poll of one source (DESIGN §3): under the source's advisory lock, re-read the row,
@@ -43,6 +44,8 @@ export interface RunSummary {
   eventsSeen: number;
   /** push_events rows created. */
   eventsCreated: number;
+  /** Events set aside in rejected_events (poison: the run still completes). */
+  eventsRejected: number;
   pagesFetched: number;
   /** Requests that spent quota (a 304 spends none). */
   requestsSpent: number;
@@ -82,6 +85,7 @@ function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {
     outcome,
     eventsSeen: 0,
     eventsCreated: 0,
+    eventsRejected: 0,
     pagesFetched: 0,
     requestsSpent: 0,
     gap: false,
@@ -269,6 +273,7 @@ interface RunState {
   eventsSeen: number;
   pushEventsSeen: number;
   eventsCreated: number;
+  eventsRejected: number;
   actorsCreated: number;
   repositoriesCreated: number;
   gap: boolean;
@@ -338,6 +343,7 @@ async function runLocked(
     eventsSeen: 0,
     pushEventsSeen: 0,
     eventsCreated: 0,
+    eventsRejected: 0,
     actorsCreated: 0,
     repositoriesCreated: 0,
     gap: false,
@@ -353,7 +359,7 @@ async function runLocked(
   );
 
   try {
-    await fetchPages(deps, source, state, opts, firstPage);
+    await fetchPages(deps, source, state, opts, firstPage, log);
     return await finalizeSuccess(deps, source, state, log, ids);
   } catch (err) {
     return finalizeFailure(deps, source, state, err, log, ids);
@@ -375,6 +381,7 @@ async function fetchPages(
   state: RunState,
   opts: PollOptions,
   firstPage: Reservation,
+  log: Logger,
 ): Promise<void> {
   const horizon = new Set(source.recent_event_ids);
   // A gap needs something to connect to: a source that has never completed a run has
@@ -418,7 +425,7 @@ async function fetchPages(
     if (res.status !== 200)
       throw new GitHubRequestFailed(path, res.status, 'unexpected status for an events feed');
 
-    // Validate the whole page before writing any of it.
+    // Each event is judged on its own: poison is set aside, the rest stored (ADR 0020).
     const mapped = mapEventsPage(res.data, path);
     // A source with no horizon has no completed run whose pushes could be held.
     const held = hasHorizon
@@ -426,37 +433,51 @@ async function fetchPages(
       : new Set<string>();
 
     // Counters advance only once the page is committed, so a failed page is not counted.
-    const counted = await deps.db.transaction().execute(async (trx) => {
-      const stored = await storePushes(trx, mapped.pushes, {
-        origin: 'poll',
-        sourceId: Number(source.id),
-        runId: state.runId,
-      });
-      const next: RunState = {
-        ...state,
-        pagesFetched: state.pagesFetched + 1,
-        eventsSeen: state.eventsSeen + mapped.eventIds.length,
-        pushEventsSeen: state.pushEventsSeen + mapped.pushes.length,
-        eventsCreated: state.eventsCreated + stored.created,
-        actorsCreated: state.actorsCreated + stored.newActors,
-        repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
-      };
-      await trx
-        .updateTable('ingestion_runs')
-        .set(runCounters(next))
-        .where('id', '=', String(state.runId))
-        .execute();
-      return next;
-    });
+    const { stored, result: counted } = await storePage(
+      deps.db,
+      mapped,
+      { sourceId: source.id, runId: state.runId },
+      async (trx, stored) => {
+        const next: RunState = {
+          ...state,
+          pagesFetched: state.pagesFetched + 1,
+          eventsSeen: state.eventsSeen + mapped.size,
+          pushEventsSeen: state.pushEventsSeen + mapped.pushes.length,
+          eventsCreated: state.eventsCreated + stored.created,
+          eventsRejected: state.eventsRejected + stored.rejected,
+          actorsCreated: state.actorsCreated + stored.newActors,
+          repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
+        };
+        await trx
+          .updateTable('ingestion_runs')
+          .set(runCounters(next))
+          .where('id', '=', String(state.runId))
+          .execute();
+        return next;
+      },
+    );
     Object.assign(state, counted);
     state.eventIds.push(...mapped.eventIds);
+    logRejected(log, stored.firstSeen, { job_id: opts.jobId ?? undefined });
+    for (const s of mapped.sanitised) {
+      log.info(
+        {
+          event: 'event.sanitised',
+          run_id: state.runId,
+          source_id: Number(source.id),
+          event_id: s.eventId,
+          path: s.path,
+        },
+        `event ${s.eventId} stored with text Postgres cannot hold (NUL or a lone surrogate at ${s.path}) replaced by U+FFFD`,
+      );
+    }
     faultPoint('ingest.after_page_commit');
 
     if (held.size > 0) {
       reachedHorizon = true;
       break;
     }
-    if (mapped.eventIds.length < PER_PAGE) {
+    if (mapped.size < PER_PAGE) {
       feedEnded = true;
       break;
     }
@@ -471,6 +492,7 @@ function runCounters(state: RunState) {
     events_seen: state.eventsSeen,
     push_events_seen: state.pushEventsSeen,
     events_created: state.eventsCreated,
+    events_rejected: state.eventsRejected,
     actors_created: state.actorsCreated,
     repositories_created: state.repositoriesCreated,
     gap_detected: state.gap,
@@ -498,6 +520,7 @@ function summaryOf(
     runId: state.runId,
     eventsSeen: state.eventsSeen,
     eventsCreated: state.eventsCreated,
+    eventsRejected: state.eventsRejected,
     pagesFetched: state.pagesFetched,
     requestsSpent: state.requestsSpent,
     gap: state.gap,
@@ -554,12 +577,13 @@ async function finalizeSuccess(
       requests_spent: state.requestsSpent,
       events_seen: state.eventsSeen,
       events_created: state.eventsCreated,
+      events_rejected: state.eventsRejected,
       actors_created: state.actorsCreated,
       repositories_created: state.repositoriesCreated,
       gap_detected: state.gap,
       next_poll_at: nextPollAt.toISOString(),
     },
-    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.gap ? ', GAP recorded' : ''}`,
+    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.eventsRejected ? `, ${state.eventsRejected} set aside` : ''}${state.gap ? ', GAP recorded' : ''}`,
   );
   return summary;
 }

@@ -26,12 +26,30 @@ export function renderText(report: StatusReport): string {
         .map(([status, n]) => `${status} ${n}`)
         .join(', ') || 'none'
     }; gaps (24h): ${a.gapsLast24h}`,
+    `Rejected events: ${count(a.rejected.total)} set aside (${count(a.rejected.last24h)} new in 24h)${
+      Object.keys(a.rejected.byReason).length
+        ? `: ${Object.entries(a.rejected.byReason)
+            .map(([reason, n]) => `${reason} ${n}`)
+            .join(', ')}`
+        : ''
+    }`,
     '',
     'Sources',
   );
   out.push(
     ...table(
-      ['id', 'source', 'mode', 'enabled', 'last run', 'when', 'next poll', 'failures', 'gaps 24h'],
+      [
+        'id',
+        'source',
+        'mode',
+        'enabled',
+        'last run',
+        'when',
+        'next poll',
+        'failures',
+        'rejected 24h',
+        'gaps 24h',
+      ],
       report.sources.map((s) => [
         String(s.id),
         sourceLabel(s),
@@ -41,6 +59,7 @@ export function renderText(report: StatusReport): string {
         s.lastRun ? relative(s.lastRun.finishedAt ?? s.lastRun.startedAt, now) : 'never',
         s.enabled ? nextPoll(s.nextPollAt, now) : '-',
         String(s.consecutiveFailures),
+        String(s.rejectedLast24h),
         String(s.gapsLast24h),
       ]),
     ),
@@ -109,7 +128,10 @@ export function renderText(report: StatusReport): string {
       .map(([routing, n]) => `${routing} ${n}`)
       .join(', ');
     out.push(
-      `  enabled; last delivery ${relative(w.lastReceivedAt, now)}; 24h: ${routed || 'none'}`,
+      `  enabled; last delivery ${relative(w.lastReceivedAt, now)}; 24h: ${routed || 'none'}` +
+        (w.mismatchedRedeliveries24h
+          ? `; ${w.mismatchedRedeliveries24h} redelivery(ies) with a different body`
+          : ''),
     );
   } else {
     out.push('  disabled (WEBHOOK_SECRET is not set)');

@@ -220,7 +220,7 @@ describe('GitHub faults on the enrichment path', () => {
           await expect(enrichOnce(d.deps, 'actor')).rejects.toBeInstanceOf(GitHubAuthFailed);
         } else {
           const r = await enrichOnce(d.deps, 'actor');
-          expect(r).toMatchObject({ outcome: c.expect.enrich.outcome, entityId: ACTOR.id });
+          expect(r).toMatchObject({ outcome: c.expect.enrich.outcome, entityId: String(ACTOR.id) });
         }
 
         expect(await ledger()).toEqual([
