@@ -100,7 +100,7 @@ async function pushRowsOf(file: string): Promise<PushRow[]> {
       const v = classifyLine(line);
       if (v.kind !== 'push') continue;
       const row = mapArchivePush(v.event, v.text, n);
-      if (!('malformed' in row)) rows.push(row);
+      if (!('rejected' in row)) rows.push(row);
     }
   }
   return rows;

@@ -13,7 +13,8 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 
 /** "90", "90s", "15m", "12h", "7d" → seconds. */
 export function parseDurationSeconds(raw: string): number | undefined {
-  const m = /^\s*(\d+)\s*([smhd]?)\s*$/.exec(raw);
+  // At most 12 digits: far above any bound below, and exact as a double once multiplied.
+  const m = /^\s*(\d{1,12})\s*([smhd]?)\s*$/.exec(raw);
   if (!m) return undefined;
   const n = Number(m[1]);
   const unit = m[2] || 's';
@@ -21,13 +22,17 @@ export function parseDurationSeconds(raw: string): number | undefined {
   return n * factor;
 }
 
-const duration = (what: string) =>
+/**
+ * Every duration has an upper bound that Postgres intervals and Node timers hold with room
+ * to spare (a bound in days: `max` seconds, said as `maxText`).
+ */
+const duration = (what: string, max: number, maxText: string) =>
   z.string().transform((raw, ctx) => {
     const s = parseDurationSeconds(raw);
-    if (s === undefined || s <= 0) {
+    if (s === undefined || s <= 0 || s > max) {
       ctx.addIssue({
         code: 'custom',
-        message: `must be a positive ${what} like 90s, 15m, 12h or 7d (got "${raw}")`,
+        message: `must be a positive ${what} up to ${maxText}, like 90s, 15m, 12h or 7d (got "${raw.slice(0, 40)}")`,
       });
       return z.NEVER;
     }
@@ -40,7 +45,7 @@ const positiveInt = (max = Number.MAX_SAFE_INTEGER) =>
     if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n < 1 || n > max) {
       ctx.addIssue({
         code: 'custom',
-        message: `must be an integer from 1 to ${max} (got "${raw}")`,
+        message: `must be an integer from 1 to ${max} (got "${raw.slice(0, 40)}")`,
       });
       return z.NEVER;
     }
@@ -73,8 +78,36 @@ const archiveUrl = z.string().transform((raw, ctx) => {
   }
 });
 
-const postgresUrl = z.string().refine((raw) => /^postgres(ql)?:\/\//.test(raw), {
-  message: 'must be a postgres:// or postgresql:// URL',
+/**
+ * Parsed as a URL now, so a bad one stops the process at start naming the variable
+ * instead of failing later inside the driver. Never echoes the value (it may hold a password).
+ */
+const postgresUrl = z.string().transform((raw, ctx) => {
+  const fail = (why: string) => {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be a postgres:// or postgresql:// URL (${why})`,
+    });
+    return z.NEVER;
+  };
+  if (!/^postgres(ql)?:\/\//.test(raw)) return fail('other scheme');
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    return fail(
+      'not a valid URL: check the host, the port is a number from 1 to 65535, and special characters in the password are percent-encoded',
+    );
+  }
+  if (u.port !== '' && Number(u.port) < 1) return fail('port must be from 1 to 65535');
+  try {
+    decodeURIComponent(u.username);
+    decodeURIComponent(u.password);
+    decodeURIComponent(u.pathname);
+  } catch {
+    return fail('bad percent-encoding in the user, password or database name');
+  }
+  return raw;
 });
 
 const sqlIdentifier = z
@@ -116,7 +149,7 @@ export const envSchema = z.object({
     .default(3000),
   WEBHOOK_SECRET: z.string().min(1, 'must not be empty when set').optional(),
   SOURCES: z.string().default('public'),
-  ENRICH_TTL: duration('duration').default(7 * 86400),
+  ENRICH_TTL: duration('duration', 365 * 86400, '365d').default(7 * 86400),
   ENRICH_MAX_ATTEMPTS: positiveInt(100).default(5),
   ENRICH_SHARE: share.default(2 / 3),
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),

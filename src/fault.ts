@@ -24,3 +24,15 @@ export function faultPoint(name: FaultPointName): void {
     process.kill(process.pid, 'SIGKILL');
   }
 }
+
+/**
+ * FAULT_JOB=<queue> (tests only): the process SIGKILLs itself as soon as it starts running a
+ * job of that queue — after taking the job's liveness lock, so the lock dies with it, as it
+ * would in any crash mid-job (test/recovery/orphaned-jobs.test.ts).
+ */
+export function jobFaultPoint(queue: string): void {
+  if (process.env.FAULT_JOB === queue) {
+    process.stderr.write(`FAULT_JOB ${queue}: killing process ${process.pid}\n`);
+    process.kill(process.pid, 'SIGKILL');
+  }
+}

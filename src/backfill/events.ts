@@ -1,5 +1,8 @@
 import type { EventSource } from '../db/schema.ts';
-import { MalformedEvent, mapPushEvent, type PushRow } from '../ingestion/mapping.ts';
+import { mapPushEvent, type PushRow } from '../ingestion/mapping.ts';
+import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../ingestion/rules.ts';
+import { parseJson } from '../json/exact.ts';
+import { MAX_JSON_DEPTH } from '../json/walk.ts';
 import { type Line, OVERSIZE } from './lines.ts';
 
 /**
@@ -15,9 +18,14 @@ export type LineVerdict =
   | { kind: 'blank' }
   | { kind: 'other' }
   | { kind: 'push'; event: Record<string, unknown>; text: string }
-  | { kind: 'malformed'; reason: MalformedReason; detail: string; eventId: string | null };
-
-export type MalformedReason = 'not_json' | 'too_long' | 'bad_push' | 'refused_by_database';
+  | {
+      kind: 'malformed';
+      reason: RejectionReason;
+      detail: string;
+      eventId: string | null;
+      /** What to keep of the line in rejected_events (bounded). */
+      raw: unknown;
+    };
 
 const PUSH_MARK = Buffer.from('"PushEvent"');
 const SPACE = new Set([0x20, 0x09, 0x0d, 0x0a]);
@@ -38,63 +46,94 @@ export function excerpt(line: Buffer | string, max = 120): string {
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
+/** Text of a line kept for the record: enough to find it, bounded. */
+const MAX_KEPT_TEXT = 64 * 1024;
+
 export function classifyLine(raw: Line): LineVerdict {
   if (raw === OVERSIZE) {
-    return { kind: 'malformed', reason: 'too_long', detail: 'line too long', eventId: null };
+    return {
+      kind: 'malformed',
+      reason: 'too_long',
+      detail: 'line too long',
+      eventId: null,
+      raw: null,
+    };
   }
   const line = trimmed(raw);
   if (line.length === 0) return { kind: 'blank' };
   if (line[0] !== 0x7b || line[line.length - 1] !== 0x7d) {
     return {
       kind: 'malformed',
-      reason: 'not_json',
+      reason: 'malformed',
       detail: `not a JSON object: ${excerpt(line)}`,
       eventId: null,
+      raw: line.subarray(0, MAX_KEPT_TEXT).toString('utf8'),
     };
   }
   if (line.indexOf(PUSH_MARK) === -1) return { kind: 'other' };
   const text = line.toString('utf8');
   let event: unknown;
   try {
-    event = JSON.parse(text);
+    // Exact: an id beyond 2^53 keeps every digit (src/json/exact.ts).
+    event = parseJson(text);
   } catch (err) {
     return {
       kind: 'malformed',
-      reason: 'not_json',
+      reason: (err as { code?: string }).code === 'JSON_TOO_DEEP' ? 'too_deep' : 'malformed',
       detail: `invalid JSON (${(err as Error).message}): ${excerpt(text)}`,
       eventId: null,
+      raw: text.slice(0, MAX_KEPT_TEXT),
     };
   }
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
     return {
       kind: 'malformed',
-      reason: 'not_json',
+      reason: 'not_an_object',
       detail: 'not a JSON object',
       eventId: null,
+      raw: event,
     };
   }
   const e = event as Record<string, unknown>;
   return e.type === 'PushEvent' ? { kind: 'push', event: e, text } : { kind: 'other' };
 }
 
-const DECIMAL_ID = /^\d{1,16}$/;
+const DECIMAL_ID = /^\d{1,18}$/;
 const REPO_NAME = /^[^/\s]+\/[^/\s]+$/;
 const CANONICAL_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
+/** JSON escapes of what Postgres cannot hold (U+0000, UTF-16 surrogates): the rules decide. */
+const UNSTORABLE_ESCAPE = /\\u(0000|[dD][89a-fA-F])/;
 
 const isId = (v: unknown): v is number =>
   typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
-const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
-const isCount = (v: unknown) => v === undefined || isId(v);
+const isCount = (v: unknown) => v === undefined || (isId(v) && v <= 2 ** 31 - 1);
 const asObject = (v: unknown): Record<string, unknown> | null =>
   v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
 
+/** A non-empty string within its byte cap (UTF-8 is at most 3 bytes per UTF-16 unit). */
+function fits(v: unknown, maxBytes: number): v is string {
+  if (typeof v !== 'string' || v.length === 0) return false;
+  return v.length * 3 <= maxBytes || Buffer.byteLength(v) <= maxBytes;
+}
+
+/** Fewer brackets than the depth cap: nothing in the line can be nested too deep. */
+function shallow(text: string): boolean {
+  let open = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if ((c === 0x7b || c === 0x5b) && ++open >= MAX_JSON_DEPTH - 2) return false;
+  }
+  return true;
+}
+
 /**
- * The fast path of mapPushEvent for the shape GH Archive writes (string event id, numeric
- * actor/repo ids, `YYYY-MM-DDTHH:MM:SSZ`). It returns a row only when mapPushEvent would
- * return the same row (test/unit/backfill-events.test.ts holds the two side by side);
- * anything else — an unusual but valid shape as much as a broken one — returns null and
- * goes through mapPushEvent, which decides (and names what is wrong). The schema-driven
- * path costs ~15 µs an event; this one about a tenth of it.
+ * The fast path of mapPushEvent (src/ingestion/rules.ts) for the shape GH Archive writes
+ * (a string event id, numeric actor and repository ids, `YYYY-MM-DDTHH:MM:SSZ`, text with
+ * nothing Postgres refuses). It returns a row only when mapPushEvent would return the same
+ * row (test/unit/backfill-events.test.ts holds the two side by side); anything else — an
+ * unusual but valid shape as much as a broken one — returns null and goes through
+ * mapPushEvent, which decides. The rules walk every value of the event (~15 µs); this
+ * checks what it must in a tenth of that.
  */
 export function fastMapPush(e: Record<string, unknown>, text: string): PushRow | null {
   const id = e.id;
@@ -105,26 +144,30 @@ export function fastMapPush(e: Record<string, unknown>, text: string): PushRow |
   const repo = asObject(e.repo);
   const payload = asObject(e.payload);
   if (!actor || !repo || !payload) return null;
-  if (!isId(actor.id) || !isText(actor.login)) return null;
-  if (!isId(repo.id) || typeof repo.name !== 'string' || !REPO_NAME.test(repo.name)) return null;
+  if (!isId(actor.id) || !fits(actor.login, KEY_CAPS.login)) return null;
+  if (!isId(repo.id) || !fits(repo.name, KEY_CAPS.repositoryName) || !REPO_NAME.test(repo.name)) {
+    return null;
+  }
   const createdAt = e.created_at;
   if (typeof createdAt !== 'string' || !CANONICAL_TIME.test(createdAt)) return null;
   const at = new Date(createdAt);
-  // A real instant written canonically (no 24:00, no February 30th).
+  // A real instant written canonically (no 24:00, no February 30th), in the range we store.
   if (Number.isNaN(at.getTime()) || at.toISOString() !== `${createdAt.slice(0, -1)}.000Z`) {
     return null;
   }
+  if (at.getUTCFullYear() < 1970) return null;
   const { ref, head, before, push_id: pushId, size, distinct_size: distinctSize } = payload;
-  if (!isText(ref) || !isText(head) || !isText(before)) return null;
+  if (!fits(ref, KEY_CAPS.ref) || !fits(head, KEY_CAPS.sha) || !fits(before, KEY_CAPS.sha)) {
+    return null;
+  }
   if (pushId !== undefined && !isId(pushId)) return null;
   if (!isCount(size) || !isCount(distinctSize)) return null;
-  // NUL cannot be stored in text or jsonb; JSON can only carry it escaped.
-  if (text.includes('\\u0000')) return null;
+  if (UNSTORABLE_ESCAPE.test(text) || !shallow(text)) return null;
   return {
     id,
-    actor: { id: actor.id, login: actor.login },
-    repository: { id: repo.id, fullName: repo.name },
-    pushId: pushId === undefined ? null : pushId,
+    actor: { id: String(actor.id), login: actor.login },
+    repository: { id: String(repo.id), fullName: repo.name },
+    pushId: pushId === undefined ? null : String(pushId),
     ref,
     head,
     before,
@@ -135,21 +178,28 @@ export function fastMapPush(e: Record<string, unknown>, text: string): PushRow |
   };
 }
 
-/** A push line → its row, or the reason it cannot be stored. */
+export interface ArchiveRejection {
+  rejected: RejectionReason;
+  message: string;
+  eventId: string | null;
+}
+
+/** A push line → its row (free text made storable, as the poll path does), or why it is set aside. */
 export function mapArchivePush(
   e: Record<string, unknown>,
   text: string,
   lineNo: number,
-): PushRow | { malformed: string; eventId: string | null } {
+): PushRow | ArchiveRejection {
   const fast = fastMapPush(e, text);
   if (fast) return fast;
   try {
-    return mapPushEvent(e, `line ${lineNo}`, lineNo);
+    return mapPushEvent(e, idField(e.id, 'id')).push;
   } catch (err) {
-    if (!(err instanceof MalformedEvent)) throw err;
+    if (!(err instanceof Rejection)) throw err;
     const id = e.id;
     return {
-      malformed: err.message.replace(/^malformed event feed /, ''),
+      rejected: err.reason,
+      message: `line ${lineNo}: ${err.message}`,
       eventId: typeof id === 'string' || typeof id === 'number' ? String(id) : null,
     };
   }

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { systemClock } from '../clock.ts';
 import { int4Key, LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
+import { kyselyOn } from '../db/session.ts';
 import type { Deps } from '../deps.ts';
 import { AppError } from '../errors.ts';
 import {
@@ -12,8 +13,10 @@ import {
   PushesAlreadyHeld,
   prepareStage,
 } from '../ingestion/bulk-store.ts';
+import type { RejectionReason } from '../ingestion/rules.ts';
 import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
 import type { Logger } from '../log.ts';
+import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
 import { type ByteSource, decoded, readError } from './archive.ts';
 import {
   addCounts,
@@ -39,8 +42,11 @@ import { lineBatches } from './lines.ts';
  */
 
 export const CHUNK_ROWS = 5_000;
-/** Malformed lines logged one by one per import; the rest are only counted. */
+/** Events set aside logged one by one per import (event.rejected); the rest are counted. */
 const LOGGED_MALFORMED = 5;
+/** A chunk is cut at this many lines set aside, or lines read, whatever its pushes. */
+const MAX_SET_ASIDE = 1_000;
+const MAX_CHUNK_LINES = 200_000;
 
 export interface ImportTarget {
   /** 'all' | 'source:<id>' | 'gap:<id>': the checkpoint key beside the file. */
@@ -374,6 +380,9 @@ async function readAndStore(
   let delta: CheckpointCounts = { ...ZERO_COUNTS };
   let lineNo = 0;
   let loggedMalformed = 0;
+  let linesAtFlush = checkpoint.linesDone;
+  // The chunk transactions' session, for the statements written with Kysely.
+  const session = kyselyOn(client);
   let inFlight: Promise<void> | null = null;
   let lastProgress = 0;
   // A failed chunk store is the database's failure, not the file's: it propagates.
@@ -393,12 +402,33 @@ async function readAndStore(
     });
   };
 
-  const malformed = (line: number, reason: string, detail: string, eventId: string | null) => {
+  // Malformed lines are counted and set aside in rejected_events with the chunk they belong
+  // to (same transaction as its pushes and checkpoint: once per event, never lost).
+  let setAside: QuarantineRow[] = [];
+  const malformed = (
+    reason: RejectionReason,
+    message: string,
+    eventId: string | null,
+    eventType: string | null,
+    raw: unknown,
+  ) => {
     delta.malformed++;
-    if (loggedMalformed++ < LOGGED_MALFORMED) {
+    setAside.push({
+      sourceId: target.sourceId,
+      runId: null,
+      eventId,
+      eventType,
+      reason,
+      message: `${source.label} ${message}`,
+      raw,
+    });
+  };
+  const logRejected = (rows: QuarantineRow[]) => {
+    for (const row of rows) {
+      if (loggedMalformed++ >= LOGGED_MALFORMED) return;
       log.warn(
-        { event: 'backfill.line_malformed', line, reason, event_id: eventId, detail },
-        `${source.label} line ${line}: ${detail}`,
+        { event: 'event.rejected', reason: row.reason, event_id: row.eventId, detail: row.message },
+        `set aside: ${row.message}`,
       );
     }
   };
@@ -416,8 +446,10 @@ async function readAndStore(
     counts: CheckpointCounts,
     last: boolean,
     entities: { newActors: number; newRepositories: number },
+    aside: QuarantineRow[],
   ) => {
     await client.query('BEGIN');
+    let firstSeen: QuarantineRow[] = [];
     try {
       // Asynchronous commit: the chunk and its checkpoint commit together, so a database
       // crash that loses the last commits loses both, and the import re-reads those lines.
@@ -426,14 +458,17 @@ async function readAndStore(
       for (const { index, reason } of outcome.refused) {
         counts.malformed++;
         counts.kept--;
-        if (loggedMalformed++ < LOGGED_MALFORMED) {
-          const id = batch.ids[index];
-          log.warn(
-            { event: 'backfill.line_malformed', reason: 'refused_by_database', event_id: id },
-            `${source.label}: event ${id} refused by the database: ${reason}`,
-          );
-        }
+        aside.push({
+          sourceId: target.sourceId,
+          runId: null,
+          eventId: batch.ids[index] ?? null,
+          eventType: 'PushEvent',
+          reason: 'store_failed',
+          message: `${source.label}: the database refused it: ${reason}`,
+          raw: { staged: batch.bytes(index, index + 1).toString('utf8') },
+        });
       }
+      if (aside.length > 0) firstSeen = (await quarantineEvents(session, aside)).firstSeen;
       counts.created += outcome.stored.created;
       await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
       await client.query('COMMIT');
@@ -442,6 +477,7 @@ async function readAndStore(
       storeError = err;
       throw err;
     }
+    logRejected(firstSeen);
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
     known.remember(batch);
@@ -465,6 +501,9 @@ async function readAndStore(
     // The batch holds every line up to here and none after: its checkpoint. (Read now: by
     // the time the merge runs, the parser is well into the next chunk.)
     const upTo = lineNo;
+    const aside = setAside;
+    setAside = [];
+    linesAtFlush = lineNo;
     delta = { ...ZERO_COUNTS };
     const entities = insertStagedEntities(entityClient, batch).catch((err: unknown) => {
       storeError = err;
@@ -475,7 +514,7 @@ async function readAndStore(
     if (inFlight) await inFlight;
     pending = spare ?? new StageBatch(chunkBytes);
     spare = null;
-    inFlight = entities.then((e) => store(batch, upTo, counts, last, e));
+    inFlight = entities.then((e) => store(batch, upTo, counts, last, e, aside));
     inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
   };
 
@@ -497,13 +536,19 @@ async function readAndStore(
             delta.events++;
             break;
           case 'malformed':
-            malformed(lineNo, verdict.reason, verdict.detail, verdict.eventId);
+            malformed(
+              verdict.reason,
+              `line ${lineNo}: ${verdict.detail}`,
+              verdict.eventId,
+              null,
+              verdict.raw,
+            );
             break;
           case 'push': {
             // Mapped before the scope test, so a malformed push is counted whatever the scope.
             const row = mapArchivePush(verdict.event, verdict.text, lineNo);
-            if ('malformed' in row) {
-              malformed(lineNo, 'bad_push', row.malformed, row.eventId);
+            if ('rejected' in row) {
+              malformed(row.rejected, row.message, row.eventId, 'PushEvent', verdict.event);
               break;
             }
             delta.events++;
@@ -513,8 +558,16 @@ async function readAndStore(
             if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
             delta.kept++;
             pending.add(row, known);
-            if (pending.length >= chunkRows) await flush(false);
           }
+        }
+        // A chunk is full of pushes, of lines set aside, or of lines (a narrow scope keeps
+        // few pushes: its checkpoint still moves).
+        if (
+          pending.length >= chunkRows ||
+          setAside.length >= MAX_SET_ASIDE ||
+          lineNo - linesAtFlush >= MAX_CHUNK_LINES
+        ) {
+          await flush(false);
         }
       }
       progress(false);

@@ -5,6 +5,7 @@ import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../enrichment/e
 import { type EnrichOutcome, type EnrichResult, enrichOnce } from '../enrichment/runner.ts';
 import { UsageError } from '../errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
+import { jsonInteger, type RawJson } from '../json/exact.ts';
 import { createLogger } from '../log.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
@@ -35,7 +36,8 @@ export interface EnrichRunSummary {
   budgetLeft: number | null;
   entities: {
     class: EntityClass;
-    id: number;
+    /** GitHub's id: a JSON number with every digit (64-bit ids do not fit a double). */
+    id: RawJson;
     name: string;
     outcome: EnrichOutcome;
     status: number | null;
@@ -102,7 +104,7 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
     summary.outcomes[r.outcome] += 1;
     summary.entities.push({
       class: cls,
-      id: r.entityId!,
+      id: jsonInteger(r.entityId!),
       name: r.name ?? '',
       outcome: r.outcome,
       status: r.status ?? null,

@@ -16,9 +16,13 @@ each run it sends the worker one enrichment hint per class with new pending rows
   --force      ignore next_poll_at (never the request budget)
   --json       print the run summaries as a JSON array
 
-Exit codes: 0 no run failed (completed, not_modified, busy and skipped all count);
-1 at least one run failed (its error is printed and kept in event_sources.last_error),
-or another error; 2 bad arguments or configuration.
+A source the request budget refuses before its first request is "deferred": nothing
+is sent, no run is recorded, and it is polled again when the budget frees (the line says
+"budget spent until HH:MM UTC"). That is not a failure.
+
+Exit codes: 0 no run failed (completed, not_modified, busy, skipped and deferred all
+count); 1 at least one run failed, or GitHub rejected the credential (401: a source is
+deferred with GITHUB_AUTH_FAILED), or another error; 2 bad arguments or configuration.
 `;
 
 export interface IngestOptions {
@@ -37,10 +41,14 @@ export function formatSummary(s: RunSummary): string {
       return `${head} (another process is polling it)`;
     case 'skipped':
       return `${head} (${s.reason ?? 'not due'})`;
+    case 'deferred':
+      // Nothing was sent: the budget said no before page 1, and the source waits for it.
+      return `${head}: ${s.reason}; nothing sent; next poll ${s.nextPollAt?.toISOString()}`;
     default: {
       const counts = [
         `${plural(s.eventsSeen, 'event')} seen`,
         `${s.eventsCreated} created`,
+        ...(s.eventsRejected ? [`${s.eventsRejected} set aside (rejected_events)`] : []),
         plural(s.pagesFetched, 'page'),
         `${plural(s.requestsSpent, 'request')} spent`,
       ].join(', ');
@@ -98,7 +106,10 @@ export async function main(argv: string[]): Promise<number> {
     } else {
       for (const s of summaries) process.stdout.write(`${formatSummary(s)}\n`);
     }
-    return summaries.some((s) => s.outcome === 'failed') ? 1 : 0;
+    const failed = summaries.some(
+      (s) => s.outcome === 'failed' || (s.outcome === 'deferred' && s.error !== null),
+    );
+    return failed ? 1 : 0;
   } finally {
     await boss?.stop({ graceful: true, timeout: 5_000 }).catch(() => {});
     await app.close();

@@ -11,6 +11,8 @@ const USAGE = `
 Usage: bin/reconcile [--json]
 
 One reconciler pass, as the worker runs at start and every tick:
+  - pg-boss jobs left 'active' by a worker that ended (its liveness lock is free) → failed,
+    so their queue runs its next job
   - ingestion runs left 'running' by a process that ended (source lock free) → 'interrupted'
   - budget reservations never sent by a process that ended → settled as abandoned
   - for each entity class: due work and no live enrichment job → one cycle sent
@@ -23,6 +25,14 @@ Exit codes: 0 ok; 1 error; 2 bad arguments or configuration.
 
 export function formatReport(report: ReconcileReport, due: Record<string, number>): string[] {
   const lines: string[] = [];
+  const orphans = report.orphanedJobs;
+  lines.push(
+    orphans.length === 0
+      ? 'jobs: none left active by a dead worker'
+      : `jobs: ${orphans.length} left active by a dead worker, failed (${orphans
+          .map((j) => `${j.queue} ${j.id}`)
+          .join(', ')})`,
+  );
   const runs = report.interruptedRuns;
   lines.push(
     runs.length === 0
@@ -46,6 +56,9 @@ export function formatReport(report: ReconcileReport, due: Record<string, number
         break;
       case 'nothing_due':
         lines.push(`${head} → nothing to do`);
+        break;
+      case 'budget_wait':
+        lines.push(`${head} → the enrichment budget is spent or blocked; nothing sent`);
         break;
     }
   }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import type pg from 'pg';
 import type { Db } from './pool.ts';
 
@@ -16,10 +16,15 @@ export const LockSpace = {
   gate: 7303,
   /** Budget reservation: transaction-scoped, serializes count + insert per credential. */
   budget: 7304,
+  /**
+   * A pg-boss job being run (objid = int4Key(job id)), held by its worker's liveness session
+   * for as long as the handler runs: an active job whose lock nobody holds has no worker.
+   */
+  job: 7305,
   /** One import of a (file, scope) at a time (objid = int4Key of both), held for the session. */
-  backfillFile: 7305,
+  backfillFile: 7306,
   /** One fill of a gap at a time (objid = gap id), held for the session. */
-  gap: 7306,
+  gap: 7307,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */
@@ -53,16 +58,20 @@ export async function unlockSession(
 }
 
 /**
- * Is the lock held by any session of this database right now? pg_locks is cluster-wide,
- * so the database filter keeps another database's lock on the same key from counting.
+ * SQL: is the two-key advisory lock (space, key) held by some session of this database?
+ * pg_locks is cluster-wide, so the database filter keeps another database's lock on the same
+ * key from counting. `key` may be a column expression (one lock per row of a query).
  */
+export function lockHeldSql(space: number, key: number | RawBuilder<unknown>) {
+  return sql<boolean>`EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = ${space}::int::oid AND l.objid = (${key})::int::oid AND l.objsubid = 2)`;
+}
+
+/** Is the lock held by any session of this database right now? */
 export async function isLockHeld(db: Db, space: number, id: number): Promise<boolean> {
-  const r = await sql<{ held: boolean }>`
-    SELECT EXISTS (
-      SELECT 1 FROM pg_locks
-      WHERE locktype = 'advisory' AND granted
-        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND classid = ${space}::int::oid AND objid = ${id}::int::oid AND objsubid = 2
-    ) AS held`.execute(db);
+  const r = await sql<{ held: boolean }>`SELECT ${lockHeldSql(space, id)} AS held`.execute(db);
   return r.rows[0]!.held;
 }

@@ -17,7 +17,11 @@ type NullableTimestamp = ColumnType<
   Date | string | null | undefined,
   Date | string | null
 >;
-/** bigint columns arrive from pg as strings; we parse ids to numbers (GitHub ids < 2^53). */
+/**
+ * bigint columns arrive from pg as strings. GitHub ids are 64-bit: keep them as decimal
+ * strings (never Number()); our own identities (source, run, request ids) are small and
+ * may be parsed to numbers.
+ */
 type BigId = ColumnType<string, number | string | bigint, number | string | bigint>;
 /**
  * Kysely's Generated, but unwrapping a ColumnType: Kysely's own Generated<BigId> nests one
@@ -70,6 +74,8 @@ export interface IngestionRunsTable {
   repositories_created: Generated<number>;
   requests_spent: Generated<number>;
   gap_detected: Generated<boolean>;
+  /** Events set aside in rejected_events by this run (migration 2026-11-30T1000). */
+  events_rejected: Generated<number>;
   error: string | null;
   job_id: string | null;
   worker: string | null;
@@ -202,21 +208,58 @@ export interface GithubRateLimitsTable {
   remaining: number;
   reset_at: Timestamp;
   blocked_until: NullableTimestamp;
+  /** Why blocked_until is set: a 403/429 from GitHub, or a 401 (the auth ladder). */
+  block_reason: BlockReason | null;
+  /** 401s in a row; the first answer that is not a 401 resets it. */
+  auth_failures: Generated<number>;
   observed_at: Generated<Timestamp>;
 }
+
+export type BlockReason = 'rate_limit' | 'auth';
 
 /** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
 export interface WebhookDeliveriesTable {
   delivery_id: string;
   event: string;
   action: string | null;
-  /** 'push:created' | 'push:known' | 'ping' | 'ignored:<event>' */
+  /** 'push:created' | 'push:known' | 'ping' | 'ignored:<event>' | 'rejected:<reason>' */
   routing: string;
   payload_sha256: string;
   hook_id: BigId | null;
   repository_id: BigId | null;
   repository_full_name: string | null;
   received_at: Generated<Timestamp>;
+  /** Why a 'rejected:<reason>' delivery was not stored (migration 2026-11-30T1000). */
+  detail: string | null;
+  redeliveries: Generated<number>;
+  /** Redeliveries whose body hash differed from the first delivery's. */
+  redelivery_mismatches: Generated<number>;
+  last_redelivered_at: NullableTimestamp;
+}
+
+/**
+ * An event set aside instead of stored (ADR 0020): one row per (source, event key), however
+ * often it is read again (seen_count, last_seen_at). source_id / run_id are NULL for events
+ * read outside a source's run.
+ */
+export interface RejectedEventsTable {
+  id: Generated<BigId>;
+  source_id: BigId | null;
+  run_id: BigId | null;
+  last_run_id: BigId | null;
+  /** The event id as given (text; NULL when it had none). */
+  event_id: string | null;
+  /** The dedupe key: the canonical id, or 'sha256:<hex>' of the event. */
+  event_key: string;
+  event_type: string | null;
+  reason: string;
+  message: string;
+  raw: ColumnType<unknown, string, string>;
+  /** false: raw is a sanitised copy (the event held what jsonb cannot). */
+  raw_exact: boolean;
+  first_seen_at: Generated<Timestamp>;
+  last_seen_at: Generated<Timestamp>;
+  seen_count: Generated<number>;
 }
 
 /** A window a run could not read (ADR 0004) and how filling it from the archive went (ADR 0041). */
@@ -271,6 +314,7 @@ export interface Database {
   github_rate_limits: GithubRateLimitsTable;
   enrichment_attempts: EnrichmentAttemptsTable;
   webhook_deliveries: WebhookDeliveriesTable;
+  rejected_events: RejectedEventsTable;
 }
 
 export type EventSource = Selectable<EventSourcesTable>;
@@ -285,3 +329,4 @@ export type GithubRequest = Selectable<GithubRequestsTable>;
 export type WebhookDelivery = Selectable<WebhookDeliveriesTable>;
 export type Gap = Selectable<GapsTable>;
 export type BackfillFile = Selectable<BackfillFilesTable>;
+export type RejectedEventRow = Selectable<RejectedEventsTable>;

@@ -5,7 +5,7 @@ import type { ProfileColumns } from './state.ts';
  * GET /users/{login} → actors columns. The login comes back too: it is stored, so a
  * renamed account's row follows GitHub (the id is the key, the login only a label).
  */
-export function actorProfile(data: unknown, path: string): { id: number; columns: ProfileColumns } {
+export function actorProfile(data: unknown, path: string): { id: string; columns: ProfileColumns } {
   const o = asObject(data, path);
   const id = requiredId(o, path);
   return {

@@ -9,7 +9,7 @@ import type { ProfileColumns } from './state.ts';
 export function repositoryProfile(
   data: unknown,
   path: string,
-): { id: number; columns: ProfileColumns } {
+): { id: string; columns: ProfileColumns } {
   const o = asObject(data, path);
   const id = requiredId(o, path);
   const license =

@@ -13,7 +13,8 @@ import { ENTITY_TABLES, type EntityClass } from './entity.ts';
 
 export interface Claim {
   class: EntityClass;
-  id: number;
+  /** GitHub's id as a decimal string (64-bit; never a JS number). */
+  id: string;
   /** login or full_name as stored when claimed. */
   name: string;
   etag: string | null;
@@ -90,7 +91,7 @@ export async function claimNext(
     if (row) {
       return {
         class: cls,
-        id: Number(row.id),
+        id: row.id,
         name: row.name,
         etag: row.etag,
         attempts: row.attempts,

@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import { exactId } from '../json/exact.ts';
 
 /**
  * Reading a GitHub profile defensively: a 200 whose body is not the object GitHub
@@ -20,11 +21,10 @@ export function asObject(data: unknown, path: string): Json {
   return data as Json;
 }
 
-export function requiredId(o: Json, path: string): number {
-  const id = o.id;
-  if (typeof id !== 'number' || !Number.isSafeInteger(id) || id <= 0) {
-    throw new ProfileInvalid(path, 'no numeric "id"');
-  }
+/** The profile's id, exact (a decimal string: GitHub ids are 64-bit). */
+export function requiredId(o: Json, path: string): string {
+  const id = typeof o.id === 'string' ? null : exactId(o.id);
+  if (id === null || id === '0') throw new ProfileInvalid(path, 'no numeric "id"');
   return id;
 }
 

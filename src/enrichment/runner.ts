@@ -50,7 +50,8 @@ export interface EnrichResult {
   outcome: EnrichOutcome;
   class: EntityClass;
   /** The entity worked on (absent when idle). */
-  entityId?: number;
+  /** GitHub's id as a decimal string. */
+  entityId?: string;
   /** Its login / full_name (the new one after a rename). */
   name?: string;
   /** HTTP status of the answer, when one came. */

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { int4Key, LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
-import type { RequestPurpose } from '../db/schema.ts';
+import type { BlockReason, RequestPurpose } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import { defaultQuota } from './credential.ts';
 import { ASYNC_COMMIT, type ReservationRow, SPENDS_QUOTA, UNSPECIFIED_PATH } from './ledger.ts';
@@ -33,9 +33,17 @@ export interface BudgetPolicy {
   share: number;
 }
 
-export type BudgetDecision =
-  | { ok: true; reservation: Reservation }
-  | { ok: false; reason: 'allowance' | 'remaining' | 'blocked'; retryAt: Date | null };
+export type BudgetRefusal = {
+  ok: false;
+  /** allowance: this purpose's share is spent; remaining: the quota is; blocked: GitHub said wait. */
+  reason: 'allowance' | 'remaining' | 'blocked';
+  /** When the budget frees: the reset, the oldest spend leaving the window, or the block's end. */
+  retryAt: Date;
+  /** For 'blocked': a 403/429 (rate_limit) or a 401 (auth). */
+  blockReason?: BlockReason | null;
+};
+
+export type BudgetDecision = { ok: true; reservation: Reservation } | BudgetRefusal;
 
 interface Window {
   start: Date;
@@ -53,6 +61,8 @@ interface Spend {
   enrich: number;
   /** Spent after the rate-limit observation (not yet reflected in its remaining). */
   sinceObservation: number;
+  /** The oldest spend in the window, per purpose and in all: when it leaves, room opens. */
+  oldest: { poll: Date | null; enrich: Date | null; any: Date | null };
 }
 
 interface State {
@@ -69,6 +79,8 @@ interface StateRow {
   rl_remaining: number | null;
   reset_at: Date | null;
   blocked_until: Date | null;
+  block_reason: BlockReason | null;
+  auth_failures: number | null;
   observed_at: Date | null;
   quota: number;
   window_start: Date;
@@ -76,6 +88,9 @@ interface StateRow {
   poll: number;
   enrich: number;
   since_observation: number;
+  oldest_poll: Date | null;
+  oldest_enrich: Date | null;
+  oldest_any: Date | null;
   remaining: number | null;
 }
 
@@ -91,13 +106,13 @@ interface StateRow {
 function stateCtes(credential: string, now: Date) {
   return sql`
     rl AS (
-      SELECT quota, remaining, reset_at, blocked_until, observed_at,
+      SELECT quota, remaining, reset_at, blocked_until, block_reason, auth_failures, observed_at,
              reset_at > ${now}::timestamptz AS fresh
       FROM github_rate_limits WHERE credential = ${credential}
     ),
     w AS (
       SELECT rl.quota AS rl_quota, rl.remaining AS rl_remaining, rl.reset_at,
-        rl.blocked_until, rl.observed_at, rl.fresh,
+        rl.blocked_until, rl.block_reason, rl.auth_failures, rl.observed_at, rl.fresh,
         COALESCE(rl.quota, ${defaultQuota(credential)}::int) AS quota,
         CASE WHEN rl.fresh
           THEN rl.reset_at - make_interval(secs => ${(HOUR_MS + WINDOW_SLACK_MS) / 1000})
@@ -113,7 +128,10 @@ function stateCtes(credential: string, now: Date) {
         count(*) FILTER (
           WHERE finished_at IS NULL
              OR finished_at > (SELECT CASE WHEN fresh THEN observed_at ELSE '-infinity' END FROM w)
-        )::int AS since_observation
+        )::int AS since_observation,
+        min(reserved_at) FILTER (WHERE purpose = 'poll') AS oldest_poll,
+        min(reserved_at) FILTER (WHERE purpose = 'enrich') AS oldest_enrich,
+        min(reserved_at) AS oldest_any
       FROM github_requests
       WHERE credential = ${credential} AND reserved_at >= (SELECT window_start FROM w)
         -- Implied by the line above (a window never starts earlier), but the planner cannot
@@ -122,11 +140,12 @@ function stateCtes(credential: string, now: Date) {
         AND ${SPENDS_QUOTA}
     ),
     st AS (
-      SELECT w.rl_quota, w.rl_remaining, w.reset_at, w.blocked_until, w.observed_at, w.quota,
+      SELECT w.rl_quota, w.rl_remaining, w.reset_at, w.blocked_until, w.block_reason,
+        w.auth_failures, w.observed_at, w.quota,
         w.window_start,
         CASE WHEN w.fresh THEN w.reset_at ELSE w.window_start + make_interval(secs => ${HOUR_MS / 1000}) END
           AS window_end,
-        c.poll, c.enrich, c.since_observation,
+        c.poll, c.enrich, c.since_observation, c.oldest_poll, c.oldest_enrich, c.oldest_any,
         -- in a new hour (reset passed), everything since its start came off the quota
         CASE WHEN w.rl_quota IS NULL THEN NULL
              WHEN w.fresh THEN w.rl_remaining - c.since_observation
@@ -144,13 +163,20 @@ function toState(row: StateRow): State {
           remaining: row.rl_remaining!,
           resetAt: row.reset_at!,
           blockedUntil: row.blocked_until,
+          blockReason: row.block_reason,
+          authFailures: row.auth_failures ?? 0,
           observedAt: row.observed_at!,
         };
   return {
     rl,
     quota: row.quota,
     window: { start: row.window_start, end: row.window_end },
-    spent: { poll: row.poll, enrich: row.enrich, sinceObservation: row.since_observation },
+    spent: {
+      poll: row.poll,
+      enrich: row.enrich,
+      sinceObservation: row.since_observation,
+      oldest: { poll: row.oldest_poll, enrich: row.oldest_enrich, any: row.oldest_any },
+    },
     remaining: row.remaining,
   };
 }
@@ -165,17 +191,35 @@ async function readState(db: Db, credential: string, now: Date): Promise<State> 
   return toState(r.rows[0]!);
 }
 
+/**
+ * When a spent budget frees. Within GitHub's known hour, at its reset. Past it (or before we
+ * ever saw one) the window is the last 60 minutes, which frees when its oldest spend leaves
+ * it — not "now", which made every refused source due again at once, tick after tick.
+ */
+function freesAt(state: State, oldest: Date | null, now: Date): Date {
+  if (state.rl && state.rl.resetAt.getTime() > now.getTime()) return state.window.end;
+  const at = oldest ? oldest.getTime() + HOUR_MS : now.getTime();
+  return new Date(Math.max(at, now.getTime() + 1000));
+}
+
 function decide(state: State, policy: BudgetPolicy, purpose: RequestPurpose, now: Date) {
-  const { rl, window } = state;
+  const { rl } = state;
   if (rl?.blockedUntil && rl.blockedUntil.getTime() > now.getTime()) {
-    return { ok: false as const, reason: 'blocked' as const, retryAt: rl.blockedUntil };
+    return {
+      ok: false as const,
+      reason: 'blocked' as const,
+      retryAt: rl.blockedUntil,
+      blockReason: rl.blockReason,
+    };
   }
   if (state.remaining !== null && state.remaining <= 0) {
-    return { ok: false as const, reason: 'remaining' as const, retryAt: window.end };
+    const retryAt = freesAt(state, state.spent.oldest.any, now);
+    return { ok: false as const, reason: 'remaining' as const, retryAt };
   }
   const allowance = allowanceFor(state.quota, policy.share);
   if (state.spent[purpose] >= allowance[purpose]) {
-    return { ok: false as const, reason: 'allowance' as const, retryAt: window.end };
+    const retryAt = freesAt(state, state.spent.oldest[purpose], now);
+    return { ok: false as const, reason: 'allowance' as const, retryAt };
   }
   return null;
 }
@@ -259,7 +303,21 @@ export async function budgetSnapshot(
     allowance: allowanceFor(state.quota, policy.share),
     spent: { poll: state.spent.poll, enrich: state.spent.enrich },
     blockedUntil: blocked && blocked.getTime() > now.getTime() ? blocked : null,
+    blockReason:
+      blocked && blocked.getTime() > now.getTime() ? (state.rl?.blockReason ?? null) : null,
   };
+}
+
+/**
+ * Would a reservation of `purpose` be refused right now? Read from a snapshot, so a caller
+ * that only decides whether to start work (the reconciler) asks without reserving.
+ */
+export function snapshotRefuses(s: BudgetSnapshot, purpose: RequestPurpose): boolean {
+  return (
+    s.blockedUntil !== null ||
+    (s.remaining !== null && s.remaining <= 0) ||
+    s.spent[purpose] >= s.allowance[purpose]
+  );
 }
 
 /**

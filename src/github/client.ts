@@ -2,6 +2,7 @@ import { type Clock, systemClock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
 import { type BudgetPolicy, budgetSnapshot, reserve } from './budget.ts';
 import { credentialOf, defaultQuota } from './credential.ts';
@@ -10,12 +11,19 @@ import {
   GitHubAuthFailed,
   GitHubRequestFailed,
   GitHubUnavailable,
+  GitHubUnreachable,
   MalformedResponse,
   RateLimited,
 } from './errors.ts';
 import { createRequestGate } from './gate.ts';
 import { markSent, releaseReservation, settle } from './ledger.ts';
-import { parseRateLimit, rateLimitRetryAt, recordBlock } from './rate-limit.ts';
+import {
+  clearAuthFailures,
+  parseRateLimit,
+  rateLimitRetryAt,
+  recordAuthFailure,
+  recordBlock,
+} from './rate-limit.ts';
 import {
   fixtureTransport,
   liveTransport,
@@ -35,9 +43,6 @@ export interface GitHubClientOptions {
   /** Tests: replace the HTTP/fixture transport. */
   transport?: Transport;
 }
-
-/** How long a 401 blocks its credential (as long as a source's longest failure backoff). */
-export const AUTH_FAILED_BLOCK_MS = 3600_000;
 
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);
@@ -109,7 +114,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     if (status >= 200 && status < 300) {
       if (raw.body === null || raw.body === '') return { ...base, data: undefined };
       try {
-        return { ...base, data: JSON.parse(raw.body) as T };
+        // Exact: 64-bit ids keep every digit (src/json/exact.ts).
+        return { ...base, data: parseJson(raw.body) as T };
       } catch (err) {
         throw new MalformedResponse(
           path,
@@ -132,7 +138,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     let reservation: Reservation | undefined = req.reservation;
     if (!reservation) {
       const d = await reserveOrNull(req.purpose, { ...req, path });
-      if (!d.ok) throw new BudgetExhausted(req.purpose, d.retryAt);
+      if (!d.ok) throw new BudgetExhausted(req.purpose, d.retryAt, d.reason, d.blockReason);
       reservation = d.reservation;
     }
     const id = reservation.id;
@@ -173,34 +179,42 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         error = err;
       }
     } else if (failure instanceof TransportFailure) {
-      error = new GitHubUnavailable(path, null, failure.message, failure.cause);
+      error = failure.reached
+        ? new GitHubUnavailable(path, null, failure.message, failure.cause)
+        : new GitHubUnreachable(path, failure.message, failure.cause);
     }
 
     const settlement = {
       outcome: error ? ('error' as const) : ('completed' as const),
       status: answer?.status ?? null,
+      reached: !(error instanceof GitHubUnreachable),
       durationMs,
       rateLimit,
       error: error ? (error as Error).message : undefined,
       now,
     };
-    // A rejected token stays rejected until an operator changes it (which is a new
-    // credential): block this one for every process, so no poll or enrichment cycle
-    // repeats the 401 each tick.
-    const blockUntil =
-      error instanceof RateLimited
-        ? error.retryAt
-        : error instanceof GitHubAuthFailed
-          ? new Date(now.getTime() + AUTH_FAILED_BLOCK_MS)
-          : null;
-    if (blockUntil === null) {
-      // The usual case: settle and the rate-limit upsert are one statement.
-      await settle(db, id, settlement, credential);
-    } else {
+    // A 403/429 blocks the credential for every process until GitHub's retry-after/reset;
+    // a 401 climbs the auth ladder (1, 5, 15, 60 min) so no poll or cycle repeats it every
+    // tick; any other answer proves the credential is accepted and clears that ladder.
+    if (error instanceof RateLimited) {
+      const until = error.retryAt;
       await db.transaction().execute(async (trx) => {
         await settle(trx, id, settlement, credential);
-        await recordBlock(trx, credential, blockUntil, defaultQuota(credential));
+        await recordBlock(trx, credential, until, defaultQuota(credential));
       });
+    } else if (error instanceof GitHubAuthFailed) {
+      const block = await db.transaction().execute(async (trx) => {
+        await settle(trx, id, settlement, credential);
+        return recordAuthFailure(trx, credential, now, defaultQuota(credential));
+      });
+      error = new GitHubAuthFailed(path, block);
+    } else {
+      // The usual case: settle and the rate-limit upsert are one statement.
+      // A 2xx-4xx that is not a 401 means GitHub checked the credential and took it; a 5xx
+      // (maybe from a proxy) or no answer says nothing about it.
+      const accepted = answer !== null && answer.status < 500;
+      await settle(db, id, settlement, credential, accepted);
+      if (accepted && !rateLimit) await clearAuthFailures(db, credential);
     }
 
     (req.jobId ? logger.child({ job_id: req.jobId }) : logger).debug(
@@ -210,7 +224,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         path,
         purpose: req.purpose,
         status: answer?.status ?? null,
-        counted: answer ? answer.status !== 304 : null,
+        counted: answer ? answer.status !== 304 : settlement.reached ? null : false,
         duration_ms: durationMs,
         request_id: id,
         credential,
@@ -230,6 +244,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       const d = await reserveOrNull(purpose, meta);
       return d.ok ? d.reservation : null;
     },
+    tryReserve: reserveOrNull,
     async release(reservation) {
       await releaseReservation(db, reservation.id, 'released unused', clock.now());
     },

@@ -22,16 +22,28 @@ export class RateLimited extends AppError {
 /** The budget said no before anything was sent. */
 export class BudgetExhausted extends AppError {
   readonly retryAt: Date | null;
-  constructor(purpose: string, retryAt: Date | null) {
+  readonly reason: 'allowance' | 'remaining' | 'blocked' | null;
+  /** For a blocked credential: a 403/429 (rate_limit) or a 401 (auth). */
+  readonly blockReason: 'rate_limit' | 'auth' | null;
+  constructor(
+    purpose: string,
+    retryAt: Date | null,
+    reason: BudgetExhausted['reason'] = null,
+    blockReason: BudgetExhausted['blockReason'] = null,
+  ) {
+    const until = retryAt ? ` until ${retryAt.toISOString()}` : '';
     super(
       'BUDGET_EXHAUSTED',
-      `request budget for ${purpose} is spent${retryAt ? ` until ${retryAt.toISOString()}` : ''}`,
-      {
-        purpose,
-        retryAt: retryAt?.toISOString() ?? null,
-      },
+      blockReason === 'auth'
+        ? `the credential is blocked after GitHub rejected it (401)${until}`
+        : blockReason === 'rate_limit'
+          ? `GitHub rate-limited the credential${until}`
+          : `request budget for ${purpose} is spent${until}`,
+      { purpose, retryAt: retryAt?.toISOString() ?? null, reason, blockReason },
     );
     this.retryAt = retryAt;
+    this.reason = reason;
+    this.blockReason = blockReason;
   }
 }
 
@@ -48,14 +60,34 @@ export class GateTimeout extends AppError {
 /** 5xx, a timeout or a connection error: transient, retried by the owning ledger's ladder. */
 export class GitHubUnavailable extends AppError {
   readonly status: number | null;
-  constructor(path: string, status: number | null, detail: string, cause?: unknown) {
-    super(
-      'GITHUB_UNAVAILABLE',
-      `GitHub unavailable on ${path}: ${detail}`,
-      { path, status },
-      { cause },
-    );
+  constructor(
+    path: string,
+    status: number | null,
+    detail: string,
+    cause?: unknown,
+    code = 'GITHUB_UNAVAILABLE',
+    message = `GitHub unavailable on ${path}: ${detail}`,
+  ) {
+    super(code, message, { path, status }, { cause });
     this.status = status;
+  }
+}
+
+/**
+ * The request never reached GitHub (DNS failure, connection refused or timed out, TLS
+ * handshake failed): transient like GitHubUnavailable, but nothing was spent — the ledger
+ * settles it as not counted.
+ */
+export class GitHubUnreachable extends GitHubUnavailable {
+  constructor(path: string, detail: string, cause?: unknown) {
+    super(
+      path,
+      null,
+      detail,
+      cause,
+      'GITHUB_UNREACHABLE',
+      `could not reach GitHub for ${path}: ${detail}`,
+    );
   }
 }
 
@@ -69,15 +101,24 @@ export class MalformedResponse extends AppError {
   }
 }
 
-/** 401: the token is bad. Sources must not be hammered: callers back off hard. */
+/**
+ * 401: GitHub rejected the credential. The client blocks it on the auth ladder (1, 5, 15,
+ * 60 min; the first accepted answer clears it): `retryAt` is when it may be tried again.
+ */
 export class GitHubAuthFailed extends AppError {
   readonly status = 401;
-  constructor(path: string) {
+  readonly retryAt: Date | null;
+  constructor(path: string, block?: { until: Date; failures: number }) {
     super(
       'GITHUB_AUTH_FAILED',
-      `GitHub rejected the credentials (401) on ${path}; check GITHUB_TOKEN`,
-      { path },
+      `GitHub rejected the credentials (401) on ${path}; check GITHUB_TOKEN${
+        block
+          ? ` (401 #${block.failures} in a row: blocked until ${block.until.toISOString()})`
+          : ''
+      }`,
+      { path, ...(block ? { retryAt: block.until.toISOString(), failures: block.failures } : {}) },
     );
+    this.retryAt = block?.until ?? null;
   }
 }
 

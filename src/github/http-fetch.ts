@@ -15,6 +15,10 @@ import https from 'node:https';
  * socket — the server closed it as we wrote — is sent once more on a fresh connection:
  * nothing reached the server, so nothing is repeated. A reset on a fresh connection is
  * the server's answer and is reported as before.
+ *
+ * A failure before the request could leave this machine — DNS, connection refused or timed
+ * out, a TLS handshake that failed — carries `requestNotSent: true` (see isRequestNotSent):
+ * GitHub never saw it, so the ledger does not count it against the budget.
  */
 export class HttpTimeout extends Error {
   readonly code = 'ETIMEDOUT';
@@ -36,6 +40,11 @@ const IDLE_SOCKET_MS = 4_000;
 const MAX_SOCKETS = 4;
 
 const STALE_SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE']);
+
+/** True for an error raised before any byte of the request could reach the server. */
+export function isRequestNotSent(err: unknown): boolean {
+  return (err as { requestNotSent?: unknown } | null)?.requestNotSent === true;
+}
 
 function keepAliveAgents() {
   const options = {
@@ -90,9 +99,17 @@ function attempt(
   return new Promise((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
     let answered = false;
+    // Connected: TCP for http, the TLS handshake done for https (only then can the request's
+    // bytes leave); a reused keep-alive socket already is.
+    let connected = false;
     const req = lib.request(url, { method, headers, agent });
+    const notSentUnlessConnected = (err: Error) => {
+      if (!connected) Object.assign(err, { requestNotSent: true });
+      return err;
+    };
     const fail = (err: Error) => {
       clearTimeout(timer);
+      notSentUnlessConnected(err);
       req.destroy(err);
       reject(err);
     };
@@ -106,15 +123,22 @@ function attempt(
       );
     };
     req.on('socket', (socket) => {
-      if (!socket.connecting) return startResponseTimer();
+      if (!socket.connecting) {
+        connected = true;
+        return startResponseTimer();
+      }
       timer = setTimeout(
         () => fail(new HttpTimeout('connect', o.connectTimeoutMs)),
         o.connectTimeoutMs,
       );
-      socket.once('connect', startResponseTimer);
+      socket.once(url.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
+        connected = true;
+        startResponseTimer();
+      });
     });
     req.on('error', (err: NodeJS.ErrnoException) => {
       clearTimeout(timer);
+      notSentUnlessConnected(err);
       signal?.removeEventListener('abort', onAbort);
       if (req.reusedSocket && !answered && STALE_SOCKET_ERRORS.has(err.code ?? '')) {
         Object.assign(err, { staleSocket: true });

@@ -23,7 +23,7 @@ export interface ReservationRow {
   method?: string;
   jobId?: string | null;
   runId?: number | null;
-  entity?: { class: EntityClass; id: number };
+  entity?: { class: EntityClass; id: string | number };
   now: Date;
 }
 
@@ -57,6 +57,8 @@ export interface Settlement {
   outcome: 'completed' | 'error';
   /** HTTP status, or null when no answer arrived (timeout, reset). */
   status: number | null;
+  /** False when the request never left this machine (DNS, connect refused, TLS): not counted. */
+  reached?: boolean;
   durationMs: number;
   rateLimit: RateLimitState | null;
   error?: string;
@@ -69,9 +71,10 @@ function settlement(db: Db, id: number, s: Settlement) {
     .set({
       outcome: s.outcome,
       status: s.status,
-      // A 304 is free; anything else that got an answer was counted; with no answer we
-      // cannot know, so NULL (and the budget assumes it was spent).
-      counted: s.status === null ? null : s.status !== 304,
+      // A 304 is free; anything else that got an answer was counted; a request that never
+      // reached GitHub was not; with no answer we cannot know, so NULL (and the budget
+      // assumes it was spent).
+      counted: s.reached === false ? false : s.status === null ? null : s.status !== 304,
       finished_at: s.now,
       duration_ms: s.durationMs,
       rate_limit_limit: s.rateLimit?.limit ?? null,
@@ -92,6 +95,8 @@ export async function settle(
   id: number,
   s: Settlement,
   credential: string | null = null,
+  /** The answer shows the credential is accepted (anything but a 401): clear the auth ladder. */
+  accepted = false,
 ): Promise<void> {
   if (s.rateLimit && credential !== null) {
     await rateLimitUpsert(
@@ -99,6 +104,7 @@ export async function settle(
       credential,
       s.rateLimit,
       s.now,
+      accepted,
     ).execute();
   } else {
     await settlement(db, id, s).execute();

@@ -1,6 +1,6 @@
 import { type QueryCreator, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import type { Database } from '../db/schema.ts';
+import type { BlockReason, Database } from '../db/schema.ts';
 import type { RateLimitState } from './types.ts';
 
 /** Response headers, lower-cased names (fetch and fixture files both give these). */
@@ -60,6 +60,8 @@ export interface StoredRateLimit {
   remaining: number;
   resetAt: Date;
   blockedUntil: Date | null;
+  blockReason: BlockReason | null;
+  authFailures: number;
   observedAt: Date;
 }
 
@@ -75,20 +77,35 @@ export async function readRateLimit(db: Db, credential: string): Promise<StoredR
     remaining: row.remaining,
     resetAt: row.reset_at,
     blockedUntil: row.blocked_until,
+    blockReason: row.block_reason,
+    authFailures: row.auth_failures,
     observedAt: row.observed_at,
   };
 }
 
 /**
+ * An answer that is not a 401 proves the credential is accepted: the auth ladder starts
+ * over, and a block that a 401 set is lifted (a rate-limit block stays until its time).
+ */
+const AUTH_CLEARED = {
+  auth_failures: 0,
+  blocked_until: sql<Date | null>`CASE WHEN github_rate_limits.block_reason = 'auth' THEN NULL
+    ELSE github_rate_limits.blocked_until END`,
+  block_reason: sql<BlockReason | null>`CASE WHEN github_rate_limits.block_reason = 'auth' THEN NULL
+    ELSE github_rate_limits.block_reason END`,
+};
+
+/**
  * The upsert that records what the latest response said, as a builder so that settling
- * the ledger row can send it in the same statement. Keeps blocked_until: only time or a
- * new block lifts it.
+ * the ledger row can send it in the same statement. Keeps a rate-limit block: only time
+ * or a new block lifts it. `accepted` (any answer but a 401) also clears the auth ladder.
  */
 export function rateLimitUpsert(
   qc: Pick<QueryCreator<Database>, 'insertInto'>,
   credential: string,
   state: RateLimitState,
   observedAt: Date,
+  accepted = false,
 ) {
   return qc
     .insertInto('github_rate_limits')
@@ -105,8 +122,19 @@ export function rateLimitUpsert(
         remaining: state.remaining,
         reset_at: state.resetAt,
         observed_at: observedAt,
+        ...(accepted ? AUTH_CLEARED : {}),
       }),
     );
+}
+
+/** The auth ladder's clearing, for an accepted answer that carried no x-ratelimit-* headers. */
+export async function clearAuthFailures(db: Db, credential: string): Promise<void> {
+  await db
+    .updateTable('github_rate_limits')
+    .set(AUTH_CLEARED)
+    .where('credential', '=', credential)
+    .where((eb) => eb.or([eb('auth_failures', '>', 0), eb('block_reason', '=', 'auth')]))
+    .execute();
 }
 
 /** A 403/429 told us to wait: nobody on this credential asks again before `until`. */
@@ -124,11 +152,62 @@ export async function recordBlock(
       remaining: 0,
       reset_at: until,
       blocked_until: until,
+      block_reason: 'rate_limit',
     })
     .onConflict((oc) =>
       oc.column('credential').doUpdateSet({
         blocked_until: sql<Date>`GREATEST(github_rate_limits.blocked_until, ${until})`,
+        block_reason: sql<BlockReason>`CASE
+          WHEN github_rate_limits.blocked_until > ${until} THEN github_rate_limits.block_reason
+          ELSE 'rate_limit' END`,
       }),
     )
     .execute();
+}
+
+/**
+ * How long the n-th 401 in a row blocks a credential: 1, 5, 15, then 60 minutes. A token
+ * GitHub rejected once by a glitch is tried again in a minute; a revoked one costs four
+ * requests in the first hour and one an hour after that.
+ */
+export const AUTH_LADDER_SECONDS = [60, 300, 900, 3600] as const;
+
+export function authBlockSeconds(failures: number): number {
+  const i = Math.min(Math.max(1, failures), AUTH_LADDER_SECONDS.length) - 1;
+  return AUTH_LADDER_SECONDS[i]!;
+}
+
+/**
+ * A 401: one more step up the auth ladder, and the credential blocked for that long for
+ * every process. Returns when it may be tried again and how many 401s in a row it got.
+ */
+export async function recordAuthFailure(
+  db: Db,
+  credential: string,
+  now: Date,
+  fallbackQuota: number,
+): Promise<{ until: Date; failures: number }> {
+  const ladder = sql`(ARRAY[${sql.join(AUTH_LADDER_SECONDS.map((s) => sql`${s}::int`))}])`;
+  const row = await db
+    .insertInto('github_rate_limits')
+    .values({
+      credential,
+      quota: fallbackQuota,
+      remaining: fallbackQuota,
+      reset_at: now,
+      blocked_until: new Date(now.getTime() + authBlockSeconds(1) * 1000),
+      block_reason: 'auth',
+      auth_failures: 1,
+    })
+    .onConflict((oc) =>
+      oc.column('credential').doUpdateSet({
+        auth_failures: sql<number>`github_rate_limits.auth_failures + 1`,
+        blocked_until: sql<Date>`GREATEST(github_rate_limits.blocked_until,
+          ${now}::timestamptz + make_interval(secs => ${ladder}[LEAST(github_rate_limits.auth_failures + 1, ${AUTH_LADDER_SECONDS.length})]))`,
+        block_reason: 'auth',
+      }),
+    )
+    .returning(['blocked_until', 'auth_failures'])
+    .executeTakeFirstOrThrow();
+  return { until: row.blocked_until!, failures: row.auth_failures };
 }

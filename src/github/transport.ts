@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Octokit } from '@octokit/rest';
 import { FixtureMiss } from './errors.ts';
-import { createHttpFetch } from './http-fetch.ts';
+import { createHttpFetch, isRequestNotSent } from './http-fetch.ts';
 
 /**
  * How a request reaches "GitHub": over HTTP with Octokit (live), or from files
@@ -21,9 +21,12 @@ export interface RawResponse {
 
 /** No answer at all: connection refused/reset, timeout. */
 export class TransportFailure extends Error {
-  constructor(message: string, cause: unknown) {
+  /** False when the request never left this machine (DNS, connect refused/timed out, TLS). */
+  readonly reached: boolean;
+  constructor(message: string, cause: unknown, reached = !isRequestNotSent(cause)) {
     super(message, { cause });
     this.name = 'TransportFailure';
+    this.reached = reached;
   }
 }
 

@@ -3,7 +3,8 @@
  * src/github/client.ts (live: octokit over HTTP; fixture: files) — every request passes
  * the request gate and has a github_requests ledger row reserved before it is sent.
  */
-import type { RequestPurpose } from '../db/schema.ts';
+import type { BlockReason, RequestPurpose } from '../db/schema.ts';
+import type { BudgetDecision } from './budget.ts';
 
 export type EntityClass = 'actor' | 'repository';
 
@@ -30,7 +31,7 @@ export interface GitHubRequest {
   reservation?: Reservation;
   jobId?: string | null;
   runId?: number | null;
-  entity?: { class: EntityClass; id: number };
+  entity?: { class: EntityClass; id: string | number };
 }
 
 export interface GitHubResponse<T = unknown> {
@@ -61,8 +62,10 @@ export interface BudgetSnapshot {
   allowance: { poll: number; enrich: number };
   /** Counted-or-open reservations in the current window per purpose. */
   spent: { poll: number; enrich: number };
-  /** Set while a 403/429 told us to wait. */
+  /** Set while a 403/429 told us to wait, or a 401 blocked the credential. */
   blockedUntil: Date | null;
+  /** Why it is blocked: rate_limit (403/429) or auth (401). */
+  blockReason: BlockReason | null;
 }
 
 export interface GitHubClient {
@@ -77,10 +80,18 @@ export interface GitHubClient {
     meta?: {
       jobId?: string | null;
       runId?: number | null;
-      entity?: { class: EntityClass; id: number };
+      entity?: { class: EntityClass; id: string | number };
       path?: string;
     },
   ): Promise<Reservation | null>;
+  /**
+   * reserve() with the reason when the budget says no: which rule (allowance, remaining,
+   * blocked — and for a block, rate_limit or auth) and when it frees (retryAt).
+   */
+  tryReserve(
+    purpose: RequestPurpose,
+    meta?: Parameters<GitHubClient['reserve']>[1],
+  ): Promise<BudgetDecision>;
   /** Give back a reservation that will not be used (claim released, shutdown). */
   release(reservation: Reservation): Promise<void>;
   /**

@@ -202,8 +202,9 @@ const INSERT_ENTITIES = `
   )
   SELECT (SELECT count(*) FROM a) AS actors, (SELECT count(*) FROM r) AS repositories`;
 
-function sortedEntries(m: Map<number, [string, number]>): [number[], string[]] {
-  const ids = [...m.keys()].sort((x, y) => x - y);
+/** Ids and names; the statement orders them by id (as bigint) itself. */
+function entries(m: Map<string, [string, number]>): [string[], string[]] {
+  const ids = [...m.keys()];
   return [ids, ids.map((id) => m.get(id)![0])];
 }
 
@@ -215,8 +216,8 @@ export async function insertStagedEntities(
   if (batch.newActors.size === 0 && batch.newRepositories.size === 0) {
     return { newActors: 0, newRepositories: 0 };
   }
-  const [actorIds, logins] = sortedEntries(batch.newActors);
-  const [repoIds, names] = sortedEntries(batch.newRepositories);
+  const [actorIds, logins] = entries(batch.newActors);
+  const [repoIds, names] = entries(batch.newRepositories);
   const r = await client.query<{ actors: string; repositories: string }>(INSERT_ENTITIES, [
     actorIds,
     logins,

@@ -1,163 +1,153 @@
-import { z } from 'zod';
 import { AppError } from '../errors.ts';
+import { isRawJson, TooDeepJson } from '../json/exact.ts';
+import { inspectJson, MAX_JSON_DEPTH, storableCopy } from '../json/walk.ts';
+import {
+  countField,
+  idField,
+  KEY_CAPS,
+  keyText,
+  objectField,
+  Rejection,
+  type RejectionReason,
+  timestampField,
+} from './rules.ts';
 
 /**
- * GitHub events → what we store. A page is validated as a whole before anything is
- * written: one event that is not what GitHub documents fails the run (MalformedEvent),
- * because storing the rest would hide a broken feed or a broken client behind
- * plausible-looking numbers.
+ * GitHub events → what we store. Each event is judged on its own (src/ingestion/rules.ts):
+ * a PushEvent that breaks a rule is set aside (rejected_events) and the rest of the page
+ * is stored — one bad event never costs the good ones around it. Only a page that is not
+ * a JSON array at all is an error of the page (MalformedEvent: the run fails).
  */
 
-/** An event (or page) that is not shaped the way GitHub documents it. */
+/** A page that is not shaped the way GitHub documents it (not an array of events). */
 export class MalformedEvent extends AppError {
   constructor(path: string, detail: string, context: Record<string, unknown> = {}) {
     super('MALFORMED_EVENT', `malformed event feed ${path}: ${detail}`, { path, ...context });
   }
 }
 
-/** A push, however it arrived (poll: with the event id; webhook: id null). */
+/** A push, however it arrived (poll: with the event id; webhook: id null). Ids are decimal strings. */
 export interface PushRow {
   /** GitHub event id as a decimal string (bigint); null for webhook deliveries. */
   id: string | null;
-  actor: { id: number; login: string };
-  repository: { id: number; fullName: string };
-  pushId: number | null;
+  actor: { id: string; login: string };
+  repository: { id: string; fullName: string };
+  pushId: string | null;
   ref: string;
   head: string;
   before: string;
   createdAt: Date;
-  /** The event's payload as GitHub sent it (size/commits kept when present). */
+  /** The event's payload as GitHub sent it (size/commits kept when present), storable. */
   payload: Record<string, unknown>;
   size: number | null;
   distinctSize: number | null;
 }
 
+/** An event set aside: what rejected_events records. */
+export interface RejectedEvent {
+  /** Position on the page (0 = newest). */
+  index: number;
+  /** The id as given (its text), or null when the event has none. */
+  eventId: string | null;
+  eventType: string | null;
+  reason: RejectionReason;
+  message: string;
+  /** The event as parsed (or its text, when it was too deep to parse). */
+  raw: unknown;
+}
+
 export interface MappedPage {
-  /** Every event id on the page, in feed order (newest first), push or not. */
+  /** Events on the page, rejected ones included. */
+  size: number;
+  /** Every valid event id on the page, in feed order (newest first), push or not. */
   eventIds: string[];
   pushes: PushRow[];
   /** Non-push events by type: counted, never stored. */
   otherTypes: Record<string, number>;
+  rejected: RejectedEvent[];
+  /** Pushes stored with free text made storable (U+0000 or a lone surrogate → U+FFFD). */
+  sanitised: { eventId: string; path: string }[];
 }
 
-// Ids arrive as JSON numbers (actor, repo) or decimal strings (event ids). Either form
-// is accepted; anything else ("abc", 1.5, -3, beyond 2^53) is not a GitHub id.
-const numericId = z.unknown().transform((v, ctx): number | string => {
-  if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) return v;
-  if (typeof v === 'string' && /^\d{1,16}$/.test(v)) return v;
-  ctx.addIssue({
-    code: 'custom',
-    message: v === undefined ? 'is missing' : `must be a numeric id (got ${JSON.stringify(v)})`,
-  });
-  return z.NEVER;
-});
-
-const nonEmpty = z.string().min(1, 'must not be empty');
-
-const anyEvent = z.object({
-  id: numericId,
-  type: nonEmpty,
-});
-
-const pushEvent = z.object({
-  id: numericId,
-  type: z.literal('PushEvent'),
-  actor: z.object({ id: numericId, login: nonEmpty }),
-  repo: z.object({
-    id: numericId,
-    name: z.string().regex(/^[^/\s]+\/[^/\s]+$/, 'must be OWNER/NAME'),
-  }),
-  created_at: z.iso.datetime({ offset: true, message: 'must be an ISO 8601 timestamp' }),
-  payload: z.looseObject({
-    push_id: numericId.optional(),
-    ref: nonEmpty,
-    head: nonEmpty,
-    before: nonEmpty,
-    size: z.number().int().nonnegative('must be a count').optional(),
-    distinct_size: z.number().int().nonnegative('must be a count').optional(),
-  }),
-});
-
-function describeIssue(err: z.ZodError): string {
-  const issue = err.issues[0]!;
-  const where = issue.path.length ? issue.path.join('.') : 'event';
-  if (issue.code === 'invalid_type') {
-    return /received undefined/.test(issue.message)
-      ? `${where} is missing`
-      : `${where} must be ${issue.expected}`;
-  }
-  return `${where} ${issue.message}`;
-}
-
-function eventIdOf(v: number | string): string {
-  return BigInt(v).toString();
-}
+const OWNER_NAME = /^[^/\s]+\/[^/\s]+$/;
 
 /**
- * Postgres text and jsonb cannot hold U+0000 (the insert fails with an encoding error), so
- * a value carrying one can be rejected as malformed but never stored exactly. Returns the
- * path of the first string (or key) that holds one, or null.
+ * The id as given, for the record: a string, or a scalar's text, cut short. An object or
+ * array is not an id at all (and is never serialized here: it may be nested arbitrarily deep).
  */
-export function findNul(value: unknown, path = ''): string | null {
-  if (typeof value === 'string') return value.includes('\u0000') ? path || 'value' : null;
-  if (Array.isArray(value)) {
-    for (const [i, v] of value.entries()) {
-      const found = findNul(v, `${path}[${i}]`);
-      if (found) return found;
-    }
-    return null;
-  }
-  if (value !== null && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value)) {
-      const at = path ? `${path}.${k}` : k;
-      if (k.includes('\u0000')) return at;
-      const found = findNul(v, at);
-      if (found) return found;
-    }
-  }
-  return null;
+function givenId(raw: unknown): string | null {
+  if (raw instanceof TooDeepJson) return null;
+  const id =
+    raw !== null && typeof raw === 'object' ? (raw as Record<string, unknown>).id : undefined;
+  let text: string;
+  if (typeof id === 'string') text = id;
+  else if (typeof id === 'number' || typeof id === 'boolean') text = String(id);
+  else if (isRawJson(id)) text = id.rawJSON;
+  else return null;
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }
 
-/** Maps one PushEvent (already known to be one) to a PushRow, or throws MalformedEvent. */
-export function mapPushEvent(raw: unknown, path: string, index: number): PushRow {
-  const parsed = pushEvent.safeParse(raw);
-  if (!parsed.success) {
-    const id = (raw as { id?: unknown })?.id;
-    throw new MalformedEvent(
-      path,
-      `event #${index} (id ${String(id)}): ${describeIssue(parsed.error)}`,
-      {
-        index,
-        eventId: id,
-      },
+function givenType(raw: unknown): string | null {
+  const type =
+    raw !== null && typeof raw === 'object' && !(raw instanceof TooDeepJson)
+      ? (raw as Record<string, unknown>).type
+      : undefined;
+  return typeof type === 'string' ? type.slice(0, KEY_CAPS.eventType) : null;
+}
+
+/** Maps one PushEvent whose id is known valid; throws Rejection. */
+export function mapPushEvent(
+  ev: Record<string, unknown>,
+  id: string,
+): { push: PushRow; sanitisedAt: string | null } {
+  const actor = objectField(ev.actor, 'actor');
+  const repo = objectField(ev.repo, 'repo');
+  const actorId = idField(actor.id, 'actor.id');
+  const login = keyText(actor.login, 'actor.login', KEY_CAPS.login);
+  const repoId = idField(repo.id, 'repo.id');
+  const name = keyText(repo.name, 'repo.name', KEY_CAPS.repositoryName);
+  if (!OWNER_NAME.test(name)) throw new Rejection('malformed', 'repo.name must be OWNER/NAME');
+  const createdAt = timestampField(ev.created_at, 'created_at');
+  const p = objectField(ev.payload, 'payload');
+  const ref = keyText(p.ref, 'payload.ref', KEY_CAPS.ref);
+  const head = keyText(p.head, 'payload.head', KEY_CAPS.sha);
+  const before = keyText(p.before, 'payload.before', KEY_CAPS.sha);
+  const pushId = p.push_id === undefined ? null : idField(p.push_id, 'payload.push_id');
+  const size = p.size === undefined ? null : countField(p.size, 'payload.size');
+  const distinctSize =
+    p.distinct_size === undefined ? null : countField(p.distinct_size, 'payload.distinct_size');
+
+  // The payload is stored whole: bounded depth; free text Postgres cannot hold is replaced.
+  const found = inspectJson(p, MAX_JSON_DEPTH - 1, 'payload');
+  if (found.tooDeep) {
+    throw new Rejection(
+      'too_deep',
+      `${found.tooDeep} is nested deeper than ${MAX_JSON_DEPTH} levels`,
     );
   }
-  const e = parsed.data;
-  const p = e.payload;
-  const nul = findNul({ actor: e.actor, repo: e.repo, payload: p });
-  if (nul) {
-    throw new MalformedEvent(
-      path,
-      `event #${index} (id ${String(e.id)}): ${nul} contains a NUL character (U+0000), which cannot be stored`,
-      { index, eventId: e.id },
-    );
-  }
+  const payload = found.badText ? (storableCopy(p) as Record<string, unknown>) : p;
   return {
-    id: eventIdOf(e.id),
-    actor: { id: Number(e.actor.id), login: e.actor.login },
-    repository: { id: Number(e.repo.id), fullName: e.repo.name },
-    pushId: p.push_id === undefined ? null : Number(p.push_id),
-    ref: p.ref,
-    head: p.head,
-    before: p.before,
-    createdAt: new Date(e.created_at),
-    payload: p,
-    size: p.size ?? null,
-    distinctSize: p.distinct_size ?? null,
+    push: {
+      id,
+      actor: { id: actorId, login },
+      repository: { id: repoId, fullName: name },
+      pushId,
+      ref,
+      head,
+      before,
+      createdAt,
+      payload,
+      size,
+      distinctSize,
+    },
+    sanitisedAt: found.badText?.path ?? null,
   };
 }
 
-/** Validates and maps one page of an events feed. Throws MalformedEvent on the first bad event. */
+/**
+ * Judges and maps one page of an events feed. Throws MalformedEvent only when the page is
+ * not a JSON array; every event in it is either mapped or listed in `rejected`.
+ */
 export function mapEventsPage(data: unknown, path: string): MappedPage {
   if (!Array.isArray(data)) {
     throw new MalformedEvent(
@@ -165,18 +155,52 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
       `expected a JSON array of events, got ${data === null ? 'null' : typeof data}`,
     );
   }
-  const page: MappedPage = { eventIds: [], pushes: [], otherTypes: {} };
-  data.forEach((raw, index) => {
-    const parsed = anyEvent.safeParse(raw);
-    if (!parsed.success) {
-      throw new MalformedEvent(path, `event #${index}: ${describeIssue(parsed.error)}`, { index });
-    }
-    page.eventIds.push(eventIdOf(parsed.data.id));
-    if (parsed.data.type === 'PushEvent') {
-      page.pushes.push(mapPushEvent(raw, path, index));
-    } else {
-      page.otherTypes[parsed.data.type] = (page.otherTypes[parsed.data.type] ?? 0) + 1;
+  const page: MappedPage = {
+    size: data.length,
+    eventIds: [],
+    pushes: [],
+    otherTypes: {},
+    rejected: [],
+    sanitised: [],
+  };
+  const others = new Map<string, number>();
+  data.forEach((raw: unknown, index) => {
+    try {
+      if (raw instanceof TooDeepJson) {
+        throw new Rejection('too_deep', `event is nested deeper than ${MAX_JSON_DEPTH} levels`);
+      }
+      if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+        throw new Rejection('not_an_object', 'event must be a JSON object');
+      }
+      const ev = raw as Record<string, unknown>;
+      // Judged whole, whichever parser path read it (the reviver path marks deep events).
+      const deepAt = inspectJson(ev, MAX_JSON_DEPTH).tooDeep;
+      if (deepAt) {
+        throw new Rejection('too_deep', `${deepAt} is nested deeper than ${MAX_JSON_DEPTH} levels`);
+      }
+      const id = idField(ev.id, 'id');
+      // Known by id from here on: the horizon counts it whether it is stored or set aside.
+      page.eventIds.push(id);
+      const type = keyText(ev.type, 'type', KEY_CAPS.eventType);
+      if (type !== 'PushEvent') {
+        others.set(type, (others.get(type) ?? 0) + 1);
+        return;
+      }
+      const { push, sanitisedAt } = mapPushEvent(ev, id);
+      page.pushes.push(push);
+      if (sanitisedAt) page.sanitised.push({ eventId: id, path: sanitisedAt });
+    } catch (err) {
+      if (!(err instanceof Rejection)) throw err;
+      page.rejected.push({
+        index,
+        eventId: givenId(raw),
+        eventType: givenType(raw),
+        reason: err.reason,
+        message: err.message,
+        raw,
+      });
     }
   });
+  page.otherTypes = Object.fromEntries(others);
   return page;
 }

@@ -5,13 +5,22 @@ import type { EventSource, GithubMode } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
 import { GitHubRequestFailed } from '../github/errors.ts';
+import type { Reservation } from '../github/types.ts';
 import type { Logger } from '../log.ts';
+import { logRejected } from '../quarantine/rejected-events.ts';
+import {
+  type Deferral,
+  deferralOf,
+  deferSources,
+  describeDeferral,
+  logDeferral,
+} from './deferral.ts';
 import { classifyFailure } from './failures.ts';
 import { heldBefore, mergeRecentIds } from './horizon.ts';
 import { mapEventsPage } from './mapping.ts';
+import { storePage } from './page-store.ts';
 import { addSeconds, notDueReason, pollFloorSeconds } from './schedule.ts';
 import { describeSource, feedPath, getSource } from './sources.ts';
-import { storePushes } from './store.ts';
 
 /**
  * One poll of one source (DESIGN §3): under the source's advisory lock, re-read the row,
@@ -24,7 +33,7 @@ export const PER_PAGE = 100;
 /** GitHub serves at most 300 events per feed: three pages of 100; a fourth is a 422. */
 export const MAX_PAGES = 3;
 
-export type RunOutcome = 'completed' | 'not_modified' | 'failed' | 'busy' | 'skipped';
+export type RunOutcome = 'completed' | 'not_modified' | 'failed' | 'busy' | 'skipped' | 'deferred';
 
 export interface RunSummary {
   /** null when no run row was opened (busy, skipped). */
@@ -36,6 +45,8 @@ export interface RunSummary {
   eventsSeen: number;
   /** push_events rows created. */
   eventsCreated: number;
+  /** Events set aside in rejected_events (poison: the run still completes). */
+  eventsRejected: number;
   pagesFetched: number;
   /** Requests that spent quota (a 304 spends none). */
   requestsSpent: number;
@@ -44,8 +55,10 @@ export interface RunSummary {
   newPending: { actor: number; repository: number };
   nextPollAt: Date | null;
   error: { code: string; message: string } | null;
-  /** For 'skipped': why (disabled, other mode, not due yet). */
+  /** For 'skipped': why (disabled, other mode, not due yet); for 'deferred': what the budget said. */
   reason?: string;
+  /** For 'deferred': the budget refused page 1 before any request (no run row; see deferral.ts). */
+  deferral?: Deferral;
 }
 
 /** Called after the run is finalized and the source lock released (never inside a transaction). */
@@ -56,6 +69,8 @@ export interface PollOptions {
   force?: boolean;
   jobId?: string | null;
   afterRun?: AfterRun;
+  /** pollDueSources logs one line for every source a refusal put off, not one per source. */
+  logDeferral?: boolean;
 }
 
 export type IngestionDeps = Pick<
@@ -71,6 +86,7 @@ function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {
     outcome,
     eventsSeen: 0,
     eventsCreated: 0,
+    eventsRejected: 0,
     pagesFetched: 0,
     requestsSpent: 0,
     gap: false,
@@ -129,16 +145,29 @@ export async function pollDueSources(
   const { sourceId, ...pollOpts } = opts;
   // One named source (bin/ingest --source): polled or reported skipped; NotFound if unknown.
   if (sourceId !== undefined) return [await pollSource(deps, sourceId, pollOpts)];
-  const now = (deps.clock ?? systemClock).now();
+  const clock = deps.clock ?? systemClock;
+  const now = clock.now();
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
   const summaries: RunSummary[] = new Array(due.length);
   let next = 0;
   let failure: { err: unknown } | null = null;
+  // Once the budget refuses one source, it refuses them all (one credential, one poll
+  // allowance): the rest are put off together, without asking it again for each.
+  let deferral: Deferral | null = null;
+  const putOff: number[] = [];
   const worker = async () => {
     while (failure === null && next < due.length) {
       const i = next++;
+      if (deferral) {
+        putOff.push(i);
+        continue;
+      }
       try {
-        summaries[i] = await pollSource(deps, Number(due[i]!.id), pollOpts);
+        summaries[i] = await pollSource(deps, Number(due[i]!.id), {
+          ...pollOpts,
+          logDeferral: false,
+        });
+        deferral ??= summaries[i]!.deferral ?? null;
       } catch (err) {
         failure ??= { err };
       }
@@ -147,7 +176,41 @@ export async function pollDueSources(
   const workers = Math.min(due.length, pollConcurrency(deps.pool.options?.max));
   await Promise.all(Array.from({ length: workers }, worker));
   if (failure) throw (failure as { err: unknown }).err;
+  if (deferral) {
+    const d: Deferral = deferral;
+    const rows = await deferSources(
+      deps.db,
+      putOff.map((i) => Number(due[i]!.id)),
+      d,
+      clock.now(),
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    for (const i of putOff) {
+      const row = byId.get(due[i]!.id);
+      // Not updated: another process polled it meanwhile and it is not due any more.
+      summaries[i] = row
+        ? deferredSummary(row, d)
+        : {
+            ...emptySummary(await getSource(deps.db, Number(due[i]!.id)), 'skipped'),
+            reason: 'polled elsewhere meanwhile',
+          };
+    }
+    const deferred = summaries.filter((s) => s.outcome === 'deferred');
+    logDeferral(opts.jobId ? deps.logger.child({ job_id: opts.jobId }) : deps.logger, d, deferred);
+  }
   return summaries;
+}
+
+function deferredSummary(source: EventSource, d: Deferral): RunSummary {
+  return {
+    ...emptySummary(source, 'deferred'),
+    nextPollAt: d.retryAt,
+    reason: describeDeferral(d),
+    deferral: d,
+    error: d.authError
+      ? { code: 'GITHUB_AUTH_FAILED', message: d.authError.replace(/^GITHUB_AUTH_FAILED: /, '') }
+      : null,
+  };
 }
 
 /**
@@ -211,6 +274,7 @@ interface RunState {
   eventsSeen: number;
   pushEventsSeen: number;
   eventsCreated: number;
+  eventsRejected: number;
   actorsCreated: number;
   repositoriesCreated: number;
   gap: boolean;
@@ -239,18 +303,39 @@ async function runLocked(
     return { ...emptySummary(source, 'skipped'), reason };
   }
 
+  // Page 1's request is reserved before the run is opened: a budget that says no costs
+  // no run row, no failure and no warning — the source waits until the budget frees.
+  const decision = await deps.github.tryReserve('poll', {
+    path: pagePath(source, 1),
+    jobId: opts.jobId ?? null,
+  });
+  if (!decision.ok) {
+    const d = deferralOf(decision, deps.github.credential);
+    const [row] = await deferSources(deps.db, [sourceId], d, clock.now());
+    const summary = deferredSummary(row ?? source, d);
+    if (opts.logDeferral !== false) logDeferral(log, d, [summary]);
+    return summary;
+  }
+  const firstPage = decision.reservation;
+
   const startedAt = clock.now();
-  const run = await deps.db
-    .insertInto('ingestion_runs')
-    .values({
-      source_id: sourceId,
-      status: 'running',
-      started_at: startedAt,
-      job_id: opts.jobId ?? null,
-      worker: deps.workerId,
-    })
-    .returning('id')
-    .executeTakeFirstOrThrow();
+  let run: { id: string };
+  try {
+    run = await deps.db
+      .insertInto('ingestion_runs')
+      .values({
+        source_id: sourceId,
+        status: 'running',
+        started_at: startedAt,
+        job_id: opts.jobId ?? null,
+        worker: deps.workerId,
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+  } catch (err) {
+    await deps.github.release(firstPage).catch(() => {});
+    throw err;
+  }
   const state: RunState = {
     runId: Number(run.id),
     startedAt,
@@ -259,6 +344,7 @@ async function runLocked(
     eventsSeen: 0,
     pushEventsSeen: 0,
     eventsCreated: 0,
+    eventsRejected: 0,
     actorsCreated: 0,
     repositoriesCreated: 0,
     gap: false,
@@ -274,7 +360,7 @@ async function runLocked(
   );
 
   try {
-    await fetchPages(deps, source, state, opts);
+    await fetchPages(deps, source, state, opts, firstPage, log);
     return await finalizeSuccess(deps, source, state, log, ids);
   } catch (err) {
     return finalizeFailure(deps, source, state, err, log, ids);
@@ -295,6 +381,8 @@ async function fetchPages(
   source: EventSource,
   state: RunState,
   opts: PollOptions,
+  firstPage: Reservation,
+  log: Logger,
 ): Promise<void> {
   const horizon = new Set(source.recent_event_ids);
   // A gap needs something to connect to: a source that has never completed a run has
@@ -311,6 +399,7 @@ async function fetchPages(
         purpose: 'poll',
         path,
         etag: page === 1 ? source.etag : null,
+        ...(page === 1 ? { reservation: firstPage } : {}),
         jobId: opts.jobId ?? null,
         runId: state.runId,
       });
@@ -337,7 +426,7 @@ async function fetchPages(
     if (res.status !== 200)
       throw new GitHubRequestFailed(path, res.status, 'unexpected status for an events feed');
 
-    // Validate the whole page before writing any of it.
+    // Each event is judged on its own: poison is set aside, the rest stored (ADR 0020).
     const mapped = mapEventsPage(res.data, path);
     // A source with no horizon has no completed run whose pushes could be held.
     const held = hasHorizon
@@ -345,37 +434,51 @@ async function fetchPages(
       : new Set<string>();
 
     // Counters advance only once the page is committed, so a failed page is not counted.
-    const counted = await deps.db.transaction().execute(async (trx) => {
-      const stored = await storePushes(trx, mapped.pushes, {
-        origin: 'poll',
-        sourceId: Number(source.id),
-        runId: state.runId,
-      });
-      const next: RunState = {
-        ...state,
-        pagesFetched: state.pagesFetched + 1,
-        eventsSeen: state.eventsSeen + mapped.eventIds.length,
-        pushEventsSeen: state.pushEventsSeen + mapped.pushes.length,
-        eventsCreated: state.eventsCreated + stored.created,
-        actorsCreated: state.actorsCreated + stored.newActors,
-        repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
-      };
-      await trx
-        .updateTable('ingestion_runs')
-        .set(runCounters(next))
-        .where('id', '=', String(state.runId))
-        .execute();
-      return next;
-    });
+    const { stored, result: counted } = await storePage(
+      deps.db,
+      mapped,
+      { sourceId: source.id, runId: state.runId },
+      async (trx, stored) => {
+        const next: RunState = {
+          ...state,
+          pagesFetched: state.pagesFetched + 1,
+          eventsSeen: state.eventsSeen + mapped.size,
+          pushEventsSeen: state.pushEventsSeen + mapped.pushes.length,
+          eventsCreated: state.eventsCreated + stored.created,
+          eventsRejected: state.eventsRejected + stored.rejected,
+          actorsCreated: state.actorsCreated + stored.newActors,
+          repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
+        };
+        await trx
+          .updateTable('ingestion_runs')
+          .set(runCounters(next))
+          .where('id', '=', String(state.runId))
+          .execute();
+        return next;
+      },
+    );
     Object.assign(state, counted);
     state.eventIds.push(...mapped.eventIds);
+    logRejected(log, stored.firstSeen, { job_id: opts.jobId ?? undefined });
+    for (const s of mapped.sanitised) {
+      log.info(
+        {
+          event: 'event.sanitised',
+          run_id: state.runId,
+          source_id: Number(source.id),
+          event_id: s.eventId,
+          path: s.path,
+        },
+        `event ${s.eventId} stored with text Postgres cannot hold (NUL or a lone surrogate at ${s.path}) replaced by U+FFFD`,
+      );
+    }
     faultPoint('ingest.after_page_commit');
 
     if (held.size > 0) {
       reachedHorizon = true;
       break;
     }
-    if (mapped.eventIds.length < PER_PAGE) {
+    if (mapped.size < PER_PAGE) {
       feedEnded = true;
       break;
     }
@@ -390,6 +493,7 @@ function runCounters(state: RunState) {
     events_seen: state.eventsSeen,
     push_events_seen: state.pushEventsSeen,
     events_created: state.eventsCreated,
+    events_rejected: state.eventsRejected,
     actors_created: state.actorsCreated,
     repositories_created: state.repositoriesCreated,
     gap_detected: state.gap,
@@ -417,6 +521,7 @@ function summaryOf(
     runId: state.runId,
     eventsSeen: state.eventsSeen,
     eventsCreated: state.eventsCreated,
+    eventsRejected: state.eventsRejected,
     pagesFetched: state.pagesFetched,
     requestsSpent: state.requestsSpent,
     gap: state.gap,
@@ -486,12 +591,13 @@ async function finalizeSuccess(
       requests_spent: state.requestsSpent,
       events_seen: state.eventsSeen,
       events_created: state.eventsCreated,
+      events_rejected: state.eventsRejected,
       actors_created: state.actorsCreated,
       repositories_created: state.repositoriesCreated,
       gap_detected: state.gap,
       next_poll_at: nextPollAt.toISOString(),
     },
-    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.gap ? ', GAP recorded' : ''}`,
+    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.eventsRejected ? `, ${state.eventsRejected} set aside` : ''}${state.gap ? ', GAP recorded' : ''}`,
   );
   return summary;
 }
@@ -522,7 +628,7 @@ async function finalizeFailure(
       .set({
         consecutive_failures: failure.consecutiveFailures,
         next_poll_at: failure.nextPollAt,
-        last_error: failure.error,
+        last_error: failure.lastError,
         updated_at: now,
       })
       .where('id', '=', source.id)

@@ -11,7 +11,7 @@ import type { PushRow } from './mapping.ts';
  */
 
 const text = copyField;
-const num = (n: number | null) => (n === null ? '\\N' : String(n));
+const num = (n: number | string | null) => (n === null ? '\\N' : String(n));
 
 /**
  * Actors and repositories an import has seen committed (archive imports only: they insert
@@ -22,8 +22,8 @@ const num = (n: number | null) => (n === null ? '\\N' : String(n));
  */
 export class KnownEntities {
   static readonly MAX_KNOWN = 100_000;
-  readonly actors = new Set<number>();
-  readonly repositories = new Set<number>();
+  readonly actors = new Set<string>();
+  readonly repositories = new Set<string>();
 
   /** Call after the transaction that stored rows [from, to) of `batch` committed. */
   remember(batch: StageBatch, from = 0, to = batch.length): void {
@@ -42,11 +42,12 @@ export class StageBatch {
   /** Byte offset where each row's line starts. */
   readonly offsets: number[] = [];
   readonly ids: (string | null)[] = [];
-  readonly actorIds: number[] = [];
-  readonly repositoryIds: number[] = [];
+  /** Ids are canonical decimal strings (exact: GitHub ids are 64-bit). */
+  readonly actorIds: string[] = [];
+  readonly repositoryIds: string[] = [];
   /** Entities not known to exist, each once with its newest name in the batch: id → [name, at]. */
-  readonly newActors = new Map<number, [string, number]>();
-  readonly newRepositories = new Map<number, [string, number]>();
+  readonly newActors = new Map<string, [string, number]>();
+  readonly newRepositories = new Map<string, [string, number]>();
 
   constructor(capacityBytes = 1 << 20) {
     this.#buf = Buffer.allocUnsafe(capacityBytes);
@@ -100,7 +101,7 @@ export class StageBatch {
   }
 }
 
-function newest(m: Map<number, [string, number]>, id: number, name: string, at: number): void {
+function newest(m: Map<string, [string, number]>, id: string, name: string, at: number): void {
   const held = m.get(id);
   if (!held || held[1] <= at) m.set(id, [name, at]);
 }

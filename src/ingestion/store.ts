@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { compareIds } from '../json/exact.ts';
 import type { PushRow } from './mapping.ts';
 
 /**
@@ -26,15 +27,16 @@ export interface StoreResult {
 }
 
 export interface NamedEntity {
-  id: number;
+  /** GitHub id as a canonical decimal string (64-bit: never a JS number). */
+  id: string;
   name: string;
 }
 
 /** One entry per id; the last one given wins (callers pass oldest first). */
 function byId(entities: NamedEntity[]): NamedEntity[] {
-  const m = new Map<number, NamedEntity>();
+  const m = new Map<string, NamedEntity>();
   for (const e of entities) m.set(e.id, e);
-  return [...m.values()].sort((a, b) => a.id - b.id);
+  return [...m.values()].sort((a, b) => compareIds(a.id, b.id));
 }
 
 /**
@@ -79,7 +81,7 @@ export async function upsertActorsAndRepositories(
 
 function naturalKeyOrder(a: PushRow, b: PushRow): number {
   return (
-    a.repository.id - b.repository.id ||
+    compareIds(a.repository.id, b.repository.id) ||
     a.ref.localeCompare(b.ref) ||
     a.before.localeCompare(b.before) ||
     a.head.localeCompare(b.head)

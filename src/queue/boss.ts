@@ -36,9 +36,10 @@ export const MAINTENANCE_MAX_SECONDS = 240;
 export const BACKFILL_MAX_SECONDS = 600;
 
 /**
- * A worker that dies (SIGKILL, lost VM) stops heartbeating; pg-boss's monitor then fails
- * its active job within about heartbeat + supervise interval, so a stately queue is not
- * blocked until expiry. 30 s is comfortably above the 15 s refresh pg-boss uses (half).
+ * The backstop behind the orphan sweep (ADR 0011), which fails a dead worker's job as soon
+ * as its liveness lock is gone: a worker whose session survives but whose event loop is
+ * wedged stops heartbeating, and pg-boss's monitor fails its job within about heartbeat +
+ * supervise interval. 30 s is comfortably above the 15 s refresh pg-boss uses (half).
  */
 export const HEARTBEAT_SECONDS = 30;
 

@@ -2,6 +2,7 @@ import type { PgBoss } from 'pg-boss';
 import { fillGaps } from '../backfill/fill.ts';
 import type { Deps } from '../deps.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
+import { jobFaultPoint } from '../fault.ts';
 import type { EntityClass } from '../github/types.ts';
 import { pollDueSources, type RunSummary } from '../ingestion/runner.ts';
 import { jobLogger, type Logger } from '../log.ts';
@@ -100,6 +101,7 @@ function countOutcomes(summaries: RunSummary[]) {
     failed: 0,
     busy: 0,
     skipped: 0,
+    deferred: 0,
   };
   for (const s of summaries) runs[s.outcome] += 1;
   return runs;
@@ -194,8 +196,11 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
     const dispatched = report.classes.filter((c) => c.action === 'dispatched');
     return {
       outcome:
-        dispatched.length > 0 || report.interruptedRuns.length > 0 ? 'repaired' : 'nothing_to_do',
+        dispatched.length > 0 || report.interruptedRuns.length > 0 || report.orphanedJobs.length > 0
+          ? 'repaired'
+          : 'nothing_to_do',
       dispatched: dispatched.map((c) => c.class),
+      orphaned_jobs: report.orphanedJobs.map((j) => `${j.queue}:${j.id}`),
       interrupted_runs: report.interruptedRuns.map((r) => r.runId),
       settled_reservations: report.settledReservations,
     };
@@ -256,16 +261,38 @@ export function handleBackfill(ctx: JobContext, job: JobLike) {
   });
 }
 
-/** Registers the handlers on a started boss: one job at a time per queue and process. */
+/** Marks jobs as running in this process for as long as their handler runs (liveness.ts). */
+export interface JobMarker {
+  hold(jobId: string): Promise<void>;
+  release(jobId: string): Promise<void>;
+}
+
+/**
+ * Registers the handlers on a started boss: one job at a time per queue and process.
+ * Each job is marked as running here (its liveness lock) before its handler starts and
+ * until it ends, so the orphan sweep can tell a live job from a dead worker's.
+ */
 export async function registerHandlers(
   boss: PgBoss,
   ctx: JobContext,
-  { pollingIntervalSeconds = 2 }: { pollingIntervalSeconds?: number } = {},
+  {
+    pollingIntervalSeconds = 2,
+    liveness,
+  }: { pollingIntervalSeconds?: number; liveness?: JobMarker } = {},
 ): Promise<void> {
   const options = { batchSize: 1, pollingIntervalSeconds };
-  const each = (fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
-    for (const job of jobs) await fn(job);
-  };
+  const each =
+    (queue: string, fn: (job: JobLike) => Promise<unknown>) => async (jobs: JobLike[]) => {
+      for (const job of jobs) {
+        await liveness?.hold(job.id);
+        try {
+          jobFaultPoint(queue);
+          await fn(job);
+        } finally {
+          await liveness?.release(job.id);
+        }
+      }
+    };
   const handlers: [string, (job: JobLike) => Promise<unknown>][] = [
     [QUEUES.pollSources, (job) => handlePollSources(ctx, job)],
     [QUEUES.enrichActor, (job) => handleEnrichCycle(ctx, 'actor', job)],
@@ -274,5 +301,5 @@ export async function registerHandlers(
     [QUEUES.maintenance, (job) => handleMaintenance(ctx, job)],
     [QUEUES.backfill, (job) => handleBackfill(ctx, job)],
   ];
-  for (const [queue, handle] of handlers) await boss.work(queue, options, each(handle));
+  for (const [queue, handle] of handlers) await boss.work(queue, options, each(queue, handle));
 }

@@ -2,15 +2,18 @@ import type { PgBoss } from 'pg-boss';
 import type { App } from '../app.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
-import { reconcile } from '../reconcile/reconciler.ts';
+import { type ReconcileReport, reconcile, sweepOrphanedJobs } from '../reconcile/reconciler.ts';
 import { Scheduler } from '../scheduler/scheduler.ts';
 import { createBoss } from './boss.ts';
 import { type JobContext, type JobLimits, registerHandlers } from './handlers.ts';
+import { JobLiveness } from './liveness.ts';
+import { QUEUES } from './names.ts';
 
 /**
- * The worker: croner scheduler + pg-boss handlers on one App. start() reconciles once
- * before taking jobs (whatever a dead predecessor left is found at once, not a tick later);
- * stop() is the graceful shutdown of ADR 0007.
+ * The worker: croner scheduler + pg-boss handlers on one App. start() opens its liveness
+ * session (ADR 0011), reconciles once before taking jobs (whatever a dead predecessor left —
+ * its orphaned jobs first — is found at once, not a tick later), then polls at once rather
+ * than at the next tick; stop() is the graceful shutdown of ADR 0007.
  */
 
 /**
@@ -39,11 +42,13 @@ type State = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 export class WorkerService {
   readonly boss: PgBoss;
   readonly scheduler: Scheduler;
+  readonly liveness: JobLiveness;
   readonly #app: App;
   readonly #log: Logger;
   readonly #opts: WorkerServiceOptions;
   #state: State = 'new';
   #stopped: Promise<void> | undefined;
+  #recheck: NodeJS.Timeout | undefined;
 
   constructor(app: App, opts: WorkerServiceOptions = {}) {
     this.#app = app;
@@ -52,10 +57,12 @@ export class WorkerService {
     this.boss =
       opts.boss ??
       createBoss(app.databaseUrl, app.config, app.logger, { role: 'worker', migrate: false });
+    this.liveness = new JobLiveness(app.databaseUrl, app.logger);
     this.scheduler = new Scheduler({
       boss: this.boss,
       logger: app.logger,
       tickSeconds: app.config.tickSeconds,
+      beforeTick: () => this.#sweep(),
     });
   }
 
@@ -76,13 +83,22 @@ export class WorkerService {
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new Error(`worker already ${this.#state}`);
     this.#state = 'starting';
+    // Before the first fetch: every job this worker runs must start after its session did.
+    await this.liveness.start();
     await this.boss.start();
-    await this.runReconcile();
+    const report = await this.runReconcile();
+    this.#scheduleRecheck(report.recheckAt);
     if (this.#state !== 'starting') return; // stopped while starting
     await registerHandlers(this.boss, this.jobContext, {
       pollingIntervalSeconds: this.#opts.pollingIntervalSeconds,
+      liveness: this.liveness,
     });
-    if (this.#opts.schedule ?? true) this.scheduler.start();
+    if (this.#opts.schedule ?? true) {
+      this.scheduler.start();
+      // The first poll now, not at the next tick (up to TICK_SECONDS away). Unthrottled: a
+      // stately queue keeps at most one waiting, so this never doubles a queued poll.
+      await this.boss.send(QUEUES.pollSources, { reason: 'start' });
+    }
     this.#state = 'running';
     this.#log.info(
       { event: 'worker.started', worker: this.#app.workerId, mode: this.#app.config.github.mode },
@@ -91,12 +107,42 @@ export class WorkerService {
   }
 
   /** One reconcile pass outside any job (worker start, bin/reconcile). */
-  runReconcile() {
+  runReconcile(): Promise<ReconcileReport> {
     return reconcile({
       ...this.#app,
       logger: this.#app.logger.child({ component: 'reconcile' }),
       boss: this.boss,
     });
+  }
+
+  /** The orphan sweep alone, as every tick runs it (outside any job). */
+  async #sweep(): Promise<void> {
+    const sweep = await sweepOrphanedJobs({
+      ...this.#app,
+      logger: this.#app.logger.child({ component: 'reconcile' }),
+      boss: this.boss,
+    });
+    this.#scheduleRecheck(sweep.recheckAt);
+  }
+
+  /**
+   * A dead worker's job too young to judge when we looked (orphaned-jobs.ts): look again
+   * the moment it can be judged, rather than a whole tick later.
+   */
+  #scheduleRecheck(at: Date | null): void {
+    if (!at || this.#recheck || this.#state === 'stopping' || this.#state === 'stopped') return;
+    const delay = Math.min(Math.max(0, at.getTime() - Date.now()) + 250, 60_000);
+    this.#recheck = setTimeout(() => {
+      this.#recheck = undefined;
+      if (this.#state === 'stopping' || this.#state === 'stopped') return;
+      this.#sweep().catch((err: unknown) =>
+        this.#log.warn(
+          { event: 'scheduler.sweep_failed', err },
+          'orphan sweep failed; the next tick sweeps again',
+        ),
+      );
+    }, delay);
+    this.#recheck.unref();
   }
 
   /**
@@ -114,6 +160,7 @@ export class WorkerService {
     const started = Date.now();
     this.#state = 'stopping';
     this.scheduler.stop();
+    clearTimeout(this.#recheck);
     this.#log.info(
       { event: 'worker.stopping', timeout_ms: timeout },
       `worker stopping: no new jobs; running jobs have ${timeout / 1000}s to finish`,
@@ -121,6 +168,8 @@ export class WorkerService {
     // graceful: pg-boss stops fetching, waits up to `timeout` for running handlers, then
     // fails whatever is still active (no retry) and aborts its signal.
     await this.boss.stop({ graceful: true, timeout, close: true });
+    // Last: a job still running until boss.stop returned kept its lock until now.
+    await this.liveness.stop();
     this.#state = 'stopped';
     this.#log.info(
       { event: 'worker.stopped', duration_ms: Date.now() - started },

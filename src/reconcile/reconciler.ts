@@ -3,12 +3,14 @@ import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { hasDueWork } from '../enrichment/due.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
+import { snapshotRefuses } from '../github/budget.ts';
 import { settleAbandonedReservations } from '../github/ledger.ts';
 import type { EntityClass } from '../github/types.ts';
 import { attemptWorstCaseSeconds } from '../queue/boss.ts';
 import { sendCycle } from '../queue/dispatch.ts';
-import { enrichQueue } from '../queue/names.ts';
+import { enrichQueue, QUEUES, type QueueName } from '../queue/names.ts';
 import { liveJobCounts } from './live-jobs.ts';
+import { failOrphanedJobs, type OrphanedJob, type OrphanSweep } from './orphaned-jobs.ts';
 import { type InterruptedRun, interruptOrphanedRuns } from './runs.ts';
 
 /**
@@ -16,11 +18,17 @@ import { type InterruptedRun, interruptOrphanedRuns } from './runs.ts';
  * be lost; this asks the same question of committed state instead: for each class, is there
  * due work and no live job to do it? Then send one cycle. It never touches an entity row —
  * enriched, failed and gone rows are not even read — and sending when nothing is due is a
- * harmless no-op (the cycle reports idle). It also closes the two other gaps a dead process
- * leaves: runs left `running`, and budget reservations that were never sent.
+ * harmless no-op (the cycle reports idle). It also closes the other gaps a dead process
+ * leaves: jobs left `active` (failed at once, so no queue waits on a corpse), runs left
+ * `running`, and budget reservations that were never sent.
  */
 
-export type ReconcileAction = 'dispatched' | 'already_queued' | 'live_job' | 'nothing_due';
+export type ReconcileAction =
+  | 'dispatched'
+  | 'already_queued'
+  | 'live_job'
+  | 'nothing_due'
+  | 'budget_wait';
 
 export interface ClassReconcile {
   class: EntityClass;
@@ -32,11 +40,18 @@ export interface ClassReconcile {
 
 export interface ReconcileReport {
   classes: ClassReconcile[];
+  orphanedJobs: OrphanedJob[];
+  /** An unlocked active job too young to judge: sweep again then (see orphaned-jobs.ts). */
+  recheckAt: Date | null;
   interruptedRuns: InterruptedRun[];
   settledReservations: number;
 }
 
-export type ReconcileDeps = Pick<Deps, 'db' | 'config' | 'logger' | 'clock'> & { boss: PgBoss };
+export type ReconcileDeps = Pick<Deps, 'db' | 'config' | 'logger' | 'clock'> & {
+  boss: PgBoss;
+  /** When given, no cycle is sent while the enrichment budget would refuse it anyway. */
+  github?: Pick<Deps['github'], 'budget'>;
+};
 
 /**
  * A reservation is open for at most one attempt (gate wait + connect + response); one left
@@ -46,10 +61,50 @@ export function abandonedAfterSeconds(deps: Pick<Deps, 'config'>): number {
   return Math.max(300, 4 * attemptWorstCaseSeconds(deps.config));
 }
 
+/**
+ * Fails the jobs dead workers left active (orphaned-jobs.ts) and puts back at once the
+ * tick work they were doing: a poll or a maintenance pass cut short by a crash runs again
+ * now, not at the next tick (enrichment cycles are re-sent by reconcile's class pass).
+ * Runs on every scheduler tick too, outside any job, so that an orphaned `reconcile` job
+ * cannot stop the very pass that would free it.
+ */
+export async function sweepOrphanedJobs(
+  deps: Pick<ReconcileDeps, 'db' | 'config' | 'logger' | 'boss'>,
+): Promise<OrphanSweep> {
+  const sweep = await failOrphanedJobs({
+    db: deps.db,
+    boss: deps.boss,
+    pgbossSchema: deps.config.pgbossSchema,
+    logger: deps.logger,
+  });
+  const resend = new Set<QueueName>(
+    sweep.failed.map((j) => j.queue).filter((q) => RESENT_AFTER_ORPHAN.includes(q)),
+  );
+  for (const queue of resend) {
+    const jobId = await deps.boss.send(queue, { reason: 'orphan' });
+    deps.logger.info(
+      {
+        event: 'reconcile.dispatched',
+        queue,
+        reason: 'orphan',
+        status: jobId ? 'sent' : 'already_queued',
+        sent_job_id: jobId,
+      },
+      `${queue}: the orphaned job's work ${jobId ? 'sent again' : 'is already queued'}`,
+    );
+  }
+  return sweep;
+}
+
+const RESENT_AFTER_ORPHAN: readonly QueueName[] = [QUEUES.pollSources, QUEUES.maintenance];
+
 /** One pass. Inside a job, pass a job logger in deps: every line then carries job_id. */
 export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
   const { db, config, logger: log } = deps;
   const now = (deps.clock ?? systemClock).now();
+
+  // First, so that a queue an orphan held is free before this pass counts its live jobs.
+  const orphans = await sweepOrphanedJobs(deps);
 
   const interruptedRuns = await interruptOrphanedRuns(db, now);
   for (const run of interruptedRuns) {
@@ -64,6 +119,16 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
   const queues = ENTITY_CLASSES.map(enrichQueue);
   const live = await liveJobCounts(db, config.pgbossSchema, queues);
   const classes: ClassReconcile[] = [];
+  // Asked once, and only if some class would get a cycle: a cycle the budget refuses
+  // (spent, or the credential blocked) would stop at once, and sending one every tick
+  // until the budget frees is a spin.
+  let budgetShut: Promise<boolean> | undefined;
+  const budgetRefuses = () => {
+    budgetShut ??= deps.github
+      ? deps.github.budget().then((b) => snapshotRefuses(b, 'enrich'))
+      : Promise.resolve(false);
+    return budgetShut;
+  };
   for (const cls of ENTITY_CLASSES) {
     const queue = enrichQueue(cls);
     const liveJobs = live[queue] ?? 0;
@@ -76,6 +141,14 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
         action: due ? 'live_job' : 'nothing_due',
         jobId: null,
       });
+      continue;
+    }
+    if (await budgetRefuses()) {
+      classes.push({ class: cls, due, liveJobs, action: 'budget_wait', jobId: null });
+      log.debug(
+        { event: 'reconcile.budget_wait', class: cls },
+        `${cls}: due work, but the enrichment budget would refuse a cycle; none sent`,
+      );
       continue;
     }
     const sent = await sendCycle(deps.boss, cls, { reason: 'reconcile' });
@@ -94,5 +167,11 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
         : `${cls}: due work; a cycle was queued meanwhile`,
     );
   }
-  return { classes, interruptedRuns, settledReservations };
+  return {
+    classes,
+    orphanedJobs: orphans.failed,
+    recheckAt: orphans.recheckAt,
+    interruptedRuns,
+    settledReservations,
+  };
 }

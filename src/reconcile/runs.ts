@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { LockSpace } from '../db/locks.ts';
+import { LockSpace, lockHeldSql } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
 
 export interface InterruptedRun {
@@ -28,13 +28,7 @@ export async function interruptOrphanedRuns(
     UPDATE ingestion_runs AS r
     SET status = 'interrupted', finished_at = ${now}, error = ${INTERRUPTED_ERROR}
     WHERE r.status = 'running'
-      AND NOT EXISTS (
-        SELECT 1 FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.granted
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND l.classid = ${LockSpace.source}::int::oid
-          AND l.objid = r.source_id::int::oid
-          AND l.objsubid = 2)
+      AND NOT ${lockHeldSql(LockSpace.source, sql`r.source_id`)}
     RETURNING r.id, r.source_id`.execute(db);
   return r.rows.map((row) => ({ runId: Number(row.id), sourceId: Number(row.source_id) }));
 }

@@ -40,12 +40,18 @@ export interface SchedulerOptions {
   boss: PgBoss;
   logger: Logger;
   tickSeconds: number;
+  /**
+   * Runs at every tick before its jobs are sent, in the scheduler itself rather than in a
+   * job: the worker's orphan sweep, which must not depend on a queue an orphan may hold.
+   */
+  beforeTick?: () => Promise<unknown>;
 }
 
 export class Scheduler {
   readonly #boss: PgBoss;
   readonly #log: Logger;
   readonly #tickSeconds: number;
+  readonly #beforeTick: (() => Promise<unknown>) | undefined;
   #crons: Cron[] = [];
 
   constructor(opts: SchedulerOptions) {
@@ -54,6 +60,7 @@ export class Scheduler {
     this.#boss = opts.boss;
     this.#log = opts.logger.child({ component: 'scheduler' });
     this.#tickSeconds = opts.tickSeconds;
+    this.#beforeTick = opts.beforeTick;
   }
 
   get running(): boolean {
@@ -103,6 +110,14 @@ export class Scheduler {
 
   /** One tick: poll-sources and reconcile, throttled to one job per slot across schedulers. */
   async tick(): Promise<TickResult[]> {
+    if (this.#beforeTick) {
+      await this.#beforeTick().catch((err: unknown) =>
+        this.#log.warn(
+          { event: 'scheduler.sweep_failed', err },
+          'orphan sweep failed; the tick goes on and the next one sweeps again',
+        ),
+      );
+    }
     const results = [
       await this.#send(QUEUES.pollSources, this.#tickSeconds),
       await this.#send(QUEUES.reconcile, this.#tickSeconds),

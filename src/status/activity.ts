@@ -1,6 +1,9 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { PushOrigin } from '../db/schema.ts';
+import { REJECTION_REASONS } from '../ingestion/rules.ts';
+import { type RejectedSummary, rejectedSummary } from '../quarantine/rejected-events.ts';
+import { routingLabel } from '../webhooks/events.ts';
 
 /** Totals across sources and the webhook intake over the last 24 hours. */
 export interface IngestActivity {
@@ -9,9 +12,13 @@ export interface IngestActivity {
   /** Finished runs in the last 24 hours by outcome ('running' counts the ones in flight). */
   runsLast24h: Record<string, number>;
   gapsLast24h: number;
+  /** Polled events set aside in rejected_events (poison), by reason. */
+  rejected: RejectedSummary;
   webhooks: {
-    /** Deliveries in the last 24 hours by routing ('push:created', 'ignored:issues', ...). */
+    /** Deliveries in the last 24 hours by routing ('push:created', 'ignored:issues', 'rejected:malformed', ...). */
     last24h: Record<string, number>;
+    /** Redeliveries in the last 24 hours whose body differed from the first delivery's. */
+    mismatchedRedeliveries24h: number;
     lastReceivedAt: Date | null;
   };
 }
@@ -27,14 +34,21 @@ export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity>
   const deliveries = await sql<{ routing: string; n: string; last: Date }>`
     SELECT routing, count(*) AS n, max(received_at) AS last
     FROM webhook_deliveries WHERE received_at > ${since} GROUP BY routing`.execute(db);
-  const lastDelivery = await sql<{ last: Date | null }>`
-    SELECT max(received_at) AS last FROM webhook_deliveries`.execute(db);
+  const lastDelivery = await sql<{ last: Date | null; mismatched: string | null }>`
+    SELECT max(received_at) AS last,
+           sum(redelivery_mismatches) FILTER (WHERE last_redelivered_at > ${since}) AS mismatched
+    FROM webhook_deliveries`.execute(db);
 
   const out: IngestActivity = {
     pushes: { total: 0, poll: 0, webhook: 0, archive: 0, last24h: 0 },
     runsLast24h: {},
     gapsLast24h: 0,
-    webhooks: { last24h: {}, lastReceivedAt: lastDelivery.rows[0]?.last ?? null },
+    rejected: await rejectedSummary(db, now),
+    webhooks: {
+      last24h: {},
+      lastReceivedAt: lastDelivery.rows[0]?.last ?? null,
+      mismatchedRedeliveries24h: Number(lastDelivery.rows[0]?.mismatched ?? 0),
+    },
   };
   for (const row of pushes.rows) {
     out.pushes[row.origin] = Number(row.n);
@@ -45,6 +59,10 @@ export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity>
     out.runsLast24h[row.status] = Number(row.n);
     out.gapsLast24h += Number(row.gaps);
   }
-  for (const row of deliveries.rows) out.webhooks.last24h[row.routing] = Number(row.n);
+  for (const row of deliveries.rows) {
+    // Bounded keys: a routing from client input is folded into the fixed set.
+    const key = routingLabel(row.routing, REJECTION_REASONS);
+    out.webhooks.last24h[key] = (out.webhooks.last24h[key] ?? 0) + Number(row.n);
+  }
   return out;
 }

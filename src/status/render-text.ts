@@ -44,6 +44,13 @@ export function renderText(report: StatusReport): string {
         .map(([status, n]) => `${status} ${n}`)
         .join(', ') || 'none'
     }; gaps (24h): ${a.gapsLast24h}`,
+    `Rejected events: ${count(a.rejected.total)} set aside (${count(a.rejected.last24h)} new in 24h)${
+      Object.keys(a.rejected.byReason).length
+        ? `: ${Object.entries(a.rejected.byReason)
+            .map(([reason, n]) => `${reason} ${n}`)
+            .join(', ')}`
+        : ''
+    }`,
     gapsLine(report),
     lastBackfillLine(report),
     '',
@@ -51,7 +58,18 @@ export function renderText(report: StatusReport): string {
   );
   out.push(
     ...table(
-      ['id', 'source', 'mode', 'enabled', 'last run', 'when', 'next poll', 'failures', 'gaps 24h'],
+      [
+        'id',
+        'source',
+        'mode',
+        'enabled',
+        'last run',
+        'when',
+        'next poll',
+        'failures',
+        'rejected 24h',
+        'gaps 24h',
+      ],
       report.sources.map((s) => [
         String(s.id),
         sourceLabel(s),
@@ -61,6 +79,7 @@ export function renderText(report: StatusReport): string {
         s.lastRun ? relative(s.lastRun.finishedAt ?? s.lastRun.startedAt, now) : 'never',
         s.enabled ? nextPoll(s.nextPollAt, now) : '-',
         String(s.consecutiveFailures),
+        String(s.rejectedLast24h),
         String(s.gapsLast24h),
       ]),
     ),
@@ -91,7 +110,7 @@ export function renderText(report: StatusReport): string {
     out.push(
       `  quota ${b.quota}/h, remaining ${b.remaining ?? 'unknown'}, resets ${relative(b.resetAt, now)}` +
         (b.blockedUntil && b.blockedUntil > now
-          ? `, BLOCKED until ${b.blockedUntil.toISOString()}`
+          ? `, BLOCKED${b.blockReason === 'auth' ? ' (GitHub rejected the token: 401)' : ''} until ${b.blockedUntil.toISOString()}`
           : ''),
       `  spent this window: poll ${b.spent.poll}/${b.allowance.poll}, enrich ${b.spent.enrich}/${b.allowance.enrich}`,
     );
@@ -129,7 +148,10 @@ export function renderText(report: StatusReport): string {
       .map(([routing, n]) => `${routing} ${n}`)
       .join(', ');
     out.push(
-      `  enabled; last delivery ${relative(w.lastReceivedAt, now)}; 24h: ${routed || 'none'}`,
+      `  enabled; last delivery ${relative(w.lastReceivedAt, now)}; 24h: ${routed || 'none'}` +
+        (w.mismatchedRedeliveries24h
+          ? `; ${w.mismatchedRedeliveries24h} redelivery(ies) with a different body`
+          : ''),
     );
   } else {
     out.push('  disabled (WEBHOOK_SECRET is not set)');

@@ -23,6 +23,8 @@ export interface SourceStatus {
   } | null;
   runsLast24h: number;
   eventsCreatedLast24h: number;
+  /** Events set aside by this source's runs in the last 24 hours. */
+  rejectedLast24h: number;
   gapsLast24h: number;
 }
 
@@ -44,6 +46,7 @@ interface SourceRow {
   run_error: string | null;
   runs_24h: string;
   events_24h: string;
+  rejected_24h: string;
   gaps_24h: string;
 }
 
@@ -59,7 +62,8 @@ export async function sourceStatuses(db: Db, now: Date): Promise<SourceStatus[]>
            last.id AS run_id, last.status AS run_status, last.started_at AS run_started_at,
            last.finished_at AS run_finished_at, last.events_created AS run_events_created,
            last.error AS run_error,
-           day.runs AS runs_24h, day.events AS events_24h, day.gaps AS gaps_24h
+           day.runs AS runs_24h, day.events AS events_24h, day.rejected AS rejected_24h,
+           day.gaps AS gaps_24h
     FROM event_sources s
     LEFT JOIN LATERAL (
       SELECT id, status, started_at, finished_at, events_created, error
@@ -67,6 +71,7 @@ export async function sourceStatuses(db: Db, now: Date): Promise<SourceStatus[]>
     ) last ON true
     CROSS JOIN LATERAL (
       SELECT count(*) AS runs, coalesce(sum(events_created), 0) AS events,
+             coalesce(sum(events_rejected), 0) AS rejected,
              count(*) FILTER (WHERE gap_detected) AS gaps
       FROM ingestion_runs WHERE source_id = s.id AND started_at > ${since}
     ) day
@@ -94,6 +99,7 @@ export async function sourceStatuses(db: Db, now: Date): Promise<SourceStatus[]>
           },
     runsLast24h: Number(row.runs_24h),
     eventsCreatedLast24h: Number(row.events_24h),
+    rejectedLast24h: Number(row.rejected_24h),
     gapsLast24h: Number(row.gaps_24h),
   }));
 }

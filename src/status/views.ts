@@ -27,7 +27,8 @@ const ingestOverview = sql`
          day.runs AS runs_24h,
          day.events AS events_24h,
          day.gaps AS gaps_24h,
-         s.last_error
+         s.last_error,
+         day.rejected AS rejected_24h
   FROM event_sources s
   LEFT JOIN LATERAL (
     SELECT status, started_at, events_created FROM ingestion_runs
@@ -35,7 +36,7 @@ const ingestOverview = sql`
   ) last ON true
   CROSS JOIN LATERAL (
     SELECT count(*) AS runs, coalesce(sum(events_created), 0) AS events,
-           count(*) FILTER (WHERE gap_detected) AS gaps
+           count(*) FILTER (WHERE gap_detected) AS gaps, coalesce(sum(events_rejected), 0) AS rejected
     FROM ingestion_runs WHERE source_id = s.id AND started_at > now() - interval '24 hours'
   ) day`;
 

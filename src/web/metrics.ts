@@ -3,8 +3,12 @@ import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'pr
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { backlog } from '../enrichment/due.ts';
+import type { GitHubClient } from '../github/types.ts';
+import { REJECTION_REASONS } from '../ingestion/rules.ts';
 import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
+import { routingLabel } from '../webhooks/events.ts';
+import type { ByteBudget } from './body-budget.ts';
 
 /**
  * GET /metrics. Every gpi_* value is read from Postgres at scrape time, so whichever web
@@ -82,9 +86,16 @@ async function jobDurationHistogram(db: Db, schema: string): Promise<Metric> {
   return { ...snapshot, get: async () => snapshot } as unknown as Metric;
 }
 
+/** A label value from the database, folded into a fixed set. */
+function label(value: string | undefined, known: readonly string[]): string {
+  return value !== undefined && known.includes(value) ? value : 'other';
+}
+
 export interface MetricsDeps {
   db: Db;
   config: Config;
+  /** For the request budget's window (the same numbers /status and bin/status show). */
+  github?: Pick<GitHubClient, 'budget'>;
 }
 
 export interface MetricsEndpoint {
@@ -93,10 +104,33 @@ export interface MetricsEndpoint {
   scrape(): Promise<string>;
 }
 
-export function createMetrics(deps: MetricsDeps): MetricsEndpoint {
+export function createMetrics(
+  deps: MetricsDeps,
+  local: { bodyBudget?: ByteBudget } = {},
+): MetricsEndpoint {
   // The web process's own health (memory, event loop lag, open handles); process-local by nature.
   const processRegistry = new Registry();
   collectDefaultMetrics({ register: processRegistry });
+  const budget = local.bodyBudget;
+  if (budget) {
+    new Gauge({
+      name: 'gpi_webhook_body_bytes_buffered',
+      help: `Request body bytes this process holds in memory right now (capped at ${budget.limit})`,
+      registers: [processRegistry],
+      collect() {
+        this.set(budget.inUse);
+      },
+    });
+    new Counter({
+      name: 'gpi_webhook_busy_total',
+      help: 'Webhook requests this process answered 503 because the body cap was reached',
+      registers: [processRegistry],
+      collect() {
+        this.reset();
+        this.inc(budget.refused);
+      },
+    });
+  }
 
   return {
     contentType: Registry.PROMETHEUS_CONTENT_TYPE,
@@ -147,7 +181,7 @@ async function collectGaps(
   ).set(last);
 }
 
-async function collectDb({ db, config }: MetricsDeps, registers: Registry): Promise<void> {
+async function collectDb({ db, config, github }: MetricsDeps, registers: Registry): Promise<void> {
   const counter = (name: string, help: string, labelNames: string[] = []) =>
     new Counter({ name, help, labelNames, registers: [registers] });
   const gauge = (name: string, help: string, labelNames: string[] = []) =>
@@ -275,14 +309,41 @@ async function collectDb({ db, config }: MetricsDeps, registers: Registry): Prom
     dueGauge.set({ class: cls }, b.due);
   }
 
+  const rejected = counter(
+    'gpi_events_rejected_total',
+    'Polled events set aside in rejected_events instead of stored, by reason (one per event)',
+    ['reason'],
+  );
+  for (const reason of REJECTION_REASONS) rejected.inc({ reason }, 0);
+  for (const { labels, n } of await tallied(
+    db,
+    'gpi_events_rejected_total',
+    sql`SELECT jsonb_build_object('reason', reason), count(*) FROM rejected_events GROUP BY reason`,
+  )) {
+    rejected.inc({ reason: label(labels.reason, REJECTION_REASONS) }, n);
+  }
+
   const deliveries = counter(
     'gpi_webhook_deliveries_total',
-    'Webhook deliveries recorded, by routing (push:created, push:known, ping, ignored:<event>)',
+    'Webhook deliveries recorded, by routing (push:created, push:known, ping, ignored:<event>, rejected:<reason>)',
     ['routing'],
   );
   const routed = await sql<{ routing: string; n: string }>`
     SELECT routing, count(*) AS n FROM webhook_deliveries GROUP BY routing`.execute(db);
-  for (const row of routed.rows) deliveries.inc({ routing: row.routing }, Number(row.n));
+  for (const row of routed.rows) {
+    deliveries.inc({ routing: routingLabel(row.routing, REJECTION_REASONS) }, Number(row.n));
+  }
+  const redeliveries = counter(
+    'gpi_webhook_redeliveries_total',
+    'Redeliveries of a delivery id already recorded, by whether the body matched the first (same) or not (different)',
+    ['body'],
+  );
+  const redelivered = await sql<{ n: string | null; mismatched: string | null }>`
+    SELECT sum(redeliveries) AS n, sum(redelivery_mismatches) AS mismatched
+    FROM webhook_deliveries WHERE redeliveries > 0`.execute(db);
+  const { n: redeliveredN, mismatched } = redelivered.rows[0] ?? { n: null, mismatched: null };
+  redeliveries.inc({ body: 'same' }, Number(redeliveredN ?? 0) - Number(mismatched ?? 0));
+  redeliveries.inc({ body: 'different' }, Number(mismatched ?? 0));
 
   if (await pgBossInstalled(db, config.pgbossSchema)) {
     const jobs = gauge('gpi_queue_jobs', 'pg-boss jobs by queue and state', ['queue', 'state']);
@@ -296,5 +357,24 @@ async function collectDb({ db, config }: MetricsDeps, registers: Registry): Prom
       oldest.set({ queue: q.name }, q.oldestWaitingSeconds ?? 0);
     }
     registers.registerMetric(await jobDurationHistogram(db, config.pgbossSchema));
+  }
+
+  if (github) {
+    // The budget's own count: only requests that reached GitHub and were not a 304.
+    const budget = await github.budget();
+    const spent = gauge(
+      'gpi_github_budget_spent',
+      'Requests that spent quota in the current rate-limit window, by purpose (as /status shows)',
+      ['purpose'],
+    );
+    const allowance = gauge(
+      'gpi_github_budget_allowance',
+      'Requests each purpose may spend per rate-limit window (ENRICH_SHARE of the quota)',
+      ['purpose'],
+    );
+    for (const purpose of ['poll', 'enrich'] as const) {
+      spent.set({ purpose }, budget.spent[purpose]);
+      allowance.set({ purpose }, budget.allowance[purpose]);
+    }
   }
 }

@@ -65,7 +65,13 @@ function health(report: StatusReport): Health {
   const problems: string[] = [];
   if (failing.length) problems.push(`${failing.length} source(s) failing`);
   if (report.activity.gapsLast24h) problems.push(`${report.activity.gapsLast24h} gap(s) in 24h`);
-  if (blocked) problems.push('rate limited');
+  if (report.activity.rejected.last24h) {
+    problems.push(`${report.activity.rejected.last24h} event(s) set aside in 24h`);
+  }
+  if (blocked)
+    problems.push(
+      report.budget?.blockReason === 'auth' ? 'GitHub rejected the token (401)' : 'rate limited',
+    );
   if (problems.length) return { level: 'warn', text: problems.join(', ') };
   return { level: 'ok', text: enabled.length ? 'healthy' : 'no enabled sources' };
 }
@@ -106,6 +112,7 @@ function sourceRow(s: SourceStatus, now: Date): string {
 <td class="num">${e(duration(s.pollIntervalSeconds))}</td>
 <td class="num">${s.consecutiveFailures}</td>
 <td class="num">${count(s.eventsCreatedLast24h)}</td>
+<td class="num">${count(s.rejectedLast24h)}</td>
 <td class="num">${s.gapsLast24h}</td>
 </tr>`;
 }
@@ -124,6 +131,10 @@ export function renderPage(report: StatusReport, series: MinuteSeries): string {
       ['from the archive', count(a.pushes.archive)],
       ['gaps (24h)', String(a.gapsLast24h)],
     ]),
+    card('Rejected events', count(a.rejected.total), [
+      ['new in 24h', count(a.rejected.last24h)],
+      ...Object.entries(a.rejected.byReason).map(([k, v]): [string, string] => [k, count(v)]),
+    ]),
     gapsCard(report),
     b
       ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
@@ -133,7 +144,7 @@ export function renderPage(report: StatusReport, series: MinuteSeries): string {
           [
             'blocked',
             b.blockedUntil && b.blockedUntil > now
-              ? `until ${relative(b.blockedUntil, now).replace('in ', '')}`
+              ? `${b.blockReason === 'auth' ? '401, ' : ''}until ${relative(b.blockedUntil, now).replace('in ', '')}`
               : 'no',
           ],
         ])
@@ -207,8 +218,8 @@ ${barChart(
 <div class="cards">${cards.join('\n')}</div>
 <section><h2>Activity</h2>${charts}</section>
 <section><h2>Sources <span class="muted">(${report.sources.length})</span></h2>
-<table id="sources"><thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">gaps 24h</th></tr></thead>
-<tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || '<tr><td colspan="11" class="muted">No sources yet: bin/sources add public</td></tr>'}</tbody></table></section>
+<table id="sources"><thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">rejected 24h</th><th class="num">gaps 24h</th></tr></thead>
+<tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || '<tr><td colspan="12" class="muted">No sources yet: bin/sources add public</td></tr>'}</tbody></table></section>
 <section><h2>Queues</h2>${queues}</section>
 </main>
 <footer>Refreshes every 30 s. Same data: <code>bin/status</code>, <code>GET /status</code>, and the <code>ingest_overview</code>, <code>enrichment_backlog</code>, <code>queue_overview</code> views.</footer>

@@ -5,6 +5,7 @@ import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';
+import { createByteBudget } from './body-budget.ts';
 import { createMetrics } from './metrics.ts';
 import { renderPage } from './page.ts';
 import { checkReadiness } from './readiness.ts';
@@ -52,7 +53,9 @@ function sendText(
 }
 
 export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
-  const metrics = createMetrics(deps);
+  // One budget for every request of this server: bodies buffered at once are capped.
+  const bodyBudget = createByteBudget();
+  const metrics = createMetrics(deps, { bodyBudget });
   const now = () => (deps.clock ?? systemClock).now();
   const routes = new Map<string, Map<string, Handler>>();
   const route = (method: string, path: string, handler: Handler) => {
@@ -79,7 +82,7 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
     sendText(res, 200, metrics.contentType, await metrics.scrape());
   });
 
-  route('POST', '/webhooks/github', webhookRoute(deps));
+  route('POST', '/webhooks/github', webhookRoute(deps, bodyBudget));
   return routes;
 }
 

@@ -1,66 +1,71 @@
 import type http from 'node:http';
 import { receiveDelivery } from '../webhooks/intake.ts';
+import { BodyTimeout, BodyTooLarge, BudgetFull, type HeldBody, readBody } from './body.ts';
+import type { ByteBudget } from './body-budget.ts';
 import type { WebDeps } from './server.ts';
 import { sendJson } from './server.ts';
 
 /**
  * POST /webhooks/github: the HTTP half of webhook intake (src/webhooks/intake.ts is the
- * other). It owns what HTTP owns: whether the route exists, content type, body size.
+ * other). It owns what HTTP owns: whether the route exists, content type, body size, and
+ * the process-wide cap on body bytes buffered at once (src/web/body-budget.ts).
  */
 
 /** GitHub caps webhook payloads at 25 MB and does not deliver larger ones. */
 export const MAX_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024;
 
-class BodyTooLarge extends Error {}
+/** Seconds a sender refused for a full body budget is asked to wait. */
+export const BUSY_RETRY_AFTER_SECONDS = 5;
+/** GitHub gives up on a delivery after 10 s; a body still arriving after this is dropped. */
+export const BODY_TIMEOUT_MS = 15_000;
 
 function header(req: http.IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
 }
 
-function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        req.off('data', onData);
-        req.pause();
-        reject(new BodyTooLarge());
-        return;
-      }
-      chunks.push(chunk);
-    };
-    req.on('data', onData);
-    req.once('end', () => resolve(Buffer.concat(chunks)));
-    req.once('error', reject);
-  });
-}
-
 /**
- * Answers 413 and closes the connection. The rest of the body is read and discarded for
- * a short while first (a "lingering close"): a client still writing would otherwise get a
- * connection reset instead of our answer. Never more than LINGER_MS, whatever it sends.
+ * Answers 413 (too large), 503 (body budget full; with Retry-After) or 408 (body too slow)
+ * and closes the connection. The rest of the body is read and discarded for a short while
+ * first (a "lingering close"): closing a socket with unread data sends a reset, which can
+ * destroy our answer before the client reads it; after LINGER_MS the connection is cut. Never more than LINGER_MS, whatever it
+ * sends; the discarded reads reuse the same small buffers, so they do not grow memory.
  */
 const LINGER_MS = 2_000;
 
-function tooLarge(res: http.ServerResponse, req: http.IncomingMessage): void {
-  res.setHeader('connection', 'close');
-  sendJson(res, 413, { error: `payload larger than ${MAX_WEBHOOK_BODY_BYTES} bytes` });
+function refuse(
+  res: http.ServerResponse,
+  req: http.IncomingMessage,
+  status: 413 | 503 | 408,
+): void {
+  // No "connection: close": Node would destroy the socket as soon as the answer is written,
+  // with the body still arriving — a reset that can destroy the answer in flight.
+  if (status === 503) {
+    res.setHeader('retry-after', String(BUSY_RETRY_AFTER_SECONDS));
+    sendJson(res, 503, { error: 'busy: too many request bodies in memory; retry later' });
+  } else if (status === 408) {
+    sendJson(res, 408, { error: `body not received within ${BODY_TIMEOUT_MS / 1000} s` });
+  } else {
+    sendJson(res, 413, { error: `payload larger than ${MAX_WEBHOOK_BODY_BYTES} bytes` });
+  }
   req.resume();
   const timer = setTimeout(() => req.destroy(), LINGER_MS);
   timer.unref();
   req.once('end', () => clearTimeout(timer));
 }
 
-export function webhookRoute(deps: WebDeps) {
+export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
   return async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const deliveryId = header(req, 'x-github-delivery');
     const rejected = (status: number, reason: string) =>
       deps.logger.warn(
-        { event: 'webhook.rejected', delivery_id: deliveryId ?? null, status, reason },
-        `webhook delivery ${deliveryId ?? '(no id)'} rejected: ${status} ${reason}`,
+        {
+          event: 'webhook.rejected',
+          delivery_id: deliveryId?.slice(0, 100) ?? null,
+          status,
+          reason,
+        },
+        `webhook delivery ${deliveryId?.slice(0, 100) ?? '(no id)'} rejected: ${status} ${reason}`,
       );
 
     const secret = deps.config.webhookSecret;
@@ -87,28 +92,48 @@ export function webhookRoute(deps: WebDeps) {
     const declared = Number(header(req, 'content-length'));
     if (Number.isFinite(declared) && declared > MAX_WEBHOOK_BODY_BYTES) {
       rejected(413, `declared body of ${declared} bytes`);
-      return tooLarge(res, req);
+      return refuse(res, req, 413);
     }
-    let raw: Buffer;
+    let raw: HeldBody;
     try {
-      raw = await readBody(req, MAX_WEBHOOK_BODY_BYTES);
+      raw = await readBody(req, {
+        limit: MAX_WEBHOOK_BODY_BYTES,
+        budget,
+        declared: Number.isSafeInteger(declared) && declared >= 0 ? declared : null,
+        timeoutMs: BODY_TIMEOUT_MS,
+      });
     } catch (err) {
-      if (!(err instanceof BodyTooLarge)) throw err;
-      rejected(413, 'body exceeded the limit while streaming');
-      return tooLarge(res, req);
+      if (err instanceof BodyTooLarge) {
+        rejected(413, 'body exceeded the limit while streaming');
+        return refuse(res, req, 413);
+      }
+      if (err instanceof BudgetFull) {
+        budget.noteRefused();
+        rejected(503, `request bodies in memory reached ${budget.limit} bytes`);
+        return refuse(res, req, 503);
+      }
+      if (err instanceof BodyTimeout) {
+        rejected(408, 'body not received in time');
+        return refuse(res, req, 408);
+      }
+      throw err;
     }
 
-    const result = await receiveDelivery(
-      { db: deps.db, logger: deps.logger, clock: deps.clock, secret, boss: deps.boss },
-      {
-        deliveryId,
-        event: header(req, 'x-github-event'),
-        signature: header(req, 'x-hub-signature-256'),
-        hookId: header(req, 'x-github-hook-id'),
-        rawBody: raw.toString('utf8'),
-        encoding,
-      },
-    );
-    sendJson(res, result.status, result.body);
+    try {
+      const result = await receiveDelivery(
+        { db: deps.db, logger: deps.logger, clock: deps.clock, secret, boss: deps.boss },
+        {
+          deliveryId,
+          event: header(req, 'x-github-event'),
+          signature: header(req, 'x-hub-signature-256'),
+          hookId: header(req, 'x-github-hook-id'),
+          rawBody: raw.body,
+          encoding,
+        },
+      );
+      sendJson(res, result.status, result.body);
+    } finally {
+      raw.release();
+    }
   };
 }

@@ -1,10 +1,12 @@
+import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 
 /**
  * webhook_deliveries: one row per X-GitHub-Delivery, inserted first in the delivery's
  * transaction. The primary key does the deduplication: a redelivery's INSERT finds the
- * row (or waits for a concurrent first attempt to commit and then finds it) and the
- * delivery stops there (ADR 0008).
+ * row (or waits for a concurrent first attempt to commit and then finds it), counts itself
+ * as a redelivery — apart, when its body differs from the first one's — and stops there
+ * (ADR 0008, ADR 0021).
  */
 
 export interface NewDelivery {
@@ -13,37 +15,60 @@ export interface NewDelivery {
   action: string | null;
   /** Provisional until the payload is stored; see setRouting. */
   routing: string;
+  detail: string | null;
   payloadSha256: string;
-  hookId: number | null;
-  repository: { id: number; fullName: string } | null;
+  hookId: string | null;
+  repository: { id: string | null; fullName: string | null } | null;
   receivedAt: Date;
 }
 
-/** Inserts the delivery; false when this delivery id is already recorded (a redelivery). */
-export async function recordDelivery(trx: Db, d: NewDelivery): Promise<boolean> {
-  const inserted = await trx
-    .insertInto('webhook_deliveries')
-    .values({
-      delivery_id: d.deliveryId,
-      event: d.event,
-      action: d.action,
-      routing: d.routing,
-      payload_sha256: d.payloadSha256,
-      hook_id: d.hookId,
-      repository_id: d.repository?.id ?? null,
-      repository_full_name: d.repository?.fullName ?? null,
-      received_at: d.receivedAt,
-    })
-    .onConflict((oc) => oc.column('delivery_id').doNothing())
-    .returning('delivery_id')
-    .executeTakeFirst();
-  return inserted !== undefined;
+export interface RecordedDelivery {
+  /** false: this delivery id was already recorded (a redelivery). */
+  isNew: boolean;
+  /** The routing and detail as recorded (the first delivery's, for a redelivery). */
+  routing: string;
+  detail: string | null;
+  /** A redelivery whose body hash differs from the first delivery's. */
+  mismatch: boolean;
 }
 
-export async function setRouting(trx: Db, deliveryId: string, routing: string): Promise<void> {
+/** Inserts the delivery, or counts a redelivery of one already recorded. */
+export async function recordDelivery(trx: Db, d: NewDelivery): Promise<RecordedDelivery> {
+  const r = await sql<{
+    inserted: boolean;
+    routing: string;
+    detail: string | null;
+    first_sha: string;
+  }>`
+    INSERT INTO webhook_deliveries AS w
+      (delivery_id, event, action, routing, detail, payload_sha256, hook_id,
+       repository_id, repository_full_name, received_at)
+    VALUES (${d.deliveryId}, ${d.event}, ${d.action}, ${d.routing}, ${d.detail}, ${d.payloadSha256},
+            ${d.hookId}::bigint, ${d.repository?.id ?? null}::bigint, ${d.repository?.fullName ?? null},
+            ${d.receivedAt})
+    ON CONFLICT (delivery_id) DO UPDATE SET
+      redeliveries = w.redeliveries + 1,
+      redelivery_mismatches = w.redelivery_mismatches + (w.payload_sha256 <> excluded.payload_sha256)::int,
+      last_redelivered_at = excluded.received_at
+    RETURNING (xmax = 0) AS inserted, routing, detail, payload_sha256 AS first_sha`.execute(trx);
+  const row = r.rows[0]!;
+  return {
+    isNew: row.inserted,
+    routing: row.routing,
+    detail: row.detail,
+    mismatch: !row.inserted && row.first_sha !== d.payloadSha256,
+  };
+}
+
+export async function setRouting(
+  trx: Db,
+  deliveryId: string,
+  routing: string,
+  detail: string | null = null,
+): Promise<void> {
   await trx
     .updateTable('webhook_deliveries')
-    .set({ routing })
+    .set({ routing, detail })
     .where('delivery_id', '=', deliveryId)
     .execute();
 }

@@ -1,22 +1,32 @@
 import { createHash } from 'node:crypto';
-import { verify } from '@octokit/webhooks-methods';
 import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
+import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Deps } from '../deps.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import { faultPoint } from '../fault.ts';
 import type { EntityClass } from '../github/types.ts';
+import type { PushRow } from '../ingestion/mapping.ts';
+import { Rejection } from '../ingestion/rules.ts';
 import { storePushes } from '../ingestion/store.ts';
+import { exactId, JsonTooDeep, parseJson } from '../json/exact.ts';
+import { inspectJson, MAX_JSON_DEPTH, storableText } from '../json/walk.ts';
 import { sendCycle } from '../queue/dispatch.ts';
 import { recordDelivery, setRouting } from './deliveries.ts';
-import { MalformedDelivery, mapPushDelivery } from './push.ts';
+import { EVENT_NAME, routingFor } from './events.ts';
+import { mapPushDelivery } from './push.ts';
+import { verifySignature } from './signature.ts';
 
 /**
- * GitHub webhook intake, persist-then-ack (ADR 0008): verify the signature, then ONE
- * transaction records the delivery id and whatever the delivery stores; only after COMMIT
- * are enrichment hints sent and GitHub answered. A database failure answers 500, so GitHub
- * (or an operator's "Redeliver") sends it again; a redelivery of a committed delivery is a
- * no-op. Transport concerns (content type, body size) are the HTTP route's.
+ * GitHub webhook intake, persist-then-ack (ADR 0008, ADR 0021): verify the signature over
+ * the raw bytes, then ONE transaction records the delivery id and whatever the delivery
+ * stores; only after COMMIT are enrichment hints sent and GitHub answered.
+ *
+ * Answers: content never earns a 5xx. A signed, parseable delivery whose push cannot be
+ * stored is recorded as `rejected:<reason>` and answered 422 (a 2xx would tell GitHub we
+ * hold a push we do not). 500 only when the database did not answer, so the delivery can
+ * be sent again. A redelivery of a recorded delivery is answered as a duplicate — except
+ * one that was rejected, which is judged again (a fixed version may store it now).
  */
 
 export interface DeliveryRequest {
@@ -26,7 +36,7 @@ export interface DeliveryRequest {
   signature: string | undefined;
   hookId: string | undefined;
   /** The raw body exactly as received: the signature covers these bytes. */
-  rawBody: string;
+  rawBody: Buffer;
   /** 'json' or 'form' (payload=<json>, GitHub's application/x-www-form-urlencoded). */
   encoding: 'json' | 'form';
 }
@@ -46,39 +56,99 @@ const DELIVERY_ID = /^[\w.:-]{1,100}$/;
 
 function reject(
   deps: IntakeDeps,
-  req: DeliveryRequest,
+  req: Pick<DeliveryRequest, 'deliveryId' | 'event'>,
   status: number,
   error: string,
+  extra: Record<string, unknown> = {},
 ): DeliveryResponse {
   // Never the body or the secret: the delivery id and the reason are what an operator
   // needs to find the delivery in GitHub's "Recent Deliveries".
+  const deliveryId = req.deliveryId && DELIVERY_ID.test(req.deliveryId) ? req.deliveryId : null;
+  const event = req.event && EVENT_NAME.test(req.event) ? req.event : null;
   deps.logger.warn(
     {
       event: 'webhook.rejected',
-      delivery_id: req.deliveryId ?? null,
-      gh_event: req.event ?? null,
+      delivery_id: deliveryId,
+      gh_event: event,
       status,
       reason: error,
+      ...extra,
     },
-    `webhook delivery ${req.deliveryId ?? '(no id)'} rejected: ${status} ${error}`,
+    `webhook delivery ${deliveryId ?? '(no id)'} rejected: ${status} ${error}`,
   );
-  return { status, body: { error } };
+  return { status, body: { error, ...extra } };
 }
 
-function parsePayload(req: DeliveryRequest): unknown {
-  const json =
-    req.encoding === 'form' ? new URLSearchParams(req.rawBody).get('payload') : req.rawBody;
-  if (json === null) throw new SyntaxError('form body has no payload field');
-  return JSON.parse(json);
-}
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
-function repositoryOf(payload: unknown): { id: number; fullName: string } | null {
-  const repo = (payload as { repository?: { id?: unknown; full_name?: unknown } })?.repository;
-  if (repo && typeof repo.id === 'number' && typeof repo.full_name === 'string') {
-    return { id: repo.id, fullName: repo.full_name };
+/** The JSON text of the delivery, or null when it is not there (not UTF-8, no payload field). */
+function payloadText(req: DeliveryRequest): string | null {
+  let text: string;
+  try {
+    text = UTF8.decode(req.rawBody);
+  } catch {
+    return null;
   }
-  return null;
+  return req.encoding === 'form' ? new URLSearchParams(text).get('payload') : text;
 }
+
+const tooDeep = () =>
+  new Rejection('too_deep', `payload is nested deeper than ${MAX_JSON_DEPTH} levels`);
+
+type Verdict =
+  | { kind: 'push'; push: PushRow }
+  | { kind: 'rejected'; rejection: Rejection }
+  | { kind: 'other' };
+
+function judge(event: string, payload: unknown, receivedAt: Date): Verdict {
+  if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
+    return {
+      kind: 'rejected',
+      rejection: new Rejection('not_an_object', 'payload must be a JSON object'),
+    };
+  }
+  // Nothing GitHub sends nests this deep; judge it the same whichever parser path read it.
+  if (inspectJson(payload, MAX_JSON_DEPTH).tooDeep) {
+    return { kind: 'rejected', rejection: tooDeep() };
+  }
+  if (event !== 'push') return { kind: 'other' };
+  try {
+    return { kind: 'push', push: mapPushDelivery(payload as Record<string, unknown>, receivedAt) };
+  } catch (err) {
+    if (err instanceof Rejection) return { kind: 'rejected', rejection: err };
+    throw err;
+  }
+}
+
+/** What webhook_deliveries keeps besides the routing: bounded, storable, exact ids. */
+function coordinates(payload: unknown): {
+  action: string | null;
+  repository: { id: string | null; fullName: string | null } | null;
+} {
+  const o =
+    payload !== null && typeof payload === 'object' ? (payload as Record<string, unknown>) : {};
+  const action = typeof o.action === 'string' ? storableText(o.action.slice(0, 100)) : null;
+  const repo =
+    o.repository !== null && typeof o.repository === 'object'
+      ? (o.repository as Record<string, unknown>)
+      : null;
+  if (!repo) return { action, repository: null };
+  const fullName =
+    typeof repo.full_name === 'string' ? storableText(repo.full_name.slice(0, 512)) : null;
+  return { action, repository: { id: exactId(repo.id), fullName } };
+}
+
+interface Outcome {
+  status: number;
+  routing: string;
+  detail: string | null;
+  duplicate: boolean;
+  mismatch: boolean;
+  reprocessed: boolean;
+  newPending: Record<EntityClass, number>;
+}
+
+const NONE = { actor: 0, repository: 0 };
 
 export async function receiveDelivery(
   deps: IntakeDeps,
@@ -86,101 +156,191 @@ export async function receiveDelivery(
 ): Promise<DeliveryResponse> {
   if (!req.signature) return reject(deps, req, 401, 'missing signature');
   if (req.rawBody.length === 0) return reject(deps, req, 400, 'empty body');
-  if (!(await verify(deps.secret, req.rawBody, req.signature))) {
+  if (!verifySignature(deps.secret, req.rawBody, req.signature)) {
     return reject(deps, req, 401, 'bad signature');
   }
   if (!req.deliveryId) return reject(deps, req, 400, 'missing delivery id');
   if (!DELIVERY_ID.test(req.deliveryId)) return reject(deps, req, 400, 'invalid delivery id');
   if (!req.event) return reject(deps, req, 400, 'missing event');
+  if (!EVENT_NAME.test(req.event)) return reject(deps, req, 400, 'invalid event name');
 
-  let payload: unknown;
-  try {
-    payload = parsePayload(req);
-  } catch {
-    return reject(deps, req, 400, 'invalid JSON');
-  }
-  if (payload === null || typeof payload !== 'object') {
-    return reject(deps, req, 400, 'payload is not a JSON object');
-  }
-
+  const text = payloadText(req);
+  if (text === null) return reject(deps, req, 400, 'invalid JSON: not UTF-8, or no payload field');
   const receivedAt = (deps.clock ?? systemClock).now();
-  let push: ReturnType<typeof mapPushDelivery> | null = null;
-  if (req.event === 'push') {
-    try {
-      push = mapPushDelivery(payload, receivedAt);
-    } catch (err) {
-      if (err instanceof MalformedDelivery) return reject(deps, req, 400, err.message);
-      throw err;
-    }
+  let payload: unknown;
+  let verdict: Verdict;
+  try {
+    payload = parseJson(text);
+    verdict = judge(req.event, payload, receivedAt);
+  } catch (err) {
+    if (!(err instanceof JsonTooDeep)) return reject(deps, req, 400, 'invalid JSON');
+    payload = null;
+    verdict = {
+      kind: 'rejected',
+      rejection: new Rejection(
+        'too_deep',
+        `payload is nested deeper than ${MAX_JSON_DEPTH} levels`,
+      ),
+    };
   }
+
   const deliveryId = req.deliveryId;
   const event = req.event;
-  const action = (payload as { action?: unknown }).action;
-  const hookId = Number(req.hookId);
+  const hookId = exactId(req.hookId ?? '');
+  const sha = createHash('sha256').update(req.rawBody).digest('hex');
+  const record = (routing: string, detail: string | null) => ({
+    deliveryId,
+    event,
+    ...coordinates(payload),
+    routing,
+    detail,
+    payloadSha256: sha,
+    hookId: hookId === '0' ? null : hookId,
+    receivedAt,
+  });
 
-  let outcome: { duplicate: boolean; routing: string; newPending: Record<EntityClass, number> };
+  let outcome: Outcome;
   try {
-    outcome = await deps.db.transaction().execute(async (trx) => {
-      const routing = event === 'push' ? 'push' : event === 'ping' ? 'ping' : `ignored:${event}`;
-      const isNew = await recordDelivery(trx, {
-        deliveryId,
-        event,
-        action: typeof action === 'string' ? action : null,
-        routing,
-        payloadSha256: createHash('sha256').update(req.rawBody).digest('hex'),
-        hookId: Number.isSafeInteger(hookId) && hookId > 0 ? hookId : null,
-        repository: repositoryOf(payload),
-        receivedAt,
-      });
-      const none = { actor: 0, repository: 0 };
-      if (!isNew) return { duplicate: true, routing, newPending: none };
+    outcome = await deps.db.transaction().execute(async (trx): Promise<Outcome> => {
+      const provisional =
+        verdict.kind === 'push'
+          ? 'push'
+          : verdict.kind === 'rejected'
+            ? `rejected:${verdict.rejection.reason}`
+            : routingFor(event);
+      const detail = verdict.kind === 'rejected' ? verdict.rejection.message : null;
+      const rec = await recordDelivery(trx, record(provisional, detail));
+      const base = {
+        duplicate: !rec.isNew,
+        mismatch: rec.mismatch,
+        reprocessed: false,
+        newPending: NONE,
+      };
+      // A redelivery is a duplicate, unless the first copy was rejected and this very body
+      // can be stored now (the rules were fixed between the two).
+      const retry = !rec.isNew && rec.routing.startsWith('rejected:') && !rec.mismatch;
+      if (!rec.isNew && !(retry && verdict.kind === 'push')) {
+        return {
+          ...base,
+          status: rec.routing.startsWith('rejected:') ? 422 : 200,
+          routing: rec.routing,
+          detail: rec.detail,
+        };
+      }
       // Crash window: the delivery row is written but not committed, so a redelivery must
       // find nothing and store the push once (test/recovery/crash-matrix.test.ts).
       faultPoint('webhook.after_delivery_insert');
-      if (!push) return { duplicate: false, routing, newPending: none };
-      const stored = await storePushes(trx, [push], { origin: 'webhook' });
+      if (verdict.kind === 'rejected')
+        return { ...base, status: 422, routing: provisional, detail };
+      if (verdict.kind === 'other')
+        return { ...base, status: 200, routing: provisional, detail: null };
+      const stored = await storePushes(trx, [verdict.push], { origin: 'webhook' });
       // Held already (polled first, or another hook on the same repository): one row.
       const final = stored.created > 0 ? 'push:created' : 'push:known';
       await setRouting(trx, deliveryId, final);
       return {
+        ...base,
         duplicate: false,
+        reprocessed: !rec.isNew,
+        status: 202,
         routing: final,
+        detail: null,
         newPending: { actor: stored.newActors, repository: stored.newRepositories },
       };
     });
   } catch (err) {
-    deps.logger.error(
-      { event: 'webhook.failed', delivery_id: deliveryId, gh_event: event, err },
-      `webhook delivery ${deliveryId} not stored; answering 500 so GitHub can redeliver`,
-    );
-    return { status: 500, body: { error: 'storage unavailable' } };
+    if (!isContentRefusal(err)) {
+      deps.logger.error(
+        { event: 'webhook.failed', delivery_id: deliveryId, gh_event: event, err },
+        `webhook delivery ${deliveryId} not stored; answering 500 so GitHub can redeliver`,
+      );
+      return { status: 500, body: { error: 'storage unavailable' } };
+    }
+    // The database refused the push itself, for a reason the rules did not foresee: the
+    // same body would be refused again, so record the delivery as rejected instead.
+    const detail = `the database refused the push (SQLSTATE ${sqlState(err)}): ${storableText((err as Error).message)}`;
+    try {
+      outcome = await deps.db.transaction().execute(async (trx) => {
+        const rec = await recordDelivery(trx, record('rejected:store_failed', detail));
+        if (!rec.isNew) await setRouting(trx, deliveryId, 'rejected:store_failed', detail);
+        return {
+          status: 422,
+          routing: 'rejected:store_failed',
+          detail,
+          duplicate: !rec.isNew,
+          mismatch: rec.mismatch,
+          reprocessed: false,
+          newPending: NONE,
+        };
+      });
+    } catch (again) {
+      deps.logger.error(
+        { event: 'webhook.failed', delivery_id: deliveryId, gh_event: event, err: again },
+        `webhook delivery ${deliveryId} not recorded; answering 500 so GitHub can redeliver`,
+      );
+      return { status: 500, body: { error: 'storage unavailable' } };
+    }
   }
+  return answer(deps, deliveryId, event, outcome);
+}
 
-  if (outcome.duplicate) {
+async function answer(
+  deps: IntakeDeps,
+  deliveryId: string,
+  event: string,
+  o: Outcome,
+): Promise<DeliveryResponse> {
+  if (o.mismatch) {
+    deps.logger.warn(
+      {
+        event: 'webhook.redelivery_mismatch',
+        delivery_id: deliveryId,
+        gh_event: event,
+        routing: o.routing,
+      },
+      `webhook delivery ${deliveryId} redelivered with a different body; answered as a duplicate, the first copy stands`,
+    );
+  }
+  const rejected = o.routing.startsWith('rejected:');
+  if (o.duplicate) {
     deps.logger.info(
-      { event: 'webhook.duplicate', delivery_id: deliveryId, gh_event: event },
-      `webhook delivery ${deliveryId} already recorded; nothing to do`,
+      { event: 'webhook.duplicate', delivery_id: deliveryId, gh_event: event, routing: o.routing },
+      `webhook delivery ${deliveryId} already recorded (${o.routing}); nothing to do`,
     );
-    return { status: 200, body: { ok: true, duplicate: true } };
+    const body: Record<string, unknown> = { ok: !rejected, duplicate: true };
+    if (rejected) Object.assign(body, { routing: o.routing, error: o.detail });
+    if (o.mismatch) body.mismatch = true;
+    return { status: o.status, body };
   }
-
+  if (rejected) {
+    return reject(deps, { deliveryId, event }, 422, o.detail ?? o.routing, {
+      routing: o.routing,
+      recorded: true,
+    });
+  }
   deps.logger.info(
     {
       event: 'webhook.received',
       delivery_id: deliveryId,
       gh_event: event,
-      routing: outcome.routing,
+      routing: o.routing,
+      reprocessed: o.reprocessed || undefined,
     },
-    `webhook delivery ${deliveryId} (${event}) recorded: ${outcome.routing}`,
+    `webhook delivery ${deliveryId} (${event}) recorded: ${o.routing}`,
   );
-  await dispatchHints(deps, deliveryId, outcome.newPending);
-  if (push) {
+  await dispatchHints(deps, deliveryId, o.newPending);
+  if (o.status === 202) {
     return {
       status: 202,
-      body: { ok: true, routing: outcome.routing, created: outcome.routing === 'push:created' },
+      body: {
+        ok: true,
+        routing: o.routing,
+        created: o.routing === 'push:created',
+        ...(o.reprocessed ? { reprocessed: true } : {}),
+      },
     };
   }
-  return { status: 200, body: { ok: true, routing: outcome.routing } };
+  return { status: 200, body: { ok: true, routing: o.routing } };
 }
 
 /**

@@ -1,102 +1,105 @@
-import { z } from 'zod';
-import { AppError } from '../errors.ts';
-import { findNul, type PushRow } from '../ingestion/mapping.ts';
+import type { PushRow } from '../ingestion/mapping.ts';
+import {
+  idField,
+  KEY_CAPS,
+  keyText,
+  objectField,
+  parseTimestamp,
+  Rejection,
+  TIMESTAMP_RANGE,
+} from '../ingestion/rules.ts';
+import { jsonInteger } from '../json/exact.ts';
+import { storableText } from '../json/walk.ts';
 
 /**
  * A `push` webhook payload → the PushRow polling would have produced for the same push.
  * The webhook knows no event id (that is the Events API's), so `id` is null until a polled
  * copy fills it in; the natural key (repository id, ref, before, head = after) is what
- * makes the two one row (ADR 0008).
+ * makes the two one row (ADR 0008). The same rules as polling (src/ingestion/rules.ts):
+ * key fields are checked and a bad one rejects the push (Rejection); free text (commit
+ * messages, authors) is made storable.
  */
 
-/** A push delivery that is not shaped the way GitHub documents it. */
-export class MalformedDelivery extends AppError {
-  constructor(detail: string) {
-    super('MALFORMED_DELIVERY', `malformed push delivery: ${detail}`, { detail });
+const OWNER_NAME = /^[^/\s]+\/[^/\s]+$/;
+
+/** Push deliveries carry the repository's pushed_at as epoch seconds (or ISO text). */
+function pushedAt(raw: unknown, receivedAt: Date): Date {
+  if (typeof raw === 'number' && Number.isFinite(raw)) {
+    const ms = raw * 1000;
+    if (ms >= TIMESTAMP_RANGE.min && ms <= TIMESTAMP_RANGE.max) return new Date(ms);
   }
-}
-
-const numericId = z.union([z.number().int().nonnegative(), z.string().regex(/^\d{1,16}$/)]);
-const nonEmpty = z.string().min(1, 'must not be empty');
-
-const commit = z.looseObject({
-  id: nonEmpty,
-  message: z.string().optional(),
-  distinct: z.boolean().optional(),
-  url: z.string().optional(),
-  author: z.looseObject({ name: z.string().optional(), email: z.string().optional() }).optional(),
-});
-
-const pushPayload = z.looseObject({
-  ref: nonEmpty,
-  before: nonEmpty,
-  after: nonEmpty,
-  repository: z.looseObject({
-    id: numericId,
-    full_name: z.string().regex(/^[^/\s]+\/[^/\s]+$/, 'must be OWNER/NAME'),
-    // Push deliveries carry the repository's pushed_at as epoch seconds.
-    pushed_at: z.union([z.number(), z.string(), z.null()]).optional(),
-  }),
-  sender: z.looseObject({ id: numericId, login: nonEmpty }),
-  commits: z.array(commit).optional(),
-});
-
-function describe(err: z.ZodError): string {
-  const issue = err.issues[0]!;
-  return `${issue.path.join('.') || 'payload'}: ${issue.message}`;
-}
-
-function pushedAt(raw: number | string | null | undefined, receivedAt: Date): Date {
-  if (typeof raw === 'number' && Number.isFinite(raw) && raw > 0) return new Date(raw * 1000);
-  if (typeof raw === 'string') {
-    const d = new Date(raw);
-    if (!Number.isNaN(d.getTime())) return d;
-  }
+  if (typeof raw === 'string') return parseTimestamp(raw) ?? receivedAt;
+  // Absent, or a time nothing can hold (1e13 s): it only dates the push; the arrival does too.
   return receivedAt;
 }
 
-/**
- * Maps a push delivery. The stored payload has the Events API's shape (`head`, `before`,
- * `ref`, `size`, `distinct_size`, `commits` with `sha`), so a consumer reading
- * push_events.payload need not care how the push arrived.
- */
-export function mapPushDelivery(body: unknown, receivedAt: Date): PushRow {
-  const parsed = pushPayload.safeParse(body);
-  if (!parsed.success) throw new MalformedDelivery(describe(parsed.error));
-  const p = parsed.data;
-  // Postgres cannot store U+0000: a 400 names it, where the failed insert would be a 500.
-  const nul = findNul({
-    ref: p.ref,
-    before: p.before,
-    after: p.after,
-    sender: p.sender,
-    repository: p.repository,
-    commits: p.commits,
-  });
-  if (nul)
-    throw new MalformedDelivery(`${nul} contains a NUL character (U+0000), which cannot be stored`);
-  const commits = (p.commits ?? []).map((c) => ({
-    sha: c.id,
-    author: { name: c.author?.name, email: c.author?.email },
-    message: c.message,
+function optionalText(value: unknown, field: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') throw new Rejection('malformed', `${field} must be a string`);
+  return storableText(value);
+}
+
+function mapCommit(raw: unknown, i: number) {
+  const c = objectField(raw, `commits[${i}]`);
+  const id = optionalText(c.id, `commits[${i}].id`);
+  if (!id) throw new Rejection('malformed', `commits[${i}].id is missing`);
+  const author =
+    c.author === undefined || c.author === null
+      ? {}
+      : objectField(c.author, `commits[${i}].author`);
+  if (c.distinct !== undefined && typeof c.distinct !== 'boolean') {
+    throw new Rejection('malformed', `commits[${i}].distinct must be a boolean`);
+  }
+  return {
+    sha: id,
+    author: {
+      name: optionalText(author.name, `commits[${i}].author.name`),
+      email: optionalText(author.email, `commits[${i}].author.email`),
+    },
+    message: optionalText(c.message, `commits[${i}].message`),
     distinct: c.distinct ?? true,
-    url: c.url,
-  }));
+    url: optionalText(c.url, `commits[${i}].url`),
+  };
+}
+
+/**
+ * Maps a push delivery (a JSON object). The stored payload has the Events API's shape
+ * (`head`, `before`, `ref`, `size`, `distinct_size`, `commits` with `sha`), so a consumer
+ * reading push_events.payload need not care how the push arrived. Throws Rejection.
+ */
+export function mapPushDelivery(body: Record<string, unknown>, receivedAt: Date): PushRow {
+  const ref = keyText(body.ref, 'ref', KEY_CAPS.ref);
+  const before = keyText(body.before, 'before', KEY_CAPS.sha);
+  const after = keyText(body.after, 'after', KEY_CAPS.sha);
+  const repository = objectField(body.repository, 'repository');
+  const repositoryId = idField(repository.id, 'repository.id');
+  const fullName = keyText(repository.full_name, 'repository.full_name', KEY_CAPS.repositoryName);
+  if (!OWNER_NAME.test(fullName)) {
+    throw new Rejection('malformed', 'repository.full_name must be OWNER/NAME');
+  }
+  const sender = objectField(body.sender, 'sender');
+  const senderId = idField(sender.id, 'sender.id');
+  const login = keyText(sender.login, 'sender.login', KEY_CAPS.login);
+  if (body.commits !== undefined && body.commits !== null && !Array.isArray(body.commits)) {
+    throw new Rejection('malformed', 'commits must be an array');
+  }
+  const commits = ((body.commits as unknown[] | null | undefined) ?? []).map(mapCommit);
   const distinct = commits.filter((c) => c.distinct).length;
   return {
     id: null,
-    actor: { id: Number(p.sender.id), login: p.sender.login },
-    repository: { id: Number(p.repository.id), fullName: p.repository.full_name },
+    actor: { id: senderId, login },
+    repository: { id: repositoryId, fullName },
     pushId: null,
-    ref: p.ref,
-    head: p.after,
-    before: p.before,
-    createdAt: pushedAt(p.repository.pushed_at, receivedAt),
+    ref,
+    head: after,
+    before,
+    createdAt: pushedAt(repository.pushed_at, receivedAt),
     payload: {
-      repository_id: Number(p.repository.id),
-      ref: p.ref,
-      head: p.after,
-      before: p.before,
+      // The id as a JSON number with every digit (JSON.stringify writes rawJSON verbatim).
+      repository_id: exactNumber(repositoryId),
+      ref,
+      head: after,
+      before,
       size: commits.length,
       distinct_size: distinct,
       commits,
@@ -104,4 +107,9 @@ export function mapPushDelivery(body: unknown, receivedAt: Date): PushRow {
     size: commits.length,
     distinctSize: distinct,
   };
+}
+
+function exactNumber(id: string): unknown {
+  const n = Number(id);
+  return Number.isSafeInteger(n) ? n : jsonInteger(id);
 }

@@ -27,9 +27,9 @@ function pushRow(overrides: Partial<PushRow> = {}): PushRow {
   const head = seq.toString(16).padStart(40, 'c');
   return {
     id: String(41_000_000_000 + seq),
-    actor: { id: 30_000 + seq, login: `bulk-user${seq}` },
-    repository: { id: 40_000 + seq, fullName: `bulk-owner${seq}/repo${seq}` },
-    pushId: 9_100_000 + seq,
+    actor: { id: String(30_000 + seq), login: `bulk-user${seq}` },
+    repository: { id: String(40_000 + seq), fullName: `bulk-owner${seq}/repo${seq}` },
+    pushId: String(9_100_000 + seq),
     ref: 'refs/heads/main',
     head,
     before: '0'.repeat(40),
@@ -58,7 +58,7 @@ const viaStage: Store = async (pushes, opts) => {
 };
 const viaValues: Store = (pushes, opts) => bulkStorePage(t.db, pushes, opts);
 
-const row = (id: string | null, repositoryId: number) =>
+const row = (id: string | null, repositoryId: string) =>
   t.db
     .selectFrom('push_events')
     .selectAll()
@@ -155,7 +155,10 @@ describe.each([
   it('never deadlocks two writers touching the same actors in opposite orders', async () => {
     seq += 100;
     const base = 500_000 + seq;
-    const actors = Array.from({ length: 40 }, (_, i) => ({ id: base + i, login: `shared-${i}` }));
+    const actors = Array.from({ length: 40 }, (_, i) => ({
+      id: String(base + i),
+      login: `shared-${i}`,
+    }));
     const batch = (order: typeof actors) => order.map((actor) => pushRow({ actor }));
     for (let round = 0; round < 5; round++) {
       await Promise.all([

@@ -27,7 +27,7 @@ describe('claim', () => {
     const [a, b] = await Promise.all([claimMany(t.db, 'a'), claimMany(other, 'b')]);
     const claimed = [...a, ...b].filter((c) => c !== null).map((c) => c.id);
     expect(claimed).toHaveLength(30);
-    expect(new Set(claimed)).toEqual(new Set(ids));
+    expect(new Set(claimed)).toEqual(new Set(ids.map(String)));
     expect(await claimNext(t.db, 'actor', { now, leaseSeconds: LEASE, workerId: 'c' })).toBeNull();
   });
 
@@ -48,7 +48,7 @@ describe('claim', () => {
       leaseSeconds: LEASE,
       workerId: 'w',
     });
-    expect(claim).toMatchObject({ id: 2000, etag: 'W/"abc"', attempts: 2 });
+    expect(claim).toMatchObject({ id: '2000', etag: 'W/"abc"', attempts: 2 });
     expect(await rowText(t.db, 'repository', 2000)).not.toBe(before);
     expect(await releaseClaim(t.db, claim!)).toBe(true);
     expect(await rowText(t.db, 'repository', 2000)).toBe(before);
@@ -70,7 +70,7 @@ describe('claim', () => {
     const later = at('2025-06-01T12:00:31Z');
     expect(await hasDueWork(t.db, 'repository', later)).toBe(true);
     const claim = await claimNext(t.db, 'repository', { ...opts, now: later });
-    expect(claim?.id).toBe(2100);
+    expect(claim?.id).toBe('2100');
     expect(claim?.previous).toMatchObject({ claimedBy: 'crashed:9' });
     const row = await entityRow(t.db, 'repository', 2100);
     expect(row.claimed_by).toBe('w');
@@ -91,14 +91,14 @@ describe('claim', () => {
       { id: 3003, next_attempt_at: '2025-03-01T10:00:00Z' },
       { id: 3004, next_attempt_at: '2025-03-01T13:00:00Z' }, // backing off: not yet
     ]);
-    const order: number[] = [];
+    const order: string[] = [];
     for (;;) {
       const c = await claimNext(t.db, 'actor', { now, leaseSeconds: LEASE, workerId: 'w' });
       if (!c) break;
       order.push(c.id);
-      if (c.id === 3001) expect(c).toMatchObject({ refresh: true, etag: '"r"' });
+      if (c.id === '3001') expect(c).toMatchObject({ refresh: true, etag: '"r"' });
     }
-    expect(order).toEqual([3003, 3002, 3001]);
+    expect(order).toEqual(['3003', '3002', '3001']);
   });
 });
 

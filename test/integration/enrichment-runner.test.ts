@@ -6,6 +6,7 @@ import { createDb, type Db } from '../../src/db/pool.ts';
 import { type EnrichDeps, enrichCycle, enrichOnce } from '../../src/enrichment/runner.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
+import { jsonInteger } from '../../src/json/exact.ts';
 import { createLogger } from '../../src/log.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { repoProfile, userProfile } from '../support/github-factories.ts';
@@ -77,13 +78,32 @@ const profileRequests = () =>
   fake.requests.filter((r) => /^\/(users|repos|repositories)\//.test(r.path));
 
 describe('enrichOnce outcomes', () => {
+  it('a 64-bit id beyond 2^53: claimed, fetched and stored under its exact id', async () => {
+    const id = '9007199254740993'; // 2^53 + 1: Number() would make it ...992
+    await sql`INSERT INTO actors (id, login) VALUES (${id}::bigint, 'bigid')`.execute(t.db);
+    // Served as a JSON number with every digit, as GitHub would send it.
+    fake.setUser({ ...userProfile({ login: 'bigid' }), id: jsonInteger(id) as unknown as number });
+    const r = await enrichOnce(runner(), 'actor');
+    expect(r).toMatchObject({ outcome: 'enriched', entityId: id, status: 200 });
+    const row = await sql<{ state: string; profile_id: string }>`
+      SELECT enrichment_state AS state, profile->>'id' AS profile_id FROM actors
+      WHERE id = ${id}::bigint`.execute(t.db);
+    expect(row.rows).toEqual([{ state: 'enriched', profile_id: id }]);
+    await sql`DELETE FROM actors WHERE id = ${id}::bigint`.execute(t.db);
+  });
+
   it('200: stores the actor profile and etag, records the attempt, then is idle', async () => {
     await insertEntities(t.db, 'actor', [{ id: 583231, name: 'octocat' }]);
     fake.setUser(userProfile({ id: 583231, login: 'octocat', name: 'The Octocat', followers: 99 }));
     const deps = runner();
 
     const r = await enrichOnce(deps, 'actor', { jobId: 'job-1' });
-    expect(r).toMatchObject({ outcome: 'enriched', class: 'actor', entityId: 583231, status: 200 });
+    expect(r).toMatchObject({
+      outcome: 'enriched',
+      class: 'actor',
+      entityId: '583231',
+      status: 200,
+    });
     const row = await entityRow(t.db, 'actor', 583231);
     expect(row).toMatchObject({
       enrichment_state: 'enriched',
@@ -206,7 +226,7 @@ describe('enrichOnce outcomes', () => {
     // Not due again until the backoff has passed; then it succeeds.
     expect((await enrichOnce(deps, 'actor')).outcome).toBe('idle');
     deps.clock.advance(61_000);
-    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: 5 });
+    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: '5' });
     expect((await attemptsOf(t.db, 'actor', 5)).map((a) => a.attempt)).toEqual([1, 2]);
   });
 
@@ -290,7 +310,7 @@ describe('claims under concurrency and crashes', () => {
     expect((await enrichOnce(deps, 'actor')).outcome).toBe('idle');
     expect(fake.requests).toHaveLength(0);
     deps.clock.advance(46_000);
-    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: 88 });
+    expect(await enrichOnce(deps, 'actor')).toMatchObject({ outcome: 'enriched', entityId: '88' });
     expect((await attemptsOf(t.db, 'actor', 88)).map((a) => a.outcome)).toEqual([
       'interrupted',
       'enriched',
@@ -308,7 +328,7 @@ describe('claims under concurrency and crashes', () => {
     };
     try {
       const r = await enrichOnce(runner(), 'actor');
-      expect(r).toMatchObject({ outcome: 'retry', entityId: 99 });
+      expect(r).toMatchObject({ outcome: 'retry', entityId: '99' });
       expect(r.detail).toMatch(/lease lost/);
     } finally {
       fake.onRequest = null;
@@ -342,7 +362,7 @@ describe('budget and fairness', () => {
     // ENRICH_SHARE 0.01 of 60/h: enrichment's allowance is 0 — the budget says no.
     const deps = runner({ env: { ENRICH_SHARE: '0.01' } });
     const r = await enrichOnce(deps, 'repository');
-    expect(r).toMatchObject({ outcome: 'budget_exhausted', entityId: 7 });
+    expect(r).toMatchObject({ outcome: 'budget_exhausted', entityId: '7' });
     expect(await rowText(t.db, 'repository', 7)).toBe(before);
     expect(fake.requests).toHaveLength(0);
     expect(await attemptsOf(t.db, 'repository', 7)).toHaveLength(0);

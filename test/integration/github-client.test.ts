@@ -216,9 +216,12 @@ describe('failures', () => {
     await expect(gh.request({ purpose: 'enrich', path: '/users/x' })).rejects.toBeInstanceOf(
       GitHubAuthFailed,
     );
-    // A rejected token blocks its credential for an hour: no process repeats the 401.
-    const until = (await gh.budget()).blockedUntil;
-    expect(until!.getTime() - Date.now()).toBeGreaterThan(3500_000);
+    // A rejected token blocks its credential on the auth ladder's first step (1 min): no
+    // process repeats the 401 meanwhile, and the budget says why.
+    const budget = await gh.budget();
+    expect(budget.blockReason).toBe('auth');
+    expect(budget.blockedUntil!.getTime() - Date.now()).toBeGreaterThan(55_000);
+    expect(budget.blockedUntil!.getTime() - Date.now()).toBeLessThanOrEqual(60_000);
   });
 });
 

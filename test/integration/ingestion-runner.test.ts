@@ -413,20 +413,52 @@ describe('failures', () => {
     delete e.actor;
     return e as GitHubEvent;
   };
+  // Poison in one event is set aside (ADR 0020): the run completes, the good events
+  // beside it are stored, the source counts no failure, its horizon moves on.
   it.each([
-    [
-      'a PushEvent without actor',
-      'MALFORMED_EVENT',
-      /actor is missing/,
-      (f: FakeGitHub, feed: string) => f.addEvents(feed, [withoutActor()]),
-    ],
+    ['a PushEvent without actor', 'malformed', /^actor is missing$/, () => withoutActor()],
     [
       'an event id "abc"',
-      'MALFORMED_EVENT',
-      /id must be a numeric id \(got "abc"\)/,
-      (f: FakeGitHub, feed: string) =>
-        f.addEvents(feed, [pushEvent({ id: 'abc', created_at: '2026-11-29T08:00:00Z' })]),
+      'bad_id',
+      /^id must be a numeric id.*\(got "abc"\)/,
+      () => pushEvent({ id: 'abc', created_at: '2026-11-29T08:00:00Z' }),
     ],
+  ])(
+    '%s is set aside; the run completes with every good event stored',
+    async (_what, reason, says, poison) => {
+      const s = await newSource();
+      fake.addEvents(s.feed, pushes(5));
+      await poll(s.id);
+      const before = await count('push_events');
+
+      const good = [...pushes(3), ...pushes(3)];
+      fake.addEvents(s.feed, [...good.slice(0, 3), poison(), ...good.slice(3)]);
+      const run = await poll(s.id);
+      expect(run).toMatchObject({
+        outcome: 'completed',
+        eventsCreated: 6,
+        eventsRejected: 1,
+        error: null,
+      });
+      expect(await count('push_events')).toBe(before + 6);
+      const set = await t.db
+        .selectFrom('rejected_events')
+        .select(['reason', 'message', 'run_id', 'seen_count'])
+        .where('source_id', '=', String(s.id))
+        .execute();
+      expect(set).toMatchObject([{ reason, run_id: String(run.runId), seen_count: 1 }]);
+      expect(set[0]!.message).toMatch(says);
+      const after = await sourceRow(s.id);
+      expect(after).toMatchObject({ consecutive_failures: 0, last_error: null });
+      expect(await runRow(run.runId)).toMatchObject({
+        status: 'completed',
+        events_created: 6,
+        events_rejected: 1,
+      });
+    },
+  );
+
+  it.each([
     [
       'truncated JSON',
       'MALFORMED_RESPONSE',
@@ -434,8 +466,15 @@ describe('failures', () => {
       (f: FakeGitHub, _feed: string, path: string) =>
         f.fail({ path, status: 200, body: '[{"id":"1","type":"PushEv' }),
     ],
+    [
+      'a page that is not an array',
+      'MALFORMED_EVENT',
+      /expected a JSON array of events, got object/,
+      (f: FakeGitHub, _feed: string, path: string) =>
+        f.fail({ path, status: 200, body: '{"message":"not a list"}' }),
+    ],
   ])(
-    '%s fails the run and writes nothing, leaving stored data and the horizon untouched',
+    'a page that is not an array of events (%s) fails the run and writes nothing, leaving stored data and the horizon untouched',
     async (_what, code, says, inject) => {
       const s = await newSource();
       fake.addEvents(s.feed, pushes(5));
@@ -518,6 +557,7 @@ describe('pollDueSources', () => {
       outcome: 'completed',
       eventsSeen: 4,
       eventsCreated: 4,
+      eventsRejected: 0,
       pagesFetched: 1,
       requestsSpent: 1,
       gap: false,

@@ -20,9 +20,9 @@ function pushRow(overrides: Partial<PushRow> = {}): PushRow {
   const head = seq.toString(16).padStart(40, 'a');
   return {
     id: String(40_000_000_000 + seq),
-    actor: { id: 1000 + seq, login: `user${seq}` },
-    repository: { id: 2000 + seq, fullName: `owner${seq}/repo${seq}` },
-    pushId: 9_000_000 + seq,
+    actor: { id: String(1000 + seq), login: `user${seq}` },
+    repository: { id: String(2000 + seq), fullName: `owner${seq}/repo${seq}` },
+    pushId: String(9_000_000 + seq),
     ref: 'refs/heads/main',
     head,
     before: '0'.repeat(40),

@@ -41,6 +41,7 @@ function summary(newPending: { actor: number; repository: number }): RunSummary 
     outcome: 'completed',
     eventsSeen: 10,
     eventsCreated: 4,
+    eventsRejected: 0,
     pagesFetched: 1,
     requestsSpent: 1,
     gap: false,

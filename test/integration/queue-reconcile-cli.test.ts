@@ -34,6 +34,7 @@ beforeAll(async () => {
 describe('bin/reconcile', () => {
   it('prints what it found and what it did, and is a no-op the second time', async () => {
     expect(await runReconcile()).toEqual([
+      'jobs: none left active by a dead worker',
       'ingestion runs: none left running by a dead process',
       'reservations: 0 abandoned reservation(s) settled',
       expect.stringMatching(/^actor: 2 due, 0 live job\(s\) → cycle sent \(job [0-9a-f-]{36}\)$/),
@@ -42,7 +43,7 @@ describe('bin/reconcile', () => {
     const jobs = await sql<{ name: string }>`SELECT name FROM pgboss.job`.execute(t.db);
     expect(jobs.rows).toEqual([{ name: 'enrich-actor' }]);
 
-    expect((await runReconcile())[2]).toBe(
+    expect((await runReconcile())[3]).toBe(
       'actor: 2 due, 1 live job(s) → a cycle is queued or running; nothing sent',
     );
     expect(

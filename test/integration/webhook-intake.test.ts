@@ -52,9 +52,9 @@ const nothingStored = { pushes: 0, deliveries: 0, actors: 0, repos: 0 };
 function polledCopy(p: ReturnType<typeof pushPayload>, eventId: string): PushRow {
   return {
     id: eventId,
-    actor: { id: p.sender.id, login: p.sender.login },
-    repository: { id: p.repository.id, fullName: p.repository.full_name },
-    pushId: 31_000_000_001,
+    actor: { id: String(p.sender.id), login: p.sender.login },
+    repository: { id: String(p.repository.id), fullName: p.repository.full_name },
+    pushId: '31000000001',
     ref: p.ref,
     head: p.after,
     before: p.before,
@@ -258,12 +258,17 @@ describe('POST /webhooks/github: malformed requests store nothing', () => {
     expect(await counts()).toEqual(nothingStored);
   });
 
-  it('a push without a repository → 400 naming the field', async () => {
+  it('a signed push without a repository → 422 naming the field, recorded as rejected:malformed (ADR 0021)', async () => {
     const { repository: _r, ...rest } = pushPayload();
     const res = await deliver(web.url, { deliveryId: 'd-no-repo', body: JSON.stringify(rest) });
-    expect(res.status).toBe(400);
+    expect(res.status).toBe(422);
     expect((res.json as { error: string }).error).toMatch(/repository/);
-    expect(await counts()).toEqual(nothingStored);
+    // Persisted (the delivery row), but no push and no entity: nothing else is stored.
+    expect(await counts()).toEqual({ ...nothingStored, deliveries: 1 });
+    const row = await sql<{ routing: string; detail: string }>`
+      SELECT routing, detail FROM webhook_deliveries WHERE delivery_id = 'd-no-repo'`.execute(t.db);
+    expect(row.rows).toEqual([{ routing: 'rejected:malformed', detail: 'repository is missing' }]);
+    await sql`DELETE FROM webhook_deliveries WHERE delivery_id = 'd-no-repo'`.execute(t.db);
   });
 
   it('wrong content type → 415', async () => {

@@ -1,47 +1,25 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { describe, expect, it } from 'vitest';
 import { pollSource } from '../../src/ingestion/runner.ts';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
-import { memoryLogger, testConfig } from '../support/github-client.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
-import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';
+import { usePoisonWorld } from '../support/poison-world.ts';
+import { deliver, pushPayload } from '../support/web.ts';
 
 /**
- * Bad input (issue 6): what GitHub (or someone posing as it) might send that is not what it
- * documents — events without an actor or a repository, ids as strings, a 5 MB event,
- * unicode and control characters, NUL bytes (which Postgres text and jsonb cannot hold),
- * null fields. Each is either rejected with a named error or stored exactly (the stored
- * payload reads back equal to what was sent); nothing crashes, and a rejected page stores
- * nothing of itself. Both entry points: a polled feed page and a webhook delivery.
+ * Bad input (issue 6, contract changed by issue 10 / ADR 0020): what GitHub (or someone
+ * posing as it) might send that is not what it documents — events without an actor or a
+ * repository, ids as strings, a 5 MB event, unicode and control characters, NUL bytes
+ * (which Postgres text and jsonb cannot hold), null fields. Each is either set aside with
+ * a named reason (the good event beside it stored, the run completed), stored exactly
+ * (the stored payload reads back equal to what was sent), or — free text Postgres cannot
+ * hold — stored with that character replaced by U+FFFD; nothing crashes. Both entry
+ * points: a polled feed page and a webhook delivery. The full corpus: poison.test.ts.
  */
 
 const t = useTestDatabase();
-let fake: FakeGitHub;
-let web: TestWeb;
-let deps: Deps;
-let logLines: string[];
-let closeClient: () => Promise<void>;
-
-beforeAll(async () => {
-  fake = await startFakeGitHub();
-  const config = testConfig(t, { apiUrl: fake.url });
-  const { logger, lines } = memoryLogger('info');
-  logLines = lines;
-  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
-  closeClient = () => github.close();
-  deps = { config, db: t.db, pool: t.pool, github, logger, workerId: 'bad-input:1' };
-  web = await startTestWeb(t);
-});
-
-afterAll(async () => {
-  await web?.close();
-  await closeClient?.();
-  await fake?.close();
-});
+const w = usePoisonWorld(t, { workerId: 'bad-input:1', web: true });
 
 const FIVE_MB = 'x'.repeat(5 * 1024 * 1024);
 const UNICODE = 'emoji 🚀 · RTL עברית · combining é · CJK 漢字 · line sep \u2028 · BOM \ufeff';
@@ -58,23 +36,35 @@ const without =
   };
 
 /** Poll cases: a mutation of an otherwise valid PushEvent, and what must happen. */
-const POLL_CASES: { name: string; mutate: Mutate; expect: 'stored' | RegExp }[] = [
-  { name: 'missing actor', mutate: without('actor'), expect: /MALFORMED_EVENT.*actor is missing/ },
-  { name: 'missing repo', mutate: without('repo'), expect: /MALFORMED_EVENT.*repo is missing/ },
+const POLL_CASES: {
+  name: string;
+  mutate: Mutate;
+  expect: 'stored' | 'sanitised' | { reason: string; says: RegExp };
+}[] = [
+  {
+    name: 'missing actor',
+    mutate: without('actor'),
+    expect: { reason: 'malformed', says: /actor is missing/ },
+  },
+  {
+    name: 'missing repo',
+    mutate: without('repo'),
+    expect: { reason: 'malformed', says: /repo is missing/ },
+  },
   {
     name: 'null actor',
     mutate: (ev) => ({ ...ev, actor: null }),
-    expect: /MALFORMED_EVENT.*actor/,
+    expect: { reason: 'malformed', says: /actor/ },
   },
   {
     name: 'null payload.ref',
     mutate: (ev) => ({ ...ev, payload: { ...ev.payload, ref: null } }),
-    expect: /MALFORMED_EVENT.*payload\.ref/,
+    expect: { reason: 'malformed', says: /payload\.ref/ },
   },
   {
     name: 'null payload.size',
     mutate: (ev) => ({ ...ev, payload: { ...ev.payload, size: null } }),
-    expect: /MALFORMED_EVENT.*payload\.size/,
+    expect: { reason: 'malformed', says: /payload\.size/ },
   },
   {
     name: 'string ids that are numbers',
@@ -88,7 +78,7 @@ const POLL_CASES: { name: string; mutate: Mutate; expect: 'stored' | RegExp }[] 
   {
     name: 'string ids that are not numbers',
     mutate: (ev) => ({ ...ev, actor: { ...ev.actor, id: 'abc' } }),
-    expect: /MALFORMED_EVENT.*actor\.id must be a numeric id/,
+    expect: { reason: 'bad_id', says: /actor\.id must be a numeric id/ },
   },
   {
     name: 'a 5 MB event',
@@ -112,20 +102,31 @@ const POLL_CASES: { name: string; mutate: Mutate; expect: 'stored' | RegExp }[] 
     expect: 'stored',
   },
   {
+    // Free text: stored, the NUL (which jsonb cannot hold) replaced by U+FFFD.
     name: 'NUL in a payload string',
     mutate: (ev) => ({ ...ev, payload: { ...ev.payload, note: NUL } }),
-    expect: /MALFORMED_EVENT.*NUL/,
+    expect: 'sanitised',
   },
   {
+    // A key column: never altered, set aside.
     name: 'NUL in a column (ref)',
     mutate: (ev) => ({ ...ev, payload: { ...ev.payload, ref: `refs/heads/${NUL}` } }),
-    expect: /MALFORMED_EVENT.*NUL/,
+    expect: { reason: 'invalid_text', says: /payload\.ref contains a NUL/ },
   },
 ];
 
+const verdict = (e: (typeof POLL_CASES)[number]['expect']) =>
+  e === 'stored'
+    ? 'stored exactly'
+    : e === 'sanitised'
+      ? 'stored, NUL replaced'
+      : `set aside (${e.reason})`;
+/** What a stored payload must read back as: NUL (unstorable in jsonb) becomes U+FFFD. */
+const sanitised = (v: unknown) => JSON.parse(JSON.stringify(v).replaceAll('\\u0000', '\ufffd'));
+
 describe('bad input on a polled feed', () => {
   for (const [i, c] of POLL_CASES.entries()) {
-    it(`${c.name}: ${c.expect === 'stored' ? 'stored exactly' : 'rejected, nothing stored'}`, {
+    it(`${c.name}: ${verdict(c.expect)}`, {
       timeout: 30_000,
     }, async () => {
       const name = `bad/input-${i}`;
@@ -134,29 +135,38 @@ describe('bad input on a polled feed', () => {
       const good = pushEvent({ repo, actor: { id: 610_000 + i, login: `good-${i}` } });
       const bad = pushEvent({ repo, actor: { id: 620_000 + i, login: `bad-${i}` } });
       const sent = c.mutate(bad) as GitHubEvent;
-      fake.addEvents(`repo:${name}`, [good, sent]);
+      w.fake.addEvents(`repo:${name}`, [good, sent]);
 
-      const run = await pollSource(deps, Number(source.id));
+      const run = await pollSource(w.deps, Number(source.id));
 
       const stored = await sql<{ id: string; ref: string; payload: unknown }>`
         SELECT id::text, ref, payload FROM push_events WHERE repository_id = ${repo.id}
         ORDER BY id`.execute(t.db);
-      if (c.expect === 'stored') {
-        expect(run.outcome).toBe('completed');
+      // Whatever the event holds, the run completes and the source counts no failure.
+      expect(run.outcome).toBe('completed');
+      const rejected = await sql<{ event_id: string; reason: string; message: string }>`
+        SELECT event_id, reason, message FROM rejected_events WHERE source_id = ${source.id}`.execute(
+        t.db,
+      );
+      if (c.expect === 'stored' || c.expect === 'sanitised') {
         expect(stored.rows.map((r) => r.id)).toEqual([good.id, bad.id].sort());
         const row = stored.rows.find((r) => r.id === bad.id)!;
         // Exactly what was sent: the jsonb reads back equal, the ref column byte for byte.
-        expect(row.payload).toEqual((sent as { payload: unknown }).payload);
+        const expected = (sent as { payload: unknown }).payload;
+        expect(row.payload).toEqual(c.expect === 'stored' ? expected : sanitised(expected));
         expect(row.ref).toBe((sent.payload as { ref: string }).ref);
+        expect(rejected.rows).toEqual([]);
       } else {
-        expect(run.outcome).toBe('failed');
-        expect(`${run.error?.code}: ${run.error?.message}`).toMatch(c.expect);
-        // The page is one transaction: its good event is not stored either.
-        expect(stored.rows).toEqual([]);
-        const failed = logLines
+        // The good event is stored; the bad one is set aside once, naming the field.
+        expect(stored.rows.map((r) => r.id)).toEqual([good.id]);
+        expect(run.eventsRejected).toBe(1);
+        expect(rejected.rows).toHaveLength(1);
+        expect(rejected.rows[0]).toMatchObject({ event_id: bad.id, reason: c.expect.reason });
+        expect(rejected.rows[0]!.message).toMatch(c.expect.says);
+        const logged = w.logLines
           .map((l) => JSON.parse(l))
-          .filter((l) => l.event === 'ingestion.run_failed' && l.run_id === run.runId);
-        expect(failed).toHaveLength(1);
+          .filter((l) => l.event === 'event.rejected' && l.run_id === run.runId);
+        expect(logged).toHaveLength(1);
       }
     });
   }
@@ -172,12 +182,12 @@ const HOOK_CASES: {
   {
     name: 'missing sender',
     body: () => ({ ...pushPayload(), sender: undefined }),
-    status: 400,
+    status: 422,
   },
   {
     name: 'null repository',
     body: () => ({ ...pushPayload(), repository: null }),
-    status: 400,
+    status: 422,
   },
   {
     name: 'string ids',
@@ -208,12 +218,15 @@ const HOOK_CASES: {
       expect((payload.commits as { message: string }[])[0]!.message).toBe(UNICODE + CONTROLS),
   },
   {
+    // Free text: stored with the NUL replaced (jsonb cannot hold U+0000).
     name: 'NUL in a commit message',
     body: () => {
       const p = pushPayload();
       return { ...p, commits: [{ ...p.commits[0]!, message: NUL }] };
     },
-    status: 400,
+    status: 202,
+    stored: (payload) =>
+      expect((payload.commits as { message: string }[])[0]!.message).toBe('before\ufffdafter'),
   },
 ];
 
@@ -222,7 +235,7 @@ describe('bad input in a webhook delivery', () => {
     it(`${c.name}: answered ${c.status}`, { timeout: 30_000 }, async () => {
       const body = c.body() as ReturnType<typeof pushPayload>;
       const deliveryId = `bad-input-${i}`;
-      const res = await deliver(web.url, { deliveryId, body: JSON.stringify(body) });
+      const res = await deliver(w.web.url, { deliveryId, body: JSON.stringify(body) });
       expect(res.status, JSON.stringify(res.json)).toBe(c.status);
       const recorded = await sql<{ routing: string }>`
         SELECT routing FROM webhook_deliveries WHERE delivery_id = ${deliveryId}`.execute(t.db);
@@ -234,8 +247,8 @@ describe('bad input in a webhook delivery', () => {
         expect(stored.rows).toHaveLength(1);
         c.stored?.(stored.rows[0]!.payload);
       } else {
-        // Rejected before the transaction: no delivery row, so a fixed redelivery is new.
-        expect(recorded.rows).toEqual([]);
+        // Signed and parseable but not storable: recorded as rejected (ADR 0021), no push.
+        expect(recorded.rows).toEqual([{ routing: 'rejected:malformed' }]);
         expect(stored.rows).toEqual([]);
       }
     });

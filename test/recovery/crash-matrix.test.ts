@@ -30,11 +30,10 @@ import { type Child, killAll, seedPushes, spawnBin, type World } from './world.t
  * - for the webhook: nothing of the killed delivery is committed, and its redelivery is
  *   stored once (a second redelivery is a duplicate).
  *
- * One thing is stood in for: a job whose process was SIGKILLed stays `active` in pg-boss
- * until pg-boss's monitor fails it (heartbeat 30 s + supervise interval up to 60 s), and a
- * stately queue runs nothing else meanwhile. The test fails that dead job itself, as the
- * monitor would, so the matrix measures our recovery rather than pg-boss's timer (see
- * docs/reliability.md, residual gaps).
+ * Nothing is stood in for: a job the dead worker left `active` in pg-boss is found by the
+ * restarted worker's orphan sweep (its liveness lock died with it, ADR 0011) and failed,
+ * so its stately queue runs its next job at once; the test checks no job of the dead
+ * process is left active and reports how many the sweep failed.
  */
 
 const PUSHES = 3;
@@ -57,6 +56,7 @@ interface MatrixRow {
   attempts: string;
   entities: string;
   ticks: string;
+  orphans: string;
 }
 
 beforeAll(async () => {
@@ -81,6 +81,7 @@ function renderMatrix(rows: MatrixRow[]): string {
     attempts: 'open attempts',
     entities: 'entities',
     ticks: 'ticks to settle',
+    orphans: 'orphaned jobs failed',
   };
   const keys = Object.keys(head) as (keyof MatrixRow)[];
   const line = (r: MatrixRow) => `| ${keys.map((k) => r[k]).join(' | ')} |`;
@@ -114,15 +115,6 @@ async function expectFaultKill(child: Child, point: FaultPointName): Promise<voi
   }
   expect(exit, child.stderr.join('')).toEqual({ code: null, signal: 'SIGKILL' });
   expect(child.stderr.join('')).toContain(`FAULT_POINT ${point}: killing process`);
-}
-
-/** What pg-boss's monitor does to a job whose worker stopped heartbeating (see header). */
-async function failDeadJobs(db: Db): Promise<number> {
-  const r = await sql`
-    UPDATE pgboss.job SET state = 'failed', completed_on = now(),
-      output = '{"message":"crash matrix: worker SIGKILLed (heartbeat expiry stand-in)"}'
-    WHERE state = 'active'`.execute(db);
-  return Number(r.numAffectedRows ?? 0);
 }
 
 async function count(db: Db, query: ReturnType<typeof sql<{ n: number }>>): Promise<number> {
@@ -246,7 +238,6 @@ describe('crash-window matrix', () => {
         const atDeath = await snapshot(scratch.db);
         const leaseUntil = await deadLeaseExpiry(scratch.db);
         const killedAt = new Date();
-        await failDeadJobs(scratch.db);
 
         // 2. Restart without the fault.
         const second = start('worker', baseEnv(scratch));
@@ -269,6 +260,15 @@ describe('crash-window matrix', () => {
             what: `${point}: every push stored, every source polled to the end, every entity settled`,
           },
         );
+
+        // The dead worker's jobs were failed by the sweep, not left for pg-boss's expiry.
+        const deadActive = await count(
+          scratch.db,
+          sql`SELECT count(*)::int AS n FROM pgboss.job
+              WHERE state = 'active' AND started_on <= ${killedAt}`,
+        );
+        expect(deadActive, 'a job of the dead worker is still active').toBe(0);
+        const orphaned = second.lines.filter((l) => l.event === 'reconcile.job_orphaned');
 
         const workable = Math.max(Date.parse(String(started.time)), leaseUntil?.getTime() ?? 0);
         const ticks = ticksToSettle(second.lines, workable);
@@ -333,6 +333,10 @@ describe('crash-window matrix', () => {
           attempts: `0 open (${interruptedAttempts} interrupted)`,
           entities: `${entities}/${entities} enriched`,
           ticks: `${ticks} (${settleSeconds.toFixed(1)} s)`,
+          orphans:
+            orphaned.length === 0
+              ? '0'
+              : `${orphaned.length} (${orphaned.map((l) => l.queue).join(', ')})`,
         });
       } finally {
         await scratch.drop();
@@ -415,6 +419,7 @@ describe('crash-window matrix', () => {
         attempts: '—',
         entities: '1 actor + 1 repository pending (the worker enriches them)',
         ticks: '—',
+        orphans: '—',
       });
     } finally {
       await scratch.drop();

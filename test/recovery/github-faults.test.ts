@@ -4,8 +4,9 @@ import type { Deps } from '../../src/deps.ts';
 import { enrichOnce } from '../../src/enrichment/runner.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import { GitHubAuthFailed } from '../../src/github/errors.ts';
+import { AUTH_LADDER_SECONDS } from '../../src/github/rate-limit.ts';
 import { pollDueSources } from '../../src/ingestion/runner.ts';
-import { BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS } from '../../src/ingestion/schedule.ts';
+import { BACKOFF_BASE_SECONDS } from '../../src/ingestion/schedule.ts';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, type Fault, startFakeGitHub } from '../support/fake-github.ts';
@@ -23,8 +24,9 @@ import { type Child, killAll, spawnBin } from './world.ts';
  *   entity's fault and is surfaced as a clear GitHubAuthFailed (the claim is given back);
  * - the error is recorded once: one ledger row, one failed run (poll) or one attempt row
  *   (enrichment), one log line;
- * - the backoff written is the one the design promises (1 min ladder for failures, an hour
- *   for a bad token, retry-after for rate limits, with no failure counted against the
+ * - the backoff written is the one the design promises (1 min ladder for failures, the
+ *   credential's auth ladder for a bad token — 1 min after the first 401 —, retry-after for
+ *   rate limits, with no failure counted against the
  *   source or entity for those), and an immediate second pass sends nothing.
  * The hang uses a 1.5 s response timeout (the client's timeouts are Config fields; the
  * production value is 15 s) so the suite stays fast; the code path is the same.
@@ -95,7 +97,9 @@ const CASES: { name: string; fault: Omit<Fault, 'path'>; expect: Expect }[] = [
     fault: { status: 401, body: '{"message":"Bad credentials"}' },
     expect: {
       status: 401,
-      poll: { code: 'GITHUB_AUTH_FAILED', failure: true, waitSeconds: BACKOFF_CAP_SECONDS },
+      // The credential's first step on the auth ladder (60 s), which is also the first
+      // rung of the source's own failure ladder.
+      poll: { code: 'GITHUB_AUTH_FAILED', failure: true, waitSeconds: AUTH_LADDER_SECONDS[0] },
       enrich: { outcome: 'throws', waitSeconds: 0, attempts: 0 },
     },
   },
@@ -216,7 +220,7 @@ describe('GitHub faults on the enrichment path', () => {
           await expect(enrichOnce(d.deps, 'actor')).rejects.toBeInstanceOf(GitHubAuthFailed);
         } else {
           const r = await enrichOnce(d.deps, 'actor');
-          expect(r).toMatchObject({ outcome: c.expect.enrich.outcome, entityId: ACTOR.id });
+          expect(r).toMatchObject({ outcome: c.expect.enrich.outcome, entityId: String(ACTOR.id) });
         }
 
         expect(await ledger()).toEqual([
@@ -266,13 +270,16 @@ describe('the real worker under a storm of faults', () => {
   it('never exits, records every failure once, and stops cleanly', {
     timeout: 60_000,
   }, async () => {
-    // One repository source per fault (the rate limit last: it blocks the credential, so
-    // the sources after it wait without a request), plus a profile fault per actor.
-    const limited = (c: (typeof CASES)[number]) => c.expect.poll.code === 'RATE_LIMITED';
+    // One repository source per fault, plus a profile fault per actor. The faults that
+    // block the credential (403/429 rate limits, the 401) come last: once one of them has
+    // blocked it, the sources still due are deferred — no request, no run — until it frees.
+    const blocks = (c: (typeof CASES)[number]) =>
+      c.expect.poll.code === 'RATE_LIMITED' || c.expect.poll.code === 'GITHUB_AUTH_FAILED';
     const storm = [
-      ...CASES.filter((c) => !c.fault.hang && !limited(c)),
-      ...CASES.filter((c) => limited(c)),
+      ...CASES.filter((c) => !c.fault.hang && !blocks(c)),
+      ...CASES.filter((c) => blocks(c)),
     ];
+    const blocking = storm.filter(blocks).length;
     for (const [i, c] of storm.entries()) {
       const name = `storm/r${i}`;
       await addSource(t.db, sourceSpec('repo', name), 'live');
@@ -288,13 +295,22 @@ describe('the real worker under a storm of faults', () => {
       TICK_SECONDS: '1',
     });
     children.push(worker);
+    // Every source has either failed once or been deferred by the block.
+    const settled = async () => {
+      const r = await sql<{ failed: number; deferred: number }>`
+        SELECT count(*) FILTER (WHERE EXISTS (
+                 SELECT 1 FROM ingestion_runs r WHERE r.source_id = s.id AND r.status = 'failed'))::int AS failed,
+               count(*) FILTER (WHERE NOT EXISTS (
+                 SELECT 1 FROM ingestion_runs r WHERE r.source_id = s.id) AND s.next_poll_at > now())::int AS deferred
+        FROM event_sources s`.execute(t.db);
+      return r.rows[0]!;
+    };
     await waitFor(
       async () => {
-        const r = await sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM ingestion_runs WHERE status = 'failed'`.execute(t.db);
-        return r.rows[0]!.n === storm.length;
+        const s = await settled();
+        return s.failed + s.deferred === storm.length && s.failed >= storm.length - blocking + 1;
       },
-      { timeoutMs: 30_000, what: 'every faulty source to fail once' },
+      { timeoutMs: 30_000, what: 'every faulty source to fail once or wait for the block' },
     );
     // A few more ticks: nothing is retried early, and the process is still up.
     const ticks = () =>
@@ -305,9 +321,11 @@ describe('the real worker under a storm of faults', () => {
     const runs = await sql<{ source_id: string; n: number }>`
       SELECT source_id::text, count(*)::int AS n FROM ingestion_runs GROUP BY 1`.execute(t.db);
     expect(runs.rows.every((r) => r.n === 1)).toBe(true);
-    expect(worker.lines.filter((l) => l.event === 'ingestion.run_failed')).toHaveLength(
-      storm.length,
-    );
+    const { failed, deferred } = await settled();
+    expect(worker.lines.filter((l) => l.event === 'ingestion.run_failed')).toHaveLength(failed);
+    // The deferred sources were put off in one line per refusal, never one per tick.
+    const deferrals = worker.lines.filter((l) => l.event === 'ingestion.deferred');
+    expect(deferrals.flatMap((l) => l.source_ids as number[])).toHaveLength(deferred);
     expect(worker.lines.filter((l) => l.level === 'fatal' || l.event === 'queue.error')).toEqual(
       [],
     );

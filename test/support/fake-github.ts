@@ -23,6 +23,19 @@ import type { GitHubEvent, Json } from './github-factories.ts';
 
 export type FeedKey = string;
 
+/**
+ * An event served verbatim: `text` is spliced into the page as is (poison a JSON encoder
+ * would not produce: 64-bit ids, 20,000 levels of nesting). `id` files and replaces it.
+ */
+const RAW_TEXT = Symbol('rawText');
+export function rawEvent(text: string, id: string): GitHubEvent {
+  const ev = { id, type: 'RawEvent', actor: { id: 0, login: '' }, repo: { id: 0, name: '' } };
+  return Object.assign(ev, { [RAW_TEXT]: text }) as unknown as GitHubEvent;
+}
+function eventText(ev: GitHubEvent): string {
+  return (ev as unknown as { [RAW_TEXT]?: string })[RAW_TEXT] ?? JSON.stringify(ev);
+}
+
 export interface RateLimitSetting {
   limit?: number;
   remaining?: number;
@@ -209,8 +222,9 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     req: http.IncomingMessage,
     value: unknown,
     headers: Record<string, string> = {},
+    text?: string,
   ): Answer {
-    const body = JSON.stringify(value);
+    const body = text ?? JSON.stringify(value);
     const etag = `W/"${bodyHash(body)}"`;
     if (req.headers['if-none-match'] === etag)
       return { status: 304, headers: { etag, ...headers } };
@@ -248,7 +262,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       const last = Math.ceil(reachable / perPage);
       headers.link = `<${link(page + 1)}>; rel="next", <${link(last)}>; rel="last"`;
     }
-    return conditional(req, slice, headers);
+    return conditional(req, slice, headers, `[${slice.map(eventText).join(',')}]`);
   }
 
   function route(req: http.IncomingMessage, url: URL): Answer {

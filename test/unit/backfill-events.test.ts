@@ -1,17 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { classifyLine, fastMapPush, mapArchivePush, scopeOf } from '../../src/backfill/events.ts';
 import { OVERSIZE } from '../../src/backfill/lines.ts';
-import { MalformedEvent, mapPushEvent } from '../../src/ingestion/mapping.ts';
+import { mapPushEvent } from '../../src/ingestion/mapping.ts';
+import { idField, Rejection } from '../../src/ingestion/rules.ts';
 import { otherEvent, pushEvent } from '../support/github-factories.ts';
 
 const line = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));
 
-function slow(e: unknown) {
+/** What the poll path's rules make of an event: the row, or the reason it is set aside. */
+function slow(e: Record<string, unknown>) {
   try {
-    return { row: mapPushEvent(e, 'x', 0) };
+    return { row: mapPushEvent(e, idField(e.id, 'id')).push };
   } catch (err) {
-    if (!(err instanceof MalformedEvent)) throw err;
-    return { malformed: err.message };
+    if (!(err instanceof Rejection)) throw err;
+    return { rejected: err.reason };
   }
 }
 
@@ -42,7 +44,12 @@ const ODD_VALUES: unknown[] = [
   '2026-11-20T10:00:00+02:00',
   '2026-02-30T10:00:00Z',
   '2026-11-20T24:00:00Z',
+  '1969-12-31T23:59:59Z',
   'a\u0000b',
+  'lone \ud800 surrogate',
+  'x'.repeat(1025),
+  2 ** 31,
+  '99999999999999999999',
   'owner/name',
   'no-slash',
   'a b/c',
@@ -67,6 +74,7 @@ const PATHS = [
   ['payload', 'size'],
   ['payload', 'distinct_size'],
   ['payload', 'commits'],
+  ['payload', 'message'],
 ];
 
 function mutate(e: Record<string, unknown>, random: () => number): Record<string, unknown> {
@@ -101,7 +109,7 @@ describe('the archive fast path', () => {
         expect(expected.row, text).toEqual(got);
       }
       const mapped = mapArchivePush(e, text, i);
-      if ('malformed' in mapped) expect(expected.malformed, text).toBeDefined();
+      if ('rejected' in mapped) expect(mapped.rejected, text).toBe(expected.rejected);
       else expect(mapped, text).toEqual(expected.row);
     }
     // Most events take the fast path (unmutated ones always do).
@@ -113,16 +121,36 @@ describe('the archive fast path', () => {
     expect(fastMapPush(e, JSON.stringify(e))).not.toBeNull();
   });
 
-  it('leaves NUL (escaped in JSON) to mapPushEvent, which refuses it', () => {
-    const e = pushEvent({ payload: { ref: 'refs/heads/a\u0000' } }) as unknown as Record<
+  it('leaves what Postgres cannot hold to the rules: a key is refused, free text sanitised', () => {
+    const inRef = pushEvent({ payload: { ref: 'refs/heads/a\u0000' } }) as unknown as Record<
       string,
       unknown
     >;
-    const text = JSON.stringify(e);
-    expect(fastMapPush(e, text)).toBeNull();
-    expect(mapArchivePush(e, text, 3)).toEqual({
-      malformed: expect.stringMatching(/line 3: .*NUL/),
-      eventId: e.id,
+    const text = JSON.stringify(inRef);
+    expect(fastMapPush(inRef, text)).toBeNull();
+    expect(mapArchivePush(inRef, text, 3)).toEqual({
+      rejected: 'invalid_text',
+      message: expect.stringMatching(/^line 3: payload\.ref contains a NUL/),
+      eventId: inRef.id,
+    });
+    const inText = pushEvent({ payload: { note: 'lone \ud800' } }) as unknown as Record<
+      string,
+      unknown
+    >;
+    const stored = mapArchivePush(inText, JSON.stringify(inText), 4);
+    expect(stored).toMatchObject({ payload: { note: 'lone \ufffd' } });
+  });
+
+  it('keeps every digit of an id beyond 2^53 (the line is parsed exactly)', () => {
+    const text = JSON.stringify(pushEvent()).replace(
+      /"actor":\{"id":\d+/,
+      '"actor":{"id":9007199254740993',
+    );
+    const verdict = classifyLine(line(text));
+    expect(verdict.kind).toBe('push');
+    if (verdict.kind !== 'push') return;
+    expect(mapArchivePush(verdict.event, verdict.text, 1)).toMatchObject({
+      actor: { id: '9007199254740993' },
     });
   });
 });
@@ -141,14 +169,18 @@ describe('classifying archive lines', () => {
   it('calls garbage, truncated and oversize lines malformed, and blank lines blank', () => {
     expect(classifyLine(line(''))).toEqual({ kind: 'blank' });
     expect(classifyLine(line('   '))).toEqual({ kind: 'blank' });
-    expect(classifyLine(line('hello'))).toMatchObject({ kind: 'malformed', reason: 'not_json' });
+    expect(classifyLine(line('hello'))).toMatchObject({
+      kind: 'malformed',
+      reason: 'malformed',
+      raw: 'hello',
+    });
     expect(classifyLine(line('{"id":"1","type":"PushEvent","actor":'))).toMatchObject({
       kind: 'malformed',
-      reason: 'not_json',
+      reason: 'malformed',
     });
     expect(classifyLine(line('{"type":"PushEvent",}'))).toMatchObject({
       kind: 'malformed',
-      reason: 'not_json',
+      reason: 'malformed',
       detail: expect.stringMatching(/^invalid JSON/),
     });
     expect(classifyLine(OVERSIZE)).toMatchObject({ kind: 'malformed', reason: 'too_long' });

@@ -16,6 +16,11 @@ function configError(env: Record<string, string>): ConfigError {
 // Every variable with a value that must be refused, and what the message must say.
 const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['DATABASE_URL', 'mysql://localhost/db', /postgres:\/\//],
+  // Parsed at start: a port that is not a number used to reach the driver and exit 1.
+  ['DATABASE_URL', 'postgres://u@localhost:abc/db', /not a valid URL.*port/],
+  ['DATABASE_URL', 'postgres://u@localhost:70000/db', /not a valid URL/],
+  ['DATABASE_URL', 'postgres://u@localhost:0/db', /port must be from 1 to 65535/],
+  ['DATABASE_URL', 'postgres://u:p%zz@localhost/db', /percent-encoding/],
   ['GITHUB_MODE', 'prod', /live, fixture.*"prod"/],
   ['GITHUB_API_URL', 'not a url', /http\(s\) URL/],
   ['GITHUB_API_URL', 'ftp://example.com', /http\(s\) URL/],
@@ -28,8 +33,12 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['LOG_LEVEL', 'verbose', /one of fatal, error, warn, info, debug, trace, silent/],
   ['HTTP_PORT', '70000', /port from 0 to 65535/],
   ['HTTP_PORT', 'http', /port/],
-  ['ENRICH_TTL', '7 days', /duration like 90s/],
+  ['ENRICH_TTL', '7 days', /duration up to 365d, like 90s/],
   ['ENRICH_TTL', '0', /positive duration/],
+  // Bounded: a TTL Postgres cannot add to a timestamp used to be accepted, then every
+  // enrichment failed in the database.
+  ['ENRICH_TTL', '99999999999999999999d', /up to 365d/],
+  ['ENRICH_TTL', '366d', /up to 365d.*\(got "366d"\)/],
   ['ENRICH_MAX_ATTEMPTS', '0', /integer from 1 to 100/],
   ['ENRICH_MAX_ATTEMPTS', '101', /integer from 1 to 100/],
   ['ENRICH_SHARE', '1', /between 0 and 1/],
@@ -170,5 +179,18 @@ describe('config: SOURCES', () => {
     expect((caught as ConfigError).variable).toBe('SOURCES');
     expect((caught as ConfigError).message).toContain(`"${raw}"`);
     expect((caught as ConfigError).message).toMatch(says);
+  });
+});
+
+describe('config: a bad value stops a real command with exit 2', () => {
+  it('DATABASE_URL with a port that is not a number: one line naming it, exit 2, no password', async () => {
+    const { runBin } = await import('../support/cli.ts');
+    const r = await runBin('status', [], {
+      DATABASE_URL: 'postgres://gpi:hunter2-sentinel@localhost:abc/gpi',
+    });
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
+    expect(r.err.trim().split('\n')).toHaveLength(1);
+    expect(r.err + r.out).not.toContain('hunter2-sentinel');
   });
 });

@@ -32,7 +32,7 @@ describe('actorProfile', () => {
       created_at: '2011-01-25T18:44:36Z',
     };
     const { id, columns } = actorProfile(body, '/users/octocat');
-    expect(id).toBe(583231);
+    expect(id).toBe('583231');
     expect(columns).toMatchObject({
       login: 'octocat',
       name: 'The Octocat',
@@ -74,7 +74,7 @@ describe('repositoryProfile', () => {
       },
       '/repos/octocat/Hello-World',
     );
-    expect(id).toBe(1296269);
+    expect(id).toBe('1296269');
     expect(columns).toMatchObject({
       full_name: 'octocat/Hello-World',
       stargazers: 80,

@@ -24,7 +24,7 @@ describe('failure ladder', () => {
   it('climbs for source failures', () => {
     const d = classifyFailure(
       new GitHubUnavailable('/events', 502, 'bad gateway'),
-      { consecutive_failures: 2, next_poll_at: now },
+      { consecutive_failures: 2, next_poll_at: now, last_error: null },
       now,
     );
     expect(d).toMatchObject({
@@ -39,7 +39,7 @@ describe('failure ladder', () => {
   it('treats a malformed feed as a source failure', () => {
     const d = classifyFailure(
       new MalformedEvent('/events', 'event #0: actor is missing'),
-      { consecutive_failures: 0, next_poll_at: now },
+      { consecutive_failures: 0, next_poll_at: now, last_error: null },
       now,
     );
     expect(d).toMatchObject({
@@ -50,20 +50,45 @@ describe('failure ladder', () => {
     expect(d.nextPollAt).toEqual(later(60));
   });
 
-  it('backs off a bad token for the full hour at once', () => {
+  it('waits for a rejected token on the auth ladder, not the full hour at once', () => {
     const d = classifyFailure(
-      new GitHubAuthFailed('/events'),
-      { consecutive_failures: 0, next_poll_at: now },
+      new GitHubAuthFailed('/events', { until: later(300), failures: 2 }),
+      { consecutive_failures: 0, next_poll_at: now, last_error: null },
       now,
     );
-    expect(d.nextPollAt).toEqual(later(3600));
+    expect(d).toMatchObject({ code: 'GITHUB_AUTH_FAILED', countsAsFailure: true });
+    expect(d.nextPollAt).toEqual(later(300));
+    expect(d.lastError).toMatch(/^GITHUB_AUTH_FAILED: GitHub rejected the credentials \(401\)/);
+  });
+
+  it('keeps the real cause in last_error when the budget or the gate says no', () => {
+    const source = {
+      consecutive_failures: 1,
+      next_poll_at: now,
+      last_error: 'GITHUB_UNAVAILABLE: GitHub unavailable on /events: HTTP 502',
+    };
+    expect(classifyFailure(new BudgetExhausted('poll', later(900)), source, now).lastError).toBe(
+      source.last_error,
+    );
+    expect(classifyFailure(new GateTimeout('anonymous', 10_000), source, now).lastError).toBe(
+      source.last_error,
+    );
+    // A credential blocked by a 401 is still an auth failure for the source.
+    const blocked = classifyFailure(
+      new BudgetExhausted('poll', later(60), 'blocked', 'auth'),
+      source,
+      now,
+    );
+    expect(blocked).toMatchObject({ code: 'GITHUB_AUTH_FAILED', countsAsFailure: false });
+    expect(blocked.lastError).toMatch(/^GITHUB_AUTH_FAILED: /);
+    expect(blocked.nextPollAt).toEqual(later(60));
   });
 
   it('waits for retryAt on a rate limit without counting a failure', () => {
     const retryAt = later(1234);
     const d = classifyFailure(
       new RateLimited(403, retryAt, '/events'),
-      { consecutive_failures: 2, next_poll_at: now },
+      { consecutive_failures: 2, next_poll_at: now, last_error: null },
       now,
     );
     expect(d).toMatchObject({
@@ -76,7 +101,7 @@ describe('failure ladder', () => {
   it('waits for the budget without counting a failure', () => {
     const d = classifyFailure(
       new BudgetExhausted('poll', later(900)),
-      { consecutive_failures: 0, next_poll_at: now },
+      { consecutive_failures: 0, next_poll_at: now, last_error: null },
       now,
     );
     expect(d).toMatchObject({
@@ -86,7 +111,7 @@ describe('failure ladder', () => {
     });
     const unknown = classifyFailure(
       new BudgetExhausted('poll', null),
-      { consecutive_failures: 0, next_poll_at: now },
+      { consecutive_failures: 0, next_poll_at: now, last_error: null },
       now,
     );
     expect(unknown.nextPollAt).toEqual(later(60));
@@ -95,7 +120,7 @@ describe('failure ladder', () => {
   it('leaves the schedule alone on a gate timeout (nothing was sent)', () => {
     const d = classifyFailure(
       new GateTimeout('anonymous', 10_000),
-      { consecutive_failures: 1, next_poll_at: later(-5) },
+      { consecutive_failures: 1, next_poll_at: later(-5), last_error: null },
       now,
     );
     expect(d).toMatchObject({ countsAsFailure: false, consecutiveFailures: 1, nextPollAt: now });

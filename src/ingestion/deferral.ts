@@ -1,0 +1,97 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { EventSource } from '../db/schema.ts';
+import type { BudgetRefusal } from '../github/budget.ts';
+import type { Logger } from '../log.ts';
+
+/**
+ * A poll the budget refused before any request (issue 9). Nothing was sent, so nothing
+ * failed: no run row, no failure counted, no warning per tick. The source simply waits
+ * until the budget frees — `next_poll_at` = the refusal's retryAt (GitHub's reset, the
+ * oldest spend leaving the window, or the end of a block) — so the refusal is met once per
+ * refusal period, not on every tick. `last_error` keeps its real cause; only a credential
+ * blocked by a 401 writes one (GITHUB_AUTH_FAILED), because that is the real cause.
+ */
+
+export interface Deferral {
+  retryAt: Date;
+  reason: BudgetRefusal['reason'];
+  blockReason: BudgetRefusal['blockReason'];
+  /** "CODE: message" for event_sources.last_error when the deferral is an auth failure. */
+  authError: string | null;
+}
+
+/** "08:16 UTC": what a person reads in `bin/ingest` and in the log line. */
+export function clockTime(at: Date): string {
+  return `${at.toISOString().slice(11, 16)} UTC`;
+}
+
+export function deferralOf(refusal: BudgetRefusal, credential: string): Deferral {
+  const auth = refusal.reason === 'blocked' && refusal.blockReason === 'auth';
+  return {
+    retryAt: refusal.retryAt,
+    reason: refusal.reason,
+    blockReason: refusal.blockReason ?? null,
+    authError: auth
+      ? `GITHUB_AUTH_FAILED: GitHub rejected credential ${credential} (401); it is blocked until ${refusal.retryAt.toISOString()} — check GITHUB_TOKEN`
+      : null,
+  };
+}
+
+/** Why, in a few words: "budget spent until 08:16 UTC", "rate limited until …", … */
+export function describeDeferral(d: Deferral): string {
+  const until = clockTime(d.retryAt);
+  if (d.blockReason === 'auth')
+    return `GitHub rejected the credential (401); blocked until ${until}`;
+  if (d.blockReason === 'rate_limit') return `rate limited by GitHub until ${until}`;
+  return `budget spent until ${until}`;
+}
+
+/**
+ * Moves the sources' next poll to the deferral's end (only those still due: a source that
+ * another process just polled keeps its own schedule). Returns the rows as updated.
+ */
+export async function deferSources(
+  db: Db,
+  ids: number[],
+  d: Deferral,
+  now: Date,
+): Promise<EventSource[]> {
+  if (ids.length === 0) return [];
+  return db
+    .updateTable('event_sources')
+    .set({
+      next_poll_at: d.retryAt,
+      last_error: d.authError ?? sql<string | null>`last_error`,
+      updated_at: now,
+    })
+    .where('id', 'in', ids.map(String))
+    .where('next_poll_at', '<=', d.retryAt)
+    .returningAll()
+    .execute();
+}
+
+/** One line for every source a refusal period put off (info; warn when it is a 401). */
+export function logDeferral(
+  log: Logger,
+  d: Deferral,
+  sources: { sourceId: number; source: string }[],
+): void {
+  if (sources.length === 0) return;
+  const first = sources[0]!;
+  const who =
+    sources.length === 1
+      ? `source ${first.sourceId} (${first.source})`
+      : `${sources.length} sources (${sources.map((s) => s.sourceId).join(', ')})`;
+  const fields = {
+    event: 'ingestion.deferred',
+    source_ids: sources.map((s) => s.sourceId),
+    reason: d.reason,
+    block_reason: d.blockReason,
+    retry_at: d.retryAt.toISOString(),
+    ...(d.authError ? { error_code: 'GITHUB_AUTH_FAILED' } : {}),
+  };
+  const msg = `${describeDeferral(d)}: ${who} will poll then`;
+  if (d.authError) log.warn(fields, msg);
+  else log.info(fields, msg);
+}

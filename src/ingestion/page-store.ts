@@ -1,0 +1,131 @@
+import { sql } from 'kysely';
+import { isContentRefusal, sqlState } from '../db/errors.ts';
+import type { Db } from '../db/pool.ts';
+import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
+import type { MappedPage, PushRow } from './mapping.ts';
+import { type StoreResult, storePushes } from './store.ts';
+
+/**
+ * One page in ONE transaction (DESIGN §3): its good pushes stored, its rejected events set
+ * aside, and whatever the caller adds (run counters) — all or nothing. Should the database
+ * refuse the page for its content anyway (something the rules in src/ingestion/rules.ts
+ * did not foresee), the page is written again one push at a time, each in a savepoint, and
+ * the pushes the database refuses are set aside as `store_failed`: a page never fails for
+ * content, and the common case pays nothing for the fallback.
+ */
+
+export interface PageContext {
+  sourceId: string | number | null;
+  runId: number | null;
+}
+
+export interface StoredPage extends StoreResult {
+  /** Events of this page set aside (first time or again). */
+  rejected: number;
+  /** Set aside for the first time: log each once, after COMMIT. */
+  firstSeen: QuarantineRow[];
+}
+
+function quarantineRow(
+  ctx: PageContext,
+  r: Omit<QuarantineRow, 'sourceId' | 'runId'>,
+): QuarantineRow {
+  return { sourceId: ctx.sourceId, runId: ctx.runId, ...r };
+}
+
+/** What we tried to store, as an event, for the record. */
+function asEvent(p: PushRow): Record<string, unknown> {
+  return {
+    id: p.id,
+    type: 'PushEvent',
+    actor: { id: p.actor.id, login: p.actor.login },
+    repo: { id: p.repository.id, name: p.repository.fullName },
+    created_at: p.createdAt.toISOString(),
+    payload: p.payload,
+  };
+}
+
+async function inSavepoint<T>(
+  trx: Db,
+  work: () => Promise<T>,
+): Promise<{ ok: T } | { refused: unknown }> {
+  await sql`SAVEPOINT page_store_one`.execute(trx);
+  try {
+    const ok = await work();
+    await sql`RELEASE SAVEPOINT page_store_one`.execute(trx);
+    return { ok };
+  } catch (err) {
+    if (!isContentRefusal(err)) throw err;
+    await sql`ROLLBACK TO SAVEPOINT page_store_one`.execute(trx);
+    return { refused: err };
+  }
+}
+
+export async function storePage<T>(
+  db: Db,
+  page: MappedPage,
+  ctx: PageContext,
+  within: (trx: Db, stored: StoredPage) => Promise<T>,
+): Promise<{ stored: StoredPage; result: T }> {
+  const opts = {
+    origin: 'poll' as const,
+    sourceId: ctx.sourceId === null ? null : Number(ctx.sourceId),
+    runId: ctx.runId,
+  };
+  const rejected = page.rejected.map(({ eventId, eventType, reason, message, raw }) =>
+    quarantineRow(ctx, { eventId, eventType, reason, message, raw }),
+  );
+  try {
+    return await db.transaction().execute(async (trx) => {
+      const s = await storePushes(trx, page.pushes, opts);
+      const q = await quarantineEvents(trx, rejected);
+      const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };
+      return { stored, result: await within(trx, stored) };
+    });
+  } catch (err) {
+    if (!isContentRefusal(err)) throw err;
+  }
+  return db.transaction().execute(async (trx) => {
+    const stored: StoredPage = {
+      created: 0,
+      newActors: 0,
+      newRepositories: 0,
+      rejected: 0,
+      firstSeen: [],
+    };
+    const refusedRows = [...rejected];
+    for (const push of page.pushes) {
+      const r = await inSavepoint(trx, () => storePushes(trx, [push], opts));
+      if ('ok' in r) {
+        stored.created += r.ok.created;
+        stored.newActors += r.ok.newActors;
+        stored.newRepositories += r.ok.newRepositories;
+      } else {
+        refusedRows.push(
+          quarantineRow(ctx, {
+            eventId: push.id,
+            eventType: 'PushEvent',
+            reason: 'store_failed',
+            message: `the database refused it (SQLSTATE ${sqlState(r.refused)}): ${(r.refused as Error).message}`,
+            raw: asEvent(push),
+          }),
+        );
+      }
+    }
+    for (const row of refusedRows) {
+      let q = await inSavepoint(trx, () => quarantineEvents(trx, [row]));
+      // Even the record of it was refused: keep the fact and the reason, without the event.
+      if ('refused' in q) {
+        const bare = {
+          ...row,
+          raw: null,
+          message: `${row.message} (event not storable: kept without raw)`,
+        };
+        q = { ok: await quarantineEvents(trx, [bare]) };
+      }
+      stored.rejected++;
+      stored.firstSeen.push(...q.ok.firstSeen);
+    }
+    return { stored, result: await within(trx, stored) };
+  });
+}

@@ -1,0 +1,216 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { createBoss } from '../../src/queue/boss.ts';
+import { ALL_QUEUES, QUEUES, type QueueName } from '../../src/queue/names.ts';
+import { ORPHAN_GRACE_SECONDS } from '../../src/reconcile/orphaned-jobs.ts';
+import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
+import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
+import { captureLogger, type LogLine, testConfig } from './helpers.ts';
+import { type Child, killAll, seedPushes, spawnBin } from './world.ts';
+
+/**
+ * A worker SIGKILLed while it runs a job, on each of the five queues (issue 9). Every queue
+ * is stately (one job queued, one active): the dead worker's job used to stay `active` until
+ * pg-boss's heartbeat expiry (up to ~90 s) and its queue ran nothing meanwhile. Now the next
+ * worker's orphan sweep fails it (its liveness lock died with the process, ADR 0011) and the
+ * queue's next job runs within two ticks.
+ *
+ * FAULT_JOB=<queue> makes the real bin/worker kill itself as soon as it starts a job of that
+ * queue, after taking the job's liveness lock — a crash mid-job, nothing stood in for.
+ */
+
+const TICK_SECONDS = 1;
+const LEASE_SECONDS = 2;
+/** Allowance for `node bin/worker` to load and connect on a loaded 2-core machine. */
+const BOOT_SECONDS = 5;
+
+let fake: FakeGitHub;
+const children: Child[] = [];
+const figures: string[] = [];
+
+beforeAll(async () => {
+  fake = await startFakeGitHub();
+});
+
+afterAll(async () => {
+  await killAll(children);
+  await fake?.close();
+  if (figures.length) {
+    console.log(
+      `\nOrphaned job per queue (TICK_SECONDS=${TICK_SECONDS})\n| queue | orphan failed (s after spawn) | next job of the queue completed (s after spawn) |\n|---|---|---|\n${figures.join('\n')}\n`,
+    );
+  }
+});
+
+function start(env: Record<string, string>): Child {
+  const child = spawnBin('worker', env);
+  children.push(child);
+  return child;
+}
+
+/** Sends one job the way a tick or a hint would (maintenance is hourly: the test sends it). */
+async function send(url: string, queue: QueueName): Promise<void> {
+  const boss = createBoss(url, testConfig(), captureLogger().logger, {
+    role: 'test',
+    supervise: false,
+    max: 1,
+  });
+  await boss.start();
+  try {
+    await boss.send(queue, {});
+  } finally {
+    await boss.stop({ graceful: false });
+  }
+}
+
+const at = (l: LogLine) => Date.parse(String(l.time));
+
+describe('a worker killed mid-job', () => {
+  it('covers every queue', () => {
+    expect([...ALL_QUEUES].sort()).toEqual(
+      [
+        QUEUES.enrichActor,
+        QUEUES.enrichRepository,
+        QUEUES.maintenance,
+        QUEUES.pollSources,
+        QUEUES.reconcile,
+      ].sort(),
+    );
+  });
+
+  for (const [i, queue] of ALL_QUEUES.entries()) {
+    it(`${queue}: the next worker fails the orphan and runs the queue's next job within two ticks`, {
+      timeout: 60_000,
+    }, async () => {
+      let scratch: ScratchDatabase | undefined;
+      try {
+        scratch = await createScratchDatabase();
+        fake.reset();
+        seedPushes(fake, 2, 3000 + i * 10);
+        await addSource(scratch.db, sourceSpec('public'), 'live');
+        const env = {
+          DATABASE_URL: scratch.url,
+          GITHUB_MODE: 'live',
+          GITHUB_API_URL: fake.url,
+          TICK_SECONDS: String(TICK_SECONDS),
+          ENRICH_LEASE_SECONDS: String(LEASE_SECONDS),
+        };
+
+        // 1. A worker dies as it starts a job of this queue.
+        const first = start({ ...env, FAULT_JOB: queue });
+        if (queue === QUEUES.maintenance) {
+          await first.waitForLine((l) => l.event === 'worker.started', 'the worker to start');
+          await send(scratch.url, queue);
+        }
+        const exit = await Promise.race([
+          first.exited,
+          new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 30_000)),
+        ]);
+        expect(exit, `the worker never ran a ${queue} job`).toEqual({
+          code: null,
+          signal: 'SIGKILL',
+        });
+        expect(first.stderr.join('')).toContain(`FAULT_JOB ${queue}: killing process`);
+        const orphans = await sql<{ id: string }>`
+          SELECT id::text FROM pgboss.job WHERE name = ${queue} AND state = 'active'`.execute(
+          scratch.db,
+        );
+        expect(orphans.rows, `the dead worker's ${queue} job is left active`).toHaveLength(1);
+        const orphan = orphans.rows[0]!.id;
+
+        // 2. The next worker, timed from its spawn (process start included).
+        const spawned = Date.now();
+        const second = start(env);
+        const started = at(
+          await second.waitForLine((l) => l.event === 'worker.started', 'the worker to start'),
+        );
+        const failed = await second.waitForLine(
+          (l) => l.event === 'reconcile.job_orphaned' && l.orphan_job_id === orphan,
+          `the ${queue} orphan to be failed`,
+        );
+        // Nobody sends the queue's next job by hand: the sweep puts a poll or maintenance
+        // pass back at once, the reconciler a cycle (the entities are due: the dead worker
+        // never claimed them), and the ticks a reconcile.
+        const next = await second.waitForLine(
+          (l) => l.event === 'job.completed' && l.queue === queue && at(l) >= at(failed),
+          `the next ${queue} job to complete`,
+        );
+        const failedAfter = (at(failed) - spawned) / 1000;
+        const nextAfter = (at(next) - spawned) / 1000;
+        // The dead worker's job started before this worker's liveness session, so it is
+        // judged at once, in the start-up reconcile — before the worker takes any job.
+        expect(at(failed), 'the orphan failed before the worker started').toBeLessThanOrEqual(
+          started,
+        );
+        // Two ticks, plus a few seconds for a Node process to start (and, at worst, the
+        // grace a job too young to judge would wait).
+        expect(nextAfter, 'seconds from spawn to the next job done').toBeLessThanOrEqual(
+          2 * TICK_SECONDS + ORPHAN_GRACE_SECONDS + BOOT_SECONDS,
+        );
+        const state = await sql<{ state: string }>`
+          SELECT state::text FROM pgboss.job WHERE id = ${orphan}`.execute(scratch.db);
+        expect(state.rows[0]!.state).toBe('failed');
+        figures.push(`| ${queue} | ${failedAfter.toFixed(1)} s | ${nextAfter.toFixed(1)} s |`);
+
+        second.process.kill('SIGTERM');
+        expect(await second.exited).toEqual({ code: 0, signal: null });
+      } finally {
+        await killAll(children);
+        await scratch?.drop();
+      }
+    });
+  }
+
+  it('a live worker frees the queue its dead peer held, once the grace has passed', {
+    timeout: 90_000,
+  }, async () => {
+    let scratch: ScratchDatabase | undefined;
+    try {
+      scratch = await createScratchDatabase();
+      fake.reset();
+      const env = {
+        DATABASE_URL: scratch.url,
+        GITHUB_MODE: 'live',
+        GITHUB_API_URL: fake.url,
+        TICK_SECONDS: String(TICK_SECONDS),
+      };
+      // A is alive throughout and older than the job B will die with, so only the grace
+      // rule can judge that job: A's scheduler sweeps on every tick.
+      const a = start(env);
+      await a.waitForLine((l) => l.event === 'worker.started', 'worker A to start');
+      const b = start({ ...env, FAULT_JOB: QUEUES.maintenance });
+      await b.waitForLine((l) => l.event === 'worker.started', 'worker B to start');
+      // Both work the maintenance queue: send passes until B is the one that takes one.
+      for (let i = 0; i < 30 && b.process.exitCode === null && b.process.signalCode === null; i++) {
+        await send(scratch.url, QUEUES.maintenance);
+        await new Promise((r) => setTimeout(r, 2_500));
+      }
+      expect(await b.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      const died = Date.now();
+      const orphan = await sql<{ id: string }>`
+        SELECT id::text FROM pgboss.job WHERE name = 'maintenance' AND state = 'active'`.execute(
+        scratch.db,
+      );
+      expect(orphan.rows).toHaveLength(1);
+      const failed = await a.waitForLine(
+        (l) => l.event === 'reconcile.job_orphaned' && l.orphan_job_id === orphan.rows[0]!.id,
+        'worker A to fail the orphan',
+      );
+      const next = await a.waitForLine(
+        (l) => l.event === 'job.completed' && l.queue === 'maintenance' && at(l) > at(failed),
+        'worker A to run the maintenance pass again',
+      );
+      const failedAfter = (at(failed) - died) / 1000;
+      expect(failedAfter).toBeLessThanOrEqual(ORPHAN_GRACE_SECONDS + 2 * TICK_SECONDS);
+      figures.push(
+        `| maintenance, a live peer (grace rule) | ${failedAfter.toFixed(1)} s after the death | ${((at(next) - died) / 1000).toFixed(1)} s after the death |`,
+      );
+      a.process.kill('SIGTERM');
+      expect(await a.exited).toEqual({ code: 0, signal: null });
+    } finally {
+      await killAll(children);
+      await scratch?.drop();
+    }
+  });
+});
