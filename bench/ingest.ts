@@ -21,7 +21,7 @@ import { secondsSince, timeRuns } from './lib/stats.ts';
  * pollSource, the real client with its gate and ledger) reads them in pages of 100 and
  * stores pushes, actors and repositories. Then the same push rows are COPYed into a
  * scratch table shaped like push_events (same keys and indexes): the ceiling. Target:
- * ingest ≥ 0.40 × COPY.
+ * ingest ≥ 0.25 × COPY (issue 12; issue 6 asked 0.40).
  *
  * Every statement is timed on the way (bench/lib/pg-recorder.ts), so the result says
  * where the time went: HTTP and the request ledger, each SQL statement, or JavaScript.
@@ -31,7 +31,7 @@ const SOURCES = Number(process.env.BENCH_SOURCES ?? 100);
 const EVENTS_PER_SOURCE = 300;
 /** Actors recur across feeds, as people push to many repositories. */
 const ACTOR_POOL = 5_000;
-const TARGET_RATIO = 0.4;
+const TARGET_RATIO = 0.25;
 
 function buildFeeds(): { target: string; events: GitHubEvent[] }[] {
   const feeds: { target: string; events: GitHubEvent[] }[] = [];
