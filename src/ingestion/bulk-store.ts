@@ -176,6 +176,22 @@ function mergeStatement(
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled`;
 }
 
+interface MergeCounts {
+  actors: string;
+  repositories: string;
+  created: string;
+  filled: string;
+}
+
+function resultOf(row: MergeCounts): BulkStoreResult {
+  return {
+    created: Number(row.created),
+    newActors: Number(row.actors),
+    newRepositories: Number(row.repositories),
+    idsFilledIn: Number(row.filled),
+  };
+}
+
 const MERGE_RENAMING = mergeStatement(true);
 const MERGE_INSERT_ONLY = mergeStatement(false);
 const MERGE_INSERT_ONLY_NEW = mergeStatement(false, true);
@@ -272,11 +288,7 @@ export async function bulkStoreStaged(
           ? MERGE_INSERT_ONLY_NEW
           : MERGE_INSERT_ONLY;
   const r = await client
-    .query<{ actors: string; repositories: string; created: string; filled: string }>(statement, [
-      opts.origin,
-      opts.sourceId ?? null,
-      opts.runId ?? null,
-    ])
+    .query<MergeCounts>(statement, [opts.origin, opts.sourceId ?? null, opts.runId ?? null])
     .catch((err: { code?: string; constraint?: string }) => {
       if (
         (statement === MERGE_INSERT_ONLY_NEW || statement === MERGE_PUSHES_ONLY_NEW) &&
@@ -287,13 +299,7 @@ export async function bulkStoreStaged(
       }
       throw err;
     });
-  const row = r.rows[0]!;
-  return {
-    created: Number(row.created),
-    newActors: Number(row.actors),
-    newRepositories: Number(row.repositories),
-    idsFilledIn: Number(row.filled),
-  };
+  return resultOf(r.rows[0]!);
 }
 
 /**
@@ -309,12 +315,7 @@ export async function bulkStorePage(
 ): Promise<BulkStoreResult> {
   if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
-  const r = await db.executeQuery<{
-    actors: string;
-    repositories: string;
-    created: string;
-    filled: string;
-  }>(
+  const r = await db.executeQuery<MergeCounts>(
     CompiledQuery.raw(MERGE_VALUES_RENAMING, [
       opts.origin,
       opts.sourceId ?? null,
@@ -334,11 +335,5 @@ export async function bulkStorePage(
       col((p) => p.distinctSize),
     ]),
   );
-  const row = r.rows[0]!;
-  return {
-    created: Number(row.created),
-    newActors: Number(row.actors),
-    newRepositories: Number(row.repositories),
-    idsFilledIn: Number(row.filled),
-  };
+  return resultOf(r.rows[0]!);
 }

@@ -2,8 +2,8 @@ import { sql } from 'kysely';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
 import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
-import type { MappedPage, PushRow } from './mapping.ts';
 import { bulkStorePage } from './bulk-store.ts';
+import type { MappedPage, PushRow } from './mapping.ts';
 import type { StoreResult } from './store.ts';
 
 /**

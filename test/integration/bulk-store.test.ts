@@ -11,6 +11,7 @@ import {
 import type { PushRow } from '../../src/ingestion/mapping.ts';
 import { storePushes } from '../../src/ingestion/store.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { pushRow } from '../support/push-rows.ts';
 
 /**
  * The bulk store path (ADR 0040) keeps storePushes's rules — natural key, event id filled
@@ -21,25 +22,10 @@ import { useTestDatabase } from '../support/db.ts';
 
 const t = useTestDatabase();
 
-let seq = 0;
-function pushRow(overrides: Partial<PushRow> = {}): PushRow {
-  seq++;
-  const head = seq.toString(16).padStart(40, 'c');
-  return {
-    id: String(41_000_000_000 + seq),
-    actor: { id: String(30_000 + seq), login: `bulk-user${seq}` },
-    repository: { id: String(40_000 + seq), fullName: `bulk-owner${seq}/repo${seq}` },
-    pushId: String(9_100_000 + seq),
-    ref: 'refs/heads/main',
-    head,
-    before: '0'.repeat(40),
-    createdAt: new Date(Date.UTC(2026, 10, 29, 8, 0, seq % 60)),
-    payload: { ref: 'refs/heads/main', head, before: '0'.repeat(40), note: 'tab\tand "quotes" \\' },
-    size: null,
-    distinctSize: null,
-    ...overrides,
-  };
-}
+/** A push whose payload holds what COPY must escape (tab, quotes, backslash). */
+const push = (overrides: Parameters<typeof pushRow>[0] = {}) =>
+  pushRow({ payload: { ref: 'refs/heads/main', note: 'tab\tand "quotes" \\' }, ...overrides });
+let rounds = 0;
 
 type Store = (pushes: PushRow[], opts: BulkStoreOptions) => Promise<BulkStoreResult>;
 
@@ -71,8 +57,8 @@ describe.each([
   ['from parameter arrays (a page)', viaValues],
 ] as const)('bulk store %s', (_name, store) => {
   it('stores pushes with new pending actors and repositories, once, exactly as given', async () => {
-    const a = pushRow({ size: 3, distinctSize: 2 });
-    const b = pushRow({ actor: a.actor });
+    const a = push({ size: 3, distinctSize: 2 });
+    const b = push({ actor: a.actor });
     expect(await store([a, b], { origin: 'poll', sourceId: null, runId: null })).toEqual({
       created: 2,
       newActors: 1,
@@ -105,13 +91,13 @@ describe.each([
   });
 
   it('renames by id to the newest name of the batch', async () => {
-    const old = pushRow();
+    const old = push();
     await store([old], { origin: 'poll' });
-    const older = pushRow({
+    const older = push({
       actor: { id: old.actor.id, login: 'bulk-middle' },
       createdAt: new Date(Date.UTC(2026, 10, 29, 9)),
     });
-    const newest = pushRow({
+    const newest = push({
       actor: { id: old.actor.id, login: 'bulk-newest' },
       repository: { id: old.repository.id, fullName: 'bulk-new/name' },
       createdAt: new Date(Date.UTC(2026, 10, 29, 10)),
@@ -132,7 +118,7 @@ describe.each([
   });
 
   it('fills the event id into a webhook copy, and leaves a polled copy alone', async () => {
-    const polled = pushRow();
+    const polled = push();
     await storePushes(t.db, [{ ...polled, id: null }], { origin: 'webhook' });
     expect(await store([polled], { origin: 'poll' })).toMatchObject({
       created: 0,
@@ -144,22 +130,21 @@ describe.each([
   });
 
   it('keeps one row for a push repeated in a batch, and skips an id held under another key', async () => {
-    const a = pushRow();
+    const a = push();
     const twin = { ...a };
-    const thief = pushRow({ id: a.id }); // GitHub's bug: one event id, two pushes
+    const thief = push({ id: a.id }); // GitHub's bug: one event id, two pushes
     expect(await store([a, twin, thief], { origin: 'poll' })).toMatchObject({ created: 1 });
     expect(await row(null, a.repository.id)).toHaveLength(1);
     expect(await row(null, thief.repository.id)).toHaveLength(0);
   });
 
   it('never deadlocks two writers touching the same actors in opposite orders', async () => {
-    seq += 100;
-    const base = 500_000 + seq;
+    const base = 500_000 + 100 * rounds++;
     const actors = Array.from({ length: 40 }, (_, i) => ({
       id: String(base + i),
       login: `shared-${i}`,
     }));
-    const batch = (order: typeof actors) => order.map((actor) => pushRow({ actor }));
+    const batch = (order: typeof actors) => order.map((actor) => push({ actor }));
     for (let round = 0; round < 5; round++) {
       await Promise.all([
         store(batch(actors), { origin: 'poll' }),
