@@ -117,6 +117,9 @@ describe('crash loop', () => {
     expect(gaps.rows[0]!.n).toBe(0);
     // A last worker, stopped gracefully, closes what the last killed successor left open.
     const last = start(env);
+    // Started before it is stopped: the killed successor may have finished its run, and a
+    // SIGTERM before the worker installed its handlers would only test Node's default.
+    await last.waitForLine((l) => l.event === 'worker.started', 'the last worker to start');
     await waitFor(
       async () => {
         const r = await sql<{ n: number }>`
