@@ -3,6 +3,7 @@ import { classifyLine, fastMapPush, mapArchivePush, scopeOf } from '../../src/ba
 import { OVERSIZE } from '../../src/backfill/lines.ts';
 import { mapPushEvent } from '../../src/ingestion/mapping.ts';
 import { idField, Rejection } from '../../src/ingestion/rules.ts';
+import { parseJson } from '../../src/json/exact.ts';
 import { otherEvent, pushEvent } from '../support/github-factories.ts';
 
 const line = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));
@@ -102,7 +103,8 @@ describe('the archive fast path', () => {
       }) as unknown as Record<string, unknown>;
       const e = i % 10 === 0 ? base : mutate(mutate(base, random), random);
       const text = JSON.stringify(e);
-      const expected = slow(e);
+      // The rules' verdict on the line as text, parsed exactly (as the poll path parses).
+      const expected = slow(parseJson(text) as Record<string, unknown>);
       const got = fastMapPush(e, text);
       if (got !== null) {
         fast++;
@@ -152,6 +154,19 @@ describe('the archive fast path', () => {
     expect(mapArchivePush(verdict.event, verdict.text, 1)).toMatchObject({
       actor: { id: '9007199254740993' },
     });
+  });
+
+  it('keeps every digit of a payload integer beyond 2^53 (the payload is stored whole)', () => {
+    const text = JSON.stringify(pushEvent()).replace(
+      /"repository_id":\d+/,
+      '"repository_id":9007199254740993',
+    );
+    const verdict = classifyLine(line(text));
+    if (verdict.kind !== 'push') throw new Error('not a push');
+    expect(fastMapPush(verdict.event, verdict.text)).toBeNull();
+    const row = mapArchivePush(verdict.event, verdict.text, 1);
+    if ('rejected' in row) throw new Error(row.message);
+    expect(JSON.stringify(row.payload)).toContain('"repository_id":9007199254740993');
   });
 });
 
