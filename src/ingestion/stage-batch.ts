@@ -66,7 +66,8 @@ export class StageBatch {
     const newActor = known?.actors.has(p.actor.id) ? 'f' : 't';
     const newRepository = known?.repositories.has(p.repository.id) ? 'f' : 't';
     const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${text(p.actor.login)}\t${newActor}\t${p.repository.id}\t${text(p.repository.fullName)}\t${newRepository}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\n`;
-    const bytes = Buffer.byteLength(line);
+    // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
+    const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
       const grown = Buffer.allocUnsafe(Math.max(this.#buf.length * 2, this.#end + bytes));
       this.#buf.copy(grown, 0, 0, this.#end);
@@ -103,5 +104,9 @@ export class StageBatch {
 
 function newest(m: Map<string, [string, number]>, id: string, name: string, at: number): void {
   const held = m.get(id);
-  if (!held || held[1] <= at) m.set(id, [name, at]);
+  if (!held) m.set(id, [name, at]);
+  else if (held[1] <= at) {
+    held[0] = name;
+    held[1] = at;
+  }
 }
