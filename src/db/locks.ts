@@ -16,6 +16,12 @@ export const LockSpace = {
   gate: 7303,
   /** Budget reservation: transaction-scoped, serializes count + insert per credential. */
   budget: 7304,
+  /**
+   * Embedded Postgres holders (objid 0), in its `postgres` database: every process using
+   * it holds this shared for its lifetime; the last to leave takes it exclusively and stops
+   * the server (ADR 0030).
+   */
+  embeddedHolders: 7305,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */

@@ -2,7 +2,11 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { type EmbeddedHandle, embeddedUrl, startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import {
+  acquireEmbeddedPostgres,
+  type EmbeddedHandle,
+  embeddedUrl,
+} from '../../src/db/embedded.ts';
 
 /**
  * A Postgres server of the test's own, which the test may stop and start again (the
@@ -39,10 +43,11 @@ export async function startThrowawayPostgres(database: string): Promise<Throwawa
   const settings = { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' };
   let handle: EmbeddedHandle | null = null;
   const start = async () => {
-    handle = await startEmbeddedPostgres({ dataDir, port, database, settings });
+    handle = await acquireEmbeddedPostgres({ dataDir, port, database, settings, role: 'test' });
   };
+  // The test is the server's only holder, so releasing it stops the server.
   const stop = async () => {
-    await handle?.stop();
+    await handle?.release();
     handle = null;
   };
   await start();
