@@ -77,11 +77,18 @@ function describeError(
   const repeated = lineMessage?.includes(full) === true;
   if (isExpectedFailure(err) && !withStack) {
     const e = err as Error & { code?: string; context?: Record<string, unknown> };
+    // What the line's message does not already say: nothing, the causes, or all of it.
+    const said = lineMessage?.includes(err.message) === true && full.startsWith(err.message);
+    const untold = repeated
+      ? {}
+      : said
+        ? { cause: full.slice(err.message.length).replace(/^: /, '') }
+        : { message: full };
     return {
       type: e.name,
       ...(e.code ? { code: e.code } : {}),
       ...(e.context ?? {}),
-      ...(repeated ? {} : { message: full }),
+      ...untold,
     };
   }
   const out = pino.stdSerializers.err(err) as unknown as Record<string, unknown>;
@@ -186,6 +193,12 @@ export function createLogger(
         censor: '[redacted]',
       },
       formatters: { level: (label) => ({ level: label }) },
+      // logMethod below has already described every `err`; an Error that reaches this
+      // (nested, or logged by a library through our logger) gets the full form.
+      serializers: {
+        err: (e: unknown) =>
+          e instanceof Error ? describeError(e, { withStack: true, lineMessage: undefined }) : e,
+      },
       hooks: {
         logMethod(args, method) {
           const [first, msg] = args as unknown[];
