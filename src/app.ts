@@ -39,6 +39,9 @@ export interface CreateAppOptions {
   requires?: 'none' | 'schema' | 'pgboss';
 }
 
+/** Services, whose log should say when the embedded server starts and stops with them. */
+const LONG_RUNNING = new Set(['worker', 'web', 'start']);
+
 export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
   const config = opts.config ?? loadConfig();
   const logger = opts.logger ?? processLogger(config);
@@ -52,6 +55,7 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
       port: config.embeddedPort,
       logger,
       role,
+      lifecycleLevel: LONG_RUNNING.has(role) ? 'info' : 'debug',
     });
     databaseUrl = embedded.url;
   }

@@ -65,6 +65,11 @@ export interface EmbeddedOptions {
   settings?: Record<string, string>;
   /** Shows in the holder's application_name (bin/db status). */
   role?: string;
+  /**
+   * Level of the started/stopped lines: info for a service (where the server's lifetime
+   * follows it), debug for a one-shot command (every run would say it).
+   */
+  lifecycleLevel?: 'info' | 'debug';
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -228,7 +233,7 @@ export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<Em
         continue;
       }
       started = true;
-      logger?.info(
+      logger?.[opts.lifecycleLevel ?? 'info'](
         { event: 'db.embedded_started', port, dir: cluster, log: logPath },
         `embedded Postgres started on 127.0.0.1:${port} (data ${cluster})`,
       );
@@ -241,7 +246,14 @@ export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<Em
           `using the embedded Postgres on 127.0.0.1:${port}`,
         );
       }
-      return holding(client, { port, database, cluster, started, logger });
+      return holding(client, {
+        port,
+        database,
+        cluster,
+        started,
+        logger,
+        lifecycleLevel: opts.lifecycleLevel ?? 'info',
+      });
     } catch (err) {
       if (!transient(err)) throw err;
       lastError = err;
@@ -257,7 +269,14 @@ export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<Em
 
 function holding(
   client: pg.Client,
-  ctx: { port: number; database: string; cluster: string; started: boolean; logger?: Logger },
+  ctx: {
+    port: number;
+    database: string;
+    cluster: string;
+    started: boolean;
+    logger?: Logger;
+    lifecycleLevel: 'info' | 'debug';
+  },
 ): EmbeddedHandle {
   let releasing: Promise<'stopped' | 'left_running'> | undefined;
   client.removeAllListeners('error');
@@ -285,7 +304,7 @@ function holding(
       // The last holder: stop the server while holding the lock exclusively.
       const postmaster = runningPostmaster(ctx.cluster);
       if (postmaster) await stopPostmaster(postmaster.pid);
-      ctx.logger?.info(
+      ctx.logger?.[ctx.lifecycleLevel](
         { event: 'db.embedded_stopped', port: ctx.port },
         'embedded Postgres stopped (no other process is using it)',
       );

@@ -8,7 +8,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { type EmbeddedEnv, freshEmbeddedEnv } from '../support/embedded-env.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { adminQuery, withDatabase } from '../support/postgres-server.ts';
-import { runInPty } from '../support/pty.ts';
+import { runInPty, visibleEscapes } from '../support/pty.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
@@ -200,9 +200,9 @@ describe('on a terminal', () => {
     const r = await runInPty('bin/enrich --limit 5', env());
     expect(r.code, r.raw).toBe(0);
     // What was drawn: a bar after each entity, each time on a cleared line.
-    const bars = [...r.raw.matchAll(/\r\x1b\[2K(\[[#.]+\] \d+\/5 \([^)]*\) budget left \d+)/g)].map(
-      (m) => m[1]!,
-    );
+    const bars = [
+      ...visibleEscapes(r.raw).matchAll(/\r<ESC>\[2K(\[[#.]+\] \d+\/5 \([^)]*\) budget left \d+)/g),
+    ].map((m) => m[1]!);
     expect(bars.map((b) => /\] (\d)\/5/.exec(b)![1])).toEqual(
       expect.arrayContaining(['1', '2', '3', '4', '5']),
     );

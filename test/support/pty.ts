@@ -14,13 +14,20 @@ export interface PtyRun {
   screen: string[];
 }
 
+const ESC = '\u001b';
+
+/** Escape characters made visible (`<ESC>`), so a test can match sequences in plain regexps. */
+export function visibleEscapes(raw: string): string {
+  return raw.replaceAll(ESC, '<ESC>');
+}
+
 export function renderScreen(raw: string): string[] {
   const lines: string[] = [];
   let line: string[] = [];
   let col = 0;
-  const text = raw.replace(/\x1b\[[0-9;]*m/g, ''); // SGR colours
+  const text = raw.replace(new RegExp(`${ESC}\\[[0-9;]*m`, 'g'), ''); // SGR colours
   for (let i = 0; i < text.length; i++) {
-    if (text.startsWith('\x1b[2K', i)) {
+    if (text.startsWith(`${ESC}[2K`, i)) {
       line = [];
       i += 3;
       continue;

@@ -4,6 +4,7 @@ import { GitHubUnavailable, RateLimited } from '../../src/github/errors.ts';
 import { createLogger, jobLogger, logDestination } from '../../src/log.ts';
 import { formatLogLine } from '../../src/log-text.ts';
 import { terminal } from '../../src/terminal.ts';
+import { visibleEscapes } from '../support/pty.ts';
 
 /**
  * Quiet, useful logs by one mechanism in src/log.ts (issue 11, item 6), and the readable
@@ -155,8 +156,8 @@ describe('on a terminal', () => {
     logger.info('a log line');
     terminal.clearStatus();
     vi.unstubAllEnvs();
-    expect(tty.written.join('')).toMatch(
-      /^\r\x1b\[2K\[####\.\.\.\.\] 1\/2\r\x1b\[2K\S+ INFO {2}a log line\n\[####\.\.\.\.\] 1\/2\r\x1b\[2K$/,
+    expect(visibleEscapes(tty.written.join(''))).toMatch(
+      /^\r<ESC>\[2K\[####\.\.\.\.\] 1\/2\r<ESC>\[2K\S+ INFO {2}a log line\n\[####\.\.\.\.\] 1\/2\r<ESC>\[2K$/,
     );
   });
 });
