@@ -267,6 +267,20 @@ export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<Em
   );
 }
 
+/** Waits (at most 5 s) until no other project connection (application_name gpi-*) is open. */
+async function projectConnectionsClosed(client: pg.Client): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const r = await client.query<{ n: string }>(
+      `SELECT count(*) AS n FROM pg_stat_activity
+       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+         AND application_name LIKE 'gpi-%'`,
+    );
+    if (Number(r.rows[0]!.n) === 0 || Date.now() > deadline) return;
+    await sleep(25);
+  }
+}
+
 function holding(
   client: pg.Client,
   ctx: {
@@ -301,7 +315,11 @@ function holding(
         );
         return 'left_running';
       }
-      // The last holder: stop the server while holding the lock exclusively.
+      // The last holder: stop the server while holding the lock exclusively — once the
+      // project's other connections have closed (ours among them: pg's Pool.end()
+      // resolves before its sockets close), so none of them is cut by the shutdown
+      // (a 57P01 "terminating connection" warning on a clean exit).
+      await projectConnectionsClosed(client);
       const postmaster = runningPostmaster(ctx.cluster);
       if (postmaster) await stopPostmaster(postmaster.pid);
       ctx.logger?.[ctx.lifecycleLevel](

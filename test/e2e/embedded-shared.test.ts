@@ -26,6 +26,16 @@ async function embedded(): Promise<EmbeddedEnv> {
   return current;
 }
 
+/** A fresh DATA_DIR, set up, with one bin/web running on it (which started the server). */
+async function setUpWithWeb(): Promise<{ e: EmbeddedEnv; web: Child; url: string }> {
+  const e = await embedded();
+  const setup = await runBin('setup', [], e.env);
+  expect(setup.code, setup.err).toBe(0);
+  const web = start('web', e);
+  const url = await listening(web);
+  return { e, web, url };
+}
+
 interface DbStatus {
   running: boolean;
   pid: number | null;
@@ -71,7 +81,10 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
         .split('\n')
         .filter(Boolean)
         .map((l) => JSON.parse(l).event);
-      expect(events.filter((ev) => ev !== 'db.embedded_init')).toEqual([]);
+      expect(
+        events.filter((ev) => ev !== 'db.embedded_init'),
+        r.err,
+      ).toEqual([]);
     }
     expect((await dbStatus(e)).running).toBe(false);
     const list = await runBin('sources', ['list', '--json'], e.env);
@@ -80,10 +93,7 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
   }, 240_000);
 
   it('SIGKILL of the process that started the server strands no one; the last graceful exit stops it', async () => {
-    const e = await embedded();
-    expect((await runBin('setup', [], e.env)).code).toBe(0);
-    const first = start('web', e);
-    await listening(first);
+    const { e, web: first } = await setUpWithWeb();
     expect(events(first, 'db.embedded_started')).toHaveLength(1);
     const second = start('web', e);
     const url = await listening(second);
@@ -115,10 +125,7 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
   }, 180_000);
 
   it('Ctrl-C on the starter leaves the server to the others; one left by a killed last holder is adopted and stopped by the next command', async () => {
-    const e = await embedded();
-    expect((await runBin('setup', [], e.env)).code).toBe(0);
-    const web = start('web', e);
-    const url = await listening(web);
+    const { e, web, url } = await setUpWithWeb();
     const worker = start('worker', e);
     await worker.waitForLine((l) => l.event === 'worker.started', 'worker.started', 60_000);
 
@@ -147,10 +154,7 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
   }, 180_000);
 
   it('bin/db stop refuses while a process uses the server, and --force stops it', async () => {
-    const e = await embedded();
-    expect((await runBin('setup', [], e.env)).code).toBe(0);
-    const web = start('web', e);
-    await listening(web);
+    const { e, web } = await setUpWithWeb();
 
     const refused = await runBin('db', ['stop'], e.env);
     expect(refused.code).toBe(1);

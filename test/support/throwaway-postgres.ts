@@ -1,5 +1,4 @@
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import {
@@ -7,6 +6,7 @@ import {
   type EmbeddedHandle,
   embeddedUrl,
 } from '../../src/db/embedded.ts';
+import { sparePort } from './embedded-env.ts';
 
 /**
  * A Postgres server of the test's own, which the test may stop and start again (the
@@ -22,17 +22,6 @@ export interface ThrowawayPostgres {
   start(): Promise<void>;
   /** Stops the server (if running) and deletes its data directory. */
   destroy(): Promise<void>;
-}
-
-function sparePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 export async function startThrowawayPostgres(database: string): Promise<ThrowawayPostgres> {

@@ -1,9 +1,9 @@
-import { Writable } from 'node:stream';
 import { describe, expect, it, vi } from 'vitest';
 import { GitHubUnavailable, RateLimited } from '../../src/github/errors.ts';
 import { createLogger, jobLogger, logDestination } from '../../src/log.ts';
 import { formatLogLine } from '../../src/log-text.ts';
 import { terminal } from '../../src/terminal.ts';
+import { memoryLogger } from '../support/github-client.ts';
 import { visibleEscapes } from '../support/pty.ts';
 
 /**
@@ -13,14 +13,8 @@ import { visibleEscapes } from '../support/pty.ts';
  */
 
 function rawLogger(level = 'info') {
-  const raw: string[] = [];
-  const sink = new Writable({
-    write(chunk, _enc, done) {
-      raw.push(...String(chunk).split('\n').filter(Boolean));
-      done();
-    },
-  });
-  return { logger: createLogger(level, sink), raw };
+  const { logger, lines } = memoryLogger(level);
+  return { logger, raw: lines };
 }
 
 const occurrences = (line: string, key: string) => line.split(`"${key}":`).length - 1;
