@@ -1,8 +1,9 @@
 import os from 'node:os';
-import { PgBoss } from 'pg-boss';
 import { loadConfig } from '../config.ts';
 import { embeddedStatus } from '../db/embedded-admin.ts';
 import { UsageError } from '../errors.ts';
+import { createLogger } from '../log.ts';
+import { createBoss } from '../queue/boss.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
@@ -28,17 +29,12 @@ async function worker(): Promise<string | null> {
       return 'no database: DATABASE_URL is unset and the embedded Postgres is not running';
     url = embedded.url;
   }
-  const boss = new PgBoss({
-    connectionString: url,
-    schema: config.pgbossSchema,
-    migrate: false,
-    supervise: false,
-    schedule: false,
-    registerInstance: false,
+  // Not supervising, so not registering an instance of its own; its errors are the answer.
+  const boss = createBoss(url, config, createLogger('silent'), {
+    role: 'healthcheck',
     max: 1,
-    application_name: 'gpi-healthcheck',
+    supervise: false,
   });
-  boss.on('error', () => {});
   try {
     await boss.start();
     const host = os.hostname();
