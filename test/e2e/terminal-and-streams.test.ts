@@ -170,6 +170,36 @@ describe('on a terminal', () => {
     });
   });
 
+  it('an expected failure (GitHub answers 503) is one log line without a stack; debug adds it', async () => {
+    const runFailed = async (level: string) => {
+      fake.fail({ path: '/events', status: 503 });
+      const r = await runBin('ingest', ['--force'], {
+        ...env(),
+        LOG_LEVEL: level,
+        LOG_FORMAT: 'json',
+      });
+      expect(r.code).toBe(1);
+      const lines = r.err
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l));
+      const failed = lines.filter((l) => l.event === 'ingestion.run_failed');
+      expect(failed).toHaveLength(1);
+      return failed[0];
+    };
+    const info = await runFailed('info');
+    expect(info.err).toMatchObject({
+      type: 'GitHubUnavailable',
+      code: 'GITHUB_UNAVAILABLE',
+      status: 503,
+    });
+    expect(info.err.stack).toBeUndefined();
+    expect(info.err.message).toBeUndefined(); // the line's own message says it
+    expect(info.msg).toMatch(/GitHub unavailable on \/events/);
+    const debug = await runFailed('debug');
+    expect(debug.err.stack).toMatch(/^GitHubUnavailable: GitHub unavailable on \/events/);
+  });
+
   it('log lines are readable lines (LOG_FORMAT=auto), JSON with LOG_FORMAT=json', async () => {
     fake.addEvents('public', [pushEvent(), pushEvent()]);
     const r = await runInPty('bin/ingest --force', env());
