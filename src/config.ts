@@ -10,6 +10,8 @@ import { parseSourcesList } from './ingestion/sources.ts';
  */
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** auto: readable lines on a terminal, JSON otherwise; json / text force one. */
+export const LOG_FORMATS = ['auto', 'json', 'text'] as const;
 
 /** "90", "90s", "15m", "12h", "7d" → seconds. */
 export function parseDurationSeconds(raw: string): number | undefined {
@@ -141,6 +143,18 @@ export const envSchema = z.object({
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
+  LOG_FORMAT: z.enum(LOG_FORMATS).default('auto'),
+  EMBEDDED_POSTGRES_PORT: z
+    .string()
+    .transform((raw, ctx) => {
+      const n = Number(raw);
+      if (!/^\d+$/.test(raw) || n < 1 || n > 65535) {
+        ctx.addIssue({ code: 'custom', message: `must be a port from 1 to 65535 (got "${raw}")` });
+        return z.NEVER;
+      }
+      return n;
+    })
+    .default(54329),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -163,6 +177,7 @@ export interface Config {
   readonly tickSeconds: number;
   readonly pgbossSchema: string;
   readonly logLevel: (typeof LOG_LEVELS)[number];
+  readonly logFormat: (typeof LOG_FORMATS)[number];
   readonly http: { readonly host: string; readonly port: number };
   readonly webhookSecret: string | undefined;
   readonly sources: string;
@@ -174,6 +189,8 @@ export interface Config {
   };
   readonly retentionDays: number;
   readonly dataDir: string;
+  /** Where the embedded Postgres listens when this process starts it (DATABASE_URL unset). */
+  readonly embeddedPort: number;
 }
 
 function deepFreeze<T>(o: T): T {
@@ -222,6 +239,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     tickSeconds: e.TICK_SECONDS,
     pgbossSchema: e.PGBOSS_SCHEMA,
     logLevel: e.LOG_LEVEL,
+    logFormat: e.LOG_FORMAT,
     http: { host: e.HTTP_HOST, port: e.HTTP_PORT },
     webhookSecret: e.WEBHOOK_SECRET,
     sources: e.SOURCES,
@@ -233,5 +251,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     retentionDays: e.RETENTION_DAYS,
     dataDir: e.DATA_DIR,
+    embeddedPort: e.EMBEDDED_POSTGRES_PORT,
   });
 }

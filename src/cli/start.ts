@@ -23,7 +23,7 @@ const CLOSE_MARGIN_MS = 10_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  const app = await createApp({ role: 'start', poolMax: 10 });
+  const app = await createApp({ role: 'start', poolMax: 10, requires: 'none' });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });

@@ -20,7 +20,7 @@ const CLOSE_MARGIN_MS = 5_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  const app = await createApp({ role: 'worker', poolMax: 8 });
+  const app = await createApp({ role: 'worker', poolMax: 8, requires: 'pgboss' });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });

@@ -21,6 +21,12 @@ export const LockSpace = {
    * for as long as the handler runs: an active job whose lock nobody holds has no worker.
    */
   job: 7305,
+  /**
+   * Embedded Postgres holders (objid 0), in its `postgres` database: every process using
+   * it holds this shared for its lifetime; the last to leave takes it exclusively and stops
+   * the server (ADR 0030).
+   */
+  embeddedHolders: 7306,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */

@@ -48,6 +48,9 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
   ['SOURCES', 'public,planet:mars', /bad entry "planet:mars": unknown source kind/],
+  ['LOG_FORMAT', 'pretty', /one of auto, json, text.*"pretty"/],
+  ['EMBEDDED_POSTGRES_PORT', '0', /port from 1 to 65535/],
+  ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -102,6 +105,8 @@ describe('config: defaults and parsing', () => {
     });
     expect(c.retentionDays).toBe(30);
     expect(c.dataDir).toBe('.data');
+    expect(c.logFormat).toBe('auto');
+    expect(c.embeddedPort).toBe(54329);
   });
 
   it('treats an empty string as unset', () => {
