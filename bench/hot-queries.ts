@@ -4,7 +4,7 @@ import type { Db } from '../src/db/pool.ts';
 import { claimNext, releaseClaim } from '../src/enrichment/claim.ts';
 import { countDue, DEFAULT_TTL_SECONDS, hasDueWork } from '../src/enrichment/due.ts';
 import { ENTITY_CLASSES, type EntityClass } from '../src/enrichment/entity.ts';
-import { type BudgetPolicy, reserve } from '../src/github/budget.ts';
+import { type BudgetPolicy, reserve, singleCredential } from '../src/github/budget.ts';
 import { credentialOf } from '../src/github/credential.ts';
 import { releaseReservation } from '../src/github/ledger.ts';
 import { dueSourcesQuery } from '../src/ingestion/runner.ts';
@@ -142,12 +142,12 @@ export async function benchHotQueries(
   const { db } = database;
   const now = new Date();
   // The token-configured credential: a 5,000/h quota, of which enrichment may take 2/3.
-  const policy: BudgetPolicy = { credential: credentialOf('live', BENCH_TOKEN), share: 2 / 3 };
+  const policy: BudgetPolicy = singleCredential(credentialOf('live', BENCH_TOKEN));
 
   const t0 = performance.now();
   for (const cls of ENTITY_CLASSES) await seedEntities(db, cls, now);
   await seedSources(db, now);
-  await seedLedger(db, policy.credential, now);
+  await seedLedger(db, policy.credentials[0]!.label, now);
   // VACUUM as well as ANALYZE: a table that has lived a while has a visibility map, which
   // is what lets the planner answer from an index alone.
   await sql`VACUUM (ANALYZE)`.execute(db);

@@ -9,7 +9,7 @@ import { type EntityClass, otherClass } from './entity.ts';
  * The split of enrichment's allowance between the two classes (DESIGN §6, ADR 0006).
  *
  * The GitHub layer enforces the hard limit (enrich may spend floor(quota × ENRICH_SHARE)
- * an hour). This adds one rule on top: while the OTHER class has due work, a class may
+ * an hour of each credential; the allowance here is the pool's sum). This adds one rule on top: while the OTHER class has due work, a class may
  * not take more than half of that allowance (rounded up) in the window. When the other
  * class has nothing due, the rule steps aside, so the split is work-conserving: a flood
  * of repositories can never starve ten actors, and ten actors never idle a budget that
@@ -42,17 +42,24 @@ export function windowStart(b: BudgetSnapshot, now: Date): Date {
   return new Date(now.getTime() - HOUR_MS);
 }
 
-/** Enrich requests of `cls` that spend quota in the window (sent or still open; not a free 304). */
+/**
+ * Enrich requests of `cls` that spend quota (sent or still open; not a free 304), summed
+ * over the pool, each credential counted over its own window.
+ */
 export async function classSpent(
   db: Db,
-  credential: string,
+  windows: readonly { credential: string; since: Date }[],
   cls: EntityClass,
-  since: Date,
 ): Promise<number> {
   const r = await sql<{ n: number }>`
-    SELECT count(*)::int AS n FROM github_requests
-    WHERE credential = ${credential} AND reserved_at >= ${since} AND purpose = 'enrich'
-      AND entity_class = ${cls} AND ${SPENDS_QUOTA}`.execute(db);
+    SELECT COALESCE(sum(x.n), 0)::int AS n
+    FROM unnest(${windows.map((w) => w.credential)}::text[],
+                ${windows.map((w) => w.since)}::timestamptz[]) AS w (credential, since)
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n FROM github_requests
+      WHERE credential = w.credential AND reserved_at >= w.since AND purpose = 'enrich'
+        AND entity_class = ${cls} AND ${SPENDS_QUOTA}
+    ) x`.execute(db);
   return r.rows[0]!.n;
 }
 
@@ -65,7 +72,11 @@ export async function fairShare(
   const budget = await github.budget();
   const allowance = budget.allowance.enrich;
   const half = Math.ceil(allowance / 2);
-  const spent = await classSpent(db, github.credential, cls, windowStart(budget, opts.now));
+  const windows = budget.credentials.map((b) => ({
+    credential: b.credential,
+    since: windowStart(b, opts.now),
+  }));
+  const spent = await classSpent(db, windows, cls);
   if (spent < half) return { allowed: true, allowance, spent, half };
   const otherWaiting = await hasDueWork(db, otherClass(cls), opts.now, opts.ttlSeconds);
   return { allowed: !otherWaiting, allowance, spent, half };

@@ -50,6 +50,16 @@ const FREE_FORM = [
   'DATA_DIR',
 ];
 
+// The credential pool's variables: their values and combinations are checked in
+// config-credentials.test.ts.
+const CREDENTIAL_VARS = [
+  'GITHUB_TOKENS',
+  'GITHUB_APP_ID',
+  'GITHUB_APP_PRIVATE_KEY',
+  'GITHUB_APP_PRIVATE_KEY_FILE',
+  'GITHUB_APP_INSTALLATION_IDS',
+];
+
 describe('config: bad values stop the process naming the variable', () => {
   it.each(BAD_VALUES)('%s=%s', (variable, value, says) => {
     const err = configError({ [variable]: value });
@@ -60,7 +70,7 @@ describe('config: bad values stop the process naming the variable', () => {
   });
 
   it('covers every variable the config knows', () => {
-    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM]);
+    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM, ...CREDENTIAL_VARS]);
     expect(ENV_VARS.filter((v) => !covered.has(v))).toEqual([]);
   });
 
