@@ -84,12 +84,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     connectTimeoutMs: config.github.connectTimeoutMs,
     responseTimeoutMs: config.github.responseTimeoutMs,
   });
-  const pool = buildCredentials(config, { logger, fetch: httpFetch });
-  const byLabel = new Map<string, Credential>(pool.map((c) => [c.label, c]));
-  const policy: BudgetPolicy = {
-    credentials: pool.map((c) => ({ label: c.label, defaultQuota: c.defaultQuota })),
-    share: config.enrichment.share,
-  };
+
   const transport =
     opts.transport ??
     (mode === 'fixture'
@@ -99,22 +94,29 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           userAgent: config.github.userAgent,
           fetch: httpFetch,
         }));
-  // One gate per credential, opened on first use (each holds one connection of its own).
+  // One gate per credential (and one per App for its token requests), opened on first use;
+  // each holds one connection of its own.
   const gates = new Map<string, RequestGate>();
   let closed = false;
-  const gateFor = (credential: string): RequestGate => {
+  const gateFor = (name: string): RequestGate => {
     if (closed) throw new Error('GitHub client is closed');
-    let gate = gates.get(credential);
+    let gate = gates.get(name);
     if (!gate) {
       gate = createRequestGate({
         databaseUrl: opts.databaseUrl,
-        credential,
+        credential: name,
         waitSeconds: config.github.gateWaitSeconds,
         logger,
       });
-      gates.set(credential, gate);
+      gates.set(name, gate);
     }
     return gate;
+  };
+  const pool = buildCredentials(config, { logger, fetch: httpFetch, gate: gateFor });
+  const byLabel = new Map<string, Credential>(pool.map((c) => [c.label, c]));
+  const policy: BudgetPolicy = {
+    credentials: pool.map((c) => ({ label: c.label, defaultQuota: c.defaultQuota })),
+    share: config.enrichment.share,
   };
 
   async function reserveOrNull(
@@ -230,19 +232,21 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     }
     const credential = cred.label;
     const started = Date.now();
-    // The header first (an installation may need a new token): nothing is sent yet.
-    let auth: Authorization;
-    try {
-      auth = await cred.authorize();
-    } catch (err) {
-      await giveBack((err as Error).message);
-      throw await authorizationFailed(cred, path, err);
-    }
     let raw: RawResponse | null = null;
     let retried = false;
     let failure: unknown = null;
+    let unauthorized: { err: unknown } | null = null;
     try {
       await gateFor(credential).run(async () => {
+        // The header right before sending, once the gate is ours: an installation token is
+        // checked (and replaced when due) after any wait for the gate, never before it.
+        let auth: Authorization;
+        try {
+          auth = await cred.authorize();
+        } catch (err) {
+          unauthorized = { err };
+          return;
+        }
         await markSent(db, id, {
           path,
           method: 'GET',
@@ -260,6 +264,12 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       // Nothing was sent (gate timeout, or the ledger refused): give the reservation back.
       await giveBack((err as Error).message);
       throw err;
+    }
+    if (unauthorized) {
+      // No token, so nothing was sent: the reservation goes back unspent.
+      const { err } = unauthorized as { err: unknown };
+      await giveBack((err as Error).message);
+      throw await authorizationFailed(cred, path, err);
     }
     const durationMs = Date.now() - started;
     const now = clock.now();

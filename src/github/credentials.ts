@@ -59,7 +59,12 @@ function installation(id: number, tokens: InstallationTokens): Credential {
 
 export function buildCredentials(
   config: Config,
-  o: { logger: Logger; fetch: typeof fetch },
+  o: {
+    logger: Logger;
+    fetch: typeof fetch;
+    /** The request gate of a name (a credential's label, or `app:<id>` for token requests). */
+    gate: (name: string) => { run<T>(fn: () => Promise<T>): Promise<T> };
+  },
 ): Credential[] {
   const { mode, tokens, app } = config.github;
   if (mode === 'fixture') return [plain('fixture', 'fixture', null)];
@@ -71,6 +76,7 @@ export function buildCredentials(
       userAgent: config.github.userAgent,
       fetch: o.fetch,
       logger: o.logger,
+      serially: (fn) => o.gate(`app:${app.id}`).run(fn),
     });
     pool.push(...app.installationIds.map((id) => installation(id, minted)));
   }

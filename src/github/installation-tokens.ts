@@ -28,7 +28,13 @@ export class InstallationTokenFailed extends AppError {
   readonly status: number | null;
   /** True when nothing reached GitHub (DNS, connection refused): nothing was spent anywhere. */
   readonly notSent: boolean;
-  constructor(installationId: number, status: number | null, detail: string, notSent: boolean) {
+  constructor(
+    installationId: number,
+    status: number | null,
+    detail: string,
+    notSent: boolean,
+    rateLimited = false,
+  ) {
     super(
       'GITHUB_APP_TOKEN_FAILED',
       `could not get a token for GitHub App installation ${installationId}: ${detail}`,
@@ -36,12 +42,14 @@ export class InstallationTokenFailed extends AppError {
     );
     this.status = status;
     this.notSent = notSent;
+    this.rejected = status !== null && status >= 400 && status < 500 && !rateLimited;
   }
 
-  /** GitHub refused the App or the installation (bad key or ID, uninstalled, suspended). */
-  get rejected(): boolean {
-    return this.status !== null && this.status >= 400 && this.status < 500;
-  }
+  /**
+   * GitHub refused the App or the installation (bad key or ID, uninstalled, suspended) —
+   * unlike a rate limit on the token endpoint, which passes.
+   */
+  rejected = false;
 }
 
 /** Longest a token is used before its expiry: GitHub's tokens last an hour. */
@@ -66,6 +74,11 @@ export function installationTokens(o: {
   userAgent: string;
   fetch: typeof fetch;
   logger: Logger;
+  /**
+   * Runs one token request at a time for the App across every process (its own request
+   * gate, `app:<id>`): GitHub asks for requests of one client ID to be made serially.
+   */
+  serially: <T>(fn: () => Promise<T>) => Promise<T>;
 }): InstallationTokens {
   // Its own Octokit: the API transport reads bodies itself (parseSuccessResponseBody: false),
   // auth-app needs them parsed. Same HTTP stack (timeouts, keep-alive), no auth of its own.
@@ -92,7 +105,9 @@ export function installationTokens(o: {
   async function issue(installationId: number): Promise<InstallationToken> {
     const started = Date.now();
     try {
-      const a = await auth({ type: 'installation', installationId, refresh: true });
+      const a = await o.serially(() =>
+        auth({ type: 'installation', installationId, refresh: true }),
+      );
       const t = { token: a.token, issuedAt: Date.now(), expiresAt: Date.parse(a.expiresAt) };
       cache.set(installationId, t);
       o.logger.debug(
@@ -106,7 +121,12 @@ export function installationTokens(o: {
       );
       return t;
     } catch (err) {
-      const e = err as { status?: number; response?: { data?: unknown }; cause?: unknown };
+      if (err instanceof AppError) throw err; // the App's gate stayed busy (GateTimeout)
+      const e = err as {
+        status?: number;
+        response?: { data?: unknown; headers?: Record<string, string | undefined> };
+        cause?: unknown;
+      };
       const answered = e.response !== undefined;
       const message =
         answered && typeof (e.response!.data as { message?: unknown })?.message === 'string'
@@ -114,11 +134,16 @@ export function installationTokens(o: {
           : err instanceof Error
             ? err.message.slice(0, 200)
             : String(err);
+      const rateLimited =
+        e.status === 429 ||
+        e.response?.headers?.['retry-after'] !== undefined ||
+        /rate limit|abuse/i.test(message);
       const failure = new InstallationTokenFailed(
         installationId,
         answered ? (e.status ?? null) : null,
         answered ? `HTTP ${e.status}: ${message}` : message,
         !answered && isRequestNotSent(e.cause),
+        rateLimited,
       );
       o.logger.warn(
         {
