@@ -1,3 +1,4 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import type { Db } from '../src/db/pool.ts';
@@ -17,8 +18,11 @@ import { secondsSince } from './lib/stats.ts';
  * Then 1, 2 and 4 concurrent runners (each with its own client and gate session, as
  * separate processes would have) run enrichment cycles for RUN_SECONDS each: entities/s,
  * its share of the ceiling, and duplicate requests (a path fetched twice: must be 0).
- * Last, with the quota as the limit (a small hourly quota), the share of enrichment's
+ * Then, with the quota as the limit (a small hourly quota), the share of enrichment's
  * allowance actually spent before the runners stop (target ≥ 95%).
+ * Last, a GitHub App with one installation against two (issue 13): 6 runners with GitHub's
+ * round trip simulated (APP_LATENCY_MS per profile), where one credential's gate is the
+ * bound, and with a small quota per installation, where its allowance is.
  */
 
 const ENTITIES = Number(process.env.BENCH_ENTITIES ?? 10_000);
@@ -26,15 +30,24 @@ const RUN_SECONDS = Number(process.env.BENCH_ENRICH_SECONDS ?? 20);
 const CONCURRENCY = [1, 2, 4];
 /** The quota-limited phase: enrichment's allowance is floor(QUOTA × 2/3) = 200. */
 const QUOTA = 300;
+/** Simulated GitHub latency per profile request in the installation comparison. */
+const APP_LATENCY_MS = Number(process.env.BENCH_APP_LATENCY_MS ?? 50);
+const APP_ID = 990;
+/** Runners in the installation comparison: three per installation at most, as 3 workers would run. */
+const APP_RUNNERS = 6;
 const ACTOR_BASE = 4_000_000;
 const REPO_BASE = 8_000_000;
 
-async function seed(db: Db, fake: FakeGitHub): Promise<void> {
-  const half = ENTITIES / 2;
-  for (let i = 0; i < half; i++) {
+function seedProfiles(fake: FakeGitHub): void {
+  for (let i = 0; i < ENTITIES / 2; i++) {
     fake.setUser(userProfile({ id: ACTOR_BASE + i, login: `enr-${i}` }));
     fake.setRepo(repoProfile({ id: REPO_BASE + i, full_name: `enr-org/repo-${i}` }));
   }
+}
+
+async function seed(db: Db, fake: FakeGitHub): Promise<void> {
+  const half = ENTITIES / 2;
+  seedProfiles(fake);
   await sql`
     INSERT INTO actors (id, login) SELECT ${ACTOR_BASE}::bigint + g, 'enr-' || g
     FROM generate_series(0, ${half - 1}::int) g`.execute(db);
@@ -203,9 +216,159 @@ export async function benchEnrich(database: BenchDatabase, results: ResultLog): 
         seconds: secondsSince(t0),
       },
     });
+    await benchInstallations(database, results);
     return [];
   } finally {
     for (const c of clients) await c.github.close();
+    await fake.close();
+  }
+}
+
+const enrichedCount = async (db: Db) =>
+  Number(
+    (
+      await sql<{ n: string }>`
+        SELECT (SELECT count(*) FROM actors WHERE enrichment_state = 'enriched')
+             + (SELECT count(*) FROM repositories WHERE enrichment_state = 'enriched') AS n`.execute(
+        db,
+      )
+    ).rows[0]!.n,
+  );
+
+/**
+ * One installation against two (issue 13), each level with 6 runners as separate processes
+ * would be (own clients, gates and installation tokens): first bound by the gate (one
+ * request in flight per credential, APP_LATENCY_MS per answer), then by the quota (QUOTA an
+ * hour per installation, 2/3 of it for enrichment). Fresh installations per level, so no
+ * bucket carries spend from the previous one.
+ */
+async function benchInstallations(database: BenchDatabase, results: ResultLog): Promise<void> {
+  const { db } = database;
+  const keys = generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+  });
+  const fake = await startFakeGitHub({ tokenLimit: 10_000_000 });
+  const levels = {
+    gate: [[1], [2, 3]],
+    quota: [[11], [12, 13]],
+  };
+  fake.addApp({
+    id: APP_ID,
+    publicKey: keys.publicKey,
+    installations: [
+      ...levels.gate.flat(),
+      ...levels.quota.flat().map((id) => ({ id, limit: QUOTA })),
+    ],
+  });
+  seedProfiles(fake);
+  const deps = (installations: number[], tag: string) => {
+    const config = benchConfig(database, fake.url, {
+      GITHUB_TOKEN: '',
+      GITHUB_APP_ID: String(APP_ID),
+      GITHUB_APP_PRIVATE_KEY: keys.privateKey,
+      GITHUB_APP_INSTALLATION_IDS: installations.join(','),
+    });
+    return Array.from({ length: APP_RUNNERS }, (_, i) =>
+      benchDeps(database, config, `bench:${tag}-${i}`),
+    );
+  };
+  const perCredential = (from: number) => {
+    const n: Record<string, number> = {};
+    for (const r of fake.requests.slice(from)) {
+      if (r.method === 'GET') n[r.credential] = (n[r.credential] ?? 0) + 1;
+    }
+    return n;
+  };
+  try {
+    const rates: number[] = [];
+    fake.fail({ path: /^\/(users|repos)\//, delayMs: APP_LATENCY_MS, times: Infinity });
+    for (const ids of levels.gate) {
+      const runners = deps(ids, `app-gate-${ids.length}`);
+      try {
+        await resetWork(db);
+        const from = fake.requests.length;
+        const t0 = performance.now();
+        const totals = await Promise.all(runners.map((d) => runner(d, t0 + RUN_SECONDS * 1000)));
+        const seconds = secondsSince(t0);
+        const processed = totals.reduce((a, t) => a + t.processed, 0);
+        const rate = processed / seconds;
+        rates.push(rate);
+        const requests = fake.requests.slice(from);
+        results.record({
+          bench: 'enrich',
+          metric: `${ids.length} installation${ids.length > 1 ? 's' : ''}, ${APP_LATENCY_MS} ms per answer, ${APP_RUNNERS} runners: entities/s`,
+          value: rate,
+          unit: 'entities/s',
+          detail: {
+            seconds,
+            processed,
+            perCredential: perCredential(from),
+            maxInFlightByCredential: fake.maxInFlightByCredential,
+            forbidden: requests.filter((r) => r.status === 403).length,
+            duplicates: duplicates(fake, from),
+            tokenRequests: requests.filter((r) => r.method === 'POST').length,
+          },
+        });
+      } finally {
+        for (const d of runners) await d.github.close();
+      }
+    }
+    results.record({
+      bench: 'enrich',
+      metric: 'two installations / one: entity rate (gate-bound)',
+      value: rates[1]! / rates[0]!,
+      unit: '×',
+      target: { op: '>=', value: 1.8 },
+    });
+
+    fake.reset();
+    fake.addApp({
+      id: APP_ID,
+      publicKey: keys.publicKey,
+      installations: levels.quota.flat().map((id) => ({ id, limit: QUOTA })),
+    });
+    seedProfiles(fake);
+    const enriched: number[] = [];
+    for (const ids of levels.quota) {
+      const runners = deps(ids, `app-quota-${ids.length}`);
+      try {
+        await resetWork(db);
+        const from = fake.requests.length;
+        const t0 = performance.now();
+        const totals = await Promise.all(
+          runners.map((d) => runner(d, performance.now() + 120_000, 1_000_000)),
+        );
+        const n = await enrichedCount(db);
+        enriched.push(n);
+        const requests = fake.requests.slice(from);
+        results.record({
+          bench: 'enrich',
+          metric: `quota-limited, ${ids.length} installation${ids.length > 1 ? 's' : ''} of ${QUOTA}/h: entities enriched`,
+          value: n,
+          unit: 'entities',
+          detail: {
+            allowancePerInstallation: Math.floor((QUOTA * 2) / 3),
+            perCredential: perCredential(from),
+            forbidden: requests.filter((r) => r.status === 403).length,
+            secondaryLimitHits: fake.secondaryLimitHits,
+            stops: [...new Set(totals.flatMap((t) => t.stops))],
+            seconds: secondsSince(t0),
+          },
+        });
+      } finally {
+        for (const d of runners) await d.github.close();
+      }
+    }
+    results.record({
+      bench: 'enrich',
+      metric: 'two installations / one: entities enriched within the quota',
+      value: enriched[1]! / enriched[0]!,
+      unit: '×',
+      target: { op: '>=', value: 1.95 },
+    });
+  } finally {
     await fake.close();
   }
 }

@@ -90,6 +90,7 @@ export interface StateRow {
   poll: number;
   enrich: number;
   since_observation: number;
+  open: number;
   oldest_poll: Date | null;
   oldest_enrich: Date | null;
   oldest_any: Date | null;
@@ -134,6 +135,8 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
             WHERE finished_at IS NULL
                OR finished_at > CASE WHEN w.fresh THEN w.observed_at ELSE '-infinity' END
           )::int AS since_observation,
+          -- reserved or sent, no answer yet: in flight, or waiting for the credential's gate
+          count(*) FILTER (WHERE finished_at IS NULL)::int AS open,
           min(reserved_at) FILTER (WHERE purpose = 'poll') AS oldest_poll,
           min(reserved_at) FILTER (WHERE purpose = 'enrich') AS oldest_enrich,
           min(reserved_at) AS oldest_any
@@ -150,7 +153,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         w.blocked_until, w.block_reason, w.auth_failures, w.observed_at, w.quota, w.window_start,
         CASE WHEN w.fresh THEN w.reset_at ELSE w.window_start + make_interval(secs => ${HOUR_MS / 1000}) END
           AS window_end,
-        c.poll, c.enrich, c.since_observation, c.oldest_poll, c.oldest_enrich, c.oldest_any,
+        c.poll, c.enrich, c.since_observation, c.open, c.oldest_poll, c.oldest_enrich, c.oldest_any,
         -- in a new hour (reset passed), everything since its start came off the quota
         CASE WHEN w.rl_quota IS NULL THEN NULL
              WHEN w.fresh THEN w.rl_remaining - c.since_observation

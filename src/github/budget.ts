@@ -103,8 +103,10 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
 }
 
 /**
- * Pick the credential with the most room for `purpose` (ties at random, so concurrent
- * processes spread over equal credentials) and take its budget lock, in one statement.
+ * Pick a credential for `purpose` and take its budget lock, in one statement: among those
+ * with room, the one with the fewest requests open (in flight or waiting for its gate), then
+ * the most room left, then at random — so concurrent requests go to idle gates rather than
+ * queue behind one, and the spend stays even (an open reservation counts as spent).
  * The choice reads a snapshot taken before the lock, so it is only a choice: the
  * reservation statement after it decides under the lock. Returns every credential's row.
  */
@@ -120,7 +122,7 @@ async function pickAndLock(
     WITH ${stateCtes(candidates, now)},
     pick AS (
       SELECT st.credential, st.lock_key FROM st WHERE ${allowsSql(purpose, policy.share, now)}
-      ORDER BY ${roomSql(purpose, policy.share)} DESC, random() LIMIT 1
+      ORDER BY st.open, ${roomSql(purpose, policy.share)} DESC, random() LIMIT 1
     ),
     locked AS (
       SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l FROM pick
