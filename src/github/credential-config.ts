@@ -95,6 +95,12 @@ function parseInstallationIds(raw: string): number[] {
 function parsePrivateKey(variable: string, raw: string): string {
   // Keys kept in .env files often have their line breaks escaped as \n.
   const pem = raw.replace(/\\n/g, '\n').trim();
+  if (/^-----BEGIN [A-Z ]*PUBLIC KEY-----/.test(pem)) {
+    throw new ConfigError(
+      variable,
+      'is a public key: the App signs its JWTs with its private key (the .pem GitHub generated)',
+    );
+  }
   if (!/^-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(pem)) {
     throw new ConfigError(
       variable,

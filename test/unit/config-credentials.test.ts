@@ -14,7 +14,7 @@ import { runBin } from '../support/cli.ts';
  * the variable, and no message quotes a token or the key.
  */
 
-const { privateKey: RSA_PEM } = generateKeyPairSync('rsa', {
+const { privateKey: RSA_PEM, publicKey: PUBLIC_PEM } = generateKeyPairSync('rsa', {
   modulusLength: 2048,
   privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, // what GitHub issues: BEGIN RSA PRIVATE KEY
   publicKeyEncoding: { type: 'spki', format: 'pem' },
@@ -126,6 +126,12 @@ const BAD: [string, Record<string, string>, string, RegExp][] = [
     { ...APP, GITHUB_APP_PRIVATE_KEY_FILE: path.join(dir, 'damaged.pem') },
     'GITHUB_APP_PRIVATE_KEY_FILE',
     /not a readable PEM private key/,
+  ],
+  [
+    'the public key instead of the private one',
+    { ...APP, GITHUB_APP_PRIVATE_KEY: PUBLIC_PEM },
+    'GITHUB_APP_PRIVATE_KEY',
+    /is a public key/,
   ],
   [
     'a key that is not RSA',
