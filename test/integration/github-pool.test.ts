@@ -9,9 +9,12 @@ import { tokenLabel } from '../../src/github/credential.ts';
 import { GitHubAuthFailed } from '../../src/github/errors.ts';
 import { recordAuthFailure } from '../../src/github/rate-limit.ts';
 import { deferralOf } from '../../src/ingestion/deferral.ts';
+import { pollDueSources } from '../../src/ingestion/runner.ts';
+import { addSource } from '../../src/ingestion/sources.ts';
+import { captureLogger } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { clientFactory, randomToken } from '../support/github-client.ts';
-import { userProfile } from '../support/github-factories.ts';
+import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';
+import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
@@ -304,5 +307,65 @@ describe('requests through the pool', () => {
     expect(fake.requests.slice(1).map((r) => r.credential)).toEqual(Array(4).fill(other));
     const budget = await gh.budget();
     expect(budget.credentials.find((c) => c.credential === rejected)!.blockReason).toBe('auth');
+  });
+});
+
+describe('polling through the pool', () => {
+  async function sources(n: number, tag: string): Promise<number[]> {
+    const ids: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const target = `pool-${tag}-${i}/feed`;
+      const { source } = await addSource(t.db, { kind: 'repo', target }, 'live');
+      fake.addEvents(`repo:${target}`, [pushEvent()]);
+      ids.push(Number(source.id));
+    }
+    return ids;
+  }
+
+  it('polls on the credentials left while one is rejected, and defers only when all refuse', async () => {
+    const tokens = [randomToken(), randomToken()];
+    const env = { GITHUB_TOKENS: tokens.join(',') };
+    const github = clients.make({ apiUrl: fake.url, token: null, env });
+    const [a, b] = github.credentials as [string, string];
+    const { logger, events } = captureLogger('debug');
+    const deps = {
+      config: testConfig(t, { apiUrl: fake.url, token: null, env }),
+      db: t.db,
+      pool: t.pool,
+      github,
+      logger,
+      workerId: 'test-host:1',
+    };
+
+    // a is blocked by a 401: every due source is polled, on b.
+    await recordAuthFailure(t.db, a, new Date(), 5000);
+    await sources(3, 'open');
+    const first = await pollDueSources(deps);
+    expect(first.map((s) => s.outcome)).toEqual(['completed', 'completed', 'completed']);
+    expect(new Set(fake.requests.map((r) => r.credential))).toEqual(new Set([b]));
+
+    // Both spent: every due source is deferred to the first moment either frees (b resets
+    // in 10 minutes, a's 401 block is lifted in 1), in one log line, with no run row and no
+    // auth error (one rejected credential is not why the pool waits).
+    await t.db.deleteFrom('github_rate_limits').execute();
+    await observed(a, { quota: 60, resetInMinutes: 30 });
+    await observed(b, { quota: 60, resetInMinutes: 10 });
+    await spend(a, 'poll', 20);
+    await spend(b, 'poll', 20);
+    const ids = await sources(3, 'spent');
+    const runsBefore = await t.db.selectFrom('ingestion_runs').select('id').execute();
+    const second = (await pollDueSources(deps)).filter((s) => ids.includes(s.sourceId));
+    expect(second.map((s) => s.outcome)).toEqual(['deferred', 'deferred', 'deferred']);
+    const bReset = (await github.budget()).credentials.find((c) => c.credential === b)!.resetAt!;
+    for (const s of second) {
+      expect(s.nextPollAt).toEqual(bReset);
+      expect(s.error).toBeNull();
+    }
+    expect(await t.db.selectFrom('ingestion_runs').select('id').execute()).toHaveLength(
+      runsBefore.length,
+    );
+    const deferred = events('ingestion.deferred');
+    expect(deferred).toHaveLength(1);
+    expect(deferred[0]).toMatchObject({ reason: 'allowance', level: 'info' });
   });
 });
