@@ -1,10 +1,10 @@
-import { generateKeyPairSync } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import type { Db } from '../src/db/pool.ts';
 import { ENTITY_CLASSES } from '../src/enrichment/entity.ts';
 import { type CycleSummary, enrichCycle } from '../src/enrichment/runner.ts';
 import { type FakeGitHub, startFakeGitHub } from '../test/support/fake-github.ts';
+import { appKeys } from '../test/support/github-app-keys.ts';
 import { repoProfile, userProfile } from '../test/support/github-factories.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import { type BenchDeps, benchConfig, benchDeps } from './lib/github.ts';
@@ -244,11 +244,7 @@ const enrichedCount = async (db: Db) =>
  */
 async function benchInstallations(database: BenchDatabase, results: ResultLog): Promise<void> {
   const { db } = database;
-  const keys = generateKeyPairSync('rsa', {
-    modulusLength: 2048,
-    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
-    publicKeyEncoding: { type: 'spki', format: 'pem' },
-  });
+  const keys = appKeys();
   const fake = await startFakeGitHub({ tokenLimit: 10_000_000 });
   const levels = {
     gate: [[1], [2, 3]],
@@ -274,46 +270,51 @@ async function benchInstallations(database: BenchDatabase, results: ResultLog): 
       benchDeps(database, config, `bench:${tag}-${i}`),
     );
   };
-  const perCredential = (from: number) => {
-    const n: Record<string, number> = {};
-    for (const r of fake.requests.slice(from)) {
-      if (r.method === 'GET') n[r.credential] = (n[r.credential] ?? 0) + 1;
-    }
-    return n;
-  };
-  try {
-    const rates: number[] = [];
-    fake.fail({ path: /^\/(users|repos)\//, delayMs: APP_LATENCY_MS, times: Infinity });
-    for (const ids of levels.gate) {
-      const runners = deps(ids, `app-gate-${ids.length}`);
-      try {
-        await resetWork(db);
-        const from = fake.requests.length;
-        const t0 = performance.now();
-        const totals = await Promise.all(runners.map((d) => runner(d, t0 + RUN_SECONDS * 1000)));
-        const seconds = secondsSince(t0);
-        const processed = totals.reduce((a, t) => a + t.processed, 0);
-        const rate = processed / seconds;
-        rates.push(rate);
-        const requests = fake.requests.slice(from);
-        results.record({
-          bench: 'enrich',
-          metric: `${ids.length} installation${ids.length > 1 ? 's' : ''}, ${APP_LATENCY_MS} ms per answer, ${APP_RUNNERS} runners: entities/s`,
-          value: rate,
-          unit: 'entities/s',
-          detail: {
-            seconds,
-            processed,
-            perCredential: perCredential(from),
-            maxInFlightByCredential: fake.maxInFlightByCredential,
-            forbidden: requests.filter((r) => r.status === 403).length,
-            duplicates: duplicates(fake, from),
-            tokenRequests: requests.filter((r) => r.method === 'POST').length,
-          },
-        });
-      } finally {
-        for (const d of runners) await d.github.close();
+  /** One level: fresh work, the runners until `until`, and what the fake saw meanwhile. */
+  const level = async (ids: number[], tag: string, until: () => number, cap?: number) => {
+    const runners = deps(ids, `app-${tag}-${ids.length}`);
+    try {
+      await resetWork(db);
+      const from = fake.requests.length;
+      const t0 = performance.now();
+      const end = until();
+      const totals = await Promise.all(runners.map((d) => runner(d, end, cap)));
+      const requests = fake.requests.slice(from);
+      const perCredential: Record<string, number> = {};
+      for (const r of requests) {
+        if (r.method === 'GET')
+          perCredential[r.credential] = (perCredential[r.credential] ?? 0) + 1;
       }
+      return {
+        processed: totals.reduce((a, t) => a + t.processed, 0),
+        seconds: secondsSince(t0),
+        detail: {
+          perCredential,
+          maxInFlightByCredential: { ...fake.maxInFlightByCredential },
+          forbidden: requests.filter((r) => r.status === 403).length,
+          duplicates: duplicates(fake, from),
+          tokenRequests: requests.filter((r) => r.method === 'POST').length,
+          stops: [...new Set(totals.flatMap((t) => t.stops))],
+        },
+      };
+    } finally {
+      for (const d of runners) await d.github.close();
+    }
+  };
+  const installations = (ids: number[]) => `${ids.length} installation${ids.length > 1 ? 's' : ''}`;
+  try {
+    fake.fail({ path: /^\/(users|repos)\//, delayMs: APP_LATENCY_MS, times: Infinity });
+    const rates: number[] = [];
+    for (const ids of levels.gate) {
+      const r = await level(ids, 'gate', () => performance.now() + RUN_SECONDS * 1000);
+      rates.push(r.processed / r.seconds);
+      results.record({
+        bench: 'enrich',
+        metric: `${installations(ids)}, ${APP_LATENCY_MS} ms per answer, ${APP_RUNNERS} runners: entities/s`,
+        value: r.processed / r.seconds,
+        unit: 'entities/s',
+        detail: { seconds: r.seconds, processed: r.processed, ...r.detail },
+      });
     }
     results.record({
       bench: 'enrich',
@@ -323,43 +324,22 @@ async function benchInstallations(database: BenchDatabase, results: ResultLog): 
       target: { op: '>=', value: 1.8 },
     });
 
-    fake.reset();
-    fake.addApp({
-      id: APP_ID,
-      publicKey: keys.publicKey,
-      installations: levels.quota.flat().map((id) => ({ id, limit: QUOTA })),
-    });
-    seedProfiles(fake);
     const enriched: number[] = [];
     for (const ids of levels.quota) {
-      const runners = deps(ids, `app-quota-${ids.length}`);
-      try {
-        await resetWork(db);
-        const from = fake.requests.length;
-        const t0 = performance.now();
-        const totals = await Promise.all(
-          runners.map((d) => runner(d, performance.now() + 120_000, 1_000_000)),
-        );
-        const n = await enrichedCount(db);
-        enriched.push(n);
-        const requests = fake.requests.slice(from);
-        results.record({
-          bench: 'enrich',
-          metric: `quota-limited, ${ids.length} installation${ids.length > 1 ? 's' : ''} of ${QUOTA}/h: entities enriched`,
-          value: n,
-          unit: 'entities',
-          detail: {
-            allowancePerInstallation: Math.floor((QUOTA * 2) / 3),
-            perCredential: perCredential(from),
-            forbidden: requests.filter((r) => r.status === 403).length,
-            secondaryLimitHits: fake.secondaryLimitHits,
-            stops: [...new Set(totals.flatMap((t) => t.stops))],
-            seconds: secondsSince(t0),
-          },
-        });
-      } finally {
-        for (const d of runners) await d.github.close();
-      }
+      const r = await level(ids, 'quota', () => performance.now() + 120_000, 1_000_000);
+      const n = await enrichedCount(db);
+      enriched.push(n);
+      results.record({
+        bench: 'enrich',
+        metric: `quota-limited, ${installations(ids)} of ${QUOTA}/h: entities enriched`,
+        value: n,
+        unit: 'entities',
+        detail: {
+          allowancePerInstallation: Math.floor((QUOTA * 2) / 3),
+          seconds: r.seconds,
+          ...r.detail,
+        },
+      });
     }
     results.record({
       bench: 'enrich',

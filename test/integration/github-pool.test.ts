@@ -15,6 +15,7 @@ import { captureLogger } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
+import { spendRows } from '../support/ledger-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
@@ -61,26 +62,8 @@ async function observed(
 }
 
 /** `n` requests of `purpose` another process already spent on `credential` in this window. */
-async function spend(credential: string, purpose: 'poll' | 'enrich', n: number) {
-  if (n === 0) return;
-  const at = new Date(Date.now() - 60_000);
-  await t.db
-    .insertInto('github_requests')
-    .values(
-      Array.from({ length: n }, () => ({
-        credential,
-        purpose,
-        path: '/elsewhere',
-        outcome: 'completed' as const,
-        status: 200,
-        counted: true,
-        reserved_at: at,
-        sent_at: at,
-        finished_at: at,
-      })),
-    )
-    .execute();
-}
+const spend = (credential: string, purpose: 'poll' | 'enrich', n: number) =>
+  spendRows(t.db, credential, purpose, n);
 
 async function reservedOn(ids: number[]): Promise<Record<string, number>> {
   const rows = await t.db

@@ -2,19 +2,21 @@ import { createPrivateKey } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenLabel } from '../../src/github/credential.ts';
+import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { appKeys } from '../support/github-app-keys.ts';
 import { waitFor } from './helpers.ts';
-import { addPublicSource, type Child, killAll, seedPushes, spawnBin } from './world.ts';
+import { allRowsAsText, childOutput, startWorkerAndWeb, untilAttempted } from './secret-checks.ts';
+import { addPublicSource, type Child, killAll, seedPushes } from './world.ts';
 
 /**
  * The credential pool's secrets never leave the process (issue 13): bin/worker and bin/web
  * run at LOG_LEVEL=trace with two sentinel tokens (GITHUB_TOKENS) and a GitHub App (its
  * PEM key; installation tokens and JWTs the fake hands out and receives), through polls,
  * enrichment on all four credentials, installation tokens that GitHub answers 401 to just
- * after issue (replication lag: retried), and a 401 on a token. Then no token, installation
+ * after issue (replication lag: retried), and a 401 that blocks a credential. Then no token, installation
  * token, JWT or line of the key — as issued (PKCS#1) or as held (PKCS#8) — appears in
  * anything either process wrote, in /status, the page, /metrics, bin/status (--json), or in
  * any row of any table (business schema and pg-boss's).
@@ -64,31 +66,12 @@ function leaks(text: string): string[] {
   return secrets().filter((s) => text.includes(s));
 }
 
-async function allRowsAsText(): Promise<string> {
-  const tables = await sql<{ schema: string; name: string }>`
-    SELECT table_schema AS schema, table_name AS name FROM information_schema.tables
-    WHERE table_schema IN ('public', 'pgboss') AND table_type = 'BASE TABLE'`.execute(t.db);
-  const parts: string[] = [];
-  for (const { schema, name } of tables.rows) {
-    const r = await sql<{ t: string | null }>`
-      SELECT string_agg(x::text, E'\n') AS t FROM ${sql.table(`${schema}.${name}`)} x`.execute(
-      t.db,
-    );
-    parts.push(r.rows[0]!.t ?? '');
-  }
-  return parts.join('\n');
-}
-
-const everything = (c: Child) => `${JSON.stringify(c.lines)}\n${c.stderr.join('')}`;
-
 describe('credential pool secrets', () => {
   it('no token, installation token, JWT or key line in any log, output or table', {
     timeout: 90_000,
   }, async () => {
     const world = seedPushes(fake, 8, 1300);
     await addPublicSource(t);
-    // A 401 on whichever credential asks for this profile first.
-    fake.fail({ path: '/users/pusher-1303', status: 401, body: '{"message":"Bad credentials"}' });
     const env = {
       DATABASE_URL: t.url,
       GITHUB_MODE: 'live',
@@ -101,22 +84,27 @@ describe('credential pool secrets', () => {
       LOG_LEVEL: 'trace',
       HTTP_PORT: '0',
     };
-    const worker = spawnBin('worker', env);
-    const web = spawnBin('web', env);
-    children.push(worker, web);
-    const url = String(
-      (await web.waitForLine((l) => l.event === 'web.listening', 'the web to listen')).url,
-    );
+    const { worker, web, url } = await startWorkerAndWeb(env, children);
+    await untilAttempted(t.db, world.actorIds.length + world.repositoryIds.length, 45_000);
 
+    // A 401 on whichever credential polls this source (twice: an installation token seconds
+    // old is tried once more), last: it blocks that credential.
+    const { source } = await addSource(t.db, sourceSpec('repo', 'secret/feed'), 'live');
+    fake.fail({
+      path: '/repos/secret/feed/events',
+      status: 401,
+      body: '{"message":"Bad credentials"}',
+      times: 2,
+    });
     await waitFor(
       async () => {
         const r = await sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM enrichment_attempts WHERE outcome IS NOT NULL`.execute(
-          t.db,
-        );
-        return r.rows[0]!.n >= world.actorIds.length + world.repositoryIds.length;
+          SELECT count(*)::int AS n FROM ingestion_runs
+          WHERE source_id = ${source.id} AND status = 'failed'
+            AND error LIKE 'GITHUB_AUTH_FAILED:%'`.execute(t.db);
+        return r.rows[0]!.n === 1;
       },
-      { timeoutMs: 45_000, what: 'every entity to have been attempted' },
+      { timeoutMs: 20_000, what: 'the 401 run to fail' },
     );
 
     const outputs: Record<string, string> = {
@@ -143,18 +131,18 @@ describe('credential pool secrets', () => {
       expect(used, label).toContain(label);
     expect(fake.mintedTokens.length).toBeGreaterThanOrEqual(2);
     expect(fake.jwtsSeen.length).toBeGreaterThanOrEqual(2);
-    const logs = everything(worker) + everything(web);
+    const logs = childOutput(worker) + childOutput(web);
     for (const event of ['github.request', 'github.installation_token', 'enrichment.completed'])
       expect(logs, event).toContain(`"${event}"`);
     expect(logs).toContain('"retried_after_401":true');
-    expect(logs).toMatch(/"error_code":"GITHUB_AUTH_FAILED"|GITHUB_AUTH_FAILED/);
+    expect(logs).toContain('"error_code":"GITHUB_AUTH_FAILED"');
     const status = JSON.parse(outputs['/status']!) as { credentials: { label: string }[] };
     expect(status.credentials).toHaveLength(4);
 
-    expect(leaks(everything(worker)), 'bin/worker output').toEqual([]);
-    expect(leaks(everything(web)), 'bin/web output').toEqual([]);
+    expect(leaks(childOutput(worker)), 'bin/worker output').toEqual([]);
+    expect(leaks(childOutput(web)), 'bin/web output').toEqual([]);
     for (const [where, text] of Object.entries(outputs)) expect(leaks(text), where).toEqual([]);
-    expect(leaks(await allRowsAsText()), 'tables').toEqual([]);
+    expect(leaks(await allRowsAsText(t.db)), 'tables').toEqual([]);
     expect(logs + Object.values(outputs).join('')).not.toContain('POOLSENTINEL');
     expect(logs).not.toContain('PRIVATE KEY');
   });

@@ -4,8 +4,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
-import { ConfigError } from '../../src/errors.ts';
 import { runBin } from '../support/cli.ts';
+import { configError } from '../support/config-error.ts';
+import { appKeys } from '../support/github-app-keys.ts';
 
 /**
  * The credential pool's variables (issue 13): GITHUB_TOKEN, GITHUB_TOKENS and the GitHub App
@@ -14,11 +15,8 @@ import { runBin } from '../support/cli.ts';
  * the variable, and no message quotes a token or the key.
  */
 
-const { privateKey: RSA_PEM, publicKey: PUBLIC_PEM } = generateKeyPairSync('rsa', {
-  modulusLength: 2048,
-  privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, // what GitHub issues: BEGIN RSA PRIVATE KEY
-  publicKeyEncoding: { type: 'spki', format: 'pem' },
-});
+// As GitHub issues it: BEGIN RSA PRIVATE KEY (PKCS#1).
+const { privateKey: RSA_PEM, publicKey: PUBLIC_PEM } = appKeys();
 const { privateKey: EC_PEM } = generateKeyPairSync('ec', {
   namedCurve: 'prime256v1',
   privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
@@ -29,16 +27,6 @@ const dir = mkdtempSync(path.join(tmpdir(), 'gpi-app-key-'));
 const keyFile = path.join(dir, 'app.pem');
 writeFileSync(keyFile, RSA_PEM);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-function configError(env: Record<string, string>): ConfigError {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return err as ConfigError;
-  }
-  throw new Error(`expected a ConfigError for ${Object.keys(env).join(', ')}`);
-}
 
 const APP = { GITHUB_APP_ID: '123456', GITHUB_APP_INSTALLATION_IDS: '11,22' };
 

@@ -2,16 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { parseSourcesList } from '../../src/ingestion/sources.ts';
-
-function configError(env: Record<string, string>): ConfigError {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return err as ConfigError;
-  }
-  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
-}
+import { configError } from '../support/config-error.ts';
 
 // Every variable with a value that must be refused, and what the message must say.
 const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
