@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.ts';
+import { type AppCredentials, parseCredentials } from './github/credential-config.ts';
 import { parseSourcesList } from './ingestion/sources.ts';
 
 /**
@@ -118,6 +119,12 @@ export const envSchema = z.object({
   GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
   GITHUB_API_URL: url.default('https://api.github.com'),
   GITHUB_TOKEN: z.string().min(1, 'must not be empty when set').optional(),
+  // The credential pool (issue 13): checked together in src/github/credential-config.ts.
+  GITHUB_TOKENS: z.string().optional(),
+  GITHUB_APP_ID: z.string().optional(),
+  GITHUB_APP_PRIVATE_KEY: z.string().optional(),
+  GITHUB_APP_PRIVATE_KEY_FILE: z.string().optional(),
+  GITHUB_APP_INSTALLATION_IDS: z.string().optional(),
   GITHUB_FIXTURES_DIR: z.string().default('test/fixtures/github'),
   TICK_SECONDS: positiveInt(86400).default(60),
   PGBOSS_SCHEMA: sqlIdentifier.default('pgboss'),
@@ -168,6 +175,10 @@ export interface Config {
     readonly mode: 'live' | 'fixture';
     readonly apiUrl: string;
     readonly token: string | undefined;
+    /** Every token of the pool: GITHUB_TOKEN, then GITHUB_TOKENS (each once). Never logged. */
+    readonly tokens: readonly string[];
+    /** The GitHub App whose installations join the pool (GITHUB_APP_*), or null. */
+    readonly app: AppCredentials | null;
     readonly fixturesDir: string;
     readonly userAgent: string;
     readonly connectTimeoutMs: number;
@@ -224,12 +235,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   // SOURCES is only used by bin/setup, but a bad list should stop any process at start.
   parseSourcesList(e.SOURCES);
+  const credentials = parseCredentials(e);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,
     github: {
       mode: e.GITHUB_MODE,
       apiUrl: e.GITHUB_API_URL,
       token: e.GITHUB_TOKEN,
+      tokens: credentials.tokens,
+      app: credentials.app,
       fixturesDir: e.GITHUB_FIXTURES_DIR,
       userAgent: 'github-push-ingestor/0.1 (+https://github.com/github-push-ingestor)',
       connectTimeoutMs: 5_000,

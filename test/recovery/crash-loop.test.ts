@@ -54,6 +54,9 @@ describe('crash loop', () => {
       DATABASE_URL: t.url,
       GITHUB_MODE: 'live',
       GITHUB_API_URL: fake.url,
+      // A token's poll allowance (1,667/h): anonymously (20/h) the rounds' ~20 polls used it
+      // all, and the last run could fail with BUDGET_EXHAUSTED on its last page.
+      GITHUB_TOKEN: 'crash-loop-token',
       TICK_SECONDS: '1',
     };
     const served: string[] = [];
@@ -124,6 +127,7 @@ describe('crash loop', () => {
     expect(gaps.rows[0]!.n).toBe(0);
     // A last worker, stopped gracefully, closes what the last killed successor left open.
     const last = start(env);
+    // Its signal handler is in place once it has started; a SIGTERM before that is a kill.
     await last.waitForLine((l) => l.event === 'worker.started', 'the last worker to start');
     await waitFor(
       async () => {

@@ -2,16 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { parseSourcesList } from '../../src/ingestion/sources.ts';
-
-function configError(env: Record<string, string>): ConfigError {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return err as ConfigError;
-  }
-  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
-}
+import { configError } from '../support/config-error.ts';
 
 // Every variable with a value that must be refused, and what the message must say.
 const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
@@ -62,6 +53,16 @@ const FREE_FORM = [
   'DATA_DIR',
 ];
 
+// The credential pool's variables: their values and combinations are checked in
+// config-credentials.test.ts.
+const CREDENTIAL_VARS = [
+  'GITHUB_TOKENS',
+  'GITHUB_APP_ID',
+  'GITHUB_APP_PRIVATE_KEY',
+  'GITHUB_APP_PRIVATE_KEY_FILE',
+  'GITHUB_APP_INSTALLATION_IDS',
+];
+
 describe('config: bad values stop the process naming the variable', () => {
   it.each(BAD_VALUES)('%s=%s', (variable, value, says) => {
     const err = configError({ [variable]: value });
@@ -72,7 +73,7 @@ describe('config: bad values stop the process naming the variable', () => {
   });
 
   it('covers every variable the config knows', () => {
-    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM]);
+    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM, ...CREDENTIAL_VARS]);
     expect(ENV_VARS.filter((v) => !covered.has(v))).toEqual([]);
   });
 
