@@ -5,27 +5,20 @@ FROM node:24-slim
 ENV NODE_ENV=production
 WORKDIR /app
 
-# Dependencies first, so a source change does not reinstall them. --ignore-scripts: the
-# only install script is embedded-postgres's, and containers always have DATABASE_URL.
+# Dependencies first, so a source change does not reinstall them.
+#   --omit=optional: the embedded Postgres binaries (@embedded-postgres/<platform>, ~60 MB,
+#     optional dependencies of embedded-postgres) — a container always has DATABASE_URL.
+#   --ignore-scripts: the only install script left would be theirs.
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+RUN npm ci --omit=dev --omit=optional --ignore-scripts && npm cache clean --force
 
 # Sources, migrations and the GitHub fixtures (GITHUB_MODE=fixture); .dockerignore keeps
 # the rest of test/, the git history and local data out.
 COPY . .
 
-# Memory (docs/performance.md, "Soak"): with Node's defaults the worker sits at ~340 MB RSS
-# for 30-80 MB of live objects; with these, 138 MB. MALLOC_ARENA_MAX=2: glibc keeps 2
-# malloc arenas, not one per thread. A 4 MB semi-space (V8's young generation): minor GCs
-# more often, each cheap. A 192 MB old space: V8 sizes and grows its heap against this
-# limit (it measurably lowers RSS even though the heap stays ~45 MB), and it still leaves
-# room for what a service can hold at once: the worker's live heap is 30-45 MB, and the
-# web service parsing a 25 MB webhook body (GitHub's maximum) needs ~45 MB per delivery
-# in flight (measured) on top of a baseline like the worker's (~30 MB). 96 MB, the smallest
-# figure tried, would not fit two such deliveries. Set after `npm ci`, which must not get
-# these limits.
-ENV MALLOC_ARENA_MAX=2 \
-    NODE_OPTIONS="--max-semi-space-size=4 --max-old-space-size=192"
+# Memory: bin/* apply the defaults themselves (MALLOC_ARENA_MAX=2, a 4 MB semi-space, a
+# 192 MB old space; bin/lib/entry.mjs, docs/performance.md "Soak"), here as everywhere.
+# Set NODE_OPTIONS or MALLOC_ARENA_MAX on a service to override them.
 
 USER node
 EXPOSE 3000

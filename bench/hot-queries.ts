@@ -4,7 +4,7 @@ import type { Db } from '../src/db/pool.ts';
 import { claimNext, releaseClaim } from '../src/enrichment/claim.ts';
 import { countDue, DEFAULT_TTL_SECONDS, hasDueWork } from '../src/enrichment/due.ts';
 import { ENTITY_CLASSES, type EntityClass } from '../src/enrichment/entity.ts';
-import { type BudgetPolicy, reserve } from '../src/github/budget.ts';
+import { type BudgetPolicy, reserve, singleCredential } from '../src/github/budget.ts';
 import { credentialOf } from '../src/github/credential.ts';
 import { releaseReservation } from '../src/github/ledger.ts';
 import { dueSourcesQuery } from '../src/ingestion/runner.ts';
@@ -70,17 +70,22 @@ async function seedSources(db: Db, now: Date): Promise<void> {
     FROM generate_series(1, ${SOURCES}::int) g`.execute(db);
 }
 
-async function seedLedger(db: Db, credential: string, now: Date): Promise<void> {
+async function seedLedger(
+  db: Db,
+  credential: string,
+  now: Date,
+  rows = LEDGER_ROWS,
+): Promise<void> {
   // A month of history at a steady rate, plus a busy last hour (3,000 of a 5,000 quota).
   await sql`
     INSERT INTO github_requests (credential, purpose, method, path, outcome, status, counted,
       reserved_at, sent_at, finished_at, duration_ms)
     SELECT ${credential}, CASE WHEN g % 3 = 0 THEN 'poll' ELSE 'enrich' END, 'GET',
       '/users/user-' || g, 'completed', 200, true, t, t, t, 40
-    FROM generate_series(1, ${LEDGER_ROWS}::int) g,
+    FROM generate_series(1, ${rows}::int) g,
       LATERAL (SELECT CASE WHEN g <= 3000
         THEN ${now}::timestamptz - (g * 1.2) * interval '1 second'
-        ELSE ${now}::timestamptz - interval '1 hour' - (g::float8 / ${LEDGER_ROWS}) * interval '30 days' END AS t) x`.execute(
+        ELSE ${now}::timestamptz - interval '1 hour' - (g::float8 / ${rows}) * interval '30 days' END AS t) x`.execute(
     db,
   );
 }
@@ -90,7 +95,28 @@ interface HotQuery {
   run: (db: Db) => Promise<unknown>;
 }
 
-function hotQueries(policy: BudgetPolicy): HotQuery[] {
+/**
+ * Reserve + release on a budget policy: what every request pays before it is sent
+ * (src/github/budget.ts), and what a runner told no by the fair share pays to give it back
+ * (src/github/ledger.ts). With a pool, the choice of credential is part of it.
+ */
+function reserveRelease(name: string, policy: BudgetPolicy): HotQuery {
+  return {
+    name,
+    run: async (db) => {
+      const now = new Date();
+      const d = await reserve(db, policy, 'enrich', {
+        now,
+        entity: { class: 'actor', id: 42 },
+        path: '/users/user-42',
+      });
+      if (!d.ok) throw new Error(`reserve said no (${d.reason}): the seed leaves room`);
+      await releaseReservation(db, d.reservation.id, 'bench', now);
+    },
+  };
+}
+
+function hotQueries(policy: BudgetPolicy, pools: BudgetPolicy[]): HotQuery[] {
   const claimRelease = (cls: EntityClass) => async (db: Db) => {
     const claim = await claimNext(db, cls, {
       now: new Date(),
@@ -116,21 +142,10 @@ function hotQueries(policy: BudgetPolicy): HotQuery[] {
       },
       { name: `claim + release (${cls})`, run: claimRelease(cls) },
     ]),
-    {
-      // What every request pays before it is sent (src/github/budget.ts), and what a
-      // runner told no by the fair share pays to give it back (src/github/ledger.ts).
-      name: 'reserve + release (enrich)',
-      run: async (db) => {
-        const now = new Date();
-        const d = await reserve(db, policy, 'enrich', {
-          now,
-          entity: { class: 'actor', id: 42 },
-          path: '/users/user-42',
-        });
-        if (!d.ok) throw new Error(`reserve said no (${d.reason}): the seed leaves room`);
-        await releaseReservation(db, d.reservation.id, 'bench', now);
-      },
-    },
+    reserveRelease('reserve + release (enrich)', policy),
+    ...pools.map((p) =>
+      reserveRelease(`reserve + release (enrich), pool of ${p.credentials.length}`, p),
+    ),
   ];
 }
 
@@ -142,12 +157,22 @@ export async function benchHotQueries(
   const { db } = database;
   const now = new Date();
   // The token-configured credential: a 5,000/h quota, of which enrichment may take 2/3.
-  const policy: BudgetPolicy = { credential: credentialOf('live', BENCH_TOKEN), share: 2 / 3 };
+  const policy: BudgetPolicy = singleCredential(credentialOf('live', BENCH_TOKEN));
+  // Pools as GITHUB_TOKENS and an App would make them (issue 13): the same token, plus
+  // installations whose last hour is as busy, with a shorter history each.
+  const installations = [1, 2, 3].map(
+    (id) => singleCredential(`installation:${id}`).credentials[0]!,
+  );
+  const pools: BudgetPolicy[] = [2, 4].map((n) => ({
+    credentials: [policy.credentials[0]!, ...installations.slice(0, n - 1)],
+    share: policy.share,
+  }));
 
   const t0 = performance.now();
   for (const cls of ENTITY_CLASSES) await seedEntities(db, cls, now);
   await seedSources(db, now);
-  await seedLedger(db, policy.credential, now);
+  await seedLedger(db, policy.credentials[0]!.label, now);
+  for (const c of installations) await seedLedger(db, c.label, now, LEDGER_ROWS / 10);
   // VACUUM as well as ANALYZE: a table that has lived a while has a visibility map, which
   // is what lets the planner answer from an index alone.
   await sql`VACUUM (ANALYZE)`.execute(db);
@@ -159,7 +184,7 @@ export async function benchHotQueries(
     detail: { actors: SCALE, repositories: SCALE, sources: SOURCES, ledger: LEDGER_ROWS },
   });
 
-  for (const q of hotQueries(policy)) {
+  for (const q of hotQueries(policy, pools)) {
     const timing = await timeRuns(RUNS, () => q.run(db));
     results.record({
       bench: 'hot',

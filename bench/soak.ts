@@ -130,7 +130,7 @@ async function main(): Promise<number> {
     worker = spawn(process.execPath, ['--import', sampler, 'bin/worker'], {
       cwd: ROOT,
       env: workerEnv,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: ['ignore', 'ignore', 'pipe'],
     });
     let startedAt: number | undefined;
     createInterface({ input: worker.stderr! }).on('line', (line) => {
@@ -148,14 +148,13 @@ async function main(): Promise<number> {
           lagMax: s.lagMaxMs!,
         });
       } else {
+        // The worker's pino log (stderr, like every command's logs).
+        const m = /"event":"([^"]+)"/.exec(line);
+        if (m) events.set(m[1]!, (events.get(m[1]!) ?? 0) + 1);
+        if (/"level":"(error|fatal)"/.test(line)) errors++;
         stderrTail.push(line);
         if (stderrTail.length > 20) stderrTail.shift();
       }
-    });
-    createInterface({ input: worker.stdout! }).on('line', (line) => {
-      const m = /"event":"([^"]+)"/.exec(line);
-      if (m) events.set(m[1]!, (events.get(m[1]!) ?? 0) + 1);
-      if (/"level":"(error|fatal)"/.test(line)) errors++;
     });
 
     console.log(`soak: worker pid ${worker.pid} for ${SOAK_SECONDS} s against ${fake.url}`);

@@ -1,11 +1,12 @@
 import os from 'node:os';
 import type pg from 'pg';
 import { type Config, loadConfig } from './config.ts';
-import { type EmbeddedHandle, startEmbeddedPostgres } from './db/embedded.ts';
+import { acquireEmbeddedPostgres, type EmbeddedHandle } from './db/embedded.ts';
 import { createDb, createPool, type Db } from './db/pool.ts';
+import { assertSetUp } from './db/setup-state.ts';
 import { createGitHubClient } from './github/client.ts';
 import type { GitHubClient } from './github/types.ts';
-import { createLogger, type Logger } from './log.ts';
+import { type Logger, processLogger } from './log.ts';
 
 /**
  * The composition root: the one place that wires config, database pool, GitHub client
@@ -30,24 +31,50 @@ export interface CreateAppOptions {
   /** Name that shows up in pg_stat_activity.application_name. */
   role?: string;
   poolMax?: number;
+  /**
+   * What bin/setup must have done before this process can work: 'schema' (the business
+   * migrations), 'pgboss' (those and the pg-boss schema), or 'none' (setup itself). A
+   * database without it stops the process with "database not set up: run bin/setup".
+   */
+  requires?: 'none' | 'schema' | 'pgboss';
 }
+
+/** Services, whose log should say when the embedded server starts and stops with them. */
+const LONG_RUNNING = new Set(['worker', 'web', 'start']);
 
 export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
   const config = opts.config ?? loadConfig();
-  const logger = opts.logger ?? createLogger(config.logLevel);
+  const logger = opts.logger ?? processLogger(config);
+  const role = opts.role ?? 'app';
   let embedded: EmbeddedHandle | undefined;
   let databaseUrl = config.databaseUrl;
   if (!databaseUrl) {
-    embedded = await startEmbeddedPostgres({ dataDir: config.dataDir, logger });
+    // Shared with every other process using it; the last to leave stops it (ADR 0030).
+    embedded = await acquireEmbeddedPostgres({
+      dataDir: config.dataDir,
+      port: config.embeddedPort,
+      logger,
+      role,
+      lifecycleLevel: LONG_RUNNING.has(role) ? 'info' : 'debug',
+    });
     databaseUrl = embedded.url;
   }
-  const role = opts.role ?? 'app';
   const pool = createPool(databaseUrl, {
     max: opts.poolMax ?? 10,
     applicationName: `gpi-${role}`,
     logger,
   });
   const db = createDb(pool);
+  const requires = opts.requires ?? 'schema';
+  if (requires !== 'none') {
+    try {
+      await assertSetUp(db, requires === 'pgboss' ? { pgbossSchema: config.pgbossSchema } : {});
+    } catch (err) {
+      await db.destroy().catch(() => {});
+      await embedded?.release().catch(() => {});
+      throw err;
+    }
+  }
   const github = createGitHubClient({ config, db, databaseUrl, logger });
   let closed = false;
   return {
@@ -68,8 +95,13 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
       if (!pool.ending)
         await pool.end().catch((err) => logger.warn({ err }, 'closing pool failed'));
       await embedded
-        ?.stop()
-        .catch((err) => logger.warn({ err }, 'stopping embedded Postgres failed'));
+        ?.release()
+        .catch((err) =>
+          logger.warn(
+            { event: 'db.embedded_stop_failed', err },
+            'stopping embedded Postgres failed',
+          ),
+        );
     },
   };
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.ts';
+import { type AppCredentials, parseCredentials } from './github/credential-config.ts';
 import { parseSourcesList } from './ingestion/sources.ts';
 
 /**
@@ -10,6 +11,8 @@ import { parseSourcesList } from './ingestion/sources.ts';
  */
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** auto: readable lines on a terminal, JSON otherwise; json / text force one. */
+export const LOG_FORMATS = ['auto', 'json', 'text'] as const;
 
 /** "90", "90s", "15m", "12h", "7d" → seconds. */
 export function parseDurationSeconds(raw: string): number | undefined {
@@ -131,6 +134,12 @@ export const envSchema = z.object({
   GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
   GITHUB_API_URL: url.default('https://api.github.com'),
   GITHUB_TOKEN: z.string().min(1, 'must not be empty when set').optional(),
+  // The credential pool (issue 13): checked together in src/github/credential-config.ts.
+  GITHUB_TOKENS: z.string().optional(),
+  GITHUB_APP_ID: z.string().optional(),
+  GITHUB_APP_PRIVATE_KEY: z.string().optional(),
+  GITHUB_APP_PRIVATE_KEY_FILE: z.string().optional(),
+  GITHUB_APP_INSTALLATION_IDS: z.string().optional(),
   GITHUB_FIXTURES_DIR: z.string().default('test/fixtures/github'),
   TICK_SECONDS: positiveInt(86400).default(60),
   PGBOSS_SCHEMA: sqlIdentifier.default('pgboss'),
@@ -156,6 +165,18 @@ export const envSchema = z.object({
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
+  LOG_FORMAT: z.enum(LOG_FORMATS).default('auto'),
+  EMBEDDED_POSTGRES_PORT: z
+    .string()
+    .transform((raw, ctx) => {
+      const n = Number(raw);
+      if (!/^\d+$/.test(raw) || n < 1 || n > 65535) {
+        ctx.addIssue({ code: 'custom', message: `must be a port from 1 to 65535 (got "${raw}")` });
+        return z.NEVER;
+      }
+      return n;
+    })
+    .default(54329),
   GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
 });
 
@@ -170,6 +191,10 @@ export interface Config {
     readonly mode: 'live' | 'fixture';
     readonly apiUrl: string;
     readonly token: string | undefined;
+    /** Every token of the pool: GITHUB_TOKEN, then GITHUB_TOKENS (each once). Never logged. */
+    readonly tokens: readonly string[];
+    /** The GitHub App whose installations join the pool (GITHUB_APP_*), or null. */
+    readonly app: AppCredentials | null;
     readonly fixturesDir: string;
     readonly userAgent: string;
     readonly connectTimeoutMs: number;
@@ -179,6 +204,7 @@ export interface Config {
   readonly tickSeconds: number;
   readonly pgbossSchema: string;
   readonly logLevel: (typeof LOG_LEVELS)[number];
+  readonly logFormat: (typeof LOG_FORMATS)[number];
   readonly http: { readonly host: string; readonly port: number };
   readonly webhookSecret: string | undefined;
   readonly sources: string;
@@ -190,6 +216,8 @@ export interface Config {
   };
   readonly retentionDays: number;
   readonly dataDir: string;
+  /** Where the embedded Postgres listens when this process starts it (DATABASE_URL unset). */
+  readonly embeddedPort: number;
   /** GH Archive (or a mirror): where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
   readonly archive: { readonly url: string };
 }
@@ -225,12 +253,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   // SOURCES is only used by bin/setup, but a bad list should stop any process at start.
   parseSourcesList(e.SOURCES);
+  const credentials = parseCredentials(e);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,
     github: {
       mode: e.GITHUB_MODE,
       apiUrl: e.GITHUB_API_URL,
       token: e.GITHUB_TOKEN,
+      tokens: credentials.tokens,
+      app: credentials.app,
       fixturesDir: e.GITHUB_FIXTURES_DIR,
       userAgent: 'github-push-ingestor/0.1 (+https://github.com/github-push-ingestor)',
       connectTimeoutMs: 5_000,
@@ -240,6 +271,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     tickSeconds: e.TICK_SECONDS,
     pgbossSchema: e.PGBOSS_SCHEMA,
     logLevel: e.LOG_LEVEL,
+    logFormat: e.LOG_FORMAT,
     http: { host: e.HTTP_HOST, port: e.HTTP_PORT },
     webhookSecret: e.WEBHOOK_SECRET,
     sources: e.SOURCES,
@@ -251,6 +283,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     retentionDays: e.RETENTION_DAYS,
     dataDir: e.DATA_DIR,
+    embeddedPort: e.EMBEDDED_POSTGRES_PORT,
     archive: { url: e.GHARCHIVE_URL },
   });
 }

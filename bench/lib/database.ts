@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import pg from 'pg';
-import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { acquireEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { migrateToLatest } from '../../src/db/migrate.ts';
 import { createDb, createPool, type Db } from '../../src/db/pool.ts';
 import { createLogger } from '../../src/log.ts';
@@ -118,15 +118,16 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
     );
   }
 
-  const embedded = await startEmbeddedPostgres({
+  const embedded = await acquireEmbeddedPostgres({
     dataDir: process.env.DATA_DIR ?? '.data',
     logger: createLogger('silent'),
+    role: 'bench',
   });
   const embeddedAdmin = withDatabase(embedded.url, 'postgres');
   await adminQuery(embeddedAdmin, `CREATE DATABASE ${scratch}`);
   return connect(withDatabase(embedded.url, scratch), 'embedded', async () => {
     await adminQuery(embeddedAdmin, `DROP DATABASE IF EXISTS ${scratch} WITH (FORCE)`);
-    await embedded.stop();
+    await embedded.release();
   });
 }
 

@@ -1,5 +1,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
+import { loadConfig } from '../config.ts';
 import { AppError, ConfigError } from '../errors.ts';
+import { logDestination } from '../log.ts';
 import { type BackfillCommand, runBackfill } from './command.ts';
 
 /**
@@ -11,18 +13,37 @@ export type WorkerMessage =
   | { type: 'line'; text: string }
   | { type: 'progress'; text: string }
   | { type: 'error-line'; text: string }
+  | { type: 'log'; text: string }
   | { type: 'done'; code: number }
   | { type: 'failed'; name: string; code?: string; message: string; variable?: string };
 
 const port = parentPort!;
-const { command, tty } = workerData as { command: BackfillCommand; tty: boolean };
+const { command, tty, stderr } = workerData as {
+  command: BackfillCommand;
+  /** Draw the progress bar. */
+  tty: boolean;
+  /** The main thread's stderr as logDestination needs to see it (a worker's is a pipe). */
+  stderr: { isTTY: boolean; columns?: number };
+};
 const stop = new AbortController();
 port.on('message', (m: { type: string }) => {
   if (m.type === 'stop') stop.abort();
 });
 const post = (m: WorkerMessage) => port.postMessage(m);
 
+// Log lines formatted here as the process's stderr wants them (LOG_FORMAT, a terminal or
+// not), written there by the main thread above its progress bar.
+const logStream = {
+  ...stderr,
+  fd: 2,
+  write: (text: string) => {
+    post({ type: 'log', text });
+    return true;
+  },
+};
+
 try {
+  const logs = logDestination(loadConfig().logFormat, logStream as unknown as NodeJS.WriteStream);
   const code = await runBackfill(
     command,
     {
@@ -30,6 +51,7 @@ try {
       line: (text) => post({ type: 'line', text }),
       progress: (text) => post({ type: 'progress', text }),
       error: (text) => post({ type: 'error-line', text }),
+      logs,
     },
     stop.signal,
   );

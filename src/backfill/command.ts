@@ -1,4 +1,4 @@
-import pino from 'pino';
+import type pino from 'pino';
 import { type App, createApp } from '../app.ts';
 import { loadConfig } from '../config.ts';
 import { NotFound } from '../errors.ts';
@@ -105,16 +105,22 @@ function progressLine(p: ImportProgress, started: number, width = 24): string {
   return `[${bar}] ${name} ${share === null ? '' : `${Math.round(share * 100)}% `}${size}  ${count(p.lines)} lines  ${count(p.counts.created)} stored  ${count(Math.round(p.lines / elapsed))} lines/s`;
 }
 
-/** Where the command's own output goes (the main thread draws it: see src/cli/backfill.ts). */
+/**
+ * Where the command's output goes; the main thread owns the terminal (src/cli/backfill.ts,
+ * src/terminal.ts): results on stdout, the progress bar on stderr's last line, log lines
+ * above it.
+ */
 export interface CommandIO {
-  /** Draw progress (a terminal, and not --json). */
+  /** Draw progress (stderr is a terminal, and not --json). */
   tty: boolean;
-  /** One line of output. */
+  /** One line of output (stdout). */
   line(text: string): void;
-  /** Replace the progress line. */
+  /** Replace the progress bar. */
   progress(text: string): void;
   /** A message for stderr. */
   error(text: string): void;
+  /** Where log lines go (stderr, through the main thread's terminal). */
+  logs: pino.DestinationStream;
 }
 
 class Terminal {
@@ -220,8 +226,7 @@ export async function runBackfill(
   signal: AbortSignal,
 ): Promise<number> {
   const config = loadConfig();
-  // Logs go to stderr: stdout is the command's own output (progress, lines, JSON).
-  const logger = createLogger(config.logLevel, pino.destination({ fd: 2, sync: true }));
+  const logger = createLogger(config.logLevel, io.logs);
   // Three sessions: the import's (its lock, stage and merges), its entity inserts, and the
   // small reads around them.
   const app = await createApp({ config, logger, role: 'backfill', poolMax: 3 });

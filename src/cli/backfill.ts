@@ -3,7 +3,9 @@ import { Worker } from 'node:worker_threads';
 import type { BackfillCommand, Input } from '../backfill/command.ts';
 import type { WorkerMessage } from '../backfill/command-worker.ts';
 import { parseHour } from '../backfill/hours.ts';
+import { DatabaseNotSetUp } from '../db/setup-state.ts';
 import { AppError, ConfigError, UsageError } from '../errors.ts';
+import { terminal } from '../terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `
@@ -84,9 +86,14 @@ export async function main(argv: string[]): Promise<number> {
     force: values.force ?? false,
     json: values.json ?? false,
   };
-  const tty = !command.json && process.stdout.isTTY === true;
+  // The bar is progress, not a result: stderr's last line, a terminal only (src/terminal.ts).
+  const tty = !command.json && process.stderr.isTTY === true;
   const worker = new Worker(new URL('../backfill/command-worker.ts', import.meta.url), {
-    workerData: { command, tty },
+    workerData: {
+      command,
+      tty,
+      stderr: { isTTY: process.stderr.isTTY === true, columns: process.stderr.columns },
+    },
     resourceLimits: RESOURCE_LIMITS,
   });
   let signals = 0;
@@ -94,16 +101,11 @@ export async function main(argv: string[]): Promise<number> {
     signals++;
     // A second signal: stop now. Every committed chunk is in its checkpoint already.
     if (signals > 1) process.exit(130);
-    process.stderr.write('backfill: stopping after the chunk in flight (again: now)\n');
+    terminal.write(process.stderr, 'backfill: stopping after the chunk in flight (again: now)\n');
     worker.postMessage({ type: 'stop' });
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
-  let drawn = false;
-  const clearProgress = () => {
-    if (drawn) process.stdout.write('\r\u001b[K');
-    drawn = false;
-  };
   try {
     return await new Promise<number>((resolve, reject) => {
       let failure: Error | null = null;
@@ -111,18 +113,18 @@ export async function main(argv: string[]): Promise<number> {
       worker.on('message', (m: WorkerMessage) => {
         switch (m.type) {
           case 'line':
-            clearProgress();
-            process.stdout.write(`${m.text}\n`);
+            // A result line ends its file's bar; the next file's progress draws a new one.
+            terminal.clearStatus();
+            terminal.write(process.stdout, `${m.text}\n`);
             break;
-          case 'progress': {
-            const cols = process.stdout.columns ?? 120;
-            process.stdout.write(`\r${m.text.slice(0, cols - 1)}\u001b[K`);
-            drawn = true;
+          case 'progress':
+            terminal.setStatus(process.stderr, m.text);
             break;
-          }
+          case 'log':
+            terminal.write(process.stderr, m.text);
+            break;
           case 'error-line':
-            clearProgress();
-            process.stderr.write(`${m.text}\n`);
+            terminal.write(process.stderr, `${m.text}\n`);
             break;
           case 'done':
             code = m.code;
@@ -131,10 +133,13 @@ export async function main(argv: string[]): Promise<number> {
             setTimeout(() => void worker.terminate(), 10_000).unref();
             break;
           case 'failed':
+            // Back to the error classes runMain knows how to say (exit 2, "not set up"…).
             failure =
               m.variable !== undefined
                 ? new ConfigError(m.variable, m.message.slice(m.variable.length + 1))
-                : Object.assign(new AppError(m.code ?? 'ERROR', m.message), { name: m.name });
+                : m.code === 'DATABASE_NOT_SET_UP'
+                  ? Object.assign(new DatabaseNotSetUp(), { message: m.message })
+                  : Object.assign(new AppError(m.code ?? 'ERROR', m.message), { name: m.name });
             break;
         }
       });
@@ -148,12 +153,13 @@ export async function main(argv: string[]): Promise<number> {
             : err;
       });
       worker.on('exit', () => {
-        clearProgress();
+        terminal.clearStatus();
         if (failure) reject(failure);
         else resolve(code ?? 1);
       });
     });
   } finally {
+    terminal.clearStatus();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }

@@ -1,12 +1,10 @@
-import pino from 'pino';
 import { type App, createApp } from '../app.ts';
-import { loadConfig } from '../config.ts';
 import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../enrichment/entity.ts';
 import { type EnrichOutcome, type EnrichResult, enrichOnce } from '../enrichment/runner.ts';
 import { UsageError } from '../errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
-import { createLogger } from '../log.ts';
+import { terminal } from '../terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `
@@ -21,7 +19,8 @@ spends the shared enrichment budget.
   --class C    only actors or only repositories
   --json       print one JSON summary instead of progress
 
-On a terminal it draws a progress bar; otherwise it prints one line per entity.
+Prints one line per entity and a summary (stdout); on a terminal, a progress bar under
+them (stderr) that ends with the summary's counts.
 Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
 1 an error; 2 bad arguments or configuration.
 `;
@@ -137,18 +136,21 @@ export function formatEntity(r: EnrichResult): string {
   return `${r.class} ${r.entityId} ${r.name ?? ''}: ${r.outcome}${status}${detail}`;
 }
 
-export function formatSummary(s: EnrichRunSummary): string {
-  const o = s.outcomes;
+/** The outcome counts, worded the same in the progress bar and the summary. */
+export function formatCounts(o: EnrichRunSummary['outcomes']): string {
   const counts = `enriched ${o.enriched}, not modified ${o.not_modified}, gone ${o.gone}, retry ${o.retry}, failed ${o.failed}`;
-  const budget = s.budgetLeft === null ? '' : `; enrich budget left ${s.budgetLeft}`;
-  return `enrich: ${s.done}/${s.limit} done (${counts}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
+  return o.rate_limited > 0 ? `${counts}, rate limited ${o.rate_limited}` : counts;
 }
 
-function progressBar(s: EnrichRunSummary, left: number, width = 24): string {
+export function formatSummary(s: EnrichRunSummary): string {
+  const budget = s.budgetLeft === null ? '' : `; enrich budget left ${s.budgetLeft}`;
+  return `enrich: ${s.done}/${s.limit} done (${formatCounts(s.outcomes)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
+}
+
+export function progressBar(s: EnrichRunSummary, left: number, width = 24): string {
   const filled = Math.round((s.done / s.limit) * width);
   const bar = `${'#'.repeat(filled)}${'.'.repeat(width - filled)}`;
-  const o = s.outcomes;
-  return `[${bar}] ${s.done}/${s.limit}  enriched ${o.enriched + o.not_modified}  gone ${o.gone}  failed ${o.failed + o.retry}  budget left ${left}`;
+  return `[${bar}] ${s.done}/${s.limit} (${formatCounts(s.outcomes)}) budget left ${left}`;
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -165,17 +167,16 @@ export async function main(argv: string[]): Promise<number> {
     throw new UsageError(`--class must be actor or repository (got "${only}")\n\n${USAGE}`);
   }
 
-  const config = loadConfig();
-  // Logs go to stderr: stdout is the command's own output (progress, lines, JSON).
-  const logger = createLogger(config.logLevel, pino.destination({ fd: 2, sync: true }));
-  const app = await createApp({ config, logger, role: 'enrich', poolMax: 3 });
+  const app = await createApp({ role: 'enrich', poolMax: 3 });
   let interrupted = false;
   const onSignal = () => {
     interrupted = true;
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const tty = !parsed.values.json && process.stdout.isTTY === true;
+  // The bar is progress, not a result: it lives on stderr's last line (a TTY only), the
+  // per-entity lines (results) go to stdout above it, and so do log lines.
+  const bar = !parsed.values.json && process.stderr.isTTY === true;
   try {
     const summary = await runEnrich(app, {
       limit,
@@ -183,21 +184,19 @@ export async function main(argv: string[]): Promise<number> {
       shouldStop: () => interrupted,
       onEntity: async (r, s) => {
         if (parsed.values.json) return;
-        if (tty) {
-          process.stdout.write(`\r${progressBar(s, budgetLeft(await app.github.budget()))}`);
-        } else {
-          process.stdout.write(`${formatEntity(r)}\n`);
+        terminal.write(process.stdout, `${formatEntity(r)}\n`);
+        if (bar) {
+          terminal.setStatus(process.stderr, progressBar(s, budgetLeft(await app.github.budget())));
         }
       },
     });
-    if (parsed.values.json) {
-      process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-    } else {
-      if (tty && summary.done > 0) process.stdout.write('\n');
-      process.stdout.write(`${formatSummary(summary)}\n`);
-    }
+    terminal.clearStatus();
+    process.stdout.write(
+      parsed.values.json ? `${JSON.stringify(summary, null, 2)}\n` : `${formatSummary(summary)}\n`,
+    );
     return 0;
   } finally {
+    terminal.clearStatus();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     await app.close();

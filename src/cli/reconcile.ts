@@ -1,8 +1,5 @@
-import pino from 'pino';
 import { createApp } from '../app.ts';
-import { loadConfig } from '../config.ts';
 import { countDue } from '../enrichment/due.ts';
-import { createLogger } from '../log.ts';
 import { createBoss } from '../queue/boss.ts';
 import { type ReconcileReport, reconcile } from '../reconcile/reconciler.ts';
 import { parseCli } from './args.ts';
@@ -68,10 +65,7 @@ export function formatReport(report: ReconcileReport, due: Record<string, number
 export async function main(argv: string[]): Promise<number> {
   const parsed = parseCli(argv, USAGE, { json: { type: 'boolean' } });
   if (!parsed) return 0;
-  const config = loadConfig();
-  // Logs go to stderr: stdout is the command's own report.
-  const logger = createLogger(config.logLevel, pino.destination({ fd: 2, sync: true }));
-  const app = await createApp({ config, logger, role: 'reconcile', poolMax: 2 });
+  const app = await createApp({ role: 'reconcile', poolMax: 2, requires: 'pgboss' });
   const boss = createBoss(app.databaseUrl, app.config, app.logger, {
     role: 'reconcile',
     max: 2,

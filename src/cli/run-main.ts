@@ -1,3 +1,4 @@
+import { DatabaseNotSetUp } from '../db/setup-state.ts';
 import { ConfigError, UsageError } from '../errors.ts';
 
 export type Main = (argv: string[]) => Promise<number>;
@@ -19,6 +20,9 @@ export async function runMain(name: string, main: Main, argv: string[]): Promise
     } else if (err instanceof UsageError) {
       process.stderr.write(`${name}: ${err.message}\nRun "bin/${name} --help" for usage.\n`);
       code = 2;
+    } else if (err instanceof DatabaseNotSetUp) {
+      process.stderr.write(`${name}: ${err.message}\n`);
+      code = 1;
     } else {
       const e = err as Error & { code?: string };
       process.stderr.write(

@@ -22,7 +22,7 @@ SIGTERM/SIGINT stops gracefully; a second signal exits at once.
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  const app = await createApp({ role: 'web', poolMax: 6 });
+  const app = await createApp({ role: 'web', poolMax: 6, requires: 'none' });
   const stopRequested = shutdownSignal(app.logger, { forceAfterMs: 15_000 });
   let boss: PgBoss | undefined;
   let server: Awaited<ReturnType<typeof startWebServer>> | undefined;

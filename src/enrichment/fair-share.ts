@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { defaultQuota } from '../github/credential.ts';
 import { SPENDS_QUOTA } from '../github/ledger.ts';
-import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
+import type { GitHubClient } from '../github/types.ts';
 import { hasDueWork } from './due.ts';
 import { type EntityClass, otherClass } from './entity.ts';
 
@@ -9,8 +10,9 @@ import { type EntityClass, otherClass } from './entity.ts';
  * The split of enrichment's allowance between the two classes (DESIGN §6, ADR 0006).
  *
  * The GitHub layer enforces the hard limit (enrich may spend floor(quota × ENRICH_SHARE)
- * an hour). This adds one rule on top: while the OTHER class has due work, a class may
- * not take more than half of that allowance (rounded up) in the window. When the other
+ * an hour of each credential; the allowance here is the pool's sum). This adds one rule on
+ * top: while the OTHER class has due work, a class may not take more than half of that
+ * allowance (rounded up) in the window. When the other
  * class has nothing due, the rule steps aside, so the split is work-conserving: a flood
  * of repositories can never starve ten actors, and ten actors never idle a budget that
  * repositories could use.
@@ -32,40 +34,48 @@ export interface ShareDecision {
 }
 
 /**
- * The budget's own window (src/github/budget.ts): GitHub's current rate-limit hour when
- * known (it ends at resetAt), else the last 60 minutes. Counting over the same window
- * with the same "spends quota" rule keeps the halves in step with the allowance.
+ * The pool's enrich allowance and what `cls` took of it, in one statement: per credential,
+ * floor(quota × share) — the quota GitHub last reported, else the default for its kind — and
+ * the enrich requests of `cls` that spend quota (sent or still open; not a free 304) in the
+ * budget's own window (src/github/budget-state.ts): GitHub's current rate-limit hour when
+ * known, else the last 60 minutes (from the last known reset at the earliest). Reading the rate-limit rows directly rather than a whole
+ * budget snapshot saves every credential's window count on every entity.
  */
-export function windowStart(b: BudgetSnapshot, now: Date): Date {
-  if (b.resetAt && b.resetAt.getTime() > now.getTime())
-    return new Date(b.resetAt.getTime() - HOUR_MS);
-  return new Date(now.getTime() - HOUR_MS);
-}
-
-/** Enrich requests of `cls` that spend quota in the window (sent or still open; not a free 304). */
-export async function classSpent(
-  db: Db,
-  credential: string,
+export function classWindowStatement(
+  credentials: readonly string[],
   cls: EntityClass,
-  since: Date,
-): Promise<number> {
-  const r = await sql<{ n: number }>`
-    SELECT count(*)::int AS n FROM github_requests
-    WHERE credential = ${credential} AND reserved_at >= ${since} AND purpose = 'enrich'
-      AND entity_class = ${cls} AND ${SPENDS_QUOTA}`.execute(db);
-  return r.rows[0]!.n;
+  share: number,
+  now: Date,
+) {
+  const rows = credentials.map((c) => sql`(${c}::text, ${defaultQuota(c)}::int)`);
+  return sql<{ allowance: number; spent: number }>`
+    WITH creds (credential, default_quota) AS (VALUES ${sql.join(rows)}),
+    w AS (
+      SELECT creds.credential,
+        floor(COALESCE(rl.quota, creds.default_quota) * ${share}::float8)::int AS allowance,
+        CASE WHEN rl.reset_at > ${now}::timestamptz
+          THEN rl.reset_at - make_interval(secs => ${HOUR_MS / 1000})
+          ELSE GREATEST(${now}::timestamptz - make_interval(secs => ${HOUR_MS / 1000}),
+                        COALESCE(rl.reset_at, '-infinity')) END AS since
+      FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
+    )
+    SELECT COALESCE(sum(w.allowance), 0)::int AS allowance, COALESCE(sum(x.n), 0)::int AS spent
+    FROM w CROSS JOIN LATERAL (
+      SELECT count(*) AS n FROM github_requests
+      WHERE credential = w.credential AND reserved_at >= w.since AND purpose = 'enrich'
+        AND entity_class = ${cls} AND ${SPENDS_QUOTA}
+    ) x`;
 }
 
 export async function fairShare(
   db: Db,
-  github: GitHubClient,
+  github: Pick<GitHubClient, 'credentials'>,
   cls: EntityClass,
-  opts: { now: Date; ttlSeconds: number },
+  opts: { now: Date; ttlSeconds: number; share: number },
 ): Promise<ShareDecision> {
-  const budget = await github.budget();
-  const allowance = budget.allowance.enrich;
+  const r = await classWindowStatement(github.credentials, cls, opts.share, opts.now).execute(db);
+  const { allowance, spent } = r.rows[0]!;
   const half = Math.ceil(allowance / 2);
-  const spent = await classSpent(db, github.credential, cls, windowStart(budget, opts.now));
   if (spent < half) return { allowed: true, allowance, spent, half };
   const otherWaiting = await hasDueWork(db, otherClass(cls), opts.now, opts.ttlSeconds);
   return { allowed: !otherWaiting, allowance, spent, half };

@@ -121,7 +121,11 @@ export async function enrichOnce(
   let reservation = null;
   let reason: EnrichResult['reason'] = 'fair_share';
   try {
-    const share = await fairShare(db, github, cls, { now: clock.now(), ttlSeconds });
+    const share = await fairShare(db, github, cls, {
+      now: clock.now(),
+      ttlSeconds,
+      share: config.enrichment.share,
+    });
     if (share.allowed) {
       reason = 'budget';
       reservation = await github.reserve('enrich', { jobId, entity, path });

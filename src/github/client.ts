@@ -5,7 +5,7 @@ import type { RequestPurpose } from '../db/schema.ts';
 import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
 import { type BudgetPolicy, budgetSnapshot, reserve } from './budget.ts';
-import { credentialOf, defaultQuota } from './credential.ts';
+import { type Authorization, buildCredentials, type Credential } from './credentials.ts';
 import {
   BudgetExhausted,
   GitHubAuthFailed,
@@ -15,7 +15,9 @@ import {
   MalformedResponse,
   RateLimited,
 } from './errors.ts';
-import { createRequestGate } from './gate.ts';
+import { createRequestGate, type RequestGate } from './gate.ts';
+import { createHttpFetch } from './http-fetch.ts';
+import { InstallationTokenFailed } from './installation-tokens.ts';
 import { markSent, releaseReservation, settle } from './ledger.ts';
 import {
   clearAuthFailures,
@@ -33,6 +35,14 @@ import {
 } from './transport.ts';
 import type { GitHubClient, GitHubRequest, GitHubResponse, Reservation } from './types.ts';
 
+/**
+ * The GitHub client over a pool of credentials (ADR 0003, ADR 0050): every request is
+ * reserved on one credential's budget (the one with the most of its purpose's allowance
+ * left), sent through that credential's request gate with that credential's Authorization,
+ * and settled on that credential's ledger row and rate-limit row. With one credential
+ * (GITHUB_TOKEN, anonymous, fixture) this is exactly the single-credential client.
+ */
+
 export interface GitHubClientOptions {
   config: Config;
   db: Db;
@@ -46,6 +56,11 @@ export interface GitHubClientOptions {
 
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);
+
+/** A 401 on an installation token younger than this is GitHub's replication lag, not a verdict. */
+const FRESH_TOKEN_MS = 5_000;
+/** How long to let a new token reach every GitHub front end before the one retry. */
+const REPLICATION_WAIT_MS = 1_000;
 
 /** `[` and `]` are legal in a WHATWG path but GitHub wants them encoded (`dependabot%5Bbot%5D`). */
 function encodePath(p: string): string {
@@ -66,25 +81,44 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const { config, db, logger } = opts;
   const clock = opts.clock ?? systemClock;
   const mode = config.github.mode;
-  const credential = credentialOf(mode, config.github.token);
-  const policy: BudgetPolicy = { credential, share: config.enrichment.share };
+  const httpFetch = createHttpFetch({
+    connectTimeoutMs: config.github.connectTimeoutMs,
+    responseTimeoutMs: config.github.responseTimeoutMs,
+  });
+
   const transport =
     opts.transport ??
     (mode === 'fixture'
       ? fixtureTransport({ dir: config.github.fixturesDir, apiUrl: config.github.apiUrl })
       : liveTransport({
           apiUrl: config.github.apiUrl,
-          token: config.github.token,
           userAgent: config.github.userAgent,
-          connectTimeoutMs: config.github.connectTimeoutMs,
-          responseTimeoutMs: config.github.responseTimeoutMs,
+          fetch: httpFetch,
         }));
-  const gate = createRequestGate({
-    databaseUrl: opts.databaseUrl,
-    credential,
-    waitSeconds: config.github.gateWaitSeconds,
-    logger,
-  });
+  // One gate per credential (and one per App for its token requests), opened on first use;
+  // each holds one connection of its own.
+  const gates = new Map<string, RequestGate>();
+  let closed = false;
+  const gateFor = (name: string): RequestGate => {
+    if (closed) throw new Error('GitHub client is closed');
+    let gate = gates.get(name);
+    if (!gate) {
+      gate = createRequestGate({
+        databaseUrl: opts.databaseUrl,
+        credential: name,
+        waitSeconds: config.github.gateWaitSeconds,
+        logger,
+      });
+      gates.set(name, gate);
+    }
+    return gate;
+  };
+  const pool = buildCredentials(config, { logger, fetch: httpFetch, gate: gateFor });
+  const byLabel = new Map<string, Credential>(pool.map((c) => [c.label, c]));
+  const policy: BudgetPolicy = {
+    credentials: pool.map((c) => ({ label: c.label, defaultQuota: c.defaultQuota })),
+    share: config.enrichment.share,
+  };
 
   async function reserveOrNull(
     purpose: RequestPurpose,
@@ -100,7 +134,12 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   }
 
   /** Turn an answer into a GitHubResponse or the error it stands for. */
-  function classify<T>(path: string, raw: RawResponse, requestId: number): GitHubResponse<T> {
+  function classify<T>(
+    path: string,
+    raw: RawResponse,
+    requestId: number,
+    credential: string,
+  ): GitHubResponse<T> {
     const { status, headers } = raw;
     const base = {
       status,
@@ -126,11 +165,55 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       }
     }
     if (RETURNED.has(status)) return { ...base, data: undefined };
-    if (status === 401) throw new GitHubAuthFailed(path);
+    if (status === 401) throw new GitHubAuthFailed(path, undefined, credential);
     if (status >= 500) throw new GitHubUnavailable(path, status, `HTTP ${status}`);
     const retryAt = rateLimitRetryAt(status, headers, errorMessage(raw.body), clock.now());
     if (retryAt) throw new RateLimited(status, retryAt, path);
     throw new GitHubRequestFailed(path, status, errorMessage(raw.body) || 'unexpected status');
+  }
+
+  /**
+   * An installation could not get a token: GitHub refused the App or the installation
+   * (a 4xx: bad key or ID, uninstalled, suspended) — an auth failure of that credential,
+   * on the auth ladder like a 401 — or the token endpoint failed (transient). Nothing was
+   * sent with the reservation either way.
+   */
+  async function authorizationFailed(cred: Credential, path: string, err: unknown) {
+    if (!(err instanceof InstallationTokenFailed)) return err;
+    if (err.rejected) {
+      const block = await recordAuthFailure(db, cred.label, clock.now(), cred.defaultQuota);
+      return new GitHubAuthFailed(path, block, cred.label);
+    }
+    return err.notSent
+      ? new GitHubUnreachable(path, err.message, err)
+      : new GitHubUnavailable(path, err.status, err.message, err);
+  }
+
+  /**
+   * Sends with the credential's header. An installation token GitHub answers 401 to is
+   * tried once more: within its first seconds GitHub may not know it everywhere yet
+   * (replication), so the same token a second later; an older one may have been revoked
+   * (or our clock is off), so a new token at once. Same ledger row: one logical request.
+   */
+  async function sendAs(
+    cred: Credential,
+    auth: Authorization,
+    req: { path: string; etag: string | null },
+  ): Promise<{ raw: RawResponse; retried: boolean }> {
+    const send = (a: Authorization) =>
+      transport.send({ method: 'GET', ...req, authorization: a.header });
+    const raw = await send(auth);
+    if (raw.status !== 401 || cred.kind !== 'installation') return { raw, retried: false };
+    const fresh = auth.issuedAt !== null && Date.now() - auth.issuedAt < FRESH_TOKEN_MS;
+    if (fresh) await new Promise((r) => setTimeout(r, REPLICATION_WAIT_MS));
+    else cred.invalidate();
+    let again: Authorization;
+    try {
+      again = await cred.authorize();
+    } catch {
+      return { raw, retried: false }; // the 401 stands; the next request asks again
+    }
+    return { raw: await send(again), retried: true };
   }
 
   async function request<T>(req: GitHubRequest): Promise<GitHubResponse<T>> {
@@ -142,11 +225,30 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       reservation = d.reservation;
     }
     const id = reservation.id;
+    const cred = byLabel.get(reservation.credential);
+    const giveBack = (reason: string) =>
+      releaseReservation(db, id, reason, clock.now()).catch(() => {});
+    if (!cred) {
+      await giveBack('reserved on a credential this process does not hold');
+      throw new Error(`reservation ${id} is for ${reservation.credential}, not in this pool`);
+    }
+    const credential = cred.label;
     const started = Date.now();
     let raw: RawResponse | null = null;
+    let retried = false;
     let failure: unknown = null;
+    let unauthorized: { err: unknown } | null = null;
     try {
-      await gate.run(async () => {
+      await gateFor(credential).run(async () => {
+        // The header right before sending, once the gate is ours: an installation token is
+        // checked (and replaced when due) after any wait for the gate, never before it.
+        let auth: Authorization;
+        try {
+          auth = await cred.authorize();
+        } catch (err) {
+          unauthorized = { err };
+          return;
+        }
         await markSent(db, id, {
           path,
           method: 'GET',
@@ -155,15 +257,21 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           runId: req.runId,
         });
         try {
-          raw = await transport.send({ method: 'GET', path, etag: req.etag ?? null });
+          ({ raw, retried } = await sendAs(cred, auth, { path, etag: req.etag ?? null }));
         } catch (err) {
           failure = err;
         }
       });
     } catch (err) {
       // Nothing was sent (gate timeout, or the ledger refused): give the reservation back.
-      await releaseReservation(db, id, (err as Error).message, clock.now()).catch(() => {});
+      await giveBack((err as Error).message);
       throw err;
+    }
+    if (unauthorized) {
+      // No token, so nothing was sent: the reservation goes back unspent.
+      const { err } = unauthorized as { err: unknown };
+      await giveBack((err as Error).message);
+      throw await authorizationFailed(cred, path, err);
     }
     const durationMs = Date.now() - started;
     const now = clock.now();
@@ -174,7 +282,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     let error: unknown = failure;
     if (answer) {
       try {
-        result = classify<T>(path, answer, id);
+        result = classify<T>(path, answer, id, credential);
       } catch (err) {
         error = err;
       }
@@ -196,18 +304,20 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     // A 403/429 blocks the credential for every process until GitHub's retry-after/reset;
     // a 401 climbs the auth ladder (1, 5, 15, 60 min) so no poll or cycle repeats it every
     // tick; any other answer proves the credential is accepted and clears that ladder.
+    // Either block is this credential's: the rest of the pool carries on.
     if (error instanceof RateLimited) {
       const until = error.retryAt;
       await db.transaction().execute(async (trx) => {
         await settle(trx, id, settlement, credential);
-        await recordBlock(trx, credential, until, defaultQuota(credential));
+        await recordBlock(trx, credential, until, cred.defaultQuota);
       });
     } else if (error instanceof GitHubAuthFailed) {
+      cred.invalidate();
       const block = await db.transaction().execute(async (trx) => {
         await settle(trx, id, settlement, credential);
-        return recordAuthFailure(trx, credential, now, defaultQuota(credential));
+        return recordAuthFailure(trx, credential, now, cred.defaultQuota);
       });
-      error = new GitHubAuthFailed(path, block);
+      error = new GitHubAuthFailed(path, block, credential);
     } else {
       // The usual case: settle and the rate-limit upsert are one statement.
       // A 2xx-4xx that is not a 401 means GitHub checked the credential and took it; a 5xx
@@ -228,6 +338,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         duration_ms: durationMs,
         request_id: id,
         credential,
+        ...(retried ? { retried_after_401: true } : {}),
         rate_limit_remaining: rateLimit?.remaining ?? null,
         error: error ? (error as Error).message : undefined,
       },
@@ -238,7 +349,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   }
 
   return {
-    credential,
+    credential: pool[0]!.label,
+    credentials: pool.map((c) => c.label),
     mode,
     async reserve(purpose, meta) {
       const d = await reserveOrNull(purpose, meta);
@@ -250,6 +362,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     },
     request,
     budget: () => budgetSnapshot(db, policy, clock.now()),
-    close: () => gate.close(),
+    async close() {
+      closed = true;
+      await Promise.all([...gates.values()].map((g) => g.close()));
+      gates.clear();
+    },
   };
 }

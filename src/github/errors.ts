@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import { credentialHint } from './credential.ts';
 
 /** 403/429 as a budget event: never data. `retryAt` is when to try again. */
 export class RateLimited extends AppError {
@@ -108,17 +109,24 @@ export class MalformedResponse extends AppError {
 export class GitHubAuthFailed extends AppError {
   readonly status = 401;
   readonly retryAt: Date | null;
-  constructor(path: string, block?: { until: Date; failures: number }) {
+  /** The credential GitHub rejected (a label, never the secret). */
+  readonly credential: string | null;
+  constructor(path: string, block?: { until: Date; failures: number }, credential?: string) {
     super(
       'GITHUB_AUTH_FAILED',
-      `GitHub rejected the credentials (401) on ${path}; check GITHUB_TOKEN${
+      `GitHub rejected the credentials (401) on ${path}; check ${credentialHint(credential)}${
         block
           ? ` (401 #${block.failures} in a row: blocked until ${block.until.toISOString()})`
           : ''
       }`,
-      { path, ...(block ? { retryAt: block.until.toISOString(), failures: block.failures } : {}) },
+      {
+        path,
+        ...(credential ? { credential } : {}),
+        ...(block ? { retryAt: block.until.toISOString(), failures: block.failures } : {}),
+      },
     );
     this.retryAt = block?.until ?? null;
+    this.credential = credential ?? null;
   }
 }
 

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Octokit } from '@octokit/rest';
 import { FixtureMiss } from './errors.ts';
-import { createHttpFetch, isRequestNotSent } from './http-fetch.ts';
+import { isRequestNotSent } from './http-fetch.ts';
 
 /**
  * How a request reaches "GitHub": over HTTP with Octokit (live), or from files
@@ -30,8 +30,16 @@ export class TransportFailure extends Error {
   }
 }
 
+export interface TransportRequest {
+  method: 'GET';
+  path: string;
+  etag: string | null;
+  /** The credential's Authorization header (`token …`), or null: sent as is, never logged. */
+  authorization?: string | null;
+}
+
 export interface Transport {
-  send(req: { method: 'GET'; path: string; etag: string | null }): Promise<RawResponse>;
+  send(req: TransportRequest): Promise<RawResponse>;
 }
 
 const silentLog = { debug() {}, info() {}, warn() {}, error() {} };
@@ -41,36 +49,33 @@ interface OctokitFailure {
   response?: { status: number; url: string; headers: Record<string, string>; data: unknown };
 }
 
+/**
+ * Octokit over our HTTP stack. The credential is chosen per request (the pool), so the
+ * Octokit instance has no auth of its own: each request carries its credential's header.
+ */
 export function liveTransport(o: {
   apiUrl: string;
-  token: string | undefined;
   userAgent: string;
-  connectTimeoutMs: number;
-  responseTimeoutMs: number;
+  fetch: typeof fetch;
 }): Transport {
   const octokit = new Octokit({
     baseUrl: o.apiUrl,
-    auth: o.token,
     userAgent: o.userAgent,
     // Octokit's request log prints request options (headers included): keep it silent.
     log: silentLog,
     request: {
-      fetch: createHttpFetch({
-        connectTimeoutMs: o.connectTimeoutMs,
-        responseTimeoutMs: o.responseTimeoutMs,
-      }),
+      fetch: o.fetch,
       // We parse bodies ourselves: a truncated body must be an error, not a string.
       parseSuccessResponseBody: false,
     },
   });
   return {
-    async send({ method, path: p, etag }) {
+    async send({ method, path: p, etag, authorization }) {
+      const headers: Record<string, string> = {};
+      if (etag) headers['if-none-match'] = etag;
+      if (authorization) headers.authorization = authorization;
       try {
-        const res = await octokit.request({
-          method,
-          url: p,
-          headers: etag ? { 'if-none-match': etag } : {},
-        });
+        const res = await octokit.request({ method, url: p, headers });
         const body = res.data ? await new Response(res.data as ReadableStream).text() : null;
         return {
           status: res.status,

@@ -68,12 +68,22 @@ export interface BudgetSnapshot {
   blockReason: BlockReason | null;
 }
 
+/** Every credential's budget, and the pool's total in the BudgetSnapshot fields. */
+export interface PoolBudget extends BudgetSnapshot {
+  /** One per credential, in configuration order ('pool' is the total's label when there are several). */
+  credentials: BudgetSnapshot[];
+}
+
 export interface GitHubClient {
+  /** The first credential's label: with a single credential (the usual case), the one. */
   readonly credential: string;
+  /** Every credential of the pool, in configuration order (labels, never secrets). */
+  readonly credentials: readonly string[];
   readonly mode: 'live' | 'fixture';
   /**
-   * Reserve budget for one request of `purpose`. Returns null when the budget says no
-   * (purpose allowance spent, observed remaining exhausted, or blocked until a reset).
+   * Reserve budget for one request of `purpose` on the credential with the most of that
+   * purpose's allowance left. Returns null when every credential says no (purpose
+   * allowance spent, observed remaining exhausted, or blocked until a reset).
    */
   reserve(
     purpose: RequestPurpose,
@@ -85,8 +95,9 @@ export interface GitHubClient {
     },
   ): Promise<Reservation | null>;
   /**
-   * reserve() with the reason when the budget says no: which rule (allowance, remaining,
-   * blocked — and for a block, rate_limit or auth) and when it frees (retryAt).
+   * reserve() with the reason when the pool says no: which rule (allowance, remaining,
+   * blocked — and for a block, rate_limit or auth) and when the first credential frees
+   * (retryAt).
    */
   tryReserve(
     purpose: RequestPurpose,
@@ -101,6 +112,7 @@ export interface GitHubClient {
    * body that is not JSON), GitHubAuthFailed (401), FixtureMiss (fixture mode).
    */
   request<T = unknown>(req: GitHubRequest): Promise<GitHubResponse<T>>;
-  budget(): Promise<BudgetSnapshot>;
+  /** The pool's total (BudgetSnapshot fields) and each credential's budget (`credentials`). */
+  budget(): Promise<PoolBudget>;
   close(): Promise<void>;
 }

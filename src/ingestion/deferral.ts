@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { EventSource } from '../db/schema.ts';
 import type { BudgetRefusal } from '../github/budget.ts';
+import { credentialHint } from '../github/credential.ts';
 import type { Logger } from '../log.ts';
 
 /**
@@ -26,14 +27,19 @@ export function clockTime(at: Date): string {
   return `${at.toISOString().slice(11, 16)} UTC`;
 }
 
-export function deferralOf(refusal: BudgetRefusal, credential: string): Deferral {
+/**
+ * A refusal of the whole pool (every credential said no; see src/github/budget.ts): it is an
+ * auth failure only when every credential is blocked by a 401, and names the one that frees
+ * first.
+ */
+export function deferralOf(refusal: BudgetRefusal): Deferral {
   const auth = refusal.reason === 'blocked' && refusal.blockReason === 'auth';
   return {
     retryAt: refusal.retryAt,
     reason: refusal.reason,
     blockReason: refusal.blockReason ?? null,
     authError: auth
-      ? `GITHUB_AUTH_FAILED: GitHub rejected credential ${credential} (401); it is blocked until ${refusal.retryAt.toISOString()} — check GITHUB_TOKEN`
+      ? `GITHUB_AUTH_FAILED: GitHub rejected credential ${refusal.credential} (401); it is blocked until ${refusal.retryAt.toISOString()} — check ${credentialHint(refusal.credential)}`
       : null,
   };
 }

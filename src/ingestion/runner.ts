@@ -151,8 +151,9 @@ export async function pollDueSources(
   const summaries: RunSummary[] = new Array(due.length);
   let next = 0;
   let failure: { err: unknown } | null = null;
-  // Once the budget refuses one source, it refuses them all (one credential, one poll
-  // allowance): the rest are put off together, without asking it again for each.
+  // Once the budget refuses one source, it refuses them all (the refusal means every
+  // credential's poll allowance is spent or blocked): the rest are put off together, without
+  // asking it again for each.
   let deferral: Deferral | null = null;
   const putOff: number[] = [];
   const worker = async () => {
@@ -310,7 +311,7 @@ async function runLocked(
     jobId: opts.jobId ?? null,
   });
   if (!decision.ok) {
-    const d = deferralOf(decision, deps.github.credential);
+    const d = deferralOf(decision);
     const [row] = await deferSources(deps.db, [sourceId], d, clock.now());
     const summary = deferredSummary(row ?? source, d);
     if (opts.logDeferral !== false) logDeferral(log, d, [summary]);

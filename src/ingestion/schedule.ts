@@ -37,8 +37,9 @@ export function notDueReason(
 
 /**
  * The poll budget's per-source floor (DESIGN §6): polls may spend what enrichment leaves
- * of the hourly quota, shared by every enabled source of this mode. The GitHub layer owns
- * the arithmetic (it knows the quota last seen for the credential).
+ * of each credential's hourly quota — summed over the pool — shared by every enabled
+ * source of this mode. The GitHub layer owns the arithmetic (it knows the quota last seen
+ * for each credential).
  */
 export async function pollFloorSeconds(
   deps: Pick<Deps, 'db' | 'github' | 'config'>,
@@ -46,7 +47,7 @@ export async function pollFloorSeconds(
 ): Promise<number> {
   return pollIntervalFloorSeconds(
     deps.db,
-    deps.github.credential,
+    deps.github.credentials,
     enabledSources,
     deps.config.enrichment.share,
   );

@@ -185,6 +185,8 @@ export async function installPgBoss(
         );
       }
       const { policy: _policy, ...mutable } = options;
+      const current = existing as unknown as Record<string, unknown>;
+      if (Object.entries(mutable).every(([k, v]) => current[k] === v)) continue;
       await boss.updateQueue(name, mutable);
       updated.push(name);
     }
@@ -195,10 +197,14 @@ export async function installPgBoss(
 }
 
 /** bin/setup's step: pg-boss schema and queues, on the app's database. */
-export async function installQueues(app: App): Promise<void> {
+export async function installQueues(
+  app: App,
+): Promise<{ created: QueueName[]; updated: QueueName[] }> {
   const { created, updated } = await installPgBoss(app.databaseUrl, app.config, app.logger);
-  app.logger.info(
+  // At info only when something changed: a setup that finds everything in place is quiet.
+  app.logger[created.length + updated.length > 0 ? 'info' : 'debug'](
     { event: 'setup.queues', schema: app.config.pgbossSchema, created, updated },
     `pg-boss schema ${app.config.pgbossSchema}: ${created.length} queue(s) created, ${updated.length} updated`,
   );
+  return { created, updated };
 }

@@ -25,14 +25,46 @@ export interface StatusReport {
   /** Recorded gaps by state, pushes recovered from the archive, the last backfill. */
   gaps: GapStatus;
   enrichment: Backlog;
-  /** null with budgetError when the budget could not be read. */
+  /** The pool's total (one credential: that credential); null with budgetError when unreadable. */
   budget: BudgetSnapshot | null;
   budgetError?: string;
+  /** Each credential of the pool: labels and numbers, never a secret (empty with budgetError). */
+  credentials: CredentialStatus[];
   /** null with queuesError when pg-boss is not installed (bin/setup has not run). */
   queues: QueueStatus[] | null;
   queuesError?: string;
   lastReconcile: LastReconcile | null;
   webhooksEnabled: boolean;
+}
+
+export interface CredentialStatus {
+  /** `token:<sha256 prefix>`, `installation:<id>`, `anonymous` or `fixture`. */
+  label: string;
+  /** Hourly quota (GitHub's x-ratelimit-limit once seen). */
+  quota: number;
+  /** What is left of it in the current window; null until GitHub first answers. */
+  remaining: number | null;
+  resetAt: Date | null;
+  /** True while a 403/429 or a 401 blocks it (the rest of the pool carries on). */
+  blocked: boolean;
+  blockedUntil: Date | null;
+  blockReason: BudgetSnapshot['blockReason'];
+  spent: BudgetSnapshot['spent'];
+  allowance: BudgetSnapshot['allowance'];
+}
+
+export function credentialStatus(b: BudgetSnapshot): CredentialStatus {
+  return {
+    label: b.credential,
+    quota: b.quota,
+    remaining: b.remaining,
+    resetAt: b.resetAt,
+    blocked: b.blockedUntil !== null,
+    blockedUntil: b.blockedUntil,
+    blockReason: b.blockReason,
+    spent: b.spent,
+    allowance: b.allowance,
+  };
 }
 
 export type StatusDeps = Pick<Deps, 'db' | 'config' | 'clock'> & {
@@ -49,12 +81,15 @@ export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
     gaps: await gapStatus(db),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
     budget: null,
+    credentials: [],
     queues: null,
     lastReconcile: null,
     webhooksEnabled: config.webhookSecret !== undefined,
   };
   try {
-    report.budget = await deps.github.budget();
+    const { credentials, ...total } = await deps.github.budget();
+    report.budget = total;
+    report.credentials = credentials.map(credentialStatus);
   } catch (err) {
     report.budgetError = (err as Error).message;
   }

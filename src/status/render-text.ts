@@ -32,6 +32,25 @@ export function lastBackfillLine(report: StatusReport): string {
   return `Last backfill: ${b.file} (${b.scope}) ${b.state} ${relative(b.updatedAt, report.generatedAt)}: ${count(b.pushesCreated)} pushes stored, ${count(b.linesDone)} lines read${error}`;
 }
 
+/** One row per credential of the pool: what it may spend, what it spent, whether it is blocked. */
+function credentialsTable(report: StatusReport): string[] {
+  const now = report.generatedAt;
+  return table(
+    ['credential', 'quota', 'remaining', 'resets', 'poll', 'enrich', 'blocked'],
+    report.credentials.map((c) => [
+      c.label,
+      String(c.quota),
+      c.remaining === null ? '?' : String(c.remaining),
+      relative(c.resetAt, now),
+      `${c.spent.poll}/${c.allowance.poll}`,
+      `${c.spent.enrich}/${c.allowance.enrich}`,
+      c.blocked && c.blockedUntil
+        ? `${c.blockReason === 'auth' ? '401' : 'rate limit'} until ${c.blockedUntil.toISOString()}`
+        : 'no',
+    ]),
+  ).map((line) => `  ${line}`);
+}
+
 export function renderText(report: StatusReport): string {
   const now = report.generatedAt;
   const out: string[] = [`github-push-ingestor status at ${now.toISOString()}`, ''];
@@ -110,13 +129,14 @@ export function renderText(report: StatusReport): string {
     out.push(
       `  quota ${b.quota}/h, remaining ${b.remaining ?? 'unknown'}, resets ${relative(b.resetAt, now)}` +
         (b.blockedUntil && b.blockedUntil > now
-          ? `, BLOCKED${b.blockReason === 'auth' ? ' (GitHub rejected the token: 401)' : ''} until ${b.blockedUntil.toISOString()}`
+          ? `, BLOCKED${b.blockReason === 'auth' ? ' (GitHub rejected the credential: 401)' : ''} until ${b.blockedUntil.toISOString()}`
           : ''),
       `  spent this window: poll ${b.spent.poll}/${b.allowance.poll}, enrich ${b.spent.enrich}/${b.allowance.enrich}`,
     );
   } else {
     out.push(`  unavailable: ${report.budgetError ?? 'unknown error'}`);
   }
+  if (report.credentials.length > 0) out.push('', 'Credentials', ...credentialsTable(report));
 
   out.push('', 'Queues');
   if (report.queues) {

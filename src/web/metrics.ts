@@ -3,7 +3,7 @@ import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'pr
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { backlog } from '../enrichment/due.ts';
-import type { GitHubClient } from '../github/types.ts';
+import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
 import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
@@ -89,6 +89,51 @@ async function jobDurationHistogram(db: Db, schema: string): Promise<Metric> {
 /** A label value from the database, folded into a fixed set. */
 function label(value: string | undefined, known: readonly string[]): string {
   return value !== undefined && known.includes(value) ? value : 'other';
+}
+
+/**
+ * The pool, per credential (labels: `token:<sha256 prefix>`, `installation:<id>`, never a
+ * secret): what each may spend and has spent in its window, what it has left, and whether
+ * a 403/429 (rate_limit) or a 401 (auth) blocks it. The totals above are their sums.
+ */
+function credentialGauges(
+  gauge: (name: string, help: string, labelNames?: string[]) => Gauge,
+  credentials: BudgetSnapshot[],
+): void {
+  const spent = gauge(
+    'gpi_github_credential_spent',
+    "Requests that spent quota in the credential's current window, by credential and purpose",
+    ['credential', 'purpose'],
+  );
+  const allowance = gauge(
+    'gpi_github_credential_allowance',
+    'Requests the credential may spend per window, by purpose (ENRICH_SHARE of its quota)',
+    ['credential', 'purpose'],
+  );
+  const remaining = gauge(
+    'gpi_github_credential_remaining',
+    "What the credential has left in its window (GitHub's last remaining minus spent since)",
+    ['credential'],
+  );
+  const blocked = gauge(
+    'gpi_github_credential_blocked',
+    '1 while a 403/429 (reason rate_limit) or a 401 (reason auth) blocks the credential',
+    ['credential', 'reason'],
+  );
+  for (const c of credentials) {
+    const credential = c.credential;
+    for (const purpose of ['poll', 'enrich'] as const) {
+      spent.set({ credential, purpose }, c.spent[purpose]);
+      allowance.set({ credential, purpose }, c.allowance[purpose]);
+    }
+    if (c.remaining !== null) remaining.set({ credential }, c.remaining);
+    for (const reason of ['rate_limit', 'auth'] as const) {
+      blocked.set(
+        { credential, reason },
+        c.blockedUntil !== null && c.blockReason === reason ? 1 : 0,
+      );
+    }
+  }
 }
 
 export interface MetricsDeps {
@@ -376,5 +421,6 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
       spent.set({ purpose }, budget.spent[purpose]);
       allowance.set({ purpose }, budget.allowance[purpose]);
     }
+    credentialGauges(gauge, budget.credentials);
   }
 }

@@ -70,8 +70,14 @@ function health(report: StatusReport): Health {
   }
   if (blocked)
     problems.push(
-      report.budget?.blockReason === 'auth' ? 'GitHub rejected the token (401)' : 'rate limited',
+      report.budget?.blockReason === 'auth'
+        ? 'GitHub rejected the credentials (401)'
+        : 'rate limited',
     );
+  const someBlocked = report.credentials.filter((c) => c.blocked);
+  if (!blocked && someBlocked.length > 0) {
+    problems.push(`${someBlocked.length} of ${report.credentials.length} credentials blocked`);
+  }
   if (problems.length) return { level: 'warn', text: problems.join(', ') };
   return { level: 'ok', text: enabled.length ? 'healthy' : 'no enabled sources' };
 }
@@ -115,6 +121,23 @@ function sourceRow(s: SourceStatus, now: Date): string {
 <td class="num">${count(s.rejectedLast24h)}</td>
 <td class="num">${s.gapsLast24h}</td>
 </tr>`;
+}
+
+/** The pool, one row per credential (labels only: a token's fingerprint, an installation id). */
+function credentialsSection(report: StatusReport): string {
+  const now = report.generatedAt;
+  if (report.credentials.length === 0) return '';
+  const rows = report.credentials
+    .map((c) => {
+      const blocked = c.blocked
+        ? `<span class="pill ${c.blockReason === 'auth' ? 'bad' : 'warn'}">${c.blockReason === 'auth' ? '401' : 'rate limit'} until ${e(relative(c.blockedUntil, now).replace('in ', ''))}</span>`
+        : 'no';
+      return `<tr><td><code>${e(c.label)}</code></td><td class="num">${count(c.quota)}</td><td class="num">${c.remaining === null ? '?' : count(c.remaining)}</td><td>${e(relative(c.resetAt, now))}</td><td class="num">${c.spent.poll} / ${c.allowance.poll}</td><td class="num">${c.spent.enrich} / ${c.allowance.enrich}</td><td>${blocked}</td></tr>`;
+    })
+    .join('\n');
+  return `<section><h2>Credentials <span class="muted">(${report.credentials.length})</span></h2>
+<table id="credentials"><thead><tr><th>credential</th><th class="num">quota</th><th class="num">remaining</th><th>resets</th><th class="num">poll spent</th><th class="num">enrich spent</th><th>blocked</th></tr></thead>
+<tbody>${rows}</tbody></table></section>`;
 }
 
 export function renderPage(report: StatusReport, series: MinuteSeries): string {
@@ -221,6 +244,7 @@ ${barChart(
 <table id="sources"><thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">rejected 24h</th><th class="num">gaps 24h</th></tr></thead>
 <tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || '<tr><td colspan="12" class="muted">No sources yet: bin/sources add public</td></tr>'}</tbody></table></section>
 <section><h2>Queues</h2>${queues}</section>
+${credentialsSection(report)}
 </main>
 <footer>Refreshes every 30 s. Same data: <code>bin/status</code>, <code>GET /status</code>, and the <code>ingest_overview</code>, <code>enrichment_backlog</code>, <code>queue_overview</code> views.</footer>
 </body>

@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
+import { isNotSetUpError, NOT_SET_UP } from '../db/setup-state.ts';
 import type { Deps } from '../deps.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';
@@ -99,6 +100,11 @@ export function createHandler(deps: WebDeps): http.RequestListener {
       return sendJson(res, 405, { error: 'method not allowed' });
     }
     handler(req, res).catch((err: unknown) => {
+      if (isNotSetUpError(err)) {
+        // Before bin/setup: say so (503, like /readyz) instead of a 500 and a stack.
+        if (!res.headersSent) sendJson(res, 503, { error: NOT_SET_UP });
+        return;
+      }
       deps.logger.error(
         { event: 'web.request_failed', method: req.method, path, err },
         `${req.method} ${path} failed: ${(err as Error).message}`,

@@ -5,6 +5,7 @@ import { settleAbandonedReservations } from '../../src/github/ledger.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
+import { spendRows } from '../support/ledger-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /** The hourly budget (DESIGN §6), computed from the shared ledger. */
@@ -20,31 +21,12 @@ beforeEach(async () => {
 afterEach(() => clients.closeAll());
 
 /** Ledger rows as other processes would have left them in the current window. */
-async function spend(
+const spend = (
   credential: string,
   purpose: 'poll' | 'enrich',
   n: number,
-  o: {
-    status?: number;
-    outcome?: 'completed' | 'abandoned';
-    sent?: boolean;
-    ageSeconds?: number;
-  } = {},
-) {
-  const at = new Date(Date.now() - (o.ageSeconds ?? 60) * 1000);
-  const rows = Array.from({ length: n }, () => ({
-    credential,
-    purpose,
-    path: '/elsewhere',
-    outcome: o.outcome ?? 'completed',
-    status: o.status ?? 200,
-    counted: (o.status ?? 200) !== 304,
-    reserved_at: at,
-    sent_at: o.sent === false ? null : at,
-    finished_at: at,
-  }));
-  await t.db.insertInto('github_requests').values(rows).execute();
-}
+  o?: Parameters<typeof spendRows>[4],
+) => spendRows(t.db, credential, purpose, n, o);
 
 describe('allowance split', () => {
   it('gives enrichment floor(quota × share) and polls the rest', () => {

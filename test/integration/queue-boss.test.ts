@@ -75,11 +75,21 @@ describe('pg-boss installation', () => {
     }
   });
 
-  it('is idempotent: a second install creates nothing and converges options', async () => {
+  it('is idempotent: a second install creates nothing and converges only what differs', async () => {
     const { logger } = captureLogger('silent');
+    // This config's GATE_WAIT_SECONDS (2, not the template's default 10) changes the enrich
+    // queues' expiry, and nothing else.
     const again = await installPgBoss(t.url, config, logger);
     expect(again.created).toEqual([]);
-    expect([...again.updated].sort()).toEqual([...ALL_QUEUES].sort());
+    expect([...again.updated].sort()).toEqual(['enrich-actor', 'enrich-repository']);
+    const expiry = await sql<{ name: string; expire_seconds: number }>`
+      SELECT name, expire_seconds FROM pgboss.queue WHERE name LIKE 'enrich-%'`.execute(t.db);
+    for (const q of expiry.rows) {
+      const def = queueDefinitions(config).find((d) => d.name === q.name)!;
+      expect(q.expire_seconds).toBe(def.expireInSeconds);
+    }
+    // Converged: a third install finds nothing to do (bin/setup then logs nothing at info).
+    expect(await installPgBoss(t.url, config, logger)).toEqual({ created: [], updated: [] });
   });
 
   it('refuses to start a worker against a database without the schema (migrate: false)', async () => {

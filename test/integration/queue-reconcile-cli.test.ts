@@ -9,7 +9,8 @@ async function runReconcile(): Promise<string[]> {
   const child = spawnBin('reconcile', { DATABASE_URL: t.url, GITHUB_MODE: 'fixture' });
   const exit = await child.exited;
   expect(exit, child.stderr.join('')).toEqual({ code: 0, signal: null });
-  return child.lines.map((l) => String(l.msg));
+  // Its report is stdout; its logs (stderr) never mix into it.
+  return child.stdout.join('').trimEnd().split('\n');
 }
 
 beforeAll(async () => {

@@ -6,7 +6,8 @@ import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushPayload } from '../support/web.ts';
 import { waitFor } from './helpers.ts';
-import { addPublicSource, type Child, killAll, seedPushes, spawnBin } from './world.ts';
+import { allRowsAsText, childOutput, startWorkerAndWeb, untilAttempted } from './secret-checks.ts';
+import { addPublicSource, type Child, killAll, seedPushes } from './world.ts';
 
 /**
  * Secrets never leave the process (issue 6): bin/worker and bin/web run with a sentinel
@@ -32,25 +33,6 @@ afterAll(async () => {
   await fake?.close();
 });
 
-function everything(c: Child): string {
-  return `${JSON.stringify(c.lines)}\n${c.stderr.join('')}`;
-}
-
-async function allRowsAsText(): Promise<string> {
-  const tables = await sql<{ schema: string; name: string }>`
-    SELECT table_schema AS schema, table_name AS name FROM information_schema.tables
-    WHERE table_schema IN ('public', 'pgboss') AND table_type = 'BASE TABLE'`.execute(t.db);
-  const parts: string[] = [];
-  for (const { schema, name } of tables.rows) {
-    const r = await sql<{ t: string | null }>`
-      SELECT string_agg(x::text, E'\n') AS t FROM ${sql.table(`${schema}.${name}`)} x`.execute(
-      t.db,
-    );
-    parts.push(r.rows[0]!.t ?? '');
-  }
-  return parts.join('\n');
-}
-
 describe('secrets', () => {
   it('the token and the webhook secret appear in no log line and no table', {
     timeout: 60_000,
@@ -69,24 +51,9 @@ describe('secrets', () => {
       LOG_LEVEL: 'trace',
       HTTP_PORT: '0',
     };
-    const worker = spawnBin('worker', env);
-    const web = spawnBin('web', env);
-    children.push(worker, web);
-    const url = String(
-      (await web.waitForLine((l) => l.event === 'web.listening', 'the web to listen')).url,
-    );
-
+    const { worker, web, url } = await startWorkerAndWeb(env, children);
     // Poll + enrichment (with a 500 and a reset on the way).
-    await waitFor(
-      async () => {
-        const r = await sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM enrichment_attempts WHERE outcome IS NOT NULL`.execute(
-          t.db,
-        );
-        return r.rows[0]!.n >= world.actorIds.length + world.repositoryIds.length;
-      },
-      { timeoutMs: 30_000, what: 'every entity to have been attempted' },
-    );
+    await untilAttempted(t.db, world.actorIds.length + world.repositoryIds.length, 30_000);
 
     // A webhook delivery, and one with a bad signature.
     const body = JSON.stringify(pushPayload());
@@ -129,7 +96,7 @@ describe('secrets', () => {
     // The secrets were really in use: GitHub got the token, the signature was accepted.
     expect(fake.requests.every((r) => r.headers.authorization === `token ${TOKEN}`)).toBe(true);
     // ...and the runs really went through the paths under test, at trace level.
-    const logs = everything(worker) + everything(web);
+    const logs = childOutput(worker) + childOutput(web);
     for (const event of [
       'github.request',
       'ingestion.run_failed',
@@ -140,8 +107,8 @@ describe('secrets', () => {
       expect(logs, event).toContain(`"${event}"`);
 
     for (const c of [worker, web]) {
-      expect(everything(c)).not.toContain('SENTINEL');
+      expect(childOutput(c)).not.toContain('SENTINEL');
     }
-    expect(await allRowsAsText()).not.toContain('SENTINEL');
+    expect(await allRowsAsText(t.db)).not.toContain('SENTINEL');
   });
 });

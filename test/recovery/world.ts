@@ -74,17 +74,26 @@ export function liveDeps(
 
 export interface Child {
   process: ChildProcess;
+  /** Its log lines (pino JSON on stderr), parsed as they come. */
   lines: LogLine[];
+  /** Everything it wrote to stderr, as written (log lines included). */
   stderr: string[];
+  /** Everything it wrote to stdout: its results, never a log line. */
+  stdout: string[];
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   waitForLine(pred: (l: LogLine) => boolean, what: string, timeoutMs?: number): Promise<LogLine>;
 }
 
 /**
  * Runs bin/<name> as a child with the given environment on top of a clean one. Node 24
- * first on PATH (bin/* need type stripping). Its JSON log lines are parsed as they come.
+ * first on PATH (bin/* need type stripping). Its JSON log lines (stderr) are parsed as
+ * they come; stdout is kept apart (results only).
  */
-export function spawnBin(name: string, env: Record<string, string>, args: string[] = []): Child {
+export function spawnBin(
+  name: string,
+  env: Record<string, string | undefined>,
+  args: string[] = [],
+): Child {
   const child = spawn(path.join(ROOT, 'bin', name), args, {
     cwd: ROOT,
     env: {
@@ -97,8 +106,11 @@ export function spawnBin(name: string, env: Record<string, string>, args: string
   });
   const lines: LogLine[] = [];
   const stderr: string[] = [];
+  const stdout: string[] = [];
   let buffered = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
+  child.stdout!.on('data', (chunk: Buffer) => stdout.push(chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr.push(chunk.toString());
     buffered += chunk.toString();
     const parts = buffered.split('\n');
     buffered = parts.pop() ?? '';
@@ -111,7 +123,6 @@ export function spawnBin(name: string, env: Record<string, string>, args: string
       }
     }
   });
-  child.stderr!.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
@@ -119,6 +130,7 @@ export function spawnBin(name: string, env: Record<string, string>, args: string
     process: child,
     lines,
     stderr,
+    stdout,
     exited,
     waitForLine: (pred, what, timeoutMs = 20_000) =>
       waitFor(

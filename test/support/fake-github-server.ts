@@ -4,6 +4,10 @@
  *
  *   node test/support/fake-github-server.ts [--port N] [--seed FILE|demo]
  *          [--limit N] [--poll-interval S] [--latency-ms MS]
+ *          [--app-id N --app-public-key FILE --app-installations 1,2 [--app-token-ttl S]]
+ *
+ * With --app-*, a GitHub App whose JWTs are verified with the public key in FILE (PEM) and
+ * whose installations mint tokens at POST /app/installations/{id}/access_tokens.
  *
  * Prints one JSON line `{"url":"http://127.0.0.1:PORT"}` on stdout once listening, then
  * serves until SIGINT/SIGTERM. A seed file is JSON:
@@ -61,6 +65,10 @@ async function main(): Promise<void> {
       limit: { type: 'string' },
       'poll-interval': { type: 'string' },
       'latency-ms': { type: 'string' },
+      'app-id': { type: 'string' },
+      'app-public-key': { type: 'string' },
+      'app-installations': { type: 'string' },
+      'app-token-ttl': { type: 'string' },
     },
   });
   const limit = values.limit ? Number(values.limit) : undefined;
@@ -80,6 +88,14 @@ async function main(): Promise<void> {
   for (const [feed, events] of Object.entries(seed.events ?? {})) fake.addEvents(feed, events);
   for (const u of seed.users ?? []) fake.setUser(u);
   for (const r of seed.repos ?? []) fake.setRepo(r);
+  if (values['app-id']) {
+    fake.addApp({
+      id: Number(values['app-id']),
+      publicKey: readFileSync(values['app-public-key'] ?? '', 'utf8'),
+      installations: (values['app-installations'] ?? '').split(',').map(Number),
+      tokenTtlSeconds: values['app-token-ttl'] ? Number(values['app-token-ttl']) : undefined,
+    });
+  }
 
   process.stdout.write(`${JSON.stringify({ url: fake.url })}\n`);
   const stop = () => {

@@ -1,6 +1,13 @@
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import {
+  type FakeAppOptions,
+  fakeApps,
+  MINT_PATH,
+  type MintedToken,
+  tokenKey,
+} from './fake-github-app.ts';
 import type { GitHubEvent, Json } from './github-factories.ts';
 
 /**
@@ -17,8 +24,14 @@ import type { GitHubEvent, Json } from './github-factories.ts';
  * /repositories/{id}; a renamed repository's old path answers 301 to /repositories/{id}.
  *
  * Quota: x-ratelimit-* on every response; one bucket per credential (anonymous: 60/h,
- * with an Authorization header: 5000/h); remaining 0 → 403. Two requests in flight at
- * once → 403 secondary limit with retry-after: 60, recorded in `secondaryLimitHits`.
+ * with an Authorization header: 5000/h; a GitHub App installation: its own, see
+ * fake-github-app.ts); remaining 0 → 403. Two requests in flight at once FOR ONE
+ * CREDENTIAL → 403 secondary limit with retry-after: 60, recorded in `secondaryLimitHits`
+ * (different credentials may overlap, as on GitHub).
+ *
+ * GitHub Apps: `addApp` registers an App by its public key; `POST
+ * /app/installations/{id}/access_tokens` verifies the RS256 JWT and mints `ghs_…` tokens
+ * (`mintedTokens`, `jwtsSeen`), which expire (`tokenTtlSeconds`) and can be revoked.
  */
 
 export type FeedKey = string;
@@ -69,6 +82,11 @@ export interface RecordedRequest {
   rawUrl: string;
   query: Record<string, string>;
   headers: http.IncomingHttpHeaders;
+  /**
+   * Whose request: 'anonymous', 'token:<sha256 prefix>' (the client's label),
+   * 'installation:<id>', 'app:<id>' (a token request), 'invalid' (a token GitHub rejects).
+   */
+  credential: string;
   /** null while in flight, or when the fault reset/hung the connection. */
   status: number | null;
   counted: boolean;
@@ -94,7 +112,10 @@ export interface FakeGitHub {
   readonly requests: RecordedRequest[];
   /** Requests that spent quota (not 304s, not primary-limit 403s, not resets/hangs). */
   readonly countedRequests: number;
+  /** Most requests in flight at once, any credentials. */
   readonly maxInFlight: number;
+  /** Most requests in flight at once for one credential, per credential. */
+  readonly maxInFlightByCredential: Readonly<Record<string, number>>;
   readonly inFlight: number;
   readonly secondaryLimitHits: number;
   /** Called with each request after it is recorded and before it is answered. */
@@ -108,18 +129,36 @@ export interface FakeGitHub {
   removeRepo(fullName: string): void;
   renameRepo(oldFullName: string, newFullName: string): void;
   setPollInterval(feed: FeedKey, seconds: number): void;
-  /** Without `token`: every bucket now and every new one; with it: that token's bucket. */
-  setRateLimit(setting: RateLimitSetting, opts?: { token?: string | null }): void;
-  rateLimit(opts?: { token?: string | null }): {
+  /**
+   * Without `token`/`installation`: every bucket now and every new one; with one: that
+   * token's (or installation's) bucket.
+   */
+  setRateLimit(setting: RateLimitSetting, opts?: BucketOf): void;
+  rateLimit(opts?: BucketOf): {
     limit: number;
     remaining: number;
     resetAt: Date;
     used: number;
   };
   fail(fault: Fault): void;
+  /** Register a GitHub App (its public key) and its installations. */
+  addApp(app: FakeAppOptions): void;
+  /** The installation is gone: its token requests answer 404. */
+  removeInstallation(installationId: number): void;
+  /** Every token minted so far for the installation answers 401 from now on. */
+  revokeInstallationTokens(installationId: number): void;
+  /** Installation tokens minted, in order (the tests' sentinels). */
+  readonly mintedTokens: readonly MintedToken[];
+  /** Every App JWT received by the token endpoint (the tests' sentinels). */
+  readonly jwtsSeen: readonly string[];
   /** Back to the state right after start: no data, faults, hook, requests or counters. */
   reset(): void;
   close(): Promise<void>;
+}
+
+export interface BucketOf {
+  token?: string | null;
+  installation?: number;
 }
 
 interface Bucket {
@@ -161,7 +200,10 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
   let counted = 0;
   let inFlight = 0;
   let maxInFlight = 0;
+  const inFlightBy = new Map<string, number>();
+  let maxInFlightBy: Record<string, number> = {};
   let secondaryLimitHits = 0;
+  const apps = fakeApps();
   const hanging = new Set<http.ServerResponse>();
 
   const feedOf = (key: string) => {
@@ -173,12 +215,12 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     return f;
   };
 
-  /** `auth` is an Authorization header value (`token X` / `Bearer X`) or a bare token. */
-  function bucketFor(auth: string | undefined): Bucket {
-    const key = auth ? `token:${auth.replace(/^(token|bearer)\s+/i, '')}` : 'anonymous';
+  /** The bucket of a credential: 'anonymous', a token's label, or 'installation:<id>'. */
+  function bucketFor(key: string, ownLimit?: number): Bucket {
     let b = buckets.get(key);
     if (!b) {
-      const limit = bucketOverride?.limit ?? (auth ? tokenLimit : anonymousLimit);
+      const limit =
+        bucketOverride?.limit ?? ownLimit ?? (key === 'anonymous' ? anonymousLimit : tokenLimit);
       b = {
         limit,
         remaining: bucketOverride?.remaining ?? limit,
@@ -191,6 +233,37 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       b.resetAt = nextHour();
     }
     return b;
+  }
+
+  const keyOf = (o: BucketOf = {}) =>
+    o.installation !== undefined
+      ? `installation:${o.installation}`
+      : o.token
+        ? tokenKey(o.token)
+        : 'anonymous';
+
+  const ownLimit = (o: BucketOf = {}) =>
+    o.installation !== undefined ? apps.limitOf(o.installation) : undefined;
+
+  /**
+   * Who is asking, from the Authorization header: a token (its bucket), an installation
+   * token (the installation's bucket, or a 401 when expired, revoked or unknown), nobody.
+   */
+  function identify(authorization: string | undefined): {
+    credential: string;
+    bucket: Bucket | null;
+    rejected: boolean;
+  } {
+    const token = authorization?.replace(/^(token|bearer)\s+/i, '');
+    if (!token) return { credential: 'anonymous', bucket: bucketFor('anonymous'), rejected: false };
+    const installation = apps.identify(token);
+    if (installation === null) {
+      const credential = tokenKey(token);
+      return { credential, bucket: bucketFor(credential), rejected: false };
+    }
+    if (!installation.ok) return { credential: 'invalid', bucket: null, rejected: true };
+    const credential = `installation:${installation.installationId}`;
+    return { credential, bucket: bucketFor(credential, installation.limit), rejected: false };
   }
 
   function rateHeaders(b: Bucket): Record<string, string> {
@@ -322,12 +395,20 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
 
   async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://fake.invalid');
+    const method = req.method ?? 'GET';
+    const mintFor = method === 'POST' ? MINT_PATH.exec(url.pathname) : null;
+    // A token request is the App's (its JWT): it spends no installation's quota.
+    const mint = mintFor ? apps.mint(req.headers.authorization, Number(mintFor[1])) : null;
+    const who = mint
+      ? { credential: mint.credential, bucket: null, rejected: false }
+      : identify(req.headers.authorization);
     const rec: RecordedRequest = {
-      method: req.method ?? 'GET',
+      method,
       path: decodeURIComponent(url.pathname),
       rawUrl: url.pathname + url.search,
       query: Object.fromEntries(url.searchParams),
       headers: req.headers,
+      credential: who.credential,
       status: null,
       counted: false,
       startedAt: new Date(),
@@ -336,20 +417,24 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     requests.push(rec);
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
-    const concurrent = inFlight > 1;
+    const mine = (inFlightBy.get(who.credential) ?? 0) + 1;
+    inFlightBy.set(who.credential, mine);
+    maxInFlightBy[who.credential] = Math.max(maxInFlightBy[who.credential] ?? 0, mine);
+    const concurrent = mine > 1;
     let ended = false;
     const end = () => {
       if (ended) return;
       ended = true;
       inFlight--;
+      inFlightBy.set(who.credential, (inFlightBy.get(who.credential) ?? 1) - 1);
       rec.endedAt = new Date();
       hanging.delete(res);
     };
     res.on('close', end);
 
-    const bucket = bucketFor(req.headers.authorization);
+    const bucket = who.bucket;
     const send = (a: Answer, spend: boolean) => {
-      if (spend && bucket.remaining > 0) {
+      if (spend && bucket && bucket.remaining > 0) {
         bucket.remaining--;
         counted++;
         rec.counted = true;
@@ -359,7 +444,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
         'content-type': 'application/json; charset=utf-8',
         'x-github-media-type': 'github.v3; format=json',
         'x-github-request-id': `FAKE:${requests.length}`,
-        ...rateHeaders(bucket),
+        ...(bucket ? rateHeaders(bucket) : {}),
         ...a.headers,
       };
       if (a.body === undefined) delete headers['content-type'];
@@ -389,6 +474,15 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
         return;
       }
 
+      if (mint) {
+        send(json(mint.status, mint.body), false);
+        return;
+      }
+      if (who.rejected) {
+        send(json(401, { message: 'Bad credentials', documentation_url: DOCS }), false);
+        return;
+      }
+
       const fault = takeFault(rec.method, url);
       if (fault?.delayMs) await sleep(fault.delayMs);
       if (fault?.hang) {
@@ -413,7 +507,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
         return;
       }
 
-      if (bucket.remaining <= 0) {
+      if (bucket && bucket.remaining <= 0) {
         send(
           json(403, {
             message: `API rate limit exceeded for ${req.socket.remoteAddress}. (But here's the good news: Authenticated requests get a higher rate limit.)`,
@@ -458,6 +552,18 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     get maxInFlight() {
       return maxInFlight;
     },
+    get maxInFlightByCredential() {
+      return maxInFlightBy;
+    },
+    get mintedTokens() {
+      return apps.minted;
+    },
+    get jwtsSeen() {
+      return apps.jwts;
+    },
+    addApp: (app) => apps.addApp(app),
+    removeInstallation: (id) => apps.removeInstallation(id),
+    revokeInstallationTokens: (id) => apps.revokeTokens(id),
     get inFlight() {
       return inFlight;
     },
@@ -523,15 +629,15 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
         if (setting.remaining !== undefined) b.remaining = setting.remaining;
         if (setting.resetAt !== undefined) b.resetAt = setting.resetAt;
       };
-      if (o.token !== undefined) {
-        apply(bucketFor(o.token ?? undefined));
+      if (o.token !== undefined || o.installation !== undefined) {
+        apply(bucketFor(keyOf(o), ownLimit(o)));
         return;
       }
       bucketOverride = { ...bucketOverride, ...setting };
       for (const b of buckets.values()) apply(b);
     },
     rateLimit(o = {}) {
-      const b = bucketFor(o.token ?? undefined);
+      const b = bucketFor(keyOf(o), ownLimit(o));
       return { ...b, used: b.limit - b.remaining };
     },
     fail(fault) {
@@ -550,7 +656,9 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       requests.length = 0;
       counted = 0;
       maxInFlight = inFlight;
+      maxInFlightBy = Object.fromEntries([...inFlightBy].filter(([, n]) => n > 0));
       secondaryLimitHits = 0;
+      apps.reset();
       fake.onRequest = null;
     },
     async close() {

@@ -11,6 +11,7 @@ declare module 'vitest' {
 /** One server and one migrated template per `vitest run`; each test file clones it. */
 export default async function setup(project: TestProject) {
   const server = await startTestServer();
+  process.stderr.write(`tests use: ${server.description}\n`);
   // Names carry the run's start (epoch seconds, base 36) so that leftovers of runs killed
   // before their teardown can be dropped without touching a concurrent run's databases.
   const startedAt = Math.floor(Date.now() / 1000);

@@ -2,19 +2,26 @@ import { existsSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
-import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { acquireEmbeddedPostgres } from '../../src/db/embedded.ts';
 
 /**
- * Where the tests' Postgres comes from, in DESIGN §8 order:
- * TEST_DATABASE_URL if set, else a testcontainers Postgres when a Docker engine
- * answers, else an embedded Postgres under .data/test-postgres.
+ * Where the tests' Postgres comes from. TEST_POSTGRES chooses: `url` (TEST_DATABASE_URL),
+ * `docker` (a testcontainers postgres:18), `embedded` (the embedded Postgres 18 under
+ * .data/test-postgres, port 54339). Unset, DESIGN §8's order: TEST_DATABASE_URL if set,
+ * else testcontainers when a Docker engine answers — falling back to embedded when the
+ * container cannot start (no registry to pull from, say) — else embedded.
  */
 export interface TestServer {
   /** A URL to a maintenance database (we CREATE/DROP databases through it). */
   adminUrl: string;
   kind: 'env' | 'testcontainers' | 'embedded';
+  /** One line for the run's output: which server, and why. */
+  description: string;
   stop(): Promise<void>;
 }
+
+export const TEST_POSTGRES_CHOICES = ['url', 'docker', 'embedded'] as const;
+export type TestPostgres = (typeof TEST_POSTGRES_CHOICES)[number];
 
 function dockerAnswers(): Promise<boolean> {
   const socket = process.env.DOCKER_HOST?.startsWith('unix://')
@@ -40,33 +47,102 @@ function dockerAnswers(): Promise<boolean> {
   });
 }
 
-export async function startTestServer(): Promise<TestServer> {
-  if (process.env.TEST_DATABASE_URL) {
-    return { adminUrl: process.env.TEST_DATABASE_URL, kind: 'env', stop: async () => {} };
-  }
-  if (await dockerAnswers()) {
-    const { GenericContainer, Wait } = await import('testcontainers');
-    const container = await new GenericContainer('postgres:18')
-      .withEnvironment({ POSTGRES_PASSWORD: 'postgres' })
-      .withExposedPorts(5432)
-      .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
-      .start();
-    return {
-      adminUrl: `postgres://postgres:postgres@${container.getHost()}:${container.getMappedPort(5432)}/postgres`,
-      kind: 'testcontainers',
-      stop: async () => {
-        await container.stop();
-      },
-    };
-  }
+function urlServer(env: NodeJS.ProcessEnv): TestServer {
+  const url = env.TEST_DATABASE_URL;
+  if (!url) throw new Error('TEST_POSTGRES=url needs TEST_DATABASE_URL');
+  const u = new URL(url);
+  return {
+    adminUrl: url,
+    kind: 'env',
+    description: `TEST_DATABASE_URL (${u.hostname}:${u.port || 5432})`,
+    stop: async () => {},
+  };
+}
+
+async function dockerServer(): Promise<TestServer> {
+  const { GenericContainer, Wait } = await import('testcontainers');
+  const container = await new GenericContainer('postgres:18')
+    .withEnvironment({ POSTGRES_PASSWORD: 'postgres' })
+    .withExposedPorts(5432)
+    .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
+    .withStartupTimeout(120_000)
+    .start();
+  return {
+    adminUrl: `postgres://postgres:postgres@${container.getHost()}:${container.getMappedPort(5432)}/postgres`,
+    kind: 'testcontainers',
+    description: `testcontainers postgres:18 (${container.getId().slice(0, 12)})`,
+    stop: async () => {
+      await container.stop();
+    },
+  };
+}
+
+async function embeddedServer(): Promise<TestServer> {
   // Same launcher as the app's zero-config mode, on its own port and data directory.
-  const embedded = await startEmbeddedPostgres({
+  const embedded = await acquireEmbeddedPostgres({
     dataDir: path.resolve('.data/test-postgres'),
     port: 54339,
     database: 'postgres',
     settings: { max_connections: '300', fsync: 'off', synchronous_commit: 'off' },
+    role: 'vitest',
   });
-  return { adminUrl: embedded.url, kind: 'embedded', stop: () => embedded.stop() };
+  return {
+    adminUrl: embedded.url,
+    kind: 'embedded',
+    description: `embedded Postgres on 127.0.0.1:${embedded.port} (.data/test-postgres)`,
+    stop: async () => {
+      await embedded.release();
+    },
+  };
+}
+
+export function testPostgresChoice(env = process.env): TestPostgres | undefined {
+  const raw = env.TEST_POSTGRES?.trim();
+  if (!raw) return undefined;
+  if (!(TEST_POSTGRES_CHOICES as readonly string[]).includes(raw)) {
+    throw new Error(
+      `TEST_POSTGRES must be one of ${TEST_POSTGRES_CHOICES.join(', ')} (got "${raw}")`,
+    );
+  }
+  return raw as TestPostgres;
+}
+
+/** The ways to get a server; tests of this choice pass stand-ins. */
+export interface ServerSources {
+  env: NodeJS.ProcessEnv;
+  log: (line: string) => void;
+  dockerAnswers: () => Promise<boolean>;
+  docker: () => Promise<TestServer>;
+  embedded: () => Promise<TestServer>;
+}
+
+const realSources: ServerSources = {
+  env: process.env,
+  log: (line) => process.stderr.write(`${line}\n`),
+  dockerAnswers,
+  docker: dockerServer,
+  embedded: embeddedServer,
+};
+
+export async function startTestServer(sources: Partial<ServerSources> = {}): Promise<TestServer> {
+  const { env, log, docker, embedded, ...s } = { ...realSources, ...sources };
+  const choice = testPostgresChoice(env);
+  if (choice === 'url') return urlServer(env);
+  if (choice === 'docker') return docker();
+  if (choice === 'embedded') return embedded();
+  if (env.TEST_DATABASE_URL) return urlServer(env);
+  if (await s.dockerAnswers()) {
+    try {
+      return await docker();
+    } catch (err) {
+      // An engine that answers is not one that can run postgres:18 (no registry to pull
+      // it or testcontainers' Ryuk from, a daemon without network …): the tests still run.
+      log(
+        `tests: testcontainers could not start postgres:18 (${(err as Error).message.split('\n')[0]}); falling back to the embedded Postgres (TEST_POSTGRES=docker makes this an error)`,
+      );
+    }
+  }
+  return embedded();
 }
 
 /** Replaces the database name in a Postgres URL. */

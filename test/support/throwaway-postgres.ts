@@ -1,8 +1,12 @@
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { type EmbeddedHandle, embeddedUrl, startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import {
+  acquireEmbeddedPostgres,
+  type EmbeddedHandle,
+  embeddedUrl,
+} from '../../src/db/embedded.ts';
+import { sparePort } from './embedded-env.ts';
 
 /**
  * A Postgres server of the test's own, which the test may stop and start again (the
@@ -20,17 +24,6 @@ export interface ThrowawayPostgres {
   destroy(): Promise<void>;
 }
 
-function sparePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 export async function startThrowawayPostgres(database: string): Promise<ThrowawayPostgres> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'gpi-throwaway-pg-'));
   // As root the server runs as `postgres`, which must be able to reach its directory.
@@ -39,10 +32,11 @@ export async function startThrowawayPostgres(database: string): Promise<Throwawa
   const settings = { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' };
   let handle: EmbeddedHandle | null = null;
   const start = async () => {
-    handle = await startEmbeddedPostgres({ dataDir, port, database, settings });
+    handle = await acquireEmbeddedPostgres({ dataDir, port, database, settings, role: 'test' });
   };
+  // The test is the server's only holder, so releasing it stops the server.
   const stop = async () => {
-    await handle?.stop();
+    await handle?.release();
     handle = null;
   };
   await start();

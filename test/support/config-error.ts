@@ -1,0 +1,14 @@
+import { expect } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { ConfigError } from '../../src/errors.ts';
+
+/** The ConfigError loadConfig throws for `env` (fails the test when it throws none). */
+export function configError(env: Record<string, string>): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error(`expected a ConfigError for ${Object.keys(env).join(', ')}`);
+}
