@@ -82,7 +82,7 @@ describe('bin/backfill killed mid-file', () => {
     const second = spawnBin('backfill', env, [file]);
     children.push(second);
     expect(await second.exited).toEqual({ code: 0, signal: null });
-    const out = second.lines.map((l) => l.msg).join('\n');
+    const out = second.stdout.join('');
     const resumedAt = (Number(checkpoint.lines_done) + 1).toLocaleString('en-US');
     expect(out).toMatch(/: completed: /);
     expect(out).toContain(`(resumed at line ${resumedAt})`);
@@ -105,7 +105,7 @@ describe('bin/backfill killed mid-file', () => {
     const third = spawnBin('backfill', env, [file]);
     children.push(third);
     expect(await third.exited).toEqual({ code: 0, signal: null });
-    expect(third.lines.map((l) => l.msg).join('\n')).toMatch(/already imported/);
+    expect(third.stdout.join('')).toMatch(/already imported/);
     expect(await scalar(sql`SELECT count(*) AS n FROM push_events`)).toBe(generated.pushes);
   });
 });
