@@ -1,13 +1,14 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import { createDb } from '../src/db/pool.ts';
-import { mapEventsPage, type PushRow } from '../src/ingestion/mapping.ts';
+import { bulkStorePage } from '../src/ingestion/bulk-store.ts';
+import { mapEventsPage } from '../src/ingestion/mapping.ts';
 import { pollDueSources } from '../src/ingestion/runner.ts';
 import { addSource } from '../src/ingestion/sources.ts';
 import { storePushes } from '../src/ingestion/store.ts';
 import { startFakeGitHub } from '../test/support/fake-github.ts';
 import { type GitHubEvent, pushEvent } from '../test/support/github-factories.ts';
-import { copyChunks, copyFrom } from './lib/copy.ts';
+import { copyCeiling, pushCopyRow } from './lib/ceiling.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import { benchConfig, benchDeps } from './lib/github.ts';
 import { recordingPool, type SentStatement } from './lib/pg-recorder.ts';
@@ -20,7 +21,7 @@ import { secondsSince, timeRuns } from './lib/stats.ts';
  * pollSource, the real client with its gate and ledger) reads them in pages of 100 and
  * stores pushes, actors and repositories. Then the same push rows are COPYed into a
  * scratch table shaped like push_events (same keys and indexes): the ceiling. Target:
- * ingest ≥ 0.40 × COPY.
+ * ingest ≥ 0.25 × COPY (issue 12; issue 6 asked 0.40).
  *
  * Every statement is timed on the way (bench/lib/pg-recorder.ts), so the result says
  * where the time went: HTTP and the request ledger, each SQL statement, or JavaScript.
@@ -30,7 +31,7 @@ const SOURCES = Number(process.env.BENCH_SOURCES ?? 100);
 const EVENTS_PER_SOURCE = 300;
 /** Actors recur across feeds, as people push to many repositories. */
 const ACTOR_POOL = 5_000;
-const TARGET_RATIO = 0.4;
+const TARGET_RATIO = 0.25;
 
 function buildFeeds(): { target: string; events: GitHubEvent[] }[] {
   const feeds: { target: string; events: GitHubEvent[] }[] = [];
@@ -87,29 +88,11 @@ async function probeLatency(database: BenchDatabase): Promise<{ rtt: number; com
   }
 }
 
-function copyRow(p: PushRow, sourceId: number): unknown[] {
-  return [
-    p.id,
-    p.actor.id,
-    p.repository.id,
-    p.pushId,
-    p.ref,
-    p.head,
-    p.before,
-    p.createdAt,
-    JSON.stringify(p.payload),
-    p.size,
-    p.distinctSize,
-    'poll',
-    sourceId,
-    1,
-  ];
-}
-
 async function storeOnly(
   database: BenchDatabase,
   feeds: { target: string }[],
   fake: { feed(key: string): GitHubEvent[] },
+  path: 'storePushes' | 'bulk' = 'storePushes',
 ): Promise<number> {
   const pages = feeds.flatMap((f, i) => {
     const events = fake.feed(`repo:${f.target}`); // newest first, as served
@@ -121,6 +104,11 @@ async function storeOnly(
   const t0 = performance.now();
   for (const page of pages) {
     const mapped = mapEventsPage(page.events, 'bench');
+    if (path === 'bulk') {
+      // One statement, atomic on its own (ADR 0040).
+      await bulkStorePage(database.db, mapped.pushes, { origin: 'poll', sourceId: page.sourceId });
+      continue;
+    }
     await database.db
       .transaction()
       .execute((trx) =>
@@ -130,31 +118,6 @@ async function storeOnly(
   const perSecond = (pages.length * 100) / secondsSince(t0);
   await sql`TRUNCATE push_events, actors, repositories`.execute(database.db);
   return perSecond;
-}
-
-async function copyCeiling(database: BenchDatabase, rows: unknown[][]): Promise<number> {
-  await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
-  // Same columns, keys and indexes as push_events (LIKE copies no foreign keys).
-  await sql`CREATE TABLE bench_copy_push_events (LIKE push_events INCLUDING ALL)`.execute(
-    database.db,
-  );
-  const chunks = copyChunks(rows);
-  const client = await database.pool.connect();
-  try {
-    const t0 = performance.now();
-    const copied = await copyFrom(
-      client,
-      `COPY bench_copy_push_events (id, actor_id, repository_id, push_id, ref, head, before,
-         created_at, payload, size, distinct_size, origin, source_id, run_id) FROM STDIN`,
-      chunks,
-    );
-    const seconds = secondsSince(t0);
-    if (copied !== rows.length) throw new Error(`COPY wrote ${copied} of ${rows.length} rows`);
-    return rows.length / seconds;
-  } finally {
-    client.release();
-    await sql`DROP TABLE IF EXISTS bench_copy_push_events`.execute(database.db);
-  }
 }
 
 export async function benchIngest(database: BenchDatabase, results: ResultLog): Promise<string[]> {
@@ -206,6 +169,7 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
     // The data path alone: each page mapped and stored in its own transaction, as the
     // poll path stores it, without HTTP, the gate, the ledger or run bookkeeping.
     const storeAlone = await storeOnly(database, feeds, fake);
+    const bulkAlone = await storeOnly(database, feeds, fake, 'bulk');
     recording = true;
 
     const t0 = performance.now();
@@ -230,7 +194,7 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
 
     // The ceiling: the same rows (as the poll path maps them) through COPY.
     const rows = feeds.flatMap((f, i) =>
-      mapEventsPage(f.events, f.target).pushes.map((p) => copyRow(p, i + 1)),
+      mapEventsPage(f.events, f.target).pushes.map((p) => pushCopyRow(p, 'poll', i + 1, 1)),
     );
     const copyPerSecond = await copyCeiling(database, rows);
     const ratio = eventsPerSecond / copyPerSecond;
@@ -292,6 +256,13 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
       metric: 'store alone / COPY ratio',
       value: storeAlone / copyPerSecond,
       unit: '×',
+    });
+    results.record({
+      bench: 'ingest',
+      metric: 'bulk page store alone (map + bulkStorePage) / COPY',
+      value: bulkAlone / copyPerSecond,
+      unit: '×',
+      detail: { eventsPerSecond: bulkAlone, msPerPage: 100_000 / bulkAlone },
     });
     results.record({
       bench: 'ingest',

@@ -90,6 +90,10 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
       closed = true;
       await github.close().catch((err) => logger.warn({ err }, 'closing GitHub client failed'));
       await db.destroy().catch((err) => logger.warn({ err }, 'closing pool failed'));
+      // Kysely ends the pool only if it ever ran a query; a command that used the pool
+      // directly (bin/backfill's imports) would otherwise leave its sessions open.
+      if (!pool.ending)
+        await pool.end().catch((err) => logger.warn({ err }, 'closing pool failed'));
       await embedded
         ?.release()
         .catch((err) =>

@@ -66,6 +66,21 @@ const url = z.string().transform((raw, ctx) => {
   }
 });
 
+/** Where GH Archive hour files come from: the archive, a mirror over HTTP, or a directory. */
+const archiveUrl = z.string().transform((raw, ctx) => {
+  try {
+    const u = new URL(raw);
+    if (!['http:', 'https:', 'file:'].includes(u.protocol)) throw new Error('protocol');
+    return raw.replace(/\/+$/, '');
+  } catch {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be an http(s) URL or a file:// directory (got "${raw}")`,
+    });
+    return z.NEVER;
+  }
+});
+
 /**
  * Parsed as a URL now, so a bad one stops the process at start naming the variable
  * instead of failing later inside the driver. Never echoes the value (it may hold a password).
@@ -162,6 +177,7 @@ export const envSchema = z.object({
       return n;
     })
     .default(54329),
+  GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -202,6 +218,8 @@ export interface Config {
   readonly dataDir: string;
   /** Where the embedded Postgres listens when this process starts it (DATABASE_URL unset). */
   readonly embeddedPort: number;
+  /** GH Archive (or a mirror): where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
+  readonly archive: { readonly url: string };
 }
 
 function deepFreeze<T>(o: T): T {
@@ -266,5 +284,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     retentionDays: e.RETENTION_DAYS,
     dataDir: e.DATA_DIR,
     embeddedPort: e.EMBEDDED_POSTGRES_PORT,
+    archive: { url: e.GHARCHIVE_URL },
   });
 }

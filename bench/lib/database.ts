@@ -40,6 +40,8 @@ const BUSINESS_TABLES = [
   'github_requests',
   'github_rate_limits',
   'webhook_deliveries',
+  'backfill_files',
+  'gaps',
 ];
 
 function withDatabase(url: string, database: string): string {

@@ -7,8 +7,8 @@ const USAGE = `
 Usage: bin/worker
 
 Runs until stopped: a scheduler that enqueues poll-sources and reconcile every
-TICK_SECONDS (default 60) and maintenance hourly, and the handlers for all five
-pg-boss queues. Reconciles once at start. Run one per machine; replicas cooperate
+TICK_SECONDS (default 60) and maintenance hourly, and the handlers for all six
+pg-boss queues (backfill fills recorded gaps from GH Archive). Reconciles once at start. Run one per machine; replicas cooperate
 through Postgres. Needs bin/setup to have run (the pg-boss schema is not migrated here).
 
 SIGTERM or SIGINT: stop the scheduler, stop taking jobs, let running jobs finish
@@ -20,7 +20,8 @@ const CLOSE_MARGIN_MS = 5_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  const app = await createApp({ role: 'worker', poolMax: 8, requires: 'pgboss' });
+  // 8 as ADR 0009 sizes it for polls, + 2: a gap fill holds two sessions for its imports.
+  const app = await createApp({ role: 'worker', poolMax: 10, requires: 'pgboss' });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });

@@ -27,6 +27,10 @@ export const LockSpace = {
    * the server (ADR 0030).
    */
   embeddedHolders: 7306,
+  /** One import of a (file, scope) at a time (objid = int4Key of both), held for the session. */
+  backfillFile: 7307,
+  /** One fill of a gap at a time (objid = gap id), held for the session. */
+  gap: 7308,
 } as const;
 
 /** A stable int4 for a string (credential fingerprint, etc.). */

@@ -38,6 +38,10 @@ export type RunStatus = 'running' | 'completed' | 'not_modified' | 'failed' | 'i
 export type EnrichmentState = 'pending' | 'enriched' | 'failed' | 'gone';
 export type RequestPurpose = 'poll' | 'enrich';
 export type RequestOutcome = 'reserved' | 'sent' | 'completed' | 'error' | 'abandoned';
+/** How a push first arrived: polled, delivered by webhook, or read from a GH Archive file. */
+export type PushOrigin = 'poll' | 'webhook' | 'archive';
+export type GapState = 'open' | 'filled' | 'unavailable';
+export type BackfillFileState = 'running' | 'completed' | 'failed';
 
 export interface EventSourcesTable {
   id: Generated<BigId>;
@@ -169,7 +173,7 @@ export interface PushEventsTable {
   payload: ColumnType<unknown, string, string>;
   size: number | null;
   distinct_size: number | null;
-  origin: Generated<'poll' | 'webhook'>;
+  origin: Generated<PushOrigin>;
   source_id: BigId | null;
   run_id: BigId | null;
   ingested_at: Generated<Timestamp>;
@@ -258,7 +262,49 @@ export interface RejectedEventsTable {
   seen_count: Generated<number>;
 }
 
+/** A window a run could not read (ADR 0004) and how filling it from the archive went (ADR 0041). */
+export interface GapsTable {
+  id: Generated<BigId>;
+  source_id: BigId;
+  run_id: BigId | null;
+  from_at: Timestamp;
+  to_at: Timestamp;
+  state: Generated<GapState>;
+  events_recovered: Generated<number>;
+  filled_at: NullableTimestamp;
+  attempts: Generated<number>;
+  last_error: string | null;
+  next_attempt_at: Generated<Timestamp>;
+  created_at: Generated<Timestamp>;
+  updated_at: Generated<Timestamp>;
+}
+
+/** The checkpoint of one file import (bin/backfill or a gap fill): resume point and counters. */
+export interface BackfillFilesTable {
+  id: Generated<BigId>;
+  file: string;
+  scope: string;
+  source_id: BigId | null;
+  gap_id: BigId | null;
+  state: Generated<BackfillFileState>;
+  lines_done: Generated<BigId>;
+  events_seen: Generated<BigId>;
+  pushes_seen: Generated<BigId>;
+  pushes_kept: Generated<BigId>;
+  pushes_created: Generated<BigId>;
+  malformed: Generated<BigId>;
+  bytes: BigId | null;
+  attempts: Generated<number>;
+  error: string | null;
+  worker: string | null;
+  started_at: Generated<Timestamp>;
+  updated_at: Generated<Timestamp>;
+  finished_at: NullableTimestamp;
+}
+
 export interface Database {
+  gaps: GapsTable;
+  backfill_files: BackfillFilesTable;
   event_sources: EventSourcesTable;
   ingestion_runs: IngestionRunsTable;
   actors: ActorsTable;
@@ -281,4 +327,6 @@ export type EnrichmentAttempt = Selectable<EnrichmentAttemptsTable>;
 export type PushEvent = Selectable<PushEventsTable>;
 export type GithubRequest = Selectable<GithubRequestsTable>;
 export type WebhookDelivery = Selectable<WebhookDeliveriesTable>;
+export type Gap = Selectable<GapsTable>;
+export type BackfillFile = Selectable<BackfillFilesTable>;
 export type RejectedEventRow = Selectable<RejectedEventsTable>;

@@ -2,8 +2,9 @@ import { sql } from 'kysely';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
 import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
+import { bulkStorePage } from './bulk-store.ts';
 import type { MappedPage, PushRow } from './mapping.ts';
-import { type StoreResult, storePushes } from './store.ts';
+import type { StoreResult } from './store.ts';
 
 /**
  * One page in ONE transaction (DESIGN §3): its good pushes stored, its rejected events set
@@ -77,7 +78,8 @@ export async function storePage<T>(
   );
   try {
     return await db.transaction().execute(async (trx) => {
-      const s = await storePushes(trx, page.pushes, opts);
+      // The bulk merge (ADR 0040): one statement for actors, repositories and pushes.
+      const s = await bulkStorePage(trx, page.pushes, opts);
       const q = await quarantineEvents(trx, rejected);
       const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };
       return { stored, result: await within(trx, stored) };
@@ -95,7 +97,7 @@ export async function storePage<T>(
     };
     const refusedRows = [...rejected];
     for (const push of page.pushes) {
-      const r = await inSavepoint(trx, () => storePushes(trx, [push], opts));
+      const r = await inSavepoint(trx, () => bulkStorePage(trx, [push], opts));
       if ('ok' in r) {
         stored.created += r.ok.created;
         stored.newActors += r.ok.newActors;

@@ -1,3 +1,4 @@
+import { logGapRecorded, recordGap } from '../backfill/gaps.ts';
 import { systemClock } from '../clock.ts';
 import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import type { EventSource, GithubMode } from '../db/schema.ts';
@@ -542,7 +543,7 @@ async function finalizeSuccess(
   const floor = await pollFloorSeconds(deps, await enabledSourceCount(deps));
   const nextPollAt = addSeconds(now, Math.max(interval, floor));
   const status = state.notModified ? 'not_modified' : 'completed';
-  await deps.db.transaction().execute(async (trx) => {
+  const gap = await deps.db.transaction().execute(async (trx) => {
     await trx
       .updateTable('ingestion_runs')
       .set({ ...runCounters(state), status, finished_at: now })
@@ -566,8 +567,21 @@ async function finalizeSuccess(
       })
       .where('id', '=', source.id)
       .execute();
+    // The window this run could not read, for the archive to fill (ADR 0041). In the same
+    // transaction as the run's completion: a completed run with a gap always has its row.
+    return state.gap
+      ? recordGap(trx, {
+          sourceId: Number(source.id),
+          runId: state.runId,
+          heldIds: source.recent_event_ids,
+          lastPolledAt: source.last_polled_at,
+          readIds: state.eventIds,
+          runStartedAt: state.startedAt,
+        })
+      : null;
   });
   faultPoint('ingest.after_finalize');
+  if (gap) logGapRecorded(log, gap, ids);
   const summary = summaryOf(source, state, status, nextPollAt);
   log.info(
     {

@@ -29,6 +29,11 @@ export const CYCLE_MAX_SECONDS = 120;
 export const CYCLE_MAX_ENTITIES = 50;
 /** Maintenance works in batches until done or this many seconds have passed. */
 export const MAINTENANCE_MAX_SECONDS = 240;
+/**
+ * A backfill job starts no new gap after this long (the gap in flight finishes its hours;
+ * every chunk is checkpointed, so an expired or stopped job loses nothing).
+ */
+export const BACKFILL_MAX_SECONDS = 600;
 
 /**
  * The backstop behind the orphan sweep (ADR 0011), which fails a dead worker's job as soon
@@ -47,7 +52,7 @@ export interface QueueDefinition extends Omit<Queue, 'name'> {
 }
 
 /**
- * The five queues and their policies. Every queue is `stately` (at most one job queued and
+ * The six queues and their policies. Every queue is `stately` (at most one job queued and
  * one active): a hint arriving while a cycle runs is kept, further ones collapse, and a slow
  * poll never has ticks piling up behind it. The tick queues are also sent throttled (one
  * job per TICK_SECONDS slot, see scheduler), so several schedulers never double a tick.
@@ -90,6 +95,14 @@ export function queueDefinitions(config: Config): QueueDefinition[] {
       ...tick,
       expireInSeconds: MAINTENANCE_MAX_SECONDS + 60,
       why: 'hourly: batched prune, time-boxed',
+    },
+    {
+      name: QUEUES.backfill,
+      ...tick,
+      // A gap is ~5 archive hours of ~100 MB each; an hour takes seconds to minutes to
+      // download. An expired fill is harmless: its checkpoints and the gap lock say where it was.
+      expireInSeconds: BACKFILL_MAX_SECONDS + 3000,
+      why: 'tick: fills open gaps from GH Archive, one download at a time (stately)',
     },
   ];
 }
@@ -138,7 +151,7 @@ export function createBoss(
 }
 
 /**
- * Installs or migrates the pg-boss schema and converges the five queues on
+ * Installs or migrates the pg-boss schema and converges the queues on
  * queueDefinitions(). Idempotent. The caller serializes concurrent setups (withSetupLock);
  * pg-boss also takes its own advisory lock around its migration.
  */

@@ -1,4 +1,5 @@
 import type { PgBoss } from 'pg-boss';
+import { fillGaps } from '../backfill/fill.ts';
 import type { Deps } from '../deps.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
 import { jobFaultPoint } from '../fault.ts';
@@ -7,7 +8,12 @@ import { pollDueSources, type RunSummary } from '../ingestion/runner.ts';
 import { jobLogger, type Logger } from '../log.ts';
 import { pruneLedgers } from '../maintenance/prune.ts';
 import { reconcile } from '../reconcile/reconciler.ts';
-import { CYCLE_MAX_ENTITIES, CYCLE_MAX_SECONDS, MAINTENANCE_MAX_SECONDS } from './boss.ts';
+import {
+  BACKFILL_MAX_SECONDS,
+  CYCLE_MAX_ENTITIES,
+  CYCLE_MAX_SECONDS,
+  MAINTENANCE_MAX_SECONDS,
+} from './boss.ts';
 import { dispatchHints, sendCycle } from './dispatch.ts';
 import { enrichQueue, QUEUES, type QueueName } from './names.ts';
 
@@ -31,12 +37,14 @@ export interface JobLimits {
   cycleMaxEntities: number;
   cycleMaxSeconds: number;
   maintenanceMaxSeconds: number;
+  backfillMaxSeconds: number;
 }
 
 const DEFAULT_LIMITS: JobLimits = {
   cycleMaxEntities: CYCLE_MAX_ENTITIES,
   cycleMaxSeconds: CYCLE_MAX_SECONDS,
   maintenanceMaxSeconds: MAINTENANCE_MAX_SECONDS,
+  backfillMaxSeconds: BACKFILL_MAX_SECONDS,
 };
 
 /** What a handler needs of a pg-boss job (tests pass plain objects). */
@@ -216,6 +224,43 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
   });
 }
 
+/**
+ * backfill: fills the open gaps that are due from GH Archive, one after the other (the
+ * queue is stately: one fill at a time in the deployment). A stopping worker aborts the
+ * download in flight after its current chunk; the checkpoints keep everything committed.
+ */
+export function handleBackfill(ctx: JobContext, job: JobLike) {
+  const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
+  return runJob(ctx, QUEUES.backfill, job, async (_log, domain) => {
+    const deadline = Date.now() + limits.backfillMaxSeconds * 1000;
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    job.signal?.addEventListener('abort', onAbort);
+    const watch = setInterval(() => {
+      if (ctx.isStopping()) stop.abort();
+    }, 250);
+    try {
+      const results = await fillGaps(
+        { ...domain, logger: domain.logger.child({ job_id: job.id }) },
+        { signal: stop.signal, shouldStop: () => ctx.isStopping() || Date.now() >= deadline },
+      );
+      const by = (o: string) => results.filter((r) => r.outcome === o).length;
+      return {
+        outcome: results.length === 0 ? 'nothing_due' : 'filled',
+        gaps: results.length,
+        filled: by('filled'),
+        retry: by('retry'),
+        unavailable: by('unavailable'),
+        interrupted: by('interrupted'),
+        events_recovered: results.reduce((n, r) => n + r.eventsRecovered, 0),
+      };
+    } finally {
+      clearInterval(watch);
+      job.signal?.removeEventListener('abort', onAbort);
+    }
+  });
+}
+
 /** Marks jobs as running in this process for as long as their handler runs (liveness.ts). */
 export interface JobMarker {
   hold(jobId: string): Promise<void>;
@@ -223,7 +268,7 @@ export interface JobMarker {
 }
 
 /**
- * Registers the five handlers on a started boss: one job at a time per queue and process.
+ * Registers the handlers on a started boss: one job at a time per queue and process.
  * Each job is marked as running here (its liveness lock) before its handler starts and
  * until it ends, so the orphan sweep can tell a live job from a dead worker's.
  */
@@ -254,6 +299,7 @@ export async function registerHandlers(
     [QUEUES.enrichRepository, (job) => handleEnrichCycle(ctx, 'repository', job)],
     [QUEUES.reconcile, (job) => handleReconcile(ctx, job)],
     [QUEUES.maintenance, (job) => handleMaintenance(ctx, job)],
+    [QUEUES.backfill, (job) => handleBackfill(ctx, job)],
   ];
   for (const [queue, handle] of handlers) await boss.work(queue, options, each(queue, handle));
 }

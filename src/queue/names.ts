@@ -7,6 +7,7 @@ export const QUEUES = {
   enrichRepository: 'enrich-repository',
   reconcile: 'reconcile',
   maintenance: 'maintenance',
+  backfill: 'backfill',
 } as const;
 
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];

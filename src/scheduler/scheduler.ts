@@ -4,8 +4,9 @@ import type { Logger } from '../log.ts';
 import { QUEUES, type QueueName } from '../queue/names.ts';
 
 /**
- * The clock of the system: every TICK_SECONDS it enqueues `poll-sources` and `reconcile`,
- * and once an hour `maintenance`. A tick is not a poll — the handlers decide under locks
+ * The clock of the system: every TICK_SECONDS it enqueues `poll-sources` and `reconcile`
+ * (and `backfill`, whose job looks for open gaps whose archive hours are published), and
+ * once an hour `maintenance`. A tick is not a poll — the handlers decide under locks
  * what is due — so the scheduler holds no state and any number of workers may run one.
  *
  * Sends are throttled: pg-boss files each job in the epoch-aligned slot of its period and
@@ -74,19 +75,22 @@ export class Scheduler {
         'tick could not be enqueued; the next one will try again',
       );
     const tick = tickSchedule(this.#tickSeconds);
-    this.#crons = [
+    const everyTick = (name: string, fire: () => Promise<unknown>) =>
       new Cron(
         tick.pattern,
         {
-          name: 'tick',
+          name,
           protect: true,
           catch: onError,
           ...(tick.interval ? { interval: tick.interval } : {}),
         },
         async () => {
-          await this.tick();
+          await fire();
         },
-      ),
+      );
+    this.#crons = [
+      everyTick('tick', () => this.tick()),
+      everyTick('backfill', () => this.backfillTick()),
       // Minute 7 rather than 0: away from everyone else's top-of-the-hour jobs.
       new Cron('0 7 * * * *', { name: 'maintenance', protect: true, catch: onError }, async () => {
         await this.maintenanceTick();
@@ -94,7 +98,7 @@ export class Scheduler {
     ];
     this.#log.info(
       { event: 'scheduler.started', tick_seconds: this.#tickSeconds, pattern: tick.pattern },
-      `scheduler started: poll-sources and reconcile every ${this.#tickSeconds}s, maintenance hourly`,
+      `scheduler started: poll-sources, reconcile and backfill every ${this.#tickSeconds}s, maintenance hourly`,
     );
   }
 
@@ -123,6 +127,13 @@ export class Scheduler {
       `tick: ${results.map((r) => `${r.queue} ${r.status}`).join(', ')}`,
     );
     return results;
+  }
+
+  /** backfill: a cheap probe of due gaps most ticks; stately, so one fill runs at a time. */
+  async backfillTick(): Promise<TickResult> {
+    const result = await this.#send(QUEUES.backfill, this.#tickSeconds);
+    this.#log.debug({ event: 'scheduler.tick', results: [result] }, `backfill ${result.status}`);
+    return result;
   }
 
   async maintenanceTick(): Promise<TickResult> {

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import type { PushOrigin } from '../db/schema.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
 import { type RejectedSummary, rejectedSummary } from '../quarantine/rejected-events.ts';
 import { routingLabel } from '../webhooks/events.ts';
@@ -7,7 +8,7 @@ import { routingLabel } from '../webhooks/events.ts';
 /** Totals across sources and the webhook intake over the last 24 hours. */
 export interface IngestActivity {
   /** push_events rows held, by how each push first arrived. */
-  pushes: { total: number; poll: number; webhook: number; last24h: number };
+  pushes: { total: number; poll: number; webhook: number; archive: number; last24h: number };
   /** Finished runs in the last 24 hours by outcome ('running' counts the ones in flight). */
   runsLast24h: Record<string, number>;
   gapsLast24h: number;
@@ -24,7 +25,7 @@ export interface IngestActivity {
 
 export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity> {
   const since = new Date(now.getTime() - 86_400_000);
-  const pushes = await sql<{ origin: 'poll' | 'webhook'; n: string; recent: string }>`
+  const pushes = await sql<{ origin: PushOrigin; n: string; recent: string }>`
     SELECT origin, count(*) AS n, count(*) FILTER (WHERE ingested_at > ${since}) AS recent
     FROM push_events GROUP BY origin`.execute(db);
   const runs = await sql<{ status: string; n: string; gaps: string }>`
@@ -39,7 +40,7 @@ export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity>
     FROM webhook_deliveries`.execute(db);
 
   const out: IngestActivity = {
-    pushes: { total: 0, poll: 0, webhook: 0, last24h: 0 },
+    pushes: { total: 0, poll: 0, webhook: 0, archive: 0, last24h: 0 },
     runsLast24h: {},
     gapsLast24h: 0,
     rejected: await rejectedSummary(db, now),

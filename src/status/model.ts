@@ -3,6 +3,7 @@ import type { Deps } from '../deps.ts';
 import { type Backlog, backlog } from '../enrichment/due.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
+import { type GapStatus, gapStatus } from './gaps.ts';
 import {
   type LastReconcile,
   lastReconcile,
@@ -21,6 +22,8 @@ export interface StatusReport {
   generatedAt: Date;
   sources: SourceStatus[];
   activity: IngestActivity;
+  /** Recorded gaps by state, pushes recovered from the archive, the last backfill. */
+  gaps: GapStatus;
   enrichment: Backlog;
   /** The pool's total (one credential: that credential); null with budgetError when unreadable. */
   budget: BudgetSnapshot | null;
@@ -75,6 +78,7 @@ export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
     generatedAt: now,
     sources: await sourceStatuses(db, now),
     activity: await ingestActivity(db, now),
+    gaps: await gapStatus(db),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
     budget: null,
     credentials: [],

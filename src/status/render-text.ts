@@ -14,6 +14,24 @@ function table(header: string[], rows: string[][]): string[] {
   return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)];
 }
 
+/** "Gaps: 1 open (next fill in 12m), 4 filled, 0 unavailable; 1,234 pushes recovered". */
+export function gapsLine(report: StatusReport): string {
+  const g = report.gaps;
+  const next =
+    g.byState.open > 0 && g.nextFillAt
+      ? ` (next fill ${nextPoll(g.nextFillAt, report.generatedAt)})`
+      : '';
+  return `Gaps: ${g.byState.open} open${next}, ${g.byState.filled} filled, ${g.byState.unavailable} unavailable; ${count(g.eventsRecovered)} pushes recovered from the archive`;
+}
+
+/** "Last backfill: 2026-11-20-10 (gap:3) completed 5m ago: 1,000 pushes stored". */
+export function lastBackfillLine(report: StatusReport): string {
+  const b = report.gaps.lastBackfill;
+  if (!b) return 'Last backfill: never';
+  const error = b.error ? `: ${b.error}` : '';
+  return `Last backfill: ${b.file} (${b.scope}) ${b.state} ${relative(b.updatedAt, report.generatedAt)}: ${count(b.pushesCreated)} pushes stored, ${count(b.linesDone)} lines read${error}`;
+}
+
 /** One row per credential of the pool: what it may spend, what it spent, whether it is blocked. */
 function credentialsTable(report: StatusReport): string[] {
   const now = report.generatedAt;
@@ -39,7 +57,7 @@ export function renderText(report: StatusReport): string {
 
   const a = report.activity;
   out.push(
-    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook), ${count(a.pushes.last24h)} in the last 24h`,
+    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook, ${count(a.pushes.archive)} from the archive), ${count(a.pushes.last24h)} in the last 24h`,
     `Runs (24h): ${
       Object.entries(a.runsLast24h)
         .map(([status, n]) => `${status} ${n}`)
@@ -52,6 +70,8 @@ export function renderText(report: StatusReport): string {
             .join(', ')}`
         : ''
     }`,
+    gapsLine(report),
+    lastBackfillLine(report),
     '',
     'Sources',
   );

@@ -5,6 +5,7 @@ import type { Db } from '../db/pool.ts';
 import { backlog } from '../enrichment/due.ts';
 import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
+import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import type { ByteBudget } from './body-budget.ts';
@@ -186,6 +187,45 @@ export function createMetrics(
   };
 }
 
+type MakeMetric<T> = (name: string, help: string, labelNames?: string[]) => T;
+
+/** Gap records by state, what the archive recovered, and the backfill imports (ADR 0041). */
+async function collectGaps(
+  db: Db,
+  counter: MakeMetric<Counter>,
+  gauge: MakeMetric<Gauge>,
+): Promise<void> {
+  const g = await gapStatus(db);
+  const records = gauge('gpi_gap_records', 'Recorded gaps by state (open, filled, unavailable)', [
+    'state',
+  ]);
+  for (const state of GAP_STATES) records.set({ state }, g.byState[state]);
+  counter(
+    'gpi_gap_events_recovered_total',
+    'Pushes the archive fills stored for recorded gaps',
+  ).inc(g.eventsRecovered);
+  const files = await sql<{ state: string; n: string; created: string; last: Date | null }>`
+    SELECT state, count(*) AS n, coalesce(sum(pushes_created), 0) AS created, max(updated_at) AS last
+    FROM backfill_files GROUP BY state`.execute(db);
+  const byState = gauge('gpi_backfill_files', 'Archive file imports by state', ['state']);
+  for (const state of ['running', 'completed', 'failed']) byState.set({ state }, 0);
+  const stored = counter(
+    'gpi_backfill_pushes_stored_total',
+    'Pushes stored by archive imports (bin/backfill and gap fills)',
+  );
+  stored.inc(0);
+  let last = 0;
+  for (const row of files.rows) {
+    byState.set({ state: row.state }, Number(row.n));
+    stored.inc(Number(row.created));
+    last = Math.max(last, row.last ? row.last.getTime() / 1000 : 0);
+  }
+  gauge(
+    'gpi_backfill_last_activity_timestamp_seconds',
+    'When an archive import last committed (Unix time; 0 if never)',
+  ).set(last);
+}
+
 async function collectDb({ db, config, github }: MetricsDeps, registers: Registry): Promise<void> {
   const counter = (name: string, help: string, labelNames: string[] = []) =>
     new Counter({ name, help, labelNames, registers: [registers] });
@@ -194,10 +234,10 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
 
   const pushes = counter(
     'gpi_push_events_ingested_total',
-    'Push events stored, by how each push first arrived (poll or webhook)',
+    'Push events stored, by how each push first arrived (poll, webhook or archive)',
     ['origin'],
   );
-  for (const origin of ['poll', 'webhook']) pushes.inc({ origin }, 0);
+  for (const origin of ['poll', 'webhook', 'archive']) pushes.inc({ origin }, 0);
   const byOrigin = await sql<{ origin: string; n: string }>`
     SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
   for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
@@ -231,6 +271,8 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   )) {
     gaps.inc(n);
   }
+
+  await collectGaps(db, counter, gauge);
 
   const requests = counter(
     'gpi_github_requests_total',

@@ -88,6 +88,19 @@ function card(title: string, big: string, rows: [string, string][]): string {
     .join('')}</dl></div>`;
 }
 
+function gapsCard(report: StatusReport): string {
+  const g = report.gaps;
+  const now = report.generatedAt;
+  const b = g.lastBackfill;
+  return card('Gaps', `${g.byState.open} open`, [
+    ['filled', String(g.byState.filled)],
+    ['unavailable', String(g.byState.unavailable)],
+    ['pushes recovered', count(g.eventsRecovered)],
+    ['next fill', g.byState.open > 0 && g.nextFillAt ? nextPoll(g.nextFillAt, now) : '-'],
+    ['last backfill', b ? `${b.file} ${b.state} ${relative(b.updatedAt, now)}` : 'never'],
+  ]);
+}
+
 function sourceRow(s: SourceStatus, now: Date): string {
   const run = s.lastRun;
   const status = run
@@ -138,12 +151,14 @@ export function renderPage(report: StatusReport, series: MinuteSeries): string {
       ['last 24h', count(a.pushes.last24h)],
       ['polled', count(a.pushes.poll)],
       ['by webhook', count(a.pushes.webhook)],
+      ['from the archive', count(a.pushes.archive)],
       ['gaps (24h)', String(a.gapsLast24h)],
     ]),
     card('Rejected events', count(a.rejected.total), [
       ['new in 24h', count(a.rejected.last24h)],
       ...Object.entries(a.rejected.byReason).map(([k, v]): [string, string] => [k, count(v)]),
     ]),
+    gapsCard(report),
     b
       ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
           ['resets', relative(b.resetAt, now)],

@@ -124,6 +124,7 @@ describe('before bin/setup', () => {
     ['enrich', ['--limit', '1']],
     ['reconcile', []],
     ['worker', []],
+    ['backfill', ['--gaps']],
   ])('bin/%s %s says "database not set up: run bin/setup" and exits 1', async (cmd, argv) => {
     const r = await runBin(cmd, argv, env);
     expect(r).toMatchObject({ code: 1, out: '' });

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { ConfigError, NotFound } from '../../src/errors.ts';
-import type { PushRow } from '../../src/ingestion/mapping.ts';
 import {
   addSource,
   listSources,
@@ -10,29 +9,9 @@ import {
 } from '../../src/ingestion/sources.ts';
 import { storePushes } from '../../src/ingestion/store.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { pushRow } from '../support/push-rows.ts';
 
 const t = useTestDatabase();
-
-let seq = 0;
-/** A push as mapping.ts produces it; every field overridable. */
-function pushRow(overrides: Partial<PushRow> = {}): PushRow {
-  seq++;
-  const head = seq.toString(16).padStart(40, 'a');
-  return {
-    id: String(40_000_000_000 + seq),
-    actor: { id: String(1000 + seq), login: `user${seq}` },
-    repository: { id: String(2000 + seq), fullName: `owner${seq}/repo${seq}` },
-    pushId: String(9_000_000 + seq),
-    ref: 'refs/heads/main',
-    head,
-    before: '0'.repeat(40),
-    createdAt: new Date(Date.UTC(2026, 10, 29, 8, 0, seq)),
-    payload: { ref: 'refs/heads/main', head, before: '0'.repeat(40) },
-    size: null,
-    distinctSize: null,
-    ...overrides,
-  };
-}
 
 async function pushCount(): Promise<number> {
   const r = await t.db

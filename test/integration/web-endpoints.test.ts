@@ -97,8 +97,21 @@ describe('GET /status', () => {
 
     expect(s.enrichment.actor).toMatchObject({ pending: 8, enriched: 16, failed: 8, gone: 8 });
     expect(s.enrichment.repository).toMatchObject({ pending: 20, enriched: 10 });
-    expect(s.activity.pushes).toEqual({ total: 520, poll: 468, webhook: 52, last24h: 520 });
+    expect(s.activity.pushes).toEqual({
+      total: 540,
+      poll: 468,
+      webhook: 52,
+      archive: 20,
+      last24h: 540,
+    });
     expect(s.activity.gapsLast24h).toBe(1);
+    expect(s.gaps).toMatchObject({
+      byState: { open: 1, filled: 1, unavailable: 1 },
+      eventsRecovered: 20,
+      oldestOpen: { sourceId: pub.id, lastError: null },
+      lastBackfill: { file: '2026-11-29-3', state: 'completed', pushesCreated: 20 },
+    });
+    expect(Date.parse(s.gaps.nextFillAt)).toBeGreaterThan(Date.now());
 
     expect(s.budget).toMatchObject({
       credential: 'fixture',
@@ -115,6 +128,7 @@ describe('GET /status', () => {
         'enrich-repository',
         'reconcile',
         'maintenance',
+        'backfill',
       ]),
     );
     expect(queues['enrich-actor'].jobs.created).toBe(1);
@@ -135,6 +149,9 @@ describe('GET /', () => {
     expect(html).toContain('GitHub answered 502 on /orgs/github/events');
     expect(html).toContain('Request budget');
     expect(html).toContain('actor backlog');
+    expect(html).toMatch(/<h2>Gaps<\/h2><div class="big">1 open<\/div>/);
+    expect(html).toContain('<dt>pushes recovered</dt><dd>20</dd>');
+    expect(html).toContain('<dt>last backfill</dt><dd>2026-11-29-3 completed 1h ago</dd>');
     expect(html.match(/<svg /g)).toHaveLength(2);
     expect(html).toContain('Events ingested per minute');
     expect(html).toContain('Requests spent per minute');
@@ -171,6 +188,16 @@ describe('GET /metrics', () => {
     expect(m.get('gpi_push_events_ingested_total')?.type).toBe('counter');
     expect(sampleValue(m, 'gpi_push_events_ingested_total', { origin: 'poll' })).toBe(468);
     expect(sampleValue(m, 'gpi_push_events_ingested_total', { origin: 'webhook' })).toBe(52);
+    expect(sampleValue(m, 'gpi_push_events_ingested_total', { origin: 'archive' })).toBe(20);
+    expect(sampleValue(m, 'gpi_gap_records', { state: 'open' })).toBe(1);
+    expect(sampleValue(m, 'gpi_gap_records', { state: 'unavailable' })).toBe(1);
+    expect(sampleValue(m, 'gpi_gap_events_recovered_total')).toBe(20);
+    expect(sampleValue(m, 'gpi_backfill_files', { state: 'completed' })).toBe(1);
+    expect(sampleValue(m, 'gpi_backfill_pushes_stored_total')).toBe(20);
+    expect(sampleValue(m, 'gpi_backfill_last_activity_timestamp_seconds')).toBeCloseTo(
+      Date.now() / 1000 - 3600,
+      -2,
+    );
     expect(sampleValue(m, 'gpi_ingestion_runs_total', { outcome: 'completed' })).toBe(12);
     expect(sampleValue(m, 'gpi_ingestion_runs_total', { outcome: 'failed' })).toBe(1);
     expect(sampleValue(m, 'gpi_ingestion_runs_total', { outcome: 'interrupted' })).toBe(0);

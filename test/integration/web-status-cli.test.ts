@@ -25,7 +25,13 @@ describe('bin/status', () => {
   it('prints a terminal picture of sources, backlog, budget, queues and webhooks', async () => {
     const { stdout } = await status([]);
     expect(stdout).toMatch(/^github-push-ingestor status at /);
-    expect(stdout).toMatch(/Pushes: 520 held \(468 polled, 52 by webhook\)/);
+    expect(stdout).toMatch(/Pushes: 540 held \(468 polled, 52 by webhook, 20 from the archive\)/);
+    expect(stdout).toMatch(
+      /^Gaps: 1 open \(next fill in (39|40)m(\d\ds)?\), 1 filled, 1 unavailable; 20 pushes recovered from the archive$/m,
+    );
+    expect(stdout).toMatch(
+      /^Last backfill: 2026-11-29-3 \(gap:\d+\) completed 1h ago: 20 pushes stored, 180,000 lines read$/m,
+    );
     expect(stdout).toMatch(/^2\s+repo octocat\/Hello-World\s+live\s+yes\s+not_modified/m);
     expect(stdout).toContain('source 3 last error: GitHub answered 502 on /orgs/github/events');
     expect(stdout).toMatch(/^actor\s+8\s+8\s+0\s+16\s+8\s+8$/m);

@@ -77,6 +77,7 @@ describe('a worker killed mid-job', () => {
         QUEUES.maintenance,
         QUEUES.pollSources,
         QUEUES.reconcile,
+        QUEUES.backfill,
       ].sort(),
     );
   });

@@ -4,7 +4,7 @@ import type { Db } from '../../src/db/pool.ts';
 /**
  * A deployment with some history, for the status page, /status, /metrics and the views:
  * three sources (one failing), runs over the last hours (one with a gap), pushes ingested
- * minute by minute, a request ledger with 200/304/403 answers, a rate-limit observation,
+ * minute by minute, gaps in every state and 20 pushes recovered from the archive, a request ledger with 200/304/403 answers, a rate-limit observation,
  * entities in every enrichment state, and finished pg-boss jobs. Everything relative to
  * `now`, so charts have something to draw. The ledger is `credential`'s: the test web's
  * client runs in fixture mode, whose credential is 'fixture'.
@@ -128,6 +128,64 @@ export async function seedActivity(
       },
     ])
     .execute();
+
+  // Gaps of the public source: one filled from the archive (20 pushes, its hour file
+  // checkpointed), one open waiting for its hours, one whose hour never appeared.
+  const gaps = await db
+    .insertInto('gaps')
+    .values([
+      {
+        source_id: pub!,
+        from_at: ago(300),
+        to_at: ago(290),
+        state: 'filled',
+        events_recovered: 20,
+        filled_at: ago(60),
+        attempts: 1,
+        next_attempt_at: ago(60),
+      },
+      {
+        source_id: pub!,
+        from_at: ago(110),
+        to_at: ago(100),
+        next_attempt_at: new Date(now.getTime() + 40 * 60_000),
+      },
+      {
+        source_id: pub!,
+        from_at: ago(4000),
+        to_at: ago(3990),
+        state: 'unavailable',
+        events_recovered: 0,
+        attempts: 7,
+        last_error: 'archive hours unavailable 48 h after they ended: 2026-01-01-3: missing (404)',
+      },
+    ])
+    .returning('id')
+    .execute();
+  await db
+    .insertInto('backfill_files')
+    .values({
+      file: '2026-11-29-3',
+      scope: `gap:${gaps[0]!.id}`,
+      source_id: pub!,
+      gap_id: gaps[0]!.id,
+      state: 'completed',
+      lines_done: 180_000,
+      events_seen: 180_000,
+      pushes_seen: 90_000,
+      pushes_kept: 25,
+      pushes_created: 20,
+      updated_at: ago(60),
+      finished_at: ago(60),
+    })
+    .execute();
+  await sql`
+    INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before, created_at,
+                             payload, origin, source_id, ingested_at)
+    SELECT 51000000000 + g, 1 + g % 40, 1 + g % 30, 1000 + g, 'refs/heads/main', md5(g::text) || 'cccccccc',
+           md5((g + 1)::text) || 'dddddddd', ${ago(295)}::timestamptz, '{}'::jsonb, 'archive', ${pub!},
+           ${ago(60)}::timestamptz
+    FROM generate_series(1, 20) g`.execute(db);
 
   await sql`
     INSERT INTO pgboss.job (name, state, created_on, start_after, started_on, completed_on, output)

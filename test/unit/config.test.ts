@@ -42,6 +42,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['LOG_FORMAT', 'pretty', /one of auto, json, text.*"pretty"/],
   ['EMBEDDED_POSTGRES_PORT', '0', /port from 1 to 65535/],
   ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
+  ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
+  ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -108,6 +110,16 @@ describe('config: defaults and parsing', () => {
     expect(c.dataDir).toBe('.data');
     expect(c.logFormat).toBe('auto');
     expect(c.embeddedPort).toBe(54329);
+    expect(c.archive).toEqual({ url: 'https://data.gharchive.org' });
+  });
+
+  it('takes a GH Archive mirror over HTTP or as a file:// directory', () => {
+    expect(loadConfig({ GHARCHIVE_URL: 'https://mirror.example.org/gharchive/' }).archive.url).toBe(
+      'https://mirror.example.org/gharchive',
+    );
+    expect(loadConfig({ GHARCHIVE_URL: 'file:///srv/gharchive' }).archive.url).toBe(
+      'file:///srv/gharchive',
+    );
   });
 
   it('treats an empty string as unset', () => {

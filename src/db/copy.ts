@@ -3,7 +3,8 @@ import type pg from 'pg';
 /**
  * COPY … FROM STDIN with node-postgres alone (no pg-copy-streams in this project): a
  * "submittable" query that answers the server's CopyInResponse with the given chunks.
- * This is the physical ceiling the ingest benchmark compares against.
+ * The bulk store stages archive chunks with it (src/ingestion/bulk-store.ts), and it is
+ * the physical ceiling the ingest and backfill benchmarks compare against.
  */
 
 interface CopyConnection {
@@ -43,8 +44,11 @@ class CopyFrom {
     this.rows = Number(/(\d+)$/.exec(msg.text)?.[1] ?? 0);
   }
 
+  // pg hands a server error (or a lost connection) to handleError and then forgets the
+  // query: ReadyForQuery is never delivered to it, so the promise settles here.
   handleError(err: Error): void {
     this.error = err;
+    this.reject(err);
   }
 
   handleReadyForQuery(): void {
@@ -59,10 +63,14 @@ class CopyFrom {
   handleCopyData(): void {}
 }
 
+const NEEDS_ESCAPE = /[\\\t\n\r]/;
+
 /** Escapes one value for COPY's text format (\N is NULL). */
 export function copyField(v: unknown): string {
   if (v === null || v === undefined) return '\\N';
   const s = v instanceof Date ? v.toISOString() : String(v);
+  // Most fields need no escaping; testing first saves a replace per field on the bulk path.
+  if (!NEEDS_ESCAPE.test(s)) return s;
   return s.replace(/[\\\t\n\r]/g, (c) =>
     c === '\\' ? '\\\\' : c === '\t' ? '\\t' : c === '\n' ? '\\n' : '\\r',
   );

@@ -1,0 +1,217 @@
+import { createReadStream } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
+import path from 'node:path';
+import { pipeline, type Readable, Transform } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { createGunzip } from 'node:zlib';
+import { AppError } from '../errors.ts';
+import { type ArchiveHour, hourFileName } from './hours.ts';
+
+/**
+ * Where archive bytes come from: an hour on GH Archive (or a mirror: any HTTP server with
+ * the same file names, or a `file://` directory of them), or a local file. Downloads are
+ * plain HTTP GETs of public files — not GitHub API requests: they never pass the request
+ * gate and never touch the request budget or the `github_requests` ledger.
+ *
+ * Everything streams: bytes are counted as they arrive (progress), gunzipped on the way
+ * (zlib works on libuv's thread pool), and never held whole.
+ */
+
+/** The hour is not on the archive (404/410): not published yet, or missing for good. */
+export class ArchiveHourMissing extends AppError {
+  constructor(url: string, status: number | null) {
+    super('ARCHIVE_HOUR_MISSING', `${url} is not on the archive (${status ?? 'no such file'})`, {
+      url,
+      status,
+    });
+  }
+}
+
+/** The archive did not answer usefully (5xx, other status, network error, timeout). Retry later. */
+export class ArchiveUnavailable extends AppError {
+  constructor(url: string, detail: string, status: number | null = null, cause?: unknown) {
+    super('ARCHIVE_UNAVAILABLE', `${url}: ${detail}`, { url, status }, { cause });
+  }
+}
+
+/** The file ended before its end: a cut download or a truncated gzip (some archive files are). */
+export class ArchiveTruncated extends AppError {
+  constructor(what: string, detail: string, cause?: unknown) {
+    super('ARCHIVE_TRUNCATED', `${what} is truncated: ${detail}`, { what }, { cause });
+  }
+}
+
+export interface OpenedSource {
+  stream: Readable;
+  /** gzip (GH Archive's hour files, a `.json.gz`) or plain NDJSON. */
+  gzip: boolean;
+  /** Size in bytes when known (Content-Length, file size): a changed file restarts its import. */
+  bytes: number | null;
+}
+
+export interface ByteSource {
+  /** The checkpoint key: the hour's name, or a local file's absolute path. */
+  key: string;
+  /** What an operator would recognise: the URL or the path. */
+  label: string;
+  open(signal?: AbortSignal): Promise<OpenedSource>;
+}
+
+export interface HttpOptions {
+  /** No byte for this long (connecting, waiting for headers, or mid-body) is a timeout. */
+  idleTimeoutMs?: number;
+  userAgent?: string;
+}
+
+const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
+const MAX_REDIRECTS = 5;
+
+function get(url: URL, opts: HttpOptions, signal: AbortSignal | undefined, redirects = 0) {
+  return new Promise<OpenedSource>((resolve, reject) => {
+    const client = url.protocol === 'https:' ? https : http;
+    const req = client.get(
+      url,
+      {
+        signal,
+        headers: {
+          'user-agent': opts.userAgent ?? 'github-push-ingestor backfill',
+          // The file is gzip already; a transparent second encoding would only cost CPU.
+          'accept-encoding': 'identity',
+        },
+        timeout: opts.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS,
+      },
+      (res) => {
+        const status = res.statusCode ?? 0;
+        const location = res.headers.location;
+        if (status >= 300 && status < 400 && location && redirects < MAX_REDIRECTS) {
+          res.resume();
+          get(new URL(location, url), opts, signal, redirects + 1).then(resolve, reject);
+          return;
+        }
+        if (status === 404 || status === 410) {
+          res.resume();
+          reject(new ArchiveHourMissing(url.href, status));
+          return;
+        }
+        if (status !== 200) {
+          res.resume();
+          reject(new ArchiveUnavailable(url.href, `answered ${status}`, status));
+          return;
+        }
+        const length = Number(res.headers['content-length']);
+        // Hour files are gzip by name (`.json.gz`); that is what the archive serves.
+        resolve({ stream: res, gzip: true, bytes: Number.isFinite(length) ? length : null });
+      },
+    );
+    req.on('timeout', () => {
+      const ms = opts.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+      req.destroy(new ArchiveUnavailable(url.href, `no data for ${ms} ms`));
+    });
+    req.on('error', (err) => {
+      reject(
+        err instanceof AppError || signal?.aborted
+          ? err
+          : new ArchiveUnavailable(url.href, (err as Error).message, null, err),
+      );
+    });
+  });
+}
+
+/** An hour of GH Archive at `baseUrl` (http(s) or a file:// directory). */
+export function archiveHourSource(
+  baseUrl: string,
+  hour: ArchiveHour,
+  opts: HttpOptions = {},
+): ByteSource {
+  const url = new URL(`${baseUrl.replace(/\/+$/, '')}/${hourFileName(hour)}`);
+  if (url.protocol === 'file:') {
+    const file = fileURLToPath(url);
+    return {
+      key: hour.name,
+      label: url.href,
+      async open() {
+        try {
+          return await openLocal(file);
+        } catch (err) {
+          if ((err as AppError).code === 'FILE_NOT_FOUND')
+            throw new ArchiveHourMissing(url.href, null);
+          throw err;
+        }
+      },
+    };
+  }
+  return { key: hour.name, label: url.href, open: (signal) => get(url, opts, signal) };
+}
+
+async function openLocal(file: string): Promise<OpenedSource> {
+  const s = await stat(file).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err;
+    throw new AppError('FILE_NOT_FOUND', `${file} does not exist`, { file }, { cause: err });
+  });
+  if (!s.isFile()) throw new AppError('NOT_A_FILE', `${file} is not a regular file`, { file });
+  return {
+    stream: createReadStream(file, { highWaterMark: 256 * 1024 }),
+    gzip: await isGzipFile(file),
+    bytes: s.size,
+  };
+}
+
+/** A file on this machine (`.json.gz` or plain NDJSON, told apart by its first bytes). */
+export function localFileSource(file: string): ByteSource {
+  const absolute = path.resolve(file);
+  return { key: absolute, label: absolute, open: () => openLocal(absolute) };
+}
+
+/** True when the file starts with gzip's magic bytes. */
+export async function isGzipFile(file: string): Promise<boolean> {
+  const fh = await open(file, 'r');
+  try {
+    const buf = Buffer.alloc(2);
+    const { bytesRead } = await fh.read(buf, 0, 2, 0);
+    return bytesRead === 2 && buf[0] === 0x1f && buf[1] === 0x8b;
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * The decoded bytes of an opened source: raw bytes are counted as they arrive (`onBytes`,
+ * for progress) and gunzipped when `gzip`. Errors of any stage surface on the returned
+ * stream; readError() names them.
+ */
+export function decoded(
+  opened: OpenedSource,
+  gzip: boolean,
+  onBytes: (n: number) => void,
+): AsyncIterable<Buffer> & Readable {
+  const counter = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      onBytes(chunk.length);
+      done(null, chunk);
+    },
+  });
+  const last = gzip ? createGunzip({ chunkSize: 64 * 1024 }) : counter;
+  const stages = gzip ? [opened.stream, counter, last] : [opened.stream, counter];
+  // The last stage is read by the caller; errors anywhere destroy every stage and reach it.
+  pipeline(stages, () => {});
+  return last;
+}
+
+/** What went wrong while reading `label`, as one of the archive errors when it is one of them. */
+export function readError(label: string, err: unknown): Error {
+  if (err instanceof AppError) return err;
+  const e = err as NodeJS.ErrnoException;
+  const message = e?.message ?? String(err);
+  if (e?.code === 'Z_BUF_ERROR' || /unexpected end of file/i.test(message)) {
+    return new ArchiveTruncated(label, 'the gzip stream ends early', err);
+  }
+  if (e?.code === 'Z_DATA_ERROR') {
+    return new ArchiveTruncated(label, `the gzip data is corrupt (${message})`, err);
+  }
+  if (e?.code === 'ECONNRESET' || /aborted|premature close/i.test(message)) {
+    return new ArchiveTruncated(label, 'the download was cut short', err);
+  }
+  return err as Error;
+}

@@ -1,0 +1,190 @@
+import type pg from 'pg';
+import type { BackfillFileState } from '../db/schema.ts';
+
+/**
+ * backfill_files: one row per (file, scope) import. `lines_done` and the counters move in
+ * the same transaction as the rows a chunk stored, so after a crash the row says exactly
+ * which lines are in the database: a resumed import skips them, and no line is counted
+ * twice. Statements run on the importing session's client (its transaction).
+ */
+
+export interface Checkpoint {
+  id: number;
+  file: string;
+  scope: string;
+  state: BackfillFileState;
+  linesDone: number;
+  bytes: number | null;
+  counts: CheckpointCounts;
+  attempts: number;
+  error: string | null;
+  startedAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface CheckpointCounts {
+  events: number;
+  pushes: number;
+  kept: number;
+  created: number;
+  malformed: number;
+}
+
+export const ZERO_COUNTS: CheckpointCounts = {
+  events: 0,
+  pushes: 0,
+  kept: 0,
+  created: 0,
+  malformed: 0,
+};
+
+export function addCounts(a: CheckpointCounts, b: CheckpointCounts): CheckpointCounts {
+  return {
+    events: a.events + b.events,
+    pushes: a.pushes + b.pushes,
+    kept: a.kept + b.kept,
+    created: a.created + b.created,
+    malformed: a.malformed + b.malformed,
+  };
+}
+
+interface Row {
+  id: string;
+  file: string;
+  scope: string;
+  state: BackfillFileState;
+  lines_done: string;
+  bytes: string | null;
+  events_seen: string;
+  pushes_seen: string;
+  pushes_kept: string;
+  pushes_created: string;
+  malformed: string;
+  attempts: number;
+  error: string | null;
+  started_at: Date;
+  updated_at: Date;
+  finished_at: Date | null;
+}
+
+function fromRow(r: Row): Checkpoint {
+  return {
+    id: Number(r.id),
+    file: r.file,
+    scope: r.scope,
+    state: r.state,
+    linesDone: Number(r.lines_done),
+    bytes: r.bytes === null ? null : Number(r.bytes),
+    counts: {
+      events: Number(r.events_seen),
+      pushes: Number(r.pushes_seen),
+      kept: Number(r.pushes_kept),
+      created: Number(r.pushes_created),
+      malformed: Number(r.malformed),
+    },
+    attempts: r.attempts,
+    error: r.error,
+    startedAt: r.started_at,
+    updatedAt: r.updated_at,
+    finishedAt: r.finished_at,
+  };
+}
+
+export interface CheckpointKey {
+  file: string;
+  scope: string;
+  sourceId: number | null;
+  gapId: number | null;
+}
+
+export async function readCheckpoint(
+  client: pg.ClientBase,
+  key: Pick<CheckpointKey, 'file' | 'scope'>,
+): Promise<Checkpoint | null> {
+  const r = await client.query<Row>('SELECT * FROM backfill_files WHERE file = $1 AND scope = $2', [
+    key.file,
+    key.scope,
+  ]);
+  return r.rows[0] ? fromRow(r.rows[0]) : null;
+}
+
+/**
+ * Opens (or reopens) the checkpoint for an attempt: state running, one more attempt. With
+ * `restart` (a changed file, or --force) reading starts over: lines_done and the counters
+ * of lines read go back to zero. pushes_created does not: it counts rows this import put in
+ * the database, which a second reading finds held and does not create again.
+ */
+export async function startCheckpoint(
+  client: pg.ClientBase,
+  key: CheckpointKey,
+  opts: { bytes: number | null; worker: string; restart: boolean },
+): Promise<Checkpoint> {
+  const r = await client.query<Row>(
+    `INSERT INTO backfill_files (file, scope, source_id, gap_id, bytes, worker, attempts)
+     VALUES ($1, $2, $3, $4, $5, $6, 1)
+     ON CONFLICT (file, scope) DO UPDATE SET
+       state = 'running', attempts = backfill_files.attempts + 1, error = NULL,
+       worker = excluded.worker, bytes = excluded.bytes, finished_at = NULL, updated_at = now(),
+       lines_done = CASE WHEN $7 THEN 0 ELSE backfill_files.lines_done END,
+       events_seen = CASE WHEN $7 THEN 0 ELSE backfill_files.events_seen END,
+       pushes_seen = CASE WHEN $7 THEN 0 ELSE backfill_files.pushes_seen END,
+       pushes_kept = CASE WHEN $7 THEN 0 ELSE backfill_files.pushes_kept END,
+       malformed = CASE WHEN $7 THEN 0 ELSE backfill_files.malformed END,
+       started_at = CASE WHEN $7 THEN now() ELSE backfill_files.started_at END
+     RETURNING *`,
+    [key.file, key.scope, key.sourceId, key.gapId, opts.bytes, opts.worker, opts.restart],
+  );
+  return fromRow(r.rows[0]!);
+}
+
+/**
+ * Moves the checkpoint to `linesDone` and adds the counts of the lines in between. Called in
+ * the chunk's transaction; with `completed` it also closes the import.
+ */
+export async function advanceCheckpoint(
+  client: pg.ClientBase,
+  id: number,
+  linesDone: number,
+  delta: CheckpointCounts,
+  completed: boolean,
+): Promise<void> {
+  await client.query(
+    `UPDATE backfill_files SET
+       lines_done = $2, events_seen = events_seen + $3, pushes_seen = pushes_seen + $4,
+       pushes_kept = pushes_kept + $5, pushes_created = pushes_created + $6,
+       malformed = malformed + $7, updated_at = now(),
+       state = CASE WHEN $8 THEN 'completed' ELSE state END,
+       finished_at = CASE WHEN $8 THEN now() ELSE finished_at END
+     WHERE id = $1`,
+    [
+      id,
+      linesDone,
+      delta.events,
+      delta.pushes,
+      delta.kept,
+      delta.created,
+      delta.malformed,
+      completed,
+    ],
+  );
+}
+
+/** The attempt ended without reaching the end of the file; lines_done stays where it is. */
+export async function failCheckpoint(
+  client: pg.ClientBase,
+  key: CheckpointKey,
+  error: string,
+  worker: string,
+): Promise<void> {
+  await client.query(
+    `INSERT INTO backfill_files (file, scope, source_id, gap_id, state, error, worker, attempts, finished_at)
+     VALUES ($1, $2, $3, $4, 'failed', $5, $6, 1, now())
+     ON CONFLICT (file, scope) DO UPDATE SET
+       state = 'failed', error = excluded.error, worker = excluded.worker,
+       updated_at = now(), finished_at = now(),
+       -- An attempt that failed before its start (the file could not be opened) still counts.
+       attempts = backfill_files.attempts + CASE WHEN backfill_files.state = 'running' THEN 0 ELSE 1 END`,
+    [key.file, key.scope, key.sourceId, key.gapId, error, worker],
+  );
+}

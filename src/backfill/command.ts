@@ -1,0 +1,250 @@
+import type pino from 'pino';
+import { type App, createApp } from '../app.ts';
+import { loadConfig } from '../config.ts';
+import { NotFound } from '../errors.ts';
+import { getSource } from '../ingestion/sources.ts';
+import { createLogger } from '../log.ts';
+import { count } from '../status/format.ts';
+import { archiveHourSource, type ByteSource, localFileSource } from './archive.ts';
+import { scopeOf } from './events.ts';
+import { type FillDeps, fillGaps, type GapFillResult } from './fill.ts';
+import { knownRepoId } from './gaps.ts';
+import { parseHour } from './hours.ts';
+import { type ImportProgress, type ImportResult, type ImportTarget, importFile } from './import.ts';
+
+/**
+ * What bin/backfill does once its arguments are checked. It runs in a worker thread with
+ * a bounded heap (src/cli/backfill.ts, src/backfill/command-worker.ts), so an import of
+ * any size stays within its memory budget; its output goes through CommandIO to the main
+ * thread, which owns the terminal.
+ */
+
+export type Input = { kind: 'hour'; name: string } | { kind: 'file'; path: string };
+
+export interface BackfillCommand {
+  inputs: Input[];
+  gaps: boolean;
+  sourceId?: number;
+  force: boolean;
+  json: boolean;
+}
+
+function sourceOf(app: App, input: Input): ByteSource {
+  return input.kind === 'hour'
+    ? archiveHourSource(app.config.archive.url, parseHour(input.name)!)
+    : localFileSource(input.path);
+}
+
+function seconds(s: number): string {
+  return s < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
+}
+
+export function formatImport(r: ImportResult): string {
+  const name = r.file.includes('/') ? r.label : r.file;
+  switch (r.outcome) {
+    case 'already_imported':
+      return `${name}: already imported (${count(r.totals.created)} pushes stored then); --force reads it again`;
+    case 'busy':
+      return `${name}: busy (another process is importing it)`;
+    default: {
+      const c = r.counts;
+      const what = [
+        `${count(c.events)} events`,
+        `${count(c.pushes)} pushes`,
+        ...(c.kept !== c.pushes ? [`${count(c.kept)} kept`] : []),
+        `${count(c.created)} stored`,
+        ...(c.malformed ? [`${count(c.malformed)} malformed lines set aside`] : []),
+      ].join(', ');
+      const resumed = r.resumedAt ? ` (resumed at line ${count(r.resumedAt + 1)})` : '';
+      const error = r.error ? `: ${r.error.code}: ${r.error.message}` : '';
+      const hint =
+        r.outcome === 'completed'
+          ? ''
+          : '; run the same command again to resume from its checkpoint';
+      return `${name}: ${r.outcome}${error}: ${what} in ${seconds(r.seconds)}${resumed}${hint}`;
+    }
+  }
+}
+
+function iso(d: Date): string {
+  return d.toISOString().replace('.000Z', 'Z');
+}
+
+export function formatGap(r: GapFillResult): string {
+  const head = `gap ${r.gapId} (source ${r.sourceId} ${r.source}, ${iso(r.fromAt)} … ${iso(r.toAt)})`;
+  switch (r.outcome) {
+    case 'filled':
+      return `${head}: filled, ${count(r.eventsRecovered)} pushes recovered from ${r.hours.length} archive hours`;
+    case 'waiting':
+      return `${head}: waiting for the archive to publish its hours (after ${iso(r.nextAttemptAt!)})`;
+    case 'busy':
+      return `${head}: busy (another process is filling it)`;
+    case 'not_open':
+      return `${head}: no longer open`;
+    case 'interrupted':
+      return `${head}: interrupted (${count(r.eventsRecovered)} pushes recovered so far); run again to resume`;
+    case 'unavailable':
+      return `${head}: unavailable, ${count(r.eventsRecovered)} pushes recovered: ${r.error}`;
+    case 'retry':
+      return `${head}: not filled yet, ${count(r.eventsRecovered)} pushes recovered so far: ${r.error}; next try ${iso(r.nextAttemptAt!)}`;
+  }
+}
+
+function mb(n: number): string {
+  return (n / 1e6).toFixed(1);
+}
+
+function progressLine(p: ImportProgress, started: number, width = 24): string {
+  const share = p.bytesTotal ? Math.min(1, p.bytesRead / p.bytesTotal) : null;
+  const filled = share === null ? 0 : Math.round(share * width);
+  const bar =
+    share === null ? '?'.repeat(width) : `${'#'.repeat(filled)}${'.'.repeat(width - filled)}`;
+  const elapsed = Math.max(0.001, (Date.now() - started) / 1000);
+  const size = p.bytesTotal ? `${mb(p.bytesRead)}/${mb(p.bytesTotal)} MB` : `${mb(p.bytesRead)} MB`;
+  const name = p.label.split('/').at(-1);
+  return `[${bar}] ${name} ${share === null ? '' : `${Math.round(share * 100)}% `}${size}  ${count(p.lines)} lines  ${count(p.counts.created)} stored  ${count(Math.round(p.lines / elapsed))} lines/s`;
+}
+
+/**
+ * Where the command's output goes; the main thread owns the terminal (src/cli/backfill.ts,
+ * src/terminal.ts): results on stdout, the progress bar on stderr's last line, log lines
+ * above it.
+ */
+export interface CommandIO {
+  /** Draw progress (stderr is a terminal, and not --json). */
+  tty: boolean;
+  /** One line of output (stdout). */
+  line(text: string): void;
+  /** Replace the progress bar. */
+  progress(text: string): void;
+  /** A message for stderr. */
+  error(text: string): void;
+  /** Where log lines go (stderr, through the main thread's terminal). */
+  logs: pino.DestinationStream;
+}
+
+class Terminal {
+  readonly #io: CommandIO;
+  readonly #tty: boolean;
+  #started = Date.now();
+  constructor(io: CommandIO, json: boolean) {
+    this.#io = io;
+    this.#tty = io.tty && !json;
+  }
+  start(): void {
+    this.#started = Date.now();
+  }
+  progress(p: ImportProgress): void {
+    if (this.#tty) this.#io.progress(progressLine(p, this.#started));
+  }
+  line(text: string): void {
+    this.#io.line(text);
+  }
+}
+
+async function runFiles(
+  app: App,
+  io: CommandIO,
+  inputs: Input[],
+  opts: { sourceId?: number; force: boolean; json: boolean; signal: AbortSignal },
+): Promise<number> {
+  let target: ImportTarget = { scope: 'all', sourceId: null, gapId: null };
+  if (opts.sourceId !== undefined) {
+    const source = await getSource(app.db, opts.sourceId);
+    target = {
+      scope: `source:${source.id}`,
+      sourceId: Number(source.id),
+      gapId: null,
+      inScope: scopeOf(source, await knownRepoId(app.db, source)),
+    };
+  }
+  const term = new Terminal(io, opts.json);
+  const results: ImportResult[] = [];
+  for (const input of inputs) {
+    if (opts.signal.aborted) break;
+    term.start();
+    const r = await importFile(app, sourceOf(app, input), target, {
+      force: opts.force,
+      wait: true,
+      signal: opts.signal,
+      onProgress: (p) => term.progress(p),
+    });
+    results.push(r);
+    if (!opts.json) term.line(formatImport(r));
+  }
+  const ok = (r: ImportResult) => r.outcome === 'completed' || r.outcome === 'already_imported';
+  const created = results.reduce((n, r) => n + r.counts.created, 0);
+  const summary = {
+    files: inputs.length,
+    completed: results.filter((r) => r.outcome === 'completed').length,
+    alreadyImported: results.filter((r) => r.outcome === 'already_imported').length,
+    failed: results.filter((r) => !ok(r)).length + (inputs.length - results.length),
+    pushesStored: created,
+  };
+  if (opts.json) {
+    io.line(JSON.stringify({ results, summary }, null, 2));
+  } else if (inputs.length > 1) {
+    term.line(
+      `backfill: ${summary.files} files: ${summary.completed} imported, ${summary.alreadyImported} already imported, ${summary.failed} not completed; ${count(created)} pushes stored`,
+    );
+  }
+  return summary.failed > 0 ? 1 : 0;
+}
+
+async function runGaps(
+  app: App,
+  io: CommandIO,
+  json: boolean,
+  signal: AbortSignal,
+): Promise<number> {
+  const term = new Terminal(io, json);
+  let filling = 0;
+  const results = await fillGaps(app satisfies FillDeps, {
+    ignoreBackoff: true,
+    signal,
+    onProgress: (gap, _hour, p) => {
+      if (Number(gap.id) !== filling) {
+        filling = Number(gap.id);
+        term.start();
+      }
+      term.progress(p);
+    },
+    onGap: (r) => {
+      if (!json) term.line(formatGap(r));
+    },
+  });
+  if (json) io.line(JSON.stringify({ gaps: results }, null, 2));
+  else if (results.length === 0) term.line('no open gaps');
+  const failed = results.some((r) => ['retry', 'unavailable', 'interrupted'].includes(r.outcome));
+  return failed ? 1 : 0;
+}
+
+/** Runs the command; returns its exit code. */
+export async function runBackfill(
+  command: BackfillCommand,
+  io: CommandIO,
+  signal: AbortSignal,
+): Promise<number> {
+  const config = loadConfig();
+  const logger = createLogger(config.logLevel, io.logs);
+  // Three sessions: the import's (its lock, stage and merges), its entity inserts, and the
+  // small reads around them.
+  const app = await createApp({ config, logger, role: 'backfill', poolMax: 3 });
+  try {
+    if (command.gaps) return await runGaps(app, io, command.json, signal);
+    try {
+      return await runFiles(app, io, command.inputs, {
+        sourceId: command.sourceId,
+        force: command.force,
+        json: command.json,
+        signal,
+      });
+    } catch (err) {
+      if (!(err instanceof NotFound)) throw err;
+      io.error(`backfill: no source with id ${command.sourceId} (see bin/sources list)`);
+      return 1;
+    }
+  } finally {
+    await app.close();
+  }
+}

@@ -1,0 +1,281 @@
+import type pg from 'pg';
+import { systemClock } from '../clock.ts';
+import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
+import type { Gap } from '../db/schema.ts';
+import type { Deps } from '../deps.ts';
+import { describeSource, getSource } from '../ingestion/sources.ts';
+import { archiveHourSource, type HttpOptions } from './archive.ts';
+import { scopeOf } from './events.ts';
+import { dueGaps, getGap, knownRepoId, openGaps, pushesRecovered, settleGap } from './gaps.ts';
+import { type ArchiveHour, gapHours, gapReadyAt, giveUpAt } from './hours.ts';
+import { type ImportProgress, type ImportResult, importFile } from './import.ts';
+
+/**
+ * Filling a gap from GH Archive (ADR 0041): the hours covering [from_at − 1 h, to_at + 2 h]
+ * are imported one after the other, keeping the source's pushes created inside the window.
+ * Each hour is a checkpointed import (scope `gap:<id>`), so an attempt that fails half-way
+ * keeps what it read and the next attempt only reads what is left. Downloads are plain
+ * HTTP GETs of public files: they never pass the request gate or the GitHub budget.
+ *
+ * One fill of a gap at a time (a session advisory lock); the worker runs fills from the
+ * stately `backfill` queue, so a deployment downloads one file at a time.
+ */
+
+export type GapOutcome =
+  | 'filled'
+  | 'waiting'
+  | 'retry'
+  | 'unavailable'
+  | 'busy'
+  | 'interrupted'
+  | 'not_open';
+
+export interface HourResult {
+  hour: string;
+  outcome: ImportResult['outcome'];
+  created: number;
+  error: string | null;
+}
+
+export interface GapFillResult {
+  gapId: number;
+  sourceId: number;
+  source: string;
+  fromAt: Date;
+  toAt: Date;
+  outcome: GapOutcome;
+  eventsRecovered: number;
+  hours: HourResult[];
+  /** When the fill may run (waiting) or try again (retry). */
+  nextAttemptAt: Date | null;
+  error: string | null;
+}
+
+export type FillDeps = Pick<Deps, 'config' | 'db' | 'pool' | 'logger' | 'workerId' | 'clock'>;
+
+export interface FillOptions {
+  signal?: AbortSignal;
+  http?: HttpOptions;
+  onProgress?: (gap: Gap, hour: ArchiveHour, p: ImportProgress) => void;
+}
+
+/** Minutes before another try: 1, 2, 4 … capped at an hour. */
+export function retryDelayMs(attempts: number): number {
+  return Math.min(3_600_000, 60_000 * 2 ** Math.max(0, attempts - 1));
+}
+
+function resultOf(gap: Gap, source: string, outcome: GapOutcome): GapFillResult {
+  return {
+    gapId: Number(gap.id),
+    sourceId: Number(gap.source_id),
+    source,
+    fromAt: gap.from_at,
+    toAt: gap.to_at,
+    outcome,
+    eventsRecovered: gap.events_recovered,
+    hours: [],
+    nextAttemptAt: null,
+    error: null,
+  };
+}
+
+/**
+ * One attempt at a gap. Waits for nothing: an unpublished hour is `waiting`, a gap another
+ * process is filling is `busy`.
+ */
+export async function fillGap(
+  deps: FillDeps,
+  gapId: number,
+  opts: FillOptions = {},
+): Promise<GapFillResult> {
+  const clock = deps.clock ?? systemClock;
+  const gap = await getGap(deps.db, gapId);
+  if (!gap) throw new Error(`gap ${gapId} does not exist`);
+  const source = await getSource(deps.db, Number(gap.source_id));
+  const label = describeSource(source);
+  if (gap.state !== 'open') return resultOf(gap, label, 'not_open');
+  const ready = gapReadyAt(gap);
+  if (clock.now() < ready) return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: ready };
+
+  const client = await deps.pool.connect();
+  let broken: Error | undefined;
+  try {
+    if (!(await tryLockSession(client, LockSpace.gap, gapId))) return resultOf(gap, label, 'busy');
+    try {
+      return await fillLocked(deps, gapId, label, opts, client);
+    } finally {
+      await unlockSession(client, LockSpace.gap, gapId).catch((err: Error) => {
+        broken = err;
+      });
+    }
+  } catch (err) {
+    broken ??= err as Error;
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}
+
+async function fillLocked(
+  deps: FillDeps,
+  gapId: number,
+  label: string,
+  opts: FillOptions,
+  client: pg.ClientBase,
+): Promise<GapFillResult> {
+  const clock = deps.clock ?? systemClock;
+  // Re-read under the lock: another process may have settled it meanwhile.
+  const gap = (await getGap(deps.db, gapId))!;
+  if (gap.state !== 'open') return resultOf(gap, label, 'not_open');
+  const source = await getSource(deps.db, Number(gap.source_id));
+  const inScope = scopeOf(source, await knownRepoId(deps.db, source));
+  const log = deps.logger.child({ gap_id: gapId, source_id: Number(gap.source_id) });
+  const result = resultOf(gap, label, 'retry');
+  const failed: { hour: ArchiveHour; import: ImportResult }[] = [];
+
+  for (const hour of gapHours(gap)) {
+    if (opts.signal?.aborted) break;
+    const imported = await importFile(
+      deps,
+      archiveHourSource(deps.config.archive.url, hour, opts.http),
+      {
+        scope: `gap:${gapId}`,
+        sourceId: Number(gap.source_id),
+        gapId,
+        inScope,
+        window: { from: gap.from_at, to: gap.to_at },
+      },
+      {
+        client,
+        signal: opts.signal,
+        onProgress: opts.onProgress && ((p) => opts.onProgress!(gap, hour, p)),
+      },
+    );
+    result.hours.push({
+      hour: hour.name,
+      outcome: imported.outcome,
+      created: imported.counts.created,
+      error: imported.error?.message ?? null,
+    });
+    if (imported.outcome !== 'completed' && imported.outcome !== 'already_imported') {
+      failed.push({ hour, import: imported });
+    }
+  }
+
+  const now = clock.now();
+  const recovered = await pushesRecovered(deps.db, gapId);
+  result.eventsRecovered = recovered;
+  const interrupted =
+    opts.signal?.aborted || failed.some((f) => f.import.outcome === 'interrupted');
+  if (interrupted) {
+    // Stopping is not a failed attempt: the checkpoints keep what was read; resume soon.
+    await deps.db
+      .updateTable('gaps')
+      .set({ events_recovered: recovered, updated_at: now })
+      .where('id', '=', String(gapId))
+      .execute();
+    result.outcome = 'interrupted';
+    result.nextAttemptAt = now;
+    return result;
+  }
+
+  if (failed.length === 0) {
+    await settleGap(deps.db, gapId, {
+      state: 'filled',
+      eventsRecovered: recovered,
+      lastError: null,
+      nextAttemptAt: now,
+      now,
+    });
+    result.outcome = 'filled';
+    log.info(
+      {
+        event: 'gap.filled',
+        events_recovered: recovered,
+        from_at: gap.from_at.toISOString(),
+        to_at: gap.to_at.toISOString(),
+        hours: result.hours.length,
+      },
+      `gap ${gapId} of source ${gap.source_id} (${label}) filled: ${recovered} pushes recovered from ${result.hours.length} archive hours`,
+    );
+    return result;
+  }
+
+  const reasons = failed.map(
+    (f) => `${f.hour.name}: ${f.import.error?.message ?? f.import.outcome}`,
+  );
+  result.error = reasons.join('; ');
+  // Missing for good: every hour that still fails ended more than 48 h ago.
+  const givenUp = failed.every(
+    (f) => f.import.outcome === 'failed' && now.getTime() >= giveUpAt(f.hour).getTime(),
+  );
+  if (givenUp) {
+    const lastError = `archive hours unavailable 48 h after they ended: ${result.error}`;
+    await settleGap(deps.db, gapId, {
+      state: 'unavailable',
+      eventsRecovered: recovered,
+      lastError,
+      nextAttemptAt: now,
+      now,
+    });
+    result.outcome = 'unavailable';
+    result.error = lastError;
+    log.warn(
+      { event: 'gap.unavailable', events_recovered: recovered, reason: lastError },
+      `gap ${gapId} of source ${gap.source_id} (${label}) is unavailable: ${lastError}`,
+    );
+    return result;
+  }
+  const next = new Date(now.getTime() + retryDelayMs(gap.attempts + 1));
+  await settleGap(deps.db, gapId, {
+    state: 'open',
+    eventsRecovered: recovered,
+    lastError: result.error,
+    nextAttemptAt: next,
+    now,
+  });
+  result.nextAttemptAt = next;
+  log.warn(
+    {
+      event: 'gap.fill_failed',
+      events_recovered: recovered,
+      attempts: gap.attempts + 1,
+      next_attempt_at: next.toISOString(),
+      reason: result.error,
+    },
+    `gap ${gapId} of source ${gap.source_id} (${label}): ${result.error}; next try ${next.toISOString()}`,
+  );
+  return result;
+}
+
+export interface FillPassOptions extends FillOptions {
+  /** Checked between gaps. */
+  shouldStop?: () => boolean;
+  /** Gaps looked at in one pass (the rest wait for the next). */
+  limit?: number;
+  /** bin/backfill --gaps: every open gap whose hours are published, backoff or not. */
+  ignoreBackoff?: boolean;
+  onGap?: (r: GapFillResult) => void;
+}
+
+/**
+ * One pass over the gaps that are due (the worker's `backfill` job, `bin/backfill --gaps`).
+ * Gaps are filled one after the other: one download at a time.
+ */
+export async function fillGaps(
+  deps: FillDeps,
+  opts: FillPassOptions = {},
+): Promise<GapFillResult[]> {
+  const now = (deps.clock ?? systemClock).now();
+  const gaps = opts.ignoreBackoff
+    ? await openGaps(deps.db)
+    : await dueGaps(deps.db, now, opts.limit ?? 20);
+  const results: GapFillResult[] = [];
+  for (const gap of gaps) {
+    if (opts.shouldStop?.() || opts.signal?.aborted) break;
+    const r = await fillGap(deps, Number(gap.id), opts);
+    results.push(r);
+    opts.onGap?.(r);
+  }
+  return results;
+}

@@ -1,0 +1,19 @@
+import { Kysely, PostgresDialect } from 'kysely';
+import type pg from 'pg';
+import type { Db } from './pool.ts';
+import type { Database } from './schema.ts';
+
+/**
+ * A Kysely instance bound to one session the caller holds (its transaction, its advisory
+ * locks): statements written with Kysely run where the caller's raw pg statements run, e.g.
+ * quarantineEvents inside an archive chunk's transaction. It never begins, commits or
+ * releases anything: the session stays the caller's.
+ */
+export function kyselyOn(client: pg.ClientBase): Db {
+  const queryable = client as unknown as { query(...args: unknown[]): unknown };
+  const borrowed = { query: (...args: unknown[]) => queryable.query(...args), release: () => {} };
+  const pool = { connect: async () => borrowed, end: async () => {} };
+  return new Kysely<Database>({
+    dialect: new PostgresDialect({ pool: pool as unknown as pg.Pool }),
+  });
+}

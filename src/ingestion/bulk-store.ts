@@ -1,0 +1,339 @@
+import { CompiledQuery } from 'kysely';
+import type pg from 'pg';
+import { copyFrom } from '../db/copy.ts';
+import type { Db } from '../db/pool.ts';
+import type { PushOrigin } from '../db/schema.ts';
+import { AppError } from '../errors.ts';
+import type { PushRow } from './mapping.ts';
+import { StageBatch } from './stage-batch.ts';
+import type { StoreResult } from './store.ts';
+
+/**
+ * The bulk store path (ADR 0040): thousands of pushes per transaction, near the cost of a
+ * COPY. The rows are COPYed into a session-local staging table, then ONE statement merges
+ * them into actors, repositories and push_events with the same keys and rules as
+ * storePushes (src/ingestion/store.ts):
+ *
+ * - a push is its natural key (repository_id, ref, before, head); the event id is a unique
+ *   attribute; `ON CONFLICT DO NOTHING` on either key, so a push held already (by any
+ *   origin) or repeated within the batch is one row;
+ * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
+ *   another row already holds that id;
+ * - rows are written in key order (actors by id, then repositories by id, then pushes by
+ *   natural key), so concurrent writers take row locks in the same order.
+ *
+ * What differs is names: polled and delivered pushes are current, so the newest login /
+ * full_name of the batch replaces a different one (as storePushes does); an archive file is
+ * history, so it only inserts actors and repositories that are missing and never renames
+ * one we hold — a month-old hour file must not turn a login back into what it used to be.
+ *
+ * The caller owns the transaction on `client` (a raw pg client: COPY needs the protocol).
+ * The staging table is a temporary table (never WAL-logged, invisible to other sessions)
+ * whose rows vanish at commit.
+ */
+
+export const STAGE_TABLE = 'gpi_push_stage';
+
+export interface BulkStoreOptions {
+  origin: PushOrigin;
+  sourceId?: number | null;
+  runId?: number | null;
+  /**
+   * Archive only: the caller expects no push of the batch to be held (a fresh file). The
+   * insert skips conflict handling; if one is held after all, PushesAlreadyHeld is thrown
+   * (inside a transaction that must then be rolled back to before the call).
+   */
+  expectNew?: boolean;
+  /** Archive only: insertStagedEntities already ran for this batch; merge the pushes alone. */
+  entitiesStored?: boolean;
+}
+
+export interface BulkStoreResult extends StoreResult {
+  /** Webhook copies whose event id this batch filled in. */
+  idsFilledIn: number;
+}
+
+const STAGE_COLUMNS = `
+  id bigint, actor_id bigint, actor_login text, actor_new boolean,
+  repository_id bigint, repo_name text, repository_new boolean,
+  push_id bigint, ref text, head text, before text, created_at timestamptz,
+  payload text, size integer, distinct_size integer`;
+
+/** Creates this session's staging table (idempotent; call outside or inside a transaction). */
+export async function prepareStage(client: pg.ClientBase): Promise<void> {
+  await client.query(
+    `CREATE TEMP TABLE IF NOT EXISTS ${STAGE_TABLE} (${STAGE_COLUMNS}) ON COMMIT DELETE ROWS`,
+  );
+}
+
+/** Drops the staging table, so a pooled session goes back clean. */
+export async function dropStage(client: pg.ClientBase): Promise<void> {
+  await client.query(`DROP TABLE IF EXISTS pg_temp.${STAGE_TABLE}`);
+}
+
+/** Empties the stage inside a transaction (a retried half after a failed merge). */
+export async function clearStage(client: pg.ClientBase): Promise<void> {
+  await client.query(`DELETE FROM ${STAGE_TABLE}`);
+}
+
+function entityUpsert(
+  src: string,
+  table: 'actors' | 'repositories',
+  idColumn: string,
+  nameColumn: string,
+  stagedName: string,
+  renames: boolean,
+): string {
+  // DISTINCT ON … ORDER BY id, created_at DESC: one row per entity, the newest name of the
+  // batch, in id order (the lock order). Insert-only: entities known to exist are not
+  // even probed. Renaming ignores the marks: a known entity may still need its new name.
+  const isNew = table === 'actors' ? 'actor_new' : 'repository_new';
+  const pick = `
+    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${stagedName} FROM ${src}
+    ${renames ? '' : `WHERE ${isNew}`}
+    ORDER BY ${idColumn}, created_at DESC`;
+  if (!renames) {
+    return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
+      ON CONFLICT (id) DO NOTHING RETURNING true AS inserted`;
+  }
+  // xmax = 0 only on a freshly inserted row version: inserted vs. renamed.
+  return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
+    ON CONFLICT (id) DO UPDATE SET ${nameColumn} = excluded.${nameColumn}, updated_at = now()
+      WHERE ${table}.${nameColumn} IS DISTINCT FROM excluded.${nameColumn}
+    RETURNING xmax = 0 AS inserted`;
+}
+
+/**
+ * The merge, one statement. `p` returns the natural keys it inserted, so the fill-in `f`
+ * only probes the pushes the insert skipped (a push it added had no webhook copy to merge
+ * with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s rows anyway,
+ * and the two touch disjoint rows. With `expectNew` the pushes are inserted without
+ * `ON CONFLICT` (speculative insertion costs ~30% of the insert) and there is nothing to
+ * fill in: a push already held makes the statement fail, and the caller merges again.
+ */
+/**
+ * Where the merge reads its rows: the staging table (after a COPY), or — for a page of a
+ * hundred, where a temporary table and a COPY cost more than they save — the statement's
+ * own parameter arrays, in the stage's column order ($4 …). Ids travel as decimal text and
+ * are cast in Postgres, so every digit arrives.
+ */
+type MergeSource = 'stage' | 'values';
+
+const VALUES_CTE = `v AS MATERIALIZED (
+      SELECT id::bigint AS id, actor_id, actor_login, true AS actor_new, repository_id,
+        repo_name, true AS repository_new, push_id, ref, head, before, created_at, payload,
+        size, distinct_size
+      FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
+        $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::text[], $15::int[],
+        $16::int[])
+        AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
+          created_at, payload, size, distinct_size)
+    ),`;
+
+function mergeStatement(
+  renames: boolean,
+  expectNew = false,
+  from: MergeSource = 'stage',
+  entities = true,
+): string {
+  const src = from === 'stage' ? STAGE_TABLE : 'v';
+  const insert = `
+      INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
+        created_at, payload, size, distinct_size, origin, source_id, run_id)
+      SELECT id, actor_id, repository_id, push_id, ref, head, before, created_at,
+        payload::jsonb, size, distinct_size, $1::text, $2::bigint, $3::bigint
+      FROM ${src}
+      ORDER BY repository_id, ref, before, head`;
+  const pushes = expectNew
+    ? `p AS (${insert}
+      RETURNING 1
+    )`
+    : `p AS (${insert}
+      ON CONFLICT DO NOTHING
+      RETURNING repository_id, ref, before, head
+    ), f AS (
+      UPDATE push_events t SET id = s.id
+      FROM ${src} s
+      WHERE s.id IS NOT NULL AND t.id IS NULL
+        AND (t.repository_id, t.ref, t.before, t.head) = (s.repository_id, s.ref, s.before, s.head)
+        AND NOT EXISTS (
+          SELECT 1 FROM p
+          WHERE (p.repository_id, p.ref, p.before, p.head) = (s.repository_id, s.ref, s.before, s.head))
+        AND NOT EXISTS (SELECT 1 FROM push_events q WHERE q.id = s.id)
+      RETURNING 1
+    )`;
+  const upserts = entities
+    ? `a AS (${entityUpsert(src, 'actors', 'actor_id', 'login', 'actor_login', renames)}),
+    r AS (${entityUpsert(src, 'repositories', 'repository_id', 'full_name', 'repo_name', renames)}),`
+    : '';
+  return `
+    WITH ${from === 'values' ? VALUES_CTE : ''}
+    ${upserts}
+    ${pushes}
+    SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
+           ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
+           (SELECT count(*) FROM p) AS created,
+           ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled`;
+}
+
+interface MergeCounts {
+  actors: string;
+  repositories: string;
+  created: string;
+  filled: string;
+}
+
+function resultOf(row: MergeCounts): BulkStoreResult {
+  return {
+    created: Number(row.created),
+    newActors: Number(row.actors),
+    newRepositories: Number(row.repositories),
+    idsFilledIn: Number(row.filled),
+  };
+}
+
+const MERGE_RENAMING = mergeStatement(true);
+const MERGE_INSERT_ONLY = mergeStatement(false);
+const MERGE_INSERT_ONLY_NEW = mergeStatement(false, true);
+const MERGE_VALUES_RENAMING = mergeStatement(true, false, 'values');
+const MERGE_PUSHES_ONLY = mergeStatement(false, false, 'stage', false);
+const MERGE_PUSHES_ONLY_NEW = mergeStatement(false, true, 'stage', false);
+
+/**
+ * The archive's entity inserts on their own (insert-only, never renaming): the batch's
+ * entities not known to exist, each once with its newest name, in id order. A statement
+ * of its own, so the archive import can run it on a second connection while the previous
+ * chunk's pushes are merged (src/backfill/import.ts): the two touch different tables, and
+ * each takes its row locks in the same order as every other writer.
+ */
+const INSERT_ENTITIES = `
+  WITH a AS (
+    INSERT INTO actors (id, login)
+    SELECT * FROM unnest($1::bigint[], $2::text[]) AS v (id, login) ORDER BY id
+    ON CONFLICT (id) DO NOTHING RETURNING 1
+  ), r AS (
+    INSERT INTO repositories (id, full_name)
+    SELECT * FROM unnest($3::bigint[], $4::text[]) AS v (id, full_name) ORDER BY id
+    ON CONFLICT (id) DO NOTHING RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM a) AS actors, (SELECT count(*) FROM r) AS repositories`;
+
+/** Ids and names; the statement orders them by id (as bigint) itself. */
+function entries(m: Map<string, [string, number]>): [string[], string[]] {
+  const ids = [...m.keys()];
+  return [ids, ids.map((id) => m.get(id)![0])];
+}
+
+/** Inserts the batch's actors and repositories not known to exist (archive rule: never renames). */
+export async function insertStagedEntities(
+  client: pg.ClientBase,
+  batch: StageBatch,
+): Promise<{ newActors: number; newRepositories: number }> {
+  if (batch.newActors.size === 0 && batch.newRepositories.size === 0) {
+    return { newActors: 0, newRepositories: 0 };
+  }
+  const [actorIds, logins] = entries(batch.newActors);
+  const [repoIds, names] = entries(batch.newRepositories);
+  const r = await client.query<{ actors: string; repositories: string }>(INSERT_ENTITIES, [
+    actorIds,
+    logins,
+    repoIds,
+    names,
+  ]);
+  return { newActors: Number(r.rows[0]!.actors), newRepositories: Number(r.rows[0]!.repositories) };
+}
+
+/** `expectNew` was wrong: a push of the batch is held already. Merge the batch again without it. */
+export class PushesAlreadyHeld extends AppError {
+  constructor(cause: unknown) {
+    super('PUSHES_ALREADY_HELD', 'a push of the batch is already stored', {}, { cause });
+  }
+}
+
+const PUSH_KEYS = new Set(['push_events_natural_key', 'push_events_id_key']);
+
+/**
+ * Stages `pushes` and merges them. Call inside a transaction on `client`, after
+ * prepareStage, with the stage empty (it is after every commit, and after a rollback to a
+ * savepoint taken before the call).
+ */
+export async function bulkStorePushes(
+  client: pg.ClientBase,
+  pushes: readonly PushRow[],
+  opts: BulkStoreOptions,
+): Promise<BulkStoreResult> {
+  const batch = new StageBatch(pushes.length * 1024);
+  for (const p of pushes) batch.add(p);
+  return bulkStoreStaged(client, batch, opts);
+}
+
+/** bulkStorePushes for rows [from, to) of a batch already staged. */
+export async function bulkStoreStaged(
+  client: pg.ClientBase,
+  batch: StageBatch,
+  opts: BulkStoreOptions,
+  from = 0,
+  to = batch.length,
+): Promise<BulkStoreResult> {
+  if (to <= from) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
+  const statement =
+    opts.origin !== 'archive'
+      ? MERGE_RENAMING
+      : opts.entitiesStored
+        ? opts.expectNew
+          ? MERGE_PUSHES_ONLY_NEW
+          : MERGE_PUSHES_ONLY
+        : opts.expectNew
+          ? MERGE_INSERT_ONLY_NEW
+          : MERGE_INSERT_ONLY;
+  const r = await client
+    .query<MergeCounts>(statement, [opts.origin, opts.sourceId ?? null, opts.runId ?? null])
+    .catch((err: { code?: string; constraint?: string }) => {
+      if (
+        (statement === MERGE_INSERT_ONLY_NEW || statement === MERGE_PUSHES_ONLY_NEW) &&
+        err.code === '23505' &&
+        PUSH_KEYS.has(err.constraint ?? '')
+      ) {
+        throw new PushesAlreadyHeld(err);
+      }
+      throw err;
+    });
+  return resultOf(r.rows[0]!);
+}
+
+/**
+ * The bulk merge for a page (a poll page, a webhook's push): one statement, the rows as
+ * parameter arrays — no temporary table, no COPY, no transaction of its own needed (a
+ * single statement is atomic; inside a caller's transaction it joins it). Same keys,
+ * lock order and merge rule as bulkStorePushes and storePushes.
+ */
+export async function bulkStorePage(
+  db: Db,
+  pushes: readonly PushRow[],
+  opts: BulkStoreOptions,
+): Promise<BulkStoreResult> {
+  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
+  const r = await db.executeQuery<MergeCounts>(
+    CompiledQuery.raw(MERGE_VALUES_RENAMING, [
+      opts.origin,
+      opts.sourceId ?? null,
+      opts.runId ?? null,
+      col((p) => p.id),
+      col((p) => p.actor.id),
+      col((p) => p.actor.login),
+      col((p) => p.repository.id),
+      col((p) => p.repository.fullName),
+      col((p) => p.pushId),
+      col((p) => p.ref),
+      col((p) => p.head),
+      col((p) => p.before),
+      col((p) => p.createdAt),
+      col((p) => JSON.stringify(p.payload)),
+      col((p) => p.size),
+      col((p) => p.distinctSize),
+    ]),
+  );
+  return resultOf(r.rows[0]!);
+}

@@ -1,0 +1,140 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { addSource } from '../../src/ingestion/sources.ts';
+import { type ArchiveServer, gzipLines, startArchiveServer } from '../support/archive-server.ts';
+import { runBin } from '../support/cli.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { pushEvent } from '../support/github-factories.ts';
+
+/** bin/backfill, the real executable, as an operator runs it (no TTY). */
+
+const t = useTestDatabase();
+let archive: ArchiveServer;
+let dir: string;
+
+beforeAll(async () => {
+  archive = await startArchiveServer();
+  dir = mkdtempSync(path.join(tmpdir(), 'gpi-backfill-cli-'));
+});
+afterAll(async () => {
+  await archive.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const backfill = (argv: string[]) =>
+  runBin('backfill', argv, { DATABASE_URL: t.url, GHARCHIVE_URL: archive.url, LOG_LEVEL: 'warn' });
+
+let id = 83_000_000_000;
+const pushes = (n: number, o: Parameters<typeof pushEvent>[0] = {}) =>
+  Array.from({ length: n }, () => pushEvent({ id: id++, ...o }));
+
+describe('bin/backfill', () => {
+  it('imports a file and an hour, one line each, and exits 1 naming a missing hour', async () => {
+    const file = path.join(dir, 'local.json.gz');
+    writeFileSync(file, gzipLines(pushes(3)));
+    archive.setHour('2026-11-17-4', pushes(2, { created_at: '2026-11-17T04:10:00Z' }));
+    const r = await backfill([file, '2026-11-17-4', '2026-11-17-5']);
+    expect(r.code).toBe(1);
+    const lines = r.out.trim().split('\n');
+    expect(lines[0]).toMatch(/^\/.*local\.json\.gz: completed: 3 events, 3 pushes, 3 stored in /);
+    expect(lines[1]).toMatch(/^2026-11-17-4: completed: 2 events, 2 pushes, 2 stored in /);
+    expect(lines[2]).toMatch(
+      /^2026-11-17-5: failed: ARCHIVE_HOUR_MISSING: http:\/\/127\.0\.0\.1:\d+\/2026-11-17-5\.json\.gz is not on the archive \(404\)/,
+    );
+    expect(lines[3]).toBe(
+      'backfill: 3 files: 2 imported, 0 already imported, 1 not completed; 5 pushes stored',
+    );
+    // The log (stderr) names the failure too; stdout stays the command's own output.
+    expect(r.err).toMatch(/"event":"backfill.file_failed"/);
+
+    const again = await backfill([file, '--json']);
+    expect(again.code).toBe(0);
+    const json = JSON.parse(again.out);
+    expect(json.summary).toEqual({
+      files: 1,
+      completed: 0,
+      alreadyImported: 1,
+      failed: 0,
+      pushesStored: 0,
+    });
+    expect(json.results[0]).toMatchObject({ outcome: 'already_imported', totals: { created: 3 } });
+  });
+
+  it('--source keeps its scope and attributes the rows to the source', async () => {
+    const { source } = await addSource(t.db, { kind: 'user', target: 'Scoped-User' }, 'live');
+    const mine = pushes(2, { actor: { id: 4_400_001, login: 'scoped-user' } });
+    const file = path.join(dir, 'scoped.json');
+    writeFileSync(file, [...mine, ...pushes(5)].map((e) => JSON.stringify(e)).join('\n'));
+    const r = await backfill([file, '--source', String(source.id)]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/7 events, 7 pushes, 2 kept, 2 stored/);
+    const rows = await sql<{ id: string; source_id: string }>`
+      SELECT id::text AS id, source_id::text FROM push_events WHERE actor_id = 4400001 ORDER BY id`.execute(
+      t.db,
+    );
+    expect(rows.rows).toEqual(mine.map((e) => ({ id: e.id, source_id: String(source.id) })));
+  });
+
+  it('refuses bad arguments with exit 2, naming what was wrong', async () => {
+    for (const [argv, says] of [
+      [[], /give at least one FILE or HOUR, or --gaps/],
+      [['no-such-file.json.gz'], /"no-such-file\.json\.gz" is neither a file nor an hour/],
+      [['2026-11-17-24'], /"2026-11-17-24" is not a real hour/],
+      [['--gaps', '2026-11-17-4'], /--gaps takes no files/],
+      [['--source', 'x', '2026-11-17-4'], /--source must be a positive integer/],
+      [['--nope'], /Unknown option '--nope'/],
+    ] as const) {
+      const r = await backfill([...argv]);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.err, argv.join(' ')).toMatch(says);
+      expect(r.out).toBe('');
+    }
+    const help = await backfill(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.out).toMatch(/^Usage:\n {2}bin\/backfill FILE\|HOUR\.\.\./);
+  });
+
+  it('--source with an unknown id exits 1', async () => {
+    const file = path.join(dir, 'any.json');
+    writeFileSync(file, JSON.stringify(pushEvent({ id: id++ })));
+    const r = await backfill([file, '--source', '9999']);
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/no source with id 9999/);
+  });
+
+  it('--gaps fills what it can and says why the rest waits', async () => {
+    const { source } = await addSource(t.db, { kind: 'public' }, 'live');
+    await t.db
+      .insertInto('gaps')
+      .values([
+        {
+          source_id: source.id,
+          from_at: new Date('2026-11-16T08:10:00Z'),
+          to_at: new Date('2026-11-16T08:20:00Z'),
+          // In backoff: --gaps tries it anyway (an operator asked).
+          next_attempt_at: new Date(Date.now() + 3_600_000),
+        },
+        {
+          source_id: source.id,
+          from_at: new Date(Date.now() - 600_000),
+          to_at: new Date(Date.now() - 300_000),
+        },
+      ])
+      .execute();
+    const dropped = pushes(4, { created_at: '2026-11-16T08:15:00Z' });
+    archive.setHour('2026-11-16-8', dropped);
+    for (const h of ['2026-11-16-7', '2026-11-16-9', '2026-11-16-10']) archive.setHour(h, []);
+    const r = await backfill(['--gaps']);
+    expect(r.code).toBe(0);
+    const lines = r.out.trim().split('\n');
+    expect(lines[0]).toMatch(
+      /^gap \d+ \(source \d+ public, 2026-11-16T08:10:00Z … 2026-11-16T08:20:00Z\): filled, 4 pushes recovered from 4 archive hours$/,
+    );
+    expect(lines[1]).toMatch(/: waiting for the archive to publish its hours \(after .*\)$/);
+    const json = JSON.parse((await backfill(['--gaps', '--json'])).out);
+    expect(json.gaps.map((g: { outcome: string }) => g.outcome)).toEqual(['waiting']);
+  });
+});
