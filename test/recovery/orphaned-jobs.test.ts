@@ -23,8 +23,6 @@ import { type Child, killAll, seedPushes, spawnBin } from './world.ts';
 
 const TICK_SECONDS = 1;
 const LEASE_SECONDS = 2;
-/** Allowance for `node bin/worker` to load and connect on a loaded 2-core machine. */
-const BOOT_SECONDS = 5;
 
 let fake: FakeGitHub;
 const children: Child[] = [];
