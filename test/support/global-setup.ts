@@ -8,6 +8,13 @@ declare module 'vitest' {
   }
 }
 
+/**
+ * gpi_<run start, epoch seconds base 36>_[<pid base 36>_]<tpl | 8 hex | empty_6 hex | bench>:
+ * the template, a file's database, a scratch or empty database, or the bench's.
+ */
+export const HARNESS_DATABASE =
+  /^gpi_([0-9a-z]{6,7})_(?:[0-9a-z]+_)?(?:tpl|bench|[0-9a-f]{8}|empty_[0-9a-f]{6})$/;
+
 /** One server and one migrated template per `vitest run`; each test file clones it. */
 export default async function setup(project: TestProject) {
   const server = await startTestServer();
@@ -22,7 +29,11 @@ export default async function setup(project: TestProject) {
     `SELECT datname FROM pg_database WHERE datname LIKE 'gpi\\_%'`,
   );
   for (const { datname } of existing.rows as { datname: string }[]) {
-    const born = Number.parseInt(datname.split('_')[1] ?? '', 36);
+    // Only names this harness (and the bench) make: a database of someone else's that merely
+    // starts with gpi_ on the same server is never touched.
+    const stamp = HARNESS_DATABASE.exec(datname)?.[1];
+    if (stamp === undefined) continue;
+    const born = Number.parseInt(stamp, 36);
     if (Number.isFinite(born) && startedAt - born > 3 * 3600) {
       await adminQuery(server.adminUrl, `DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(
         () => {},
