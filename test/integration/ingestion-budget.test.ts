@@ -5,7 +5,7 @@ import { GitHubAuthFailed, GitHubUnreachable } from '../../src/github/errors.ts'
 import { AUTH_LADDER_SECONDS } from '../../src/github/rate-limit.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { pollDueSources, pollSource } from '../../src/ingestion/runner.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { addSource, getSource } from '../../src/ingestion/sources.ts';
 import type { Logger } from '../../src/log.ts';
 import { readStatus } from '../../src/status/model.ts';
 import { createMetrics } from '../../src/web/metrics.ts';
@@ -92,12 +92,7 @@ async function spend(credential: string, n: number, oldestMinutesAgo: number): P
   return oldest;
 }
 
-const sourceRow = (id: number) =>
-  t.db
-    .selectFrom('event_sources')
-    .selectAll()
-    .where('id', '=', String(id))
-    .executeTakeFirstOrThrow();
+const sourceRow = (id: number) => getSource(t.db, id);
 
 const runCount = async () =>
   Number(

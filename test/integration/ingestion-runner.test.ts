@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { isLockHeld, LockSpace } from '../../src/db/locks.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { pollDueSources, pollSource, type RunSummary } from '../../src/ingestion/runner.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { addSource, getSource } from '../../src/ingestion/sources.ts';
 import type { Logger } from '../../src/log.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
@@ -76,12 +76,7 @@ async function storedFor(sourceId: number): Promise<number> {
   return Number(r.n);
 }
 
-const sourceRow = (id: number) =>
-  t.db
-    .selectFrom('event_sources')
-    .selectAll()
-    .where('id', '=', String(id))
-    .executeTakeFirstOrThrow();
+const sourceRow = (id: number) => getSource(t.db, id);
 const runRow = (id: number | null) =>
   t.db
     .selectFrom('ingestion_runs')
