@@ -16,7 +16,7 @@ RUN npm ci --omit=dev --omit=optional --ignore-scripts && npm cache clean --forc
 # the rest of test/, the git history and local data out.
 COPY . .
 
-# Memory: bin/* apply the defaults themselves (MALLOC_ARENA_MAX=2, a 4 MB semi-space, a
+# Memory: bin/* apply the defaults themselves (MALLOC_ARENA_MAX=2, MALLOC_MMAP_THRESHOLD_=131072, a 4 MB semi-space, a
 # 192 MB old space; bin/lib/entry.mjs, docs/performance.md "Soak"), here as everywhere.
 # Set NODE_OPTIONS or MALLOC_ARENA_MAX on a service to override them.
 
