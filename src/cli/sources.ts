@@ -21,6 +21,7 @@ Usage:
   bin/sources enable ID             poll it again (clears its failure backoff, due now)
   bin/sources disable ID            stop polling it (its data stays)
 
+KIND TARGET may also be one word, as SOURCES writes it: bin/sources add repo:OWNER/NAME.
 Sources are added in this process's GITHUB_MODE (live unless GITHUB_MODE=fixture); a
 process only polls sources of its own mode. Adding an existing source changes nothing.
 Exit codes: 0 ok; 1 unknown source id or other error; 2 bad arguments or configuration.
@@ -121,7 +122,11 @@ export async function main(argv: string[]): Promise<number> {
 
   switch (command) {
     case 'add': {
-      const [kind, target, ...extra] = rest;
+      // `repo OWNER/NAME`, or one word as SOURCES and `list` write it: `repo:OWNER/NAME`.
+      const [first, second, ...extra] = rest;
+      const colon = second === undefined ? (first?.indexOf(':') ?? -1) : -1;
+      const [kind, target] =
+        colon > 0 ? [first!.slice(0, colon), first!.slice(colon + 1)] : [first, second];
       if (kind === undefined) throw usage('add needs a kind: public, repo, org or user');
       if (extra.length > 0) throw usage(`unexpected argument "${extra[0]}"`);
       let spec: ReturnType<typeof sourceSpec>;

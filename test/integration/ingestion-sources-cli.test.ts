@@ -38,6 +38,10 @@ describe('bin/sources', () => {
     const again = await run(['add', 'repo', 'OctoCat/hello-world']);
     expect(again.code).toBe(0);
     expect(again.out).toMatch(/already exists: repo octocat\/Hello-World/);
+    // The one-word form SOURCES uses is the same source.
+    expect((await run(['add', 'repo:octocat/Hello-World'])).out).toMatch(
+      /already exists: repo octocat\/Hello-World/,
+    );
     const rows = await t.db
       .selectFrom('event_sources')
       .select(['kind', 'target', 'mode'])
@@ -109,6 +113,8 @@ describe('bin/sources', () => {
     [['frobnicate'], /unknown command "frobnicate"/],
     [['add'], /needs a kind/],
     [['add', 'team', 'x'], /unknown source kind "team"/],
+    [['add', 'team:x'], /unknown source kind "team"/],
+    [['add', 'repo:octocat'], /not OWNER\/NAME/],
     [['add', 'repo', 'octocat'], /not OWNER\/NAME/],
     [['add', 'user', 'bad-'], /not a GitHub login/],
     [['add', 'public', 'extra'], /takes no target/],
