@@ -167,22 +167,17 @@ export async function receiveDelivery(
   const text = payloadText(req);
   if (text === null) return reject(deps, req, 400, 'invalid JSON: not UTF-8, or no payload field');
   const receivedAt = (deps.clock ?? systemClock).now();
-  let payload: unknown;
-  let verdict: Verdict;
+  let payload: unknown = null;
+  let verdict: Verdict | null = null;
   try {
     payload = parseJson(text);
-    verdict = judge(req.event, payload, receivedAt);
   } catch (err) {
-    if (!(err instanceof JsonTooDeep)) return reject(deps, req, 400, 'invalid JSON');
-    payload = null;
-    verdict = {
-      kind: 'rejected',
-      rejection: new Rejection(
-        'too_deep',
-        `payload is nested deeper than ${MAX_JSON_DEPTH} levels`,
-      ),
-    };
+    // Only the parser's own answers: a bug in judging below is a 500, never "invalid JSON".
+    if (err instanceof SyntaxError) return reject(deps, req, 400, 'invalid JSON');
+    if (!(err instanceof JsonTooDeep)) throw err;
+    verdict = { kind: 'rejected', rejection: tooDeep() };
   }
+  verdict ??= judge(req.event, payload, receivedAt);
 
   const deliveryId = req.deliveryId;
   const event = req.event;
