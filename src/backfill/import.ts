@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { systemClock } from '../clock.ts';
+import { isContentRefusal } from '../db/errors.ts';
 import { int4Key, LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import { kyselyOn } from '../db/session.ts';
 import type { Deps } from '../deps.ts';
@@ -16,7 +17,11 @@ import {
 import type { RejectionReason } from '../ingestion/rules.ts';
 import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
 import type { Logger } from '../log.ts';
-import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
+import {
+  logRejected,
+  type QuarantineRow,
+  quarantineEvents,
+} from '../quarantine/rejected-events.ts';
 import { type ByteSource, decoded, readError } from './archive.ts';
 import {
   addCounts,
@@ -142,12 +147,6 @@ async function lockFile(
   }
 }
 
-/** Postgres refused a row for its content (bad value, too long for an index…), not for load. */
-function refusedForContent(err: unknown): boolean {
-  const code = (err as { code?: unknown })?.code;
-  return typeof code === 'string' && /^(22|23|54)/.test(code);
-}
-
 interface ChunkOutcome {
   stored: BulkStoreResult;
   /** Rows of the batch the database refused, by index. */
@@ -193,7 +192,7 @@ async function storeIsolating(
       mode.expectNew = false;
       return storeIsolating(client, batch, from, to, target, mode, true);
     }
-    if (!refusedForContent(err)) throw err;
+    if (!isContentRefusal(err)) throw err;
     await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     if (to - from === 1) {
@@ -423,14 +422,11 @@ async function readAndStore(
       raw,
     });
   };
-  const logRejected = (rows: QuarantineRow[]) => {
-    for (const row of rows) {
-      if (loggedMalformed++ >= LOGGED_MALFORMED) return;
-      log.warn(
-        { event: 'event.rejected', reason: row.reason, event_id: row.eventId, detail: row.message },
-        `set aside: ${row.message}`,
-      );
-    }
+  // The first few are logged one by one, as the poll path logs them; the rest are counted.
+  const logFirstRejected = (rows: QuarantineRow[]) => {
+    const room = Math.max(0, LOGGED_MALFORMED - loggedMalformed);
+    loggedMalformed += Math.min(room, rows.length);
+    logRejected(log, rows.slice(0, room));
   };
 
   // One chunk's transaction: the rows, then the checkpoint, committed together.
@@ -477,7 +473,7 @@ async function readAndStore(
       storeError = err;
       throw err;
     }
-    logRejected(firstSeen);
+    logFirstRejected(firstSeen);
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
     known.remember(batch);

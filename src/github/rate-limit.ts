@@ -65,24 +65,6 @@ export interface StoredRateLimit {
   observedAt: Date;
 }
 
-export async function readRateLimit(db: Db, credential: string): Promise<StoredRateLimit | null> {
-  const row = await db
-    .selectFrom('github_rate_limits')
-    .selectAll()
-    .where('credential', '=', credential)
-    .executeTakeFirst();
-  if (!row) return null;
-  return {
-    quota: row.quota,
-    remaining: row.remaining,
-    resetAt: row.reset_at,
-    blockedUntil: row.blocked_until,
-    blockReason: row.block_reason,
-    authFailures: row.auth_failures,
-    observedAt: row.observed_at,
-  };
-}
-
 /**
  * An answer that is not a 401 proves the credential is accepted: the auth ladder starts
  * over, and a block that a 401 set is lifted (a rate-limit block stays until its time).
