@@ -54,8 +54,10 @@ export function describeDeferral(d: Deferral): string {
 }
 
 /**
- * Moves the sources' next poll to the deferral's end (only those still due: a source that
- * another process just polled keeps its own schedule). Returns the rows as updated.
+ * Moves the sources' next poll to the deferral's end, never earlier: a source whose next
+ * poll is already later (another process polled it meanwhile and scheduled past the
+ * refusal) keeps its schedule. One polled meanwhile but due before the deferral ends is
+ * moved too — the budget would refuse it until then anyway. Returns the rows as updated.
  */
 export async function deferSources(
   db: Db,

@@ -188,7 +188,7 @@ export async function pollDueSources(
     const byId = new Map(rows.map((r) => [r.id, r]));
     for (const i of putOff) {
       const row = byId.get(due[i]!.id);
-      // Not updated: another process polled it meanwhile and it is not due any more.
+      // Not updated: another process polled it meanwhile and scheduled it past the refusal.
       summaries[i] = row
         ? deferredSummary(row, d)
         : {
