@@ -71,9 +71,14 @@ export function createRequestGate(opts: {
     const client = await getPool().connect();
     try {
       const left = Math.max(1, deadline - Date.now());
-      // lock_timeout bounds the wait for the advisory lock held by another process.
-      await client.query(`SET lock_timeout = ${Math.ceil(left)}`);
-      await client.query('SELECT pg_advisory_lock($1, $2)', [LockSpace.gate, key]);
+      // lock_timeout bounds the wait for the advisory lock held by another process. One
+      // round trip on every request: the subquery's set_config runs before the lock that
+      // reads its row (github-gate.test.ts times the bound out).
+      await client.query(
+        `SELECT pg_advisory_lock($1, $2)
+           FROM (SELECT set_config('lock_timeout', $3, false)) AS bound`,
+        [LockSpace.gate, key, String(Math.ceil(left))],
+      );
       return client;
     } catch (err) {
       client.release(
