@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { windowFloor, windowStartSql } from '../github/budget-state.ts';
 import { defaultQuota } from '../github/credential.ts';
 import { SPENDS_QUOTA } from '../github/ledger.ts';
 import type { GitHubClient } from '../github/types.ts';
@@ -22,8 +23,6 @@ import { type EntityClass, otherClass } from './entity.ts';
  * runners. The allowance itself is still exact (the GitHub layer serializes it).
  */
 
-const HOUR_MS = 3600_000;
-
 export interface ShareDecision {
   allowed: boolean;
   allowance: number;
@@ -37,8 +36,7 @@ export interface ShareDecision {
  * The pool's enrich allowance and what `cls` took of it, in one statement: per credential,
  * floor(quota × share) — the quota GitHub last reported, else the default for its kind — and
  * the enrich requests of `cls` that spend quota (sent or still open; not a free 304) in the
- * budget's own window (src/github/budget-state.ts): GitHub's current rate-limit hour when
- * known, else the last 60 minutes (from the last known reset at the earliest). Reading the rate-limit rows directly rather than a whole
+ * budget's own window (windowStartSql in src/github/budget-state.ts, the same expression). Reading the rate-limit rows directly rather than a whole
  * budget snapshot saves every credential's window count on every entity.
  */
 export function classWindowStatement(
@@ -53,16 +51,14 @@ export function classWindowStatement(
     w AS (
       SELECT creds.credential,
         floor(COALESCE(rl.quota, creds.default_quota) * ${share}::float8)::int AS allowance,
-        CASE WHEN rl.reset_at > ${now}::timestamptz
-          THEN rl.reset_at - make_interval(secs => ${HOUR_MS / 1000})
-          ELSE GREATEST(${now}::timestamptz - make_interval(secs => ${HOUR_MS / 1000}),
-                        COALESCE(rl.reset_at, '-infinity')) END AS since
+        ${windowStartSql(now)} AS since
       FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
     )
     SELECT COALESCE(sum(w.allowance), 0)::int AS allowance, COALESCE(sum(x.n), 0)::int AS spent
     FROM w CROSS JOIN LATERAL (
       SELECT count(*) AS n FROM github_requests
-      WHERE credential = w.credential AND reserved_at >= w.since AND purpose = 'enrich'
+      WHERE credential = w.credential AND reserved_at >= w.since
+        AND reserved_at >= ${windowFloor(now)}::timestamptz AND purpose = 'enrich'
         AND entity_class = ${cls} AND ${SPENDS_QUOTA}
     ) x`;
 }

@@ -98,6 +98,27 @@ export interface StateRow {
 }
 
 /**
+ * Where a credential's budget window starts, as an expression over its github_rate_limits
+ * row `rl`: GitHub's current hour (reset_at − 1 h − slack) while the reset is ahead, else
+ * the last 60 minutes, starting no earlier than the last known reset.
+ */
+export function windowStartSql(now: Date) {
+  return sql`CASE WHEN rl.reset_at > ${now}::timestamptz
+          THEN rl.reset_at - make_interval(secs => ${(HOUR_MS + WINDOW_SLACK_MS) / 1000})
+          ELSE GREATEST(${now}::timestamptz - make_interval(secs => ${HOUR_MS / 1000}),
+                        COALESCE(rl.reset_at, '-infinity'))
+        END`;
+}
+
+/**
+ * No window starts earlier than this. Implied by windowStartSql, but the planner cannot see
+ * into a CTE: a constant bound beside it is what makes it choose a short range scan.
+ */
+export function windowFloor(now: Date): Date {
+  return new Date(now.getTime() - HOUR_MS - WINDOW_SLACK_MS);
+}
+
+/**
  * The budget state as CTEs ending in `st` (one row per credential), so reading it is one
  * round trip and a reservation can decide and insert in the same statement:
  * - creds: the credentials asked about, with their default quota, order and budget lock key;
@@ -119,11 +140,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         rl.blocked_until, rl.block_reason, rl.auth_failures, rl.observed_at,
         COALESCE(rl.reset_at > ${now}::timestamptz, false) AS fresh,
         COALESCE(rl.quota, creds.default_quota) AS quota,
-        CASE WHEN rl.reset_at > ${now}::timestamptz
-          THEN rl.reset_at - make_interval(secs => ${(HOUR_MS + WINDOW_SLACK_MS) / 1000})
-          ELSE GREATEST(${now}::timestamptz - make_interval(secs => ${HOUR_MS / 1000}),
-                        COALESCE(rl.reset_at, '-infinity'))
-        END AS window_start
+        ${windowStartSql(now)} AS window_start
       FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
     ),
     c AS (
@@ -144,7 +161,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
           -- Implied by the line above (a window never starts earlier), but the planner cannot
           -- see into w: this bound is what makes it choose a short range scan.
-          AND g.reserved_at >= ${new Date(now.getTime() - HOUR_MS - WINDOW_SLACK_MS)}::timestamptz
+          AND g.reserved_at >= ${windowFloor(now)}::timestamptz
           AND ${SPENDS_QUOTA}
       ) n
     ),
