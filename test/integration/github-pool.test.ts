@@ -211,24 +211,26 @@ describe('the pool', () => {
 
   it('reads every credential budget in one statement, each window from the spend index alone', async () => {
     const { labels } = pool(3);
-    // A day of history for the three credentials and others, so the planner has a choice.
+    // A day of history for the three credentials and others, so the planner has a choice;
+    // timed from one instant, so a slow VACUUM below cannot move the window under the rows.
+    const at = new Date();
     await sql`
       INSERT INTO github_requests (credential, purpose, path, outcome, status, counted,
         reserved_at, sent_at, finished_at)
       SELECT (ARRAY[${labels[0]}, ${labels[1]}, ${labels[2]}, 'token:other'])[1 + g % 4],
         CASE WHEN g % 3 = 0 THEN 'poll' ELSE 'enrich' END, '/x', 'completed', 200, true,
-        now() - g * interval '1 second', now() - g * interval '1 second',
-        now() - g * interval '1 second'
+        ${at}::timestamptz - g * interval '1 second', ${at}::timestamptz - g * interval '1 second',
+        ${at}::timestamptz - g * interval '1 second'
       FROM generate_series(1, 86400) g`.execute(t.db);
     await sql`VACUUM (ANALYZE) github_requests`.execute(t.db);
     const statement = budgetStateStatement(
       labels.map((label) => ({ label, defaultQuota: 5000 })),
-      new Date(),
+      at,
     );
     const r = await statement.execute(t.db);
     expect(r.rows.map((row) => row.credential)).toEqual(labels);
-    // Each counts its own rows only: a quarter of the last hour's 3,600 (± the second that
-    // passes between the insert and the read).
+    // Each counts its own rows only: a quarter of the last hour's 3,600 (± the row on the
+    // window's edge).
     for (const row of r.rows) expect(Math.abs(row.poll + row.enrich - 900)).toBeLessThanOrEqual(1);
     const compiled = statement.compile(t.db);
     const plan = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
