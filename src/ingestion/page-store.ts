@@ -1,6 +1,6 @@
-import { sql } from 'kysely';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
+import { inSavepoint } from '../db/savepoint.ts';
 import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
 import { bulkStorePage } from './bulk-store.ts';
 import type { MappedPage, PushRow } from './mapping.ts';
@@ -44,22 +44,6 @@ function asEvent(p: PushRow): Record<string, unknown> {
     created_at: p.createdAt.toISOString(),
     payload: p.payload,
   };
-}
-
-async function inSavepoint<T>(
-  trx: Db,
-  work: () => Promise<T>,
-): Promise<{ ok: T } | { refused: unknown }> {
-  await sql`SAVEPOINT page_store_one`.execute(trx);
-  try {
-    const ok = await work();
-    await sql`RELEASE SAVEPOINT page_store_one`.execute(trx);
-    return { ok };
-  } catch (err) {
-    if (!isContentRefusal(err)) throw err;
-    await sql`ROLLBACK TO SAVEPOINT page_store_one`.execute(trx);
-    return { refused: err };
-  }
 }
 
 export async function storePage<T>(

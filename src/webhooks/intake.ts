@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
-import { isContentRefusal, sqlState } from '../db/errors.ts';
+import { sqlState } from '../db/errors.ts';
+import { inSavepoint } from '../db/savepoint.ts';
 import type { Deps } from '../deps.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import { faultPoint } from '../fault.ts';
@@ -229,7 +230,18 @@ export async function receiveDelivery(
         return { ...base, status: 422, routing: provisional, detail };
       if (verdict.kind === 'other')
         return { ...base, status: 200, routing: provisional, detail: null };
-      const stored = await storePushes(trx, [verdict.push], { origin: 'webhook' });
+      const attempt = await inSavepoint(trx, () =>
+        storePushes(trx, [verdict.push], { origin: 'webhook' }),
+      );
+      if ('refused' in attempt) {
+        // The database refused the push itself, for a reason the rules did not foresee: the
+        // same body would be refused again, so the delivery is recorded as rejected.
+        const err = attempt.refused;
+        const refusal = `the database refused the push (SQLSTATE ${sqlState(err)}): ${storableText((err as Error).message)}`;
+        await setRouting(trx, deliveryId, 'rejected:store_failed', refusal);
+        return { ...base, status: 422, routing: 'rejected:store_failed', detail: refusal };
+      }
+      const stored = attempt.ok;
       // Held already (polled first, or another hook on the same repository): one row.
       const final = stored.created > 0 ? 'push:created' : 'push:known';
       await setRouting(trx, deliveryId, final);
@@ -244,37 +256,11 @@ export async function receiveDelivery(
       };
     });
   } catch (err) {
-    if (!isContentRefusal(err)) {
-      deps.logger.error(
-        { event: 'webhook.failed', delivery_id: deliveryId, gh_event: event, err },
-        `webhook delivery ${deliveryId} not stored; answering 500 so GitHub can redeliver`,
-      );
-      return { status: 500, body: { error: 'storage unavailable' } };
-    }
-    // The database refused the push itself, for a reason the rules did not foresee: the
-    // same body would be refused again, so record the delivery as rejected instead.
-    const detail = `the database refused the push (SQLSTATE ${sqlState(err)}): ${storableText((err as Error).message)}`;
-    try {
-      outcome = await deps.db.transaction().execute(async (trx) => {
-        const rec = await recordDelivery(trx, record('rejected:store_failed', detail));
-        if (!rec.isNew) await setRouting(trx, deliveryId, 'rejected:store_failed', detail);
-        return {
-          status: 422,
-          routing: 'rejected:store_failed',
-          detail,
-          duplicate: !rec.isNew,
-          mismatch: rec.mismatch,
-          reprocessed: false,
-          newPending: NONE,
-        };
-      });
-    } catch (again) {
-      deps.logger.error(
-        { event: 'webhook.failed', delivery_id: deliveryId, gh_event: event, err: again },
-        `webhook delivery ${deliveryId} not recorded; answering 500 so GitHub can redeliver`,
-      );
-      return { status: 500, body: { error: 'storage unavailable' } };
-    }
+    deps.logger.error(
+      { event: 'webhook.failed', delivery_id: deliveryId, gh_event: event, err },
+      `webhook delivery ${deliveryId} not stored; answering 500 so GitHub can redeliver`,
+    );
+    return { status: 500, body: { error: 'storage unavailable' } };
   }
   return answer(deps, deliveryId, event, outcome);
 }

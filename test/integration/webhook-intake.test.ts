@@ -271,6 +271,34 @@ describe('POST /webhooks/github: malformed requests store nothing', () => {
     await sql`DELETE FROM webhook_deliveries WHERE delivery_id = 'd-no-repo'`.execute(t.db);
   });
 
+  it('a push the database itself refuses → 422 rejected:store_failed, nothing half-stored, a redelivery answered the same', async () => {
+    // Something the rules did not foresee, stood in for by a constraint of this test's
+    // database (as backfill-import.test.ts does).
+    await sql`ALTER TABLE push_events ADD CONSTRAINT test_refuse CHECK (ref <> 'refs/heads/refused-by-db')`.execute(
+      t.db,
+    );
+    try {
+      const body = JSON.stringify(pushPayload({ ref: 'refs/heads/refused-by-db' }));
+      const res = await deliver(web.url, { deliveryId: 'd-refused', body });
+      expect(res.status).toBe(422);
+      // The delivery is recorded as rejected; its push, actor and repository are not kept.
+      expect(await counts()).toEqual({ ...nothingStored, deliveries: 1 });
+      const row = await sql<{ routing: string; detail: string }>`
+        SELECT routing, detail FROM webhook_deliveries WHERE delivery_id = 'd-refused'`.execute(
+        t.db,
+      );
+      expect(row.rows[0]!.routing).toBe('rejected:store_failed');
+      expect(row.rows[0]!.detail).toMatch(
+        /the database refused the push \(SQLSTATE 23514\).*test_refuse/,
+      );
+      const again = await deliver(web.url, { deliveryId: 'd-refused', body });
+      expect(again.status).toBe(422);
+      expect(await counts()).toEqual({ ...nothingStored, deliveries: 1 });
+    } finally {
+      await sql`ALTER TABLE push_events DROP CONSTRAINT test_refuse`.execute(t.db);
+    }
+  });
+
   it('wrong content type → 415', async () => {
     const res = await deliver(web.url, {
       deliveryId: 'd-text',
