@@ -26,6 +26,19 @@ export const LIVENESS_APPLICATION_NAME = 'gpi-job-liveness';
  */
 const KEEPALIVE = { idle: 10, interval: 5, count: 3 } as const;
 
+/**
+ * How long opening the liveness session may take. A job's hold() waits on that connect, so
+ * a server that accepts the socket and never answers must not hold it for the OS's own
+ * timeout; the job runs unmarked instead and the reconnect keeps trying in the background.
+ */
+export const LIVENESS_CONNECT_TIMEOUT_MS = 5_000;
+
+/** A connected liveness session and the jobs whose lock it has taken (once each). */
+interface Session {
+  client: pg.Client;
+  locked: Set<string>;
+}
+
 export function jobLockKey(jobId: string): number {
   return int4Key(jobId);
 }
@@ -34,8 +47,8 @@ export class JobLiveness {
   readonly #databaseUrl: string;
   readonly #log: Logger;
   readonly #held = new Set<string>();
-  #client: pg.Client | null = null;
-  #connecting: Promise<pg.Client> | null = null;
+  #session: Session | null = null;
+  #connecting: Promise<Session> | null = null;
   #reconnect: NodeJS.Timeout | undefined;
   #closed = false;
 
@@ -46,7 +59,7 @@ export class JobLiveness {
 
   /** Opens the liveness session. Call before the worker can fetch a job. */
   async start(): Promise<void> {
-    await this.#session();
+    await this.#open();
   }
 
   /** Jobs this process holds a lock for right now (tests, logs). */
@@ -63,11 +76,13 @@ export class JobLiveness {
   async hold(jobId: string): Promise<void> {
     this.#held.add(jobId);
     try {
-      const client = await this.#session();
-      // A try-lock: the only way it says no is another live job whose id hashes the same,
-      // and then that job's lock keeps this one alive too until one of them ends.
-      await client.query('SELECT pg_try_advisory_lock($1, $2)', [LockSpace.job, jobLockKey(jobId)]);
+      // A session opened by this call has already locked the job (#connect locks all of
+      // #held); #lock takes it only if this session has not.
+      await this.#lock(await this.#open(), jobId);
     } catch (err) {
+      // The job stays in #held: the reconnect takes its lock. Scheduled here too, since the
+      // session may have dropped while no job ran (then its 'end' scheduled nothing).
+      this.#scheduleReconnect(1000);
       this.#log.warn(
         { event: 'worker.liveness_lost', job_id: jobId, err: brief(err) },
         'could not mark the job as running (liveness session down); it is marked again on reconnect',
@@ -77,50 +92,68 @@ export class JobLiveness {
 
   async release(jobId: string): Promise<void> {
     if (!this.#held.delete(jobId)) return;
-    const client = this.#client;
-    if (!client) return;
-    await client
-      .query('SELECT pg_advisory_unlock($1, $2)', [LockSpace.job, jobLockKey(jobId)])
-      .catch(() => {
-        // The session is gone, and its locks with it.
-      });
+    const session = this.#session;
+    // No session, or this one never took the lock: nothing of this job's is held. (A
+    // session still connecting unlocks what left #held once it is up.)
+    if (!session) return;
+    await unlock(session, jobId);
   }
 
   /** Ends the session (after the last job has ended): every lock it still held goes with it. */
   async stop(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#reconnect);
-    const client = this.#client ?? (await this.#connecting?.catch(() => null));
-    this.#client = null;
-    await client?.end().catch(() => {});
+    const session = this.#session ?? (await this.#connecting?.catch(() => null));
+    this.#session = null;
+    await session?.client.end().catch(() => {});
   }
 
   #scheduleReconnect(delayMs: number): void {
     if (this.#reconnect || this.#closed) return;
     this.#reconnect = setTimeout(() => {
       this.#reconnect = undefined;
-      if (this.#closed || this.#client || this.#held.size === 0) return;
-      this.#session().catch(() => this.#scheduleReconnect(Math.min(delayMs * 2, 10_000)));
+      if (this.#closed || this.#session || this.#held.size === 0) return;
+      this.#open().catch(() => this.#scheduleReconnect(Math.min(delayMs * 2, 10_000)));
     }, delayMs);
     this.#reconnect.unref();
   }
 
-  #session(): Promise<pg.Client> {
+  #open(): Promise<Session> {
     if (this.#closed) return Promise.reject(new Error('liveness session closed'));
-    if (this.#client) return Promise.resolve(this.#client);
+    if (this.#session) return Promise.resolve(this.#session);
     this.#connecting ??= this.#connect().finally(() => {
       this.#connecting = null;
     });
     return this.#connecting;
   }
 
-  async #connect(): Promise<pg.Client> {
+  /**
+   * Takes a held job's lock on this session unless it already has. Advisory locks stack
+   * within a session, so a second take would survive the job's one unlock.
+   */
+  async #lock(session: Session, jobId: string): Promise<void> {
+    if (session.locked.has(jobId) || !this.#held.has(jobId)) return;
+    // A try-lock: the only way it says no is another live job whose id hashes the same,
+    // and then that job's lock keeps this one alive too until one of them ends.
+    const r = await session.client.query<{ ok: boolean }>(
+      'SELECT pg_try_advisory_lock($1, $2) AS ok',
+      [LockSpace.job, jobLockKey(jobId)],
+    );
+    if (!r.rows[0]?.ok) return;
+    session.locked.add(jobId);
+    // Released while the lock was being taken: its release found nothing to unlock.
+    if (!this.#held.has(jobId)) await unlock(session, jobId);
+  }
+
+  async #connect(): Promise<Session> {
     // Named only after it holds the locks of the jobs already running (see the header).
     const client = new pg.Client({
       connectionString: this.#databaseUrl,
       application_name: `${LIVENESS_APPLICATION_NAME}-connecting`,
       keepAlive: true,
+      connectionTimeoutMillis: LIVENESS_CONNECT_TIMEOUT_MS,
     });
+    const session: Session = { client, locked: new Set() };
     client.on('error', (err) => {
       if (!this.#closed) {
         this.#log.warn(
@@ -130,8 +163,8 @@ export class JobLiveness {
       }
     });
     client.on('end', () => {
-      if (this.#client !== client) return;
-      this.#client = null;
+      if (this.#session !== session) return;
+      this.#session = null;
       // The running jobs' locks went with the session: take them again as soon as the
       // database answers, not at the next job start.
       if (!this.#closed && this.#held.size > 0) this.#scheduleReconnect(1000);
@@ -144,12 +177,8 @@ export class JobLiveness {
                 set_config('tcp_keepalives_count', $3, false)`,
         [String(KEEPALIVE.idle), String(KEEPALIVE.interval), String(KEEPALIVE.count)],
       );
-      for (const jobId of this.#held) {
-        await client.query('SELECT pg_try_advisory_lock($1, $2)', [
-          LockSpace.job,
-          jobLockKey(jobId),
-        ]);
-      }
+      // A job marked while this loop runs is visited too (Set iteration sees additions).
+      for (const jobId of this.#held) await this.#lock(session, jobId);
       await client.query(`SELECT set_config('application_name', $1, false)`, [
         LIVENESS_APPLICATION_NAME,
       ]);
@@ -161,9 +190,25 @@ export class JobLiveness {
       await client.end().catch(() => {});
       throw new Error('liveness session closed');
     }
-    this.#client = client;
-    return client;
+    this.#session = session;
+    // Jobs that ended while this session was connecting: their release found no session,
+    // so their lock (if this session took it) is dropped here. From now on release() sees
+    // the session and unlocks by itself.
+    for (const jobId of session.locked) {
+      if (!this.#held.has(jobId)) void unlock(session, jobId);
+    }
+    return session;
   }
+}
+
+/** Drops the job's lock if this session holds it. Never fails: a dead session has none. */
+async function unlock(session: Session, jobId: string): Promise<void> {
+  if (!session.locked.delete(jobId)) return;
+  await session.client
+    .query('SELECT pg_advisory_unlock($1, $2)', [LockSpace.job, jobLockKey(jobId)])
+    .catch(() => {
+      // The session is gone, and its locks with it.
+    });
 }
 
 function brief(err: unknown) {

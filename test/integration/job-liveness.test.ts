@@ -1,0 +1,152 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { LockSpace } from '../../src/db/locks.ts';
+import { JobLiveness, jobLockKey, LIVENESS_APPLICATION_NAME } from '../../src/queue/liveness.ts';
+import { captureLogger, waitFor } from '../recovery/helpers.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { adminQuery } from '../support/postgres-server.ts';
+
+/**
+ * The liveness session's reconnect (ADR 0011) against real Postgres: a session cut by the
+ * server must take the locks of the jobs marked while it was down by itself, and take each
+ * lock exactly once (session advisory locks stack: a lock taken twice survives one unlock).
+ */
+
+const t = useTestDatabase();
+const { logger, events } = captureLogger();
+const sessions: JobLiveness[] = [];
+
+function liveness(): JobLiveness {
+  const l = new JobLiveness(t.url, logger);
+  sessions.push(l);
+  return l;
+}
+
+afterEach(async () => {
+  await allowConnections(true);
+  await Promise.all(sessions.splice(0).map((s) => s.stop()));
+});
+
+/**
+ * Rows in pg_locks for this job's liveness lock in this file's database (0 or 1: a lock
+ * taken twice by one session is still one row, and then survives one unlock). Asked over
+ * the admin database, which stays open while this one refuses connections.
+ */
+async function lockRows(jobId: string): Promise<number> {
+  const r = await adminQuery(
+    t.adminUrl,
+    `SELECT count(*)::int AS n FROM pg_locks
+     WHERE locktype = 'advisory' AND granted
+       AND database = (SELECT oid FROM pg_database WHERE datname = $1)
+       AND classid = $2::int::oid AND objid = $3::int::oid AND objsubid = 2`,
+    [t.name, LockSpace.job, jobLockKey(jobId)],
+  );
+  return r.rows[0].n;
+}
+
+/** Whether the server lets new sessions into this file's database (superusers included). */
+async function allowConnections(allow: boolean): Promise<void> {
+  await adminQuery(t.adminUrl, `ALTER DATABASE ${t.name} WITH ALLOW_CONNECTIONS ${allow}`);
+}
+
+async function livenessBackends(): Promise<number> {
+  const r = await adminQuery(
+    t.adminUrl,
+    `SELECT count(*)::int AS n FROM pg_stat_activity
+     WHERE datname = $1 AND application_name LIKE $2 || '%'`,
+    [t.name, LIVENESS_APPLICATION_NAME],
+  );
+  return r.rows[0].n;
+}
+
+/**
+ * Cuts the liveness session from the server side and waits until the worker has seen it
+ * go (its 'error' listener logged) and the backend is gone.
+ */
+async function cutSession(): Promise<void> {
+  const lostBefore = events('worker.liveness_lost').length;
+  const cut = await adminQuery(
+    t.adminUrl,
+    `SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
+     WHERE datname = $1 AND application_name = $2`,
+    [t.name, LIVENESS_APPLICATION_NAME],
+  );
+  expect(cut.rows[0].n).toBe(1);
+  await waitFor(() => events('worker.liveness_lost').length > lostBefore, {
+    timeoutMs: 5_000,
+    what: 'the worker to notice its liveness session was cut',
+  });
+  await waitFor(async () => (await livenessBackends()) === 0, {
+    timeoutMs: 5_000,
+    what: 'the liveness backend to exit',
+  });
+}
+
+describe('job liveness session reconnect', () => {
+  it('a job marked while the database refuses connections is locked once it is back, with no further call', async () => {
+    const worker = liveness();
+    await worker.start();
+    // No job running when the session drops: nothing else would schedule a reconnect.
+    await allowConnections(false);
+    await cutSession();
+
+    const job = randomUUID();
+    await worker.hold(job); // never fails the job
+    expect(events('worker.liveness_lost')).toContainEqual(expect.objectContaining({ job_id: job }));
+    expect(await lockRows(job)).toBe(0);
+
+    await allowConnections(true);
+    await waitFor(async () => (await lockRows(job)) === 1, {
+      timeoutMs: 5_000,
+      what: 'the job lock to be taken by the reconnect',
+    });
+    await waitFor(async () => (await livenessBackends()) === 1, {
+      timeoutMs: 2_000,
+      what: 'the reconnected session to be named',
+    });
+
+    await worker.release(job);
+    expect(await lockRows(job)).toBe(0);
+  });
+
+  it('a job whose mark opens the new session holds its lock once, and none after release', async () => {
+    const worker = liveness();
+    await worker.start();
+    await cutSession();
+
+    const job = randomUUID();
+    await worker.hold(job); // reconnects, and the new session locks what is held
+    expect(await lockRows(job)).toBe(1);
+    await worker.release(job);
+    expect(await lockRows(job)).toBe(0);
+
+    // And the session still works as before for the next job.
+    const next = randomUUID();
+    await worker.hold(next);
+    expect(await lockRows(next)).toBe(1);
+    await worker.release(next);
+    expect(await lockRows(next)).toBe(0);
+  });
+
+  it('jobs running when the session drops are locked again once each; a release while down frees it', async () => {
+    const worker = liveness();
+    await worker.start();
+    const [a, b] = [randomUUID(), randomUUID()];
+    await worker.hold(a);
+    await worker.hold(b);
+    await cutSession();
+    // Released while the session is down: the reconnect must not lock it again.
+    await worker.release(a);
+    const c = randomUUID();
+    await worker.hold(c);
+    await waitFor(async () => (await lockRows(b)) === 1 && (await lockRows(c)) === 1, {
+      timeoutMs: 5_000,
+      what: 'the running jobs to be locked again',
+    });
+    expect(await lockRows(a)).toBe(0);
+    await worker.release(b);
+    await worker.release(c);
+    expect(await lockRows(b)).toBe(0);
+    expect(await lockRows(c)).toBe(0);
+  });
+});
