@@ -43,3 +43,13 @@ class Terminal {
 }
 
 export const terminal = new Terminal();
+
+/**
+ * A progress bar's bar: `[######..........]`, `width` cells filled by `share` (0–1), or
+ * `?` cells when the total is unknown (null).
+ */
+export function bar(share: number | null, width = 24): string {
+  if (share === null) return `[${'?'.repeat(width)}]`;
+  const filled = Math.round(Math.min(1, Math.max(0, share)) * width);
+  return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
+}

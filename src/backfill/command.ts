@@ -5,6 +5,7 @@ import { NotFound } from '../errors.ts';
 import { getSource } from '../ingestion/sources.ts';
 import { createLogger } from '../log.ts';
 import { count } from '../status/format.ts';
+import { bar } from '../terminal.ts';
 import { archiveHourSource, type ByteSource, localFileSource } from './archive.ts';
 import { scopeOf } from './events.ts';
 import { type FillDeps, fillGaps, type GapFillResult } from './fill.ts';
@@ -39,7 +40,7 @@ function seconds(s: number): string {
   return s < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
 }
 
-export function formatImport(r: ImportResult): string {
+function formatImport(r: ImportResult): string {
   const name = r.file.includes('/') ? r.label : r.file;
   switch (r.outcome) {
     case 'already_imported':
@@ -70,7 +71,7 @@ function iso(d: Date): string {
   return d.toISOString().replace('.000Z', 'Z');
 }
 
-export function formatGap(r: GapFillResult): string {
+function formatGap(r: GapFillResult): string {
   const head = `gap ${r.gapId} (source ${r.sourceId} ${r.source}, ${iso(r.fromAt)} … ${iso(r.toAt)})`;
   switch (r.outcome) {
     case 'filled':
@@ -94,15 +95,12 @@ function mb(n: number): string {
   return (n / 1e6).toFixed(1);
 }
 
-function progressLine(p: ImportProgress, started: number, width = 24): string {
+function progressLine(p: ImportProgress, started: number): string {
   const share = p.bytesTotal ? Math.min(1, p.bytesRead / p.bytesTotal) : null;
-  const filled = share === null ? 0 : Math.round(share * width);
-  const bar =
-    share === null ? '?'.repeat(width) : `${'#'.repeat(filled)}${'.'.repeat(width - filled)}`;
   const elapsed = Math.max(0.001, (Date.now() - started) / 1000);
   const size = p.bytesTotal ? `${mb(p.bytesRead)}/${mb(p.bytesTotal)} MB` : `${mb(p.bytesRead)} MB`;
   const name = p.label.split('/').at(-1);
-  return `[${bar}] ${name} ${share === null ? '' : `${Math.round(share * 100)}% `}${size}  ${count(p.lines)} lines  ${count(p.counts.created)} stored  ${count(Math.round(p.lines / elapsed))} lines/s`;
+  return `${bar(share)} ${name} ${share === null ? '' : `${Math.round(share * 100)}% `}${size}  ${count(p.lines)} lines  ${count(p.counts.created)} stored  ${count(Math.round(p.lines / elapsed))} lines/s`;
 }
 
 /**

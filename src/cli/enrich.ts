@@ -4,7 +4,7 @@ import { type EnrichOutcome, type EnrichResult, enrichOnce } from '../enrichment
 import { UsageError } from '../errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
-import { terminal } from '../terminal.ts';
+import { bar, terminal } from '../terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `
@@ -137,7 +137,7 @@ export function formatEntity(r: EnrichResult): string {
 }
 
 /** The outcome counts, worded the same in the progress bar and the summary. */
-export function formatCounts(o: EnrichRunSummary['outcomes']): string {
+function formatCounts(o: EnrichRunSummary['outcomes']): string {
   const counts = `enriched ${o.enriched}, not modified ${o.not_modified}, gone ${o.gone}, retry ${o.retry}, failed ${o.failed}`;
   return o.rate_limited > 0 ? `${counts}, rate limited ${o.rate_limited}` : counts;
 }
@@ -147,10 +147,8 @@ export function formatSummary(s: EnrichRunSummary): string {
   return `enrich: ${s.done}/${s.limit} done (${formatCounts(s.outcomes)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
 }
 
-export function progressBar(s: EnrichRunSummary, left: number, width = 24): string {
-  const filled = Math.round((s.done / s.limit) * width);
-  const bar = `${'#'.repeat(filled)}${'.'.repeat(width - filled)}`;
-  return `[${bar}] ${s.done}/${s.limit} (${formatCounts(s.outcomes)}) budget left ${left}`;
+function progressBar(s: EnrichRunSummary, left: number): string {
+  return `${bar(s.done / s.limit)} ${s.done}/${s.limit} (${formatCounts(s.outcomes)}) budget left ${left}`;
 }
 
 export async function main(argv: string[]): Promise<number> {
