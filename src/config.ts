@@ -12,7 +12,7 @@ import { parseSourcesList } from './ingestion/sources.ts';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 /** auto: readable lines on a terminal, JSON otherwise; json / text force one. */
-export const LOG_FORMATS = ['auto', 'json', 'text'] as const;
+const LOG_FORMATS = ['auto', 'json', 'text'] as const;
 
 /** "90", "90s", "15m", "12h", "7d" → seconds. */
 export function parseDurationSeconds(raw: string): number | undefined {

@@ -43,7 +43,7 @@ const EXPECTED_CODES = new Set([
   '08006',
 ]);
 
-export function isExpectedFailure(err: unknown): boolean {
+function isExpectedFailure(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
   if (typeof code === 'string' && EXPECTED_CODES.has(code)) return true;
   // pg's "Connection terminated unexpectedly" and friends carry no code.

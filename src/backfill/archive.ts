@@ -165,7 +165,7 @@ export function localFileSource(file: string): ByteSource {
 }
 
 /** True when the file starts with gzip's magic bytes. */
-export async function isGzipFile(file: string): Promise<boolean> {
+async function isGzipFile(file: string): Promise<boolean> {
   const fh = await open(file, 'r');
   try {
     const buf = Buffer.alloc(2);

@@ -39,7 +39,7 @@ function trimmed(line: Buffer): Buffer {
 }
 
 /** A short, printable excerpt of a bad line for logs and errors (never the whole line). */
-export function excerpt(line: Buffer | string, max = 120): string {
+function excerpt(line: Buffer | string, max = 120): string {
   const s = typeof line === 'string' ? line : line.subarray(0, max * 4).toString('utf8');
   // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it removes
   const flat = s.replace(/[\u0000-\u001f]/g, ' ');

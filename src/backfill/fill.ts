@@ -60,7 +60,7 @@ export interface FillOptions {
 }
 
 /** Minutes before another try: 1, 2, 4 … capped at an hour. */
-export function retryDelayMs(attempts: number): number {
+function retryDelayMs(attempts: number): number {
   return Math.min(3_600_000, 60_000 * 2 ** Math.max(0, attempts - 1));
 }
 

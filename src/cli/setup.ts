@@ -15,7 +15,7 @@ Idempotent; two setups at once run one after the other (advisory lock). Prints w
 it changed (stdout); logs at info only what changed.
 `;
 
-export interface SetupReport {
+interface SetupReport {
   migrations: string[];
   queuesCreated: string[];
   queuesUpdated: string[];
@@ -29,7 +29,7 @@ function changed(r: SetupReport): boolean {
   );
 }
 
-export function formatSetupReport(r: SetupReport): string {
+function formatSetupReport(r: SetupReport): string {
   if (!changed(r)) return 'setup: nothing to do, the database is up to date';
   const parts = [
     r.migrations.length > 0 && `${r.migrations.length} migration(s) applied`,

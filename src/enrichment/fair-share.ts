@@ -39,7 +39,7 @@ export interface ShareDecision {
  * budget's own window (windowStartSql in src/github/budget-state.ts, the same expression). Reading the rate-limit rows directly rather than a whole
  * budget snapshot saves every credential's window count on every entity.
  */
-export function classWindowStatement(
+function classWindowStatement(
   credentials: readonly string[],
   cls: EntityClass,
   share: number,

@@ -23,7 +23,7 @@ export interface Deferral {
 }
 
 /** "08:16 UTC": what a person reads in `bin/ingest` and in the log line. */
-export function clockTime(at: Date): string {
+function clockTime(at: Date): string {
   return `${at.toISOString().slice(11, 16)} UTC`;
 }
 

@@ -33,7 +33,7 @@ export interface FailureDecision {
 type SourceState = Pick<EventSource, 'consecutive_failures' | 'next_poll_at' | 'last_error'>;
 
 /** A budget refusal caused by a 401's block is still, for the source, an auth failure. */
-export function isAuthBlock(err: unknown): err is BudgetExhausted {
+function isAuthBlock(err: unknown): err is BudgetExhausted {
   return err instanceof BudgetExhausted && err.blockReason === 'auth';
 }
 

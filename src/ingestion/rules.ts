@@ -165,7 +165,7 @@ function clip(s: string, max: number): string {
 }
 
 /** A short, safe rendering of a bad value for a message (never the whole of a 5 MB string). */
-export function preview(value: unknown): string {
+function preview(value: unknown): string {
   let s: string;
   if (typeof value === 'string')
     s = JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);

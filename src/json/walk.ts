@@ -79,7 +79,7 @@ export function inspectJson(value: unknown, maxDepth = MAX_JSON_DEPTH, root = ''
 }
 
 /** Placeholder for a subtree cut off at maxDepth in a storable copy. */
-export const CUT_DEEPER = '[nested deeper than the limit; cut]';
+const CUT_DEEPER = '[nested deeper than the limit; cut]';
 
 /**
  * A copy Postgres can store as jsonb: strings and keys through storableText, subtrees

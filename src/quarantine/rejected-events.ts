@@ -34,10 +34,10 @@ export interface QuarantineResult {
 }
 
 /** Text kept of an event too deep to parse: enough to find it, bounded. */
-export const MAX_RAW_TEXT = 64 * 1024;
+const MAX_RAW_TEXT = 64 * 1024;
 
 /** raw as jsonb Postgres can hold: exact when it can be, else a sanitised copy. */
-export function storableRaw(raw: unknown): { json: string; exact: boolean; hashOf: string } {
+function storableRaw(raw: unknown): { json: string; exact: boolean; hashOf: string } {
   if (raw instanceof TooDeepJson) {
     const json = JSON.stringify(storableText(raw.text.slice(0, MAX_RAW_TEXT)));
     return { json, exact: false, hashOf: raw.text };
@@ -54,7 +54,7 @@ export function storableRaw(raw: unknown): { json: string; exact: boolean; hashO
 }
 
 /** The dedupe key: the event's id when it is a valid one, else a hash of the event. */
-export function eventKey(eventId: string | null, hashOf: string): string {
+function eventKey(eventId: string | null, hashOf: string): string {
   const id = eventId === null ? null : exactId(eventId);
   return id ?? `sha256:${createHash('sha256').update(hashOf).digest('hex')}`;
 }

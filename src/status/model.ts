@@ -53,7 +53,7 @@ export interface CredentialStatus {
   allowance: BudgetSnapshot['allowance'];
 }
 
-export function credentialStatus(b: BudgetSnapshot): CredentialStatus {
+function credentialStatus(b: BudgetSnapshot): CredentialStatus {
   return {
     label: b.credential,
     quota: b.quota,

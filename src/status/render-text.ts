@@ -15,7 +15,7 @@ function table(header: string[], rows: string[][]): string[] {
 }
 
 /** "Gaps: 1 open (next fill in 12m), 4 filled, 0 unavailable; 1,234 pushes recovered". */
-export function gapsLine(report: StatusReport): string {
+function gapsLine(report: StatusReport): string {
   const g = report.gaps;
   const next =
     g.byState.open > 0 && g.nextFillAt
@@ -25,7 +25,7 @@ export function gapsLine(report: StatusReport): string {
 }
 
 /** "Last backfill: 2026-11-20-10 (gap:3) completed 5m ago: 1,000 pushes stored". */
-export function lastBackfillLine(report: StatusReport): string {
+function lastBackfillLine(report: StatusReport): string {
   const b = report.gaps.lastBackfill;
   if (!b) return 'Last backfill: never';
   const error = b.error ? `: ${b.error}` : '';

@@ -15,9 +15,9 @@ import { sendJson } from './server.ts';
 export const MAX_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024;
 
 /** Seconds a sender refused for a full body budget is asked to wait. */
-export const BUSY_RETRY_AFTER_SECONDS = 5;
+const BUSY_RETRY_AFTER_SECONDS = 5;
 /** GitHub gives up on a delivery after 10 s; a body still arriving after this is dropped. */
-export const BODY_TIMEOUT_MS = 15_000;
+const BODY_TIMEOUT_MS = 15_000;
 
 function header(req: http.IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];

@@ -4,7 +4,7 @@
  * label only through this fixed list (anything else is `other`), so no sender can mint
  * unbounded Prometheus series or status keys.
  */
-export const GITHUB_EVENTS = new Set([
+const GITHUB_EVENTS = new Set([
   'branch_protection_configuration',
   'branch_protection_rule',
   'check_run',
@@ -85,7 +85,7 @@ export const GITHUB_EVENTS = new Set([
 /** The shape of an event name; anything else is refused (400) before it is recorded. */
 export const EVENT_NAME = /^[a-z][a-z0-9_]{0,63}$/;
 
-export function knownEvent(event: string): string {
+function knownEvent(event: string): string {
   return GITHUB_EVENTS.has(event) ? event : 'other';
 }
 
