@@ -1,6 +1,6 @@
 import { AppError } from '../errors.ts';
 import { isRawJson, TooDeepJson } from '../json/exact.ts';
-import { inspectJson, MAX_JSON_DEPTH, storableCopy } from '../json/walk.ts';
+import { inspectJson, type JsonInspection, MAX_JSON_DEPTH, storableCopy } from '../json/walk.ts';
 import {
   countField,
   idField,
@@ -95,10 +95,16 @@ function givenType(raw: unknown): string | null {
   return typeof type === 'string' ? type.slice(0, KEY_CAPS.eventType) : null;
 }
 
-/** Maps one PushEvent whose id is known valid; throws Rejection. */
+/**
+ * Maps one PushEvent whose id is known valid; throws Rejection. `walked`: the event's own
+ * inspection when the caller already made one (the poll path judges every event whole):
+ * nothing too deep in it means nothing too deep in its payload, and no bad text in it means
+ * none in its payload, so the payload is walked again only when the event held bad text.
+ */
 export function mapPushEvent(
   ev: Record<string, unknown>,
   id: string,
+  walked?: JsonInspection,
 ): { push: PushRow; sanitisedAt: string | null } {
   const actor = objectField(ev.actor, 'actor');
   const repo = objectField(ev.repo, 'repo');
@@ -118,7 +124,10 @@ export function mapPushEvent(
     p.distinct_size === undefined ? null : countField(p.distinct_size, 'payload.distinct_size');
 
   // The payload is stored whole: bounded depth; free text Postgres cannot hold is replaced.
-  const found = inspectJson(p, MAX_JSON_DEPTH - 1, 'payload');
+  const found =
+    walked && walked.tooDeep === null && walked.badText === null
+      ? walked
+      : inspectJson(p, MAX_JSON_DEPTH - 1, 'payload');
   if (found.tooDeep) {
     throw new Rejection(
       'too_deep',
@@ -174,9 +183,12 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
       }
       const ev = raw as Record<string, unknown>;
       // Judged whole, whichever parser path read it (the reviver path marks deep events).
-      const deepAt = inspectJson(ev, MAX_JSON_DEPTH).tooDeep;
-      if (deepAt) {
-        throw new Rejection('too_deep', `${deepAt} is nested deeper than ${MAX_JSON_DEPTH} levels`);
+      const walked = inspectJson(ev, MAX_JSON_DEPTH);
+      if (walked.tooDeep) {
+        throw new Rejection(
+          'too_deep',
+          `${walked.tooDeep} is nested deeper than ${MAX_JSON_DEPTH} levels`,
+        );
       }
       const id = idField(ev.id, 'id');
       // Known by id from here on: the horizon counts it whether it is stored or set aside.
@@ -186,7 +198,7 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
         others.set(type, (others.get(type) ?? 0) + 1);
         return;
       }
-      const { push, sanitisedAt } = mapPushEvent(ev, id);
+      const { push, sanitisedAt } = mapPushEvent(ev, id, walked);
       page.pushes.push(push);
       if (sanitisedAt) page.sanitised.push({ eventId: id, path: sanitisedAt });
     } catch (err) {
