@@ -173,12 +173,7 @@ async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      {
-        origin: 'archive',
-        sourceId: target.sourceId,
-        expectNew: mode.expectNew,
-        entitiesStored: true,
-      },
+      { sourceId: target.sourceId, expectNew: mode.expectNew },
       from,
       to,
     );
