@@ -173,12 +173,7 @@ async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      {
-        origin: 'archive',
-        sourceId: target.sourceId,
-        expectNew: mode.expectNew,
-        entitiesStored: true,
-      },
+      { sourceId: target.sourceId, expectNew: mode.expectNew },
       from,
       to,
     );
@@ -368,6 +363,10 @@ async function readAndStore(
   // A second session for the chunks' actors and repositories (see flush).
   const entityClient = await deps.pool.connect();
   let entityBroken: Error | undefined;
+  // The last chunk's entity statement: still running on entityClient when a merge failed
+  // (flush threw before chaining it), and awaited before entityClient goes back to the pool.
+  // The client runs its statements in order, so this one settling means every one has.
+  let lastEntities: Promise<unknown> | null = null;
   const chunkRows = opts.chunkRows ?? CHUNK_ROWS;
   const inScope = target.inScope;
   const window = target.window;
@@ -507,6 +506,7 @@ async function readAndStore(
       throw err;
     });
     entities.catch(() => {});
+    lastEntities = entities;
     if (inFlight) await inFlight;
     pending = spare ?? new StageBatch(chunkBytes);
     spare = null;
@@ -589,6 +589,7 @@ async function readAndStore(
     return fail(err, opts.signal?.aborted ? 'interrupted' : 'failed');
   } finally {
     await dropStage(client).catch(() => {});
+    await (lastEntities as Promise<unknown> | null)?.catch(() => {});
     entityClient.release(entityBroken);
   }
   log.info(

@@ -5,7 +5,7 @@ import type { Db } from '../db/pool.ts';
 import type { PushOrigin } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import type { PushRow } from './mapping.ts';
-import { StageBatch } from './stage-batch.ts';
+import type { StageBatch } from './stage-batch.ts';
 import type { StoreResult } from './store.ts';
 
 /**
@@ -22,14 +22,19 @@ import type { StoreResult } from './store.ts';
  * - rows are written in key order (actors by id, then repositories by id, then pushes by
  *   natural key), so concurrent writers take row locks in the same order.
  *
- * What differs is names: polled and delivered pushes are current, so the newest login /
- * full_name of the batch replaces a different one (as storePushes does); an archive file is
- * history, so it only inserts actors and repositories that are missing and never renames
- * one we hold — a month-old hour file must not turn a login back into what it used to be.
+ * Two entry points, one per caller:
+ * - bulkStorePage (poll pages): the rows as parameter arrays, actors, repositories and
+ *   pushes in one statement. Polled pushes are current, so the newest login / full_name of
+ *   the batch replaces a different one (as storePushes does).
+ * - insertStagedEntities, then bulkStoreStaged (archive import): the entities first, on a
+ *   connection of their own, then the pushes COPYed into the stage and merged alone. An
+ *   archive file is history, so it only inserts actors and repositories that are missing
+ *   and never renames one we hold — a month-old hour file must not turn a login back into
+ *   what it used to be.
  *
- * The caller owns the transaction on `client` (a raw pg client: COPY needs the protocol).
- * The staging table is a temporary table (never WAL-logged, invisible to other sessions)
- * whose rows vanish at commit.
+ * For bulkStoreStaged the caller owns the transaction on `client` (a raw pg client: COPY
+ * needs the protocol). The staging table is a temporary table (never WAL-logged, invisible
+ * to other sessions) whose rows vanish at commit.
  */
 
 export const STAGE_TABLE = 'gpi_push_stage';
@@ -38,14 +43,17 @@ export interface BulkStoreOptions {
   origin: PushOrigin;
   sourceId?: number | null;
   runId?: number | null;
+}
+
+/** bulkStoreStaged's options: the staged path stores archive pushes only. */
+export interface StagedStoreOptions {
+  sourceId?: number | null;
   /**
-   * Archive only: the caller expects no push of the batch to be held (a fresh file). The
-   * insert skips conflict handling; if one is held after all, PushesAlreadyHeld is thrown
-   * (inside a transaction that must then be rolled back to before the call).
+   * The caller expects no push of the batch to be held (a fresh file). The insert skips
+   * conflict handling; if one is held after all, PushesAlreadyHeld is thrown (inside a
+   * transaction that must then be rolled back to before the call).
    */
   expectNew?: boolean;
-  /** Archive only: insertStagedEntities already ran for this batch; merge the pushes alone. */
-  entitiesStored?: boolean;
 }
 
 export interface BulkStoreResult extends StoreResult {
@@ -53,9 +61,9 @@ export interface BulkStoreResult extends StoreResult {
   idsFilledIn: number;
 }
 
+/** The push_events columns the merge reads; actors and repositories go in beforehand. */
 const STAGE_COLUMNS = `
-  id bigint, actor_id bigint, actor_login text, actor_new boolean,
-  repository_id bigint, repo_name text, repository_new boolean,
+  id bigint, actor_id bigint, repository_id bigint,
   push_id bigint, ref text, head text, before text, created_at timestamptz,
   payload text, size integer, distinct_size integer`;
 
@@ -76,53 +84,35 @@ export async function clearStage(client: pg.ClientBase): Promise<void> {
   await client.query(`DELETE FROM ${STAGE_TABLE}`);
 }
 
+/** A page's entity upsert: renames to the newest name of the batch. */
 function entityUpsert(
-  src: string,
   table: 'actors' | 'repositories',
   idColumn: string,
   nameColumn: string,
-  stagedName: string,
-  renames: boolean,
+  givenName: string,
 ): string {
   // DISTINCT ON … ORDER BY id, created_at DESC: one row per entity, the newest name of the
-  // batch, in id order (the lock order). Insert-only: entities known to exist are not
-  // even probed. Renaming ignores the marks: a known entity may still need its new name.
-  const isNew = table === 'actors' ? 'actor_new' : 'repository_new';
-  const pick = `
-    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${stagedName} FROM ${src}
-    ${renames ? '' : `WHERE ${isNew}`}
-    ORDER BY ${idColumn}, created_at DESC`;
-  if (!renames) {
-    return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
-      ON CONFLICT (id) DO NOTHING RETURNING true AS inserted`;
-  }
-  // xmax = 0 only on a freshly inserted row version: inserted vs. renamed.
-  return `INSERT INTO ${table} (id, ${nameColumn}) ${pick}
+  // batch, in id order (the lock order). xmax = 0 only on a freshly inserted row version:
+  // inserted vs. renamed.
+  return `INSERT INTO ${table} (id, ${nameColumn})
+    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${givenName} FROM v
+    ORDER BY ${idColumn}, created_at DESC
     ON CONFLICT (id) DO UPDATE SET ${nameColumn} = excluded.${nameColumn}, updated_at = now()
       WHERE ${table}.${nameColumn} IS DISTINCT FROM excluded.${nameColumn}
     RETURNING xmax = 0 AS inserted`;
 }
 
 /**
- * The merge, one statement. `p` returns the natural keys it inserted, so the fill-in `f`
- * only probes the pushes the insert skipped (a push it added had no webhook copy to merge
- * with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s rows anyway,
- * and the two touch disjoint rows. With `expectNew` the pushes are inserted without
- * `ON CONFLICT` (speculative insertion costs ~30% of the insert) and there is nothing to
- * fill in: a push already held makes the statement fail, and the caller merges again.
- */
-/**
  * Where the merge reads its rows: the staging table (after a COPY), or — for a page of a
  * hundred, where a temporary table and a COPY cost more than they save — the statement's
- * own parameter arrays, in the stage's column order ($4 …). Ids travel as decimal text and
- * are cast in Postgres, so every digit arrives.
+ * own parameter arrays ($4 …). Ids travel as decimal text and are cast in Postgres, so
+ * every digit arrives.
  */
 type MergeSource = 'stage' | 'values';
 
 const VALUES_CTE = `v AS MATERIALIZED (
-      SELECT id::bigint AS id, actor_id, actor_login, true AS actor_new, repository_id,
-        repo_name, true AS repository_new, push_id, ref, head, before, created_at, payload,
-        size, distinct_size
+      SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
+        head, before, created_at, payload, size, distinct_size
       FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
         $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::text[], $15::int[],
         $16::int[])
@@ -130,13 +120,20 @@ const VALUES_CTE = `v AS MATERIALIZED (
           created_at, payload, size, distinct_size)
     ),`;
 
-function mergeStatement(
-  renames: boolean,
-  expectNew = false,
-  from: MergeSource = 'stage',
-  entities = true,
-): string {
+/**
+ * The merge, one statement. From the parameter arrays (a page) it upserts the actors and
+ * repositories too; from the stage (an archive chunk) it merges the pushes alone, their
+ * entities inserted beforehand by insertStagedEntities. `p` returns the natural keys it
+ * inserted, so the fill-in `f` only probes the pushes the insert skipped (a push it added
+ * had no webhook copy to merge with): the data-modifying CTEs share one snapshot, so `f`
+ * cannot see `p`'s rows anyway, and the two touch disjoint rows. With `expectNew` (stage
+ * only) the pushes are inserted without `ON CONFLICT` (speculative insertion costs ~30% of
+ * the insert) and there is nothing to fill in: a push already held makes the statement
+ * fail, and the caller merges again.
+ */
+function mergeStatement(from: MergeSource, expectNew = false): string {
   const src = from === 'stage' ? STAGE_TABLE : 'v';
+  const entities = from === 'values';
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id)
@@ -163,8 +160,8 @@ function mergeStatement(
       RETURNING 1
     )`;
   const upserts = entities
-    ? `a AS (${entityUpsert(src, 'actors', 'actor_id', 'login', 'actor_login', renames)}),
-    r AS (${entityUpsert(src, 'repositories', 'repository_id', 'full_name', 'repo_name', renames)}),`
+    ? `a AS (${entityUpsert('actors', 'actor_id', 'login', 'actor_login')}),
+    r AS (${entityUpsert('repositories', 'repository_id', 'full_name', 'repo_name')}),`
     : '';
   return `
     WITH ${from === 'values' ? VALUES_CTE : ''}
@@ -192,12 +189,9 @@ function resultOf(row: MergeCounts): BulkStoreResult {
   };
 }
 
-const MERGE_RENAMING = mergeStatement(true);
-const MERGE_INSERT_ONLY = mergeStatement(false);
-const MERGE_INSERT_ONLY_NEW = mergeStatement(false, true);
-const MERGE_VALUES_RENAMING = mergeStatement(true, false, 'values');
-const MERGE_PUSHES_ONLY = mergeStatement(false, false, 'stage', false);
-const MERGE_PUSHES_ONLY_NEW = mergeStatement(false, true, 'stage', false);
+const MERGE_VALUES_RENAMING = mergeStatement('values');
+const MERGE_PUSHES_ONLY = mergeStatement('stage');
+const MERGE_PUSHES_ONLY_NEW = mergeStatement('stage', true);
 
 /**
  * The archive's entity inserts on their own (insert-only, never renaming): the batch's
@@ -253,45 +247,27 @@ export class PushesAlreadyHeld extends AppError {
 const PUSH_KEYS = new Set(['push_events_natural_key', 'push_events_id_key']);
 
 /**
- * Stages `pushes` and merges them. Call inside a transaction on `client`, after
- * prepareStage, with the stage empty (it is after every commit, and after a rollback to a
- * savepoint taken before the call).
+ * Stages rows [from, to) of an archive batch and merges their pushes (origin 'archive').
+ * Their actors and repositories are not touched: insertStagedEntities must have stored
+ * them (committed) before. Call inside a transaction on `client`, after prepareStage, with
+ * the stage empty (it is after every commit, and after a rollback to a savepoint taken
+ * before the call).
  */
-export async function bulkStorePushes(
-  client: pg.ClientBase,
-  pushes: readonly PushRow[],
-  opts: BulkStoreOptions,
-): Promise<BulkStoreResult> {
-  const batch = new StageBatch(pushes.length * 1024);
-  for (const p of pushes) batch.add(p);
-  return bulkStoreStaged(client, batch, opts);
-}
-
-/** bulkStorePushes for rows [from, to) of a batch already staged. */
 export async function bulkStoreStaged(
   client: pg.ClientBase,
   batch: StageBatch,
-  opts: BulkStoreOptions,
+  opts: StagedStoreOptions,
   from = 0,
   to = batch.length,
 ): Promise<BulkStoreResult> {
   if (to <= from) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
-  const statement =
-    opts.origin !== 'archive'
-      ? MERGE_RENAMING
-      : opts.entitiesStored
-        ? opts.expectNew
-          ? MERGE_PUSHES_ONLY_NEW
-          : MERGE_PUSHES_ONLY
-        : opts.expectNew
-          ? MERGE_INSERT_ONLY_NEW
-          : MERGE_INSERT_ONLY;
+  const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
   const r = await client
-    .query<MergeCounts>(statement, [opts.origin, opts.sourceId ?? null, opts.runId ?? null])
+    .query<MergeCounts>(statement, ['archive', opts.sourceId ?? null, null])
     .catch((err: { code?: string; constraint?: string }) => {
       if (
-        (statement === MERGE_INSERT_ONLY_NEW || statement === MERGE_PUSHES_ONLY_NEW) &&
+        statement === MERGE_PUSHES_ONLY_NEW &&
         err.code === '23505' &&
         PUSH_KEYS.has(err.constraint ?? '')
       ) {
@@ -306,7 +282,7 @@ export async function bulkStoreStaged(
  * The bulk merge for a page (a poll page, a webhook's push): one statement, the rows as
  * parameter arrays — no temporary table, no COPY, no transaction of its own needed (a
  * single statement is atomic; inside a caller's transaction it joins it). Same keys,
- * lock order and merge rule as bulkStorePushes and storePushes.
+ * lock order and merge rule (renaming) as storePushes.
  */
 export async function bulkStorePage(
   db: Db,

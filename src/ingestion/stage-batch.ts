@@ -4,10 +4,11 @@ import type { PushRow } from './mapping.ts';
 /**
  * Pushes encoded for the bulk store's staging table (src/ingestion/bulk-store.ts): COPY
  * text lines written straight into one Buffer as the pushes are parsed, with the few facts
- * the caller still needs beside them (event id, actor and repository ids). A line is a few
- * hundred bytes where a PushRow with its parsed payload is kilobytes of objects, and a
- * Buffer the import reuses is no work for the garbage collector: this is what keeps a
- * 1 GB archive file's import under ~250 MB (docs/performance.md).
+ * the caller still needs beside them (event id, actor and repository ids, the new actors
+ * and repositories with their names for insertStagedEntities). A line is a few hundred
+ * bytes where a PushRow with its parsed payload is kilobytes of objects, and a Buffer the
+ * import reuses is no work for the garbage collector: this is what keeps a 1 GB archive
+ * file's import under ~250 MB (docs/performance.md).
  */
 
 const text = copyField;
@@ -59,13 +60,11 @@ export class StageBatch {
 
   /**
    * Appends one push in the stage's column order. With `known`, an entity known to exist
-   * is marked so an insert-only merge does not even probe it; `known` may lag what is
-   * committed (a chunk in flight), never lead it.
+   * is left out of newActors / newRepositories, so insertStagedEntities does not even
+   * probe it; `known` may lag what is committed (a chunk in flight), never lead it.
    */
   add(p: PushRow, known: KnownEntities | null = null): void {
-    const newActor = known?.actors.has(p.actor.id) ? 'f' : 't';
-    const newRepository = known?.repositories.has(p.repository.id) ? 'f' : 't';
-    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${text(p.actor.login)}\t${newActor}\t${p.repository.id}\t${text(p.repository.fullName)}\t${newRepository}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\n`;
+    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
@@ -79,8 +78,8 @@ export class StageBatch {
     this.actorIds.push(p.actor.id);
     this.repositoryIds.push(p.repository.id);
     const at = p.createdAt.getTime();
-    if (newActor === 't') newest(this.newActors, p.actor.id, p.actor.login, at);
-    if (newRepository === 't')
+    if (!known?.actors.has(p.actor.id)) newest(this.newActors, p.actor.id, p.actor.login, at);
+    if (!known?.repositories.has(p.repository.id))
       newest(this.newRepositories, p.repository.id, p.repository.fullName, at);
   }
 

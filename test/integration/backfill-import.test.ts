@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { archiveHourSource, localFileSource } from '../../src/backfill/archive.ts';
 import { scopeOf } from '../../src/backfill/events.ts';
@@ -405,6 +406,60 @@ describe('importing an archive file', () => {
     expect(resumed).toMatchObject({ outcome: 'completed', resumedAt: done });
     expect(cut.counts.created + resumed.counts.created).toBe(2000);
     expect((await held(pushesOf(evs).map((e) => e.id))).length).toBe(2000);
+  });
+
+  it('hands no session back to the pool with a statement still running when a chunk fails', async () => {
+    // Chunk 1's merge fails (not for a row's content: the import stops) while chunk 2's
+    // actors and repositories are being inserted on the second session, made slow here.
+    const busyAtRelease: number[] = [];
+    const pool = {
+      connect: async () => {
+        const client = await t.pool.connect();
+        const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+        const release = client.release.bind(client);
+        let running = 0;
+        Object.assign(client, {
+          query: (...args: unknown[]) => {
+            const r = query(...args);
+            if (r instanceof Promise) {
+              running++;
+              r.then(
+                () => running--,
+                () => running--,
+              );
+            }
+            return r;
+          },
+          release: (err?: Error | boolean) => {
+            busyAtRelease.push(running);
+            release(err);
+          },
+        });
+        return client;
+      },
+    } as unknown as pg.Pool;
+    await sql`
+      CREATE FUNCTION test_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
+      CREATE FUNCTION test_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'test: merge fails'; END $$;
+      CREATE TRIGGER test_slow AFTER INSERT ON actors EXECUTE FUNCTION test_slow();
+      CREATE TRIGGER test_fail BEFORE INSERT ON push_events EXECUTE FUNCTION test_fail();
+    `.execute(t.db);
+    try {
+      const file = writeFile(gzipLines(pushesOf(events(16))));
+      await expect(
+        importFile({ ...deps(), pool }, localFileSource(file), ALL, { chunkRows: 4 }),
+      ).rejects.toThrow('test: merge fails');
+      expect(busyAtRelease).toEqual([0, 0]);
+    } finally {
+      await sql`
+        DROP TRIGGER test_slow ON actors;
+        DROP TRIGGER test_fail ON push_events;
+        DROP FUNCTION test_slow();
+        DROP FUNCTION test_fail();
+      `.execute(t.db);
+    }
   });
 
   it('lets one process import a file at a time: the other reports busy or waits', async () => {

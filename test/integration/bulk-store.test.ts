@@ -1,23 +1,28 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
+import type { PushOrigin } from '../../src/db/schema.ts';
 import {
-  type BulkStoreOptions,
   type BulkStoreResult,
   bulkStorePage,
-  bulkStorePushes,
+  bulkStoreStaged,
   dropStage,
+  insertStagedEntities,
+  PushesAlreadyHeld,
   prepareStage,
 } from '../../src/ingestion/bulk-store.ts';
 import type { PushRow } from '../../src/ingestion/mapping.ts';
+import { StageBatch } from '../../src/ingestion/stage-batch.ts';
 import { storePushes } from '../../src/ingestion/store.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushRow } from '../support/push-rows.ts';
 
 /**
  * The bulk store path (ADR 0040) keeps storePushes's rules — natural key, event id filled
- * into a webhook copy, newest name of a batch for polled pushes, lock order — whether its
- * rows come through the staging table (bulkStorePushes: archive chunks) or as parameter
- * arrays (bulkStorePage: a page). Every case runs through both.
+ * into a webhook copy, lock order — whether its rows come through the staging table (an
+ * archive chunk: insertStagedEntities on a connection of its own, then bulkStoreStaged, as
+ * src/backfill/import.ts does) or as parameter arrays (bulkStorePage: a poll page). Every
+ * case runs through both. Names differ by design: a page renames to the newest name of its
+ * batch, an archive chunk never renames what we hold.
  */
 
 const t = useTestDatabase();
@@ -27,22 +32,37 @@ const push = (overrides: Parameters<typeof pushRow>[0] = {}) =>
   pushRow({ payload: { ref: 'refs/heads/main', note: 'tab\tand "quotes" \\' }, ...overrides });
 let rounds = 0;
 
-type Store = (pushes: PushRow[], opts: BulkStoreOptions) => Promise<BulkStoreResult>;
+type Store = (
+  pushes: PushRow[],
+  opts?: { sourceId?: number | null; expectNew?: boolean },
+) => Promise<BulkStoreResult>;
 
-const viaStage: Store = async (pushes, opts) => {
+/** An archive chunk: its entities committed on a second session, then its pushes staged and merged. */
+const viaStage: Store = async (pushes, opts = {}) => {
+  const batch = new StageBatch();
+  for (const p of pushes) batch.add(p);
+  const entityClient = await t.pool.connect();
   const client = await t.pool.connect();
   try {
+    const entities = await insertStagedEntities(entityClient, batch);
     await prepareStage(client);
     await client.query('BEGIN');
-    const r = await bulkStorePushes(client, pushes, opts);
-    await client.query('COMMIT');
-    await dropStage(client);
-    return r;
+    try {
+      const r = await bulkStoreStaged(client, batch, opts);
+      await client.query('COMMIT');
+      return { ...r, ...entities };
+    } catch (err) {
+      await client.query('ROLLBACK');
+      throw err;
+    }
   } finally {
+    await dropStage(client);
     client.release();
+    entityClient.release();
   }
 };
-const viaValues: Store = (pushes, opts) => bulkStorePage(t.db, pushes, opts);
+const viaValues: Store = (pushes, opts = {}) =>
+  bulkStorePage(t.db, pushes, { origin: 'poll', sourceId: opts.sourceId });
 
 const row = (id: string | null, repositoryId: string) =>
   t.db
@@ -52,20 +72,23 @@ const row = (id: string | null, repositoryId: string) =>
     .execute()
     .then((rows) => rows.filter((r) => id === null || r.id === id));
 
-describe.each([
-  ['through the staging table', viaStage],
-  ['from parameter arrays (a page)', viaValues],
-] as const)('bulk store %s', (_name, store) => {
+/** Name, store, the origin it stores, whether it renames what we hold. */
+const PATHS: [string, Store, PushOrigin, boolean][] = [
+  ['through the staging table (an archive chunk)', viaStage, 'archive', false],
+  ['from parameter arrays (a page)', viaValues, 'poll', true],
+];
+
+describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
   it('stores pushes with new pending actors and repositories, once, exactly as given', async () => {
     const a = push({ size: 3, distinctSize: 2 });
     const b = push({ actor: a.actor });
-    expect(await store([a, b], { origin: 'poll', sourceId: null, runId: null })).toEqual({
+    expect(await store([a, b], { sourceId: null })).toEqual({
       created: 2,
       newActors: 1,
       newRepositories: 2,
       idsFilledIn: 0,
     });
-    expect(await store([b, a], { origin: 'poll' })).toMatchObject({
+    expect(await store([b, a])).toMatchObject({
       created: 0,
       newActors: 0,
       newRepositories: 0,
@@ -80,7 +103,7 @@ describe.each([
       payload: a.payload,
       size: 3,
       distinct_size: 2,
-      origin: 'poll',
+      origin,
     });
     const actor = await t.db
       .selectFrom('actors')
@@ -90,37 +113,59 @@ describe.each([
     expect(actor).toEqual({ login: a.actor.login, enrichment_state: 'pending' });
   });
 
-  it('renames by id to the newest name of the batch', async () => {
-    const old = push();
-    await store([old], { origin: 'poll' });
-    const older = push({
-      actor: { id: old.actor.id, login: 'bulk-middle' },
-      createdAt: new Date(Date.UTC(2026, 10, 29, 9)),
-    });
-    const newest = push({
-      actor: { id: old.actor.id, login: 'bulk-newest' },
-      repository: { id: old.repository.id, fullName: 'bulk-new/name' },
-      createdAt: new Date(Date.UTC(2026, 10, 29, 10)),
-    });
-    expect(await store([newest, older], { origin: 'poll' })).toMatchObject({ newActors: 0 });
-    const actor = await t.db
-      .selectFrom('actors')
-      .select('login')
-      .where('id', '=', String(old.actor.id))
-      .executeTakeFirstOrThrow();
-    expect(actor.login).toBe('bulk-newest');
-    const repo = await t.db
-      .selectFrom('repositories')
-      .select('full_name')
-      .where('id', '=', String(old.repository.id))
-      .executeTakeFirstOrThrow();
-    expect(repo.full_name).toBe('bulk-new/name');
-  });
+  it(
+    renames
+      ? 'renames by id to the newest name of the batch'
+      : 'never renames one it holds (history); a new one gets the newest name of the batch',
+    async () => {
+      const old = push();
+      await store([old]);
+      const older = push({
+        actor: { id: old.actor.id, login: 'bulk-middle' },
+        createdAt: new Date(Date.UTC(2026, 10, 29, 9)),
+      });
+      const newest = push({
+        actor: { id: old.actor.id, login: 'bulk-newest' },
+        repository: { id: old.repository.id, fullName: 'bulk-new/name' },
+        createdAt: new Date(Date.UTC(2026, 10, 29, 10)),
+      });
+      const fresh = push();
+      const freshOlder = push({
+        actor: { id: fresh.actor.id, login: 'fresh-older' },
+        repository: fresh.repository,
+        createdAt: new Date(Date.UTC(2026, 10, 29, 9)),
+      });
+      const freshNewest = push({
+        actor: { id: fresh.actor.id, login: 'fresh-newest' },
+        repository: fresh.repository,
+        createdAt: new Date(Date.UTC(2026, 10, 29, 10)),
+      });
+      expect(await store([newest, freshNewest, older, freshOlder])).toMatchObject({
+        newActors: 1,
+      });
+      const login = async (id: string) =>
+        (
+          await t.db
+            .selectFrom('actors')
+            .select('login')
+            .where('id', '=', id)
+            .executeTakeFirstOrThrow()
+        ).login;
+      expect(await login(old.actor.id)).toBe(renames ? 'bulk-newest' : old.actor.login);
+      expect(await login(fresh.actor.id)).toBe('fresh-newest');
+      const repo = await t.db
+        .selectFrom('repositories')
+        .select('full_name')
+        .where('id', '=', String(old.repository.id))
+        .executeTakeFirstOrThrow();
+      expect(repo.full_name).toBe(renames ? 'bulk-new/name' : old.repository.fullName);
+    },
+  );
 
   it('fills the event id into a webhook copy, and leaves a polled copy alone', async () => {
     const polled = push();
     await storePushes(t.db, [{ ...polled, id: null }], { origin: 'webhook' });
-    expect(await store([polled], { origin: 'poll' })).toMatchObject({
+    expect(await store([polled])).toMatchObject({
       created: 0,
       idsFilledIn: 1,
     });
@@ -133,7 +178,7 @@ describe.each([
     const a = push();
     const twin = { ...a };
     const thief = push({ id: a.id }); // GitHub's bug: one event id, two pushes
-    expect(await store([a, twin, thief], { origin: 'poll' })).toMatchObject({ created: 1 });
+    expect(await store([a, twin, thief])).toMatchObject({ created: 1 });
     expect(await row(null, a.repository.id)).toHaveLength(1);
     expect(await row(null, thief.repository.id)).toHaveLength(0);
   });
@@ -146,15 +191,23 @@ describe.each([
     }));
     const batch = (order: typeof actors) => order.map((actor) => push({ actor }));
     for (let round = 0; round < 5; round++) {
-      await Promise.all([
-        store(batch(actors), { origin: 'poll' }),
-        store(batch([...actors].reverse()), { origin: 'poll' }),
-      ]);
+      await Promise.all([store(batch(actors)), store(batch([...actors].reverse()))]);
     }
     const n = await sql<{ n: string }>`
       SELECT count(*) AS n FROM push_events WHERE actor_id BETWEEN ${base} AND ${base + 39}`.execute(
       t.db,
     );
     expect(Number(n.rows[0]!.n)).toBe(400);
+  });
+});
+
+describe('bulk store through the staging table, expecting new pushes (a fresh archive file)', () => {
+  it('stores them without conflict handling, and refuses the batch when one is held', async () => {
+    const a = push();
+    expect(await viaStage([a], { expectNew: true })).toMatchObject({ created: 1 });
+    const b = push();
+    await expect(viaStage([b, a], { expectNew: true })).rejects.toBeInstanceOf(PushesAlreadyHeld);
+    expect(await row(null, b.repository.id)).toHaveLength(0);
+    expect(await viaStage([b, a])).toMatchObject({ created: 1 });
   });
 });
