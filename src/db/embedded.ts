@@ -267,16 +267,30 @@ export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<Em
   );
 }
 
-/** Waits (at most 5 s) until no other project connection (application_name gpi-*) is open. */
-async function projectConnectionsClosed(client: pg.Client): Promise<void> {
+/**
+ * Before the last holder stops the server: waits (at most 5 s) until no project connection
+ * to the project database (application_name gpi-*) is open — not the holders' and bin/db's
+ * connections, which are to the maintenance database and are not cut mid-work — and answers
+ * 'joiner' as soon as a process is waiting for its shared holder lock: it came after the
+ * decision to stop, and it is better served by the running server than by a restart.
+ */
+async function readyToStop(client: pg.Client, database: string): Promise<'stop' | 'joiner'> {
   const deadline = Date.now() + 5_000;
   for (;;) {
-    const r = await client.query<{ n: string }>(
-      `SELECT count(*) AS n FROM pg_stat_activity
-       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-         AND application_name LIKE 'gpi-%'`,
+    const r = await client.query<{ open: number; joining: number }>(
+      `SELECT
+         (SELECT count(*)::int FROM pg_stat_activity
+          WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+            AND datname = $1 AND application_name LIKE 'gpi-%'
+            AND application_name NOT LIKE $2 AND application_name <> 'gpi-db-admin') AS open,
+         (SELECT count(*)::int FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND classid = $3 AND objid = 0 AND objsubid = 2) AS joining`,
+      [database, `${HOLDER_PREFIX}:%`, LockSpace.embeddedHolders],
     );
-    if (Number(r.rows[0]!.n) === 0 || Date.now() > deadline) return;
+    if (r.rows[0]!.joining > 0) return 'joiner';
+    if (r.rows[0]!.open === 0 || Date.now() > deadline) return 'stop';
     await sleep(25);
   }
 }
@@ -318,8 +332,15 @@ function holding(
       // The last holder: stop the server while holding the lock exclusively — once the
       // project's other connections have closed (ours among them: pg's Pool.end()
       // resolves before its sockets close), so none of them is cut by the shutdown
-      // (a 57P01 "terminating connection" warning on a clean exit).
-      await projectConnectionsClosed(client);
+      // (a 57P01 "terminating connection" warning on a clean exit). Unless a process is
+      // waiting to join: ending this connection lets it in, with the server running.
+      if ((await readyToStop(client, ctx.database)) === 'joiner') {
+        ctx.logger?.debug(
+          { event: 'db.embedded_left_running', port: ctx.port },
+          'embedded Postgres left running for a process joining it',
+        );
+        return 'left_running';
+      }
       const postmaster = runningPostmaster(ctx.cluster);
       if (postmaster) await stopPostmaster(postmaster.pid);
       ctx.logger?.[ctx.lifecycleLevel](
