@@ -20,7 +20,8 @@ DATA_DIR/postgres (default .data/postgres), 127.0.0.1:EMBEDDED_POSTGRES_PORT (de
 them exits gracefully; one left running by a killed process is adopted by the next.
 
   --json   status as JSON
-  --force  stop even while processes use it (they lose their database). Without it, stop
+  --force  stop even while processes use it (they lose their connections and start it
+           again at once: stop them first to keep it stopped). Without it, stop
            refuses and exits 1 while processes use it (listing them), and when the server
            does not answer who does
 

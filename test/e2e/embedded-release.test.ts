@@ -11,6 +11,7 @@ import {
 import { stopEmbedded } from '../../src/db/embedded-admin.ts';
 import { LockSpace } from '../../src/db/locks.ts';
 import { createPool } from '../../src/db/pool.ts';
+import { createLogger } from '../../src/log.ts';
 import { sparePort } from '../support/embedded-env.ts';
 
 /**
@@ -41,8 +42,11 @@ afterAll(async () => {
   await rm(dataDir, { recursive: true, force: true });
 });
 
-function acquire(role: string): Promise<EmbeddedHandle> {
-  const handle = acquireEmbeddedPostgres({ dataDir, port, role });
+function acquire(role: string, events?: Record<string, unknown>[]): Promise<EmbeddedHandle> {
+  const logger = events
+    ? createLogger('debug', { write: (line: string) => events.push(JSON.parse(line)) })
+    : undefined;
+  const handle = acquireEmbeddedPostgres({ dataDir, port, role, logger });
   handles.push(handle);
   return handle;
 }
@@ -119,5 +123,42 @@ describe('releasing the embedded Postgres', () => {
     expect(joined.started).toBe(false); // it used the running server, no stop and restart
     await Promise.all(clients.splice(0).map((c) => c.end()));
     expect(await joined.release()).toBe('stopped');
+  }, 120_000);
+
+  it('a holder whose connection is cut holds the server again, so the next command leaves it running', async () => {
+    const events: Record<string, unknown>[] = [];
+    const service = await acquire('service', events);
+    const observer = await plainClient(embeddedUrl(port, 'postgres'));
+    /** Backend pids of the role's holder connections that hold the shared lock. */
+    const holders = async (role: string) =>
+      (
+        await observer.query<{ pid: number }>(
+          `SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+           WHERE a.application_name LIKE $1 AND l.locktype = 'advisory' AND l.classid = $2
+             AND l.objid = 0 AND l.objsubid = 2 AND l.mode = 'ShareLock' AND l.granted`,
+          [`gpi-holder:${role}:%`, LockSpace.embeddedHolders],
+        )
+      ).rows.map((r) => r.pid);
+    const [before] = await holders('service');
+    expect(before).toBeDefined();
+    // What a crashed backend or an operator's pg_terminate_backend does to it.
+    await observer.query('SELECT pg_terminate_backend($1)', [before]);
+    const deadline = Date.now() + 10_000;
+    let now = await holders('service');
+    while ((now.length !== 1 || now[0] === before) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+      now = await holders('service');
+    }
+    expect(now).toHaveLength(1);
+    expect(now[0]).not.toBe(before); // a new holder connection
+    expect(events.filter((e) => e.event === 'db.embedded_lost')).toHaveLength(1);
+    expect(events.filter((e) => e.event === 'db.embedded_rejoined')).toMatchObject([
+      { level: 'info', started: false }, // the server was still there: adopted, not started
+    ]);
+    // A command run now is not the last holder, so it does not stop the server.
+    const command = await acquire('command');
+    expect(await command.release()).toBe('left_running');
+    await Promise.all(clients.splice(0).map((c) => c.end()));
+    expect(await service.release()).toBe('stopped');
   }, 120_000);
 });
