@@ -20,8 +20,10 @@ DATA_DIR/postgres (default .data/postgres), 127.0.0.1:EMBEDDED_POSTGRES_PORT (de
 them exits gracefully; one left running by a killed process is adopted by the next.
 
   --json   status as JSON
-  --force  stop even while processes use it (they lose their database; without --force
-           stop refuses, lists them and exits 1)
+  --force  stop even while processes use it (they lose their connections and start it
+           again at once: stop them first to keep it stopped). Without it, stop
+           refuses and exits 1 while processes use it (listing them), and when the server
+           does not answer who does
 
 Exit codes: 0 ok (also "not running"); 1 in use, or an error; 2 bad arguments or
 configuration.
@@ -90,6 +92,11 @@ export async function main(argv: string[]): Promise<number> {
         case 'in_use':
           process.stderr.write(
             `db: the embedded Postgres is in use by ${holderList(r.holders) || 'a process that is joining it'}; stop them first, or use --force\n`,
+          );
+          return 1;
+        case 'unknown_holders':
+          process.stderr.write(
+            `db: the embedded Postgres (pid ${r.pid}) is running, but cannot check who uses it: ${r.cause}; use --force to stop it anyway\n`,
           );
           return 1;
         case 'stopped':

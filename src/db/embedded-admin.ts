@@ -104,12 +104,15 @@ export async function embeddedStatus(dataDir: string): Promise<EmbeddedStatus> {
 export type StopResult =
   | { outcome: 'not_running' }
   | { outcome: 'in_use'; holders: Holder[] }
+  /** Without force: the server runs but refused the admin connection, so who holds it is unknown. */
+  | { outcome: 'unknown_holders'; pid: number; cause: string }
   | { outcome: 'stopped'; pid: number; port: number };
 
 /**
  * Stops the embedded Postgres. While processes hold it, only with `force` (they then lose
  * their database). Without force the holders' lock is taken exclusively first, so no
- * process can join between the check and the stop.
+ * process can join between the check and the stop; a server that cannot be asked (the
+ * connection fails) is not stopped.
  */
 export async function stopEmbedded(dataDir: string, force: boolean): Promise<StopResult> {
   const { cluster } = clusterPaths(dataDir);
@@ -117,7 +120,19 @@ export async function stopEmbedded(dataDir: string, force: boolean): Promise<Sto
   if (!postmaster) return { outcome: 'not_running' };
   let client: pg.Client | undefined;
   try {
-    client = await connect(postmaster.port).catch(() => undefined);
+    let cause: unknown;
+    client = await connect(postmaster.port).catch((err: unknown) => {
+      cause = err;
+      return undefined;
+    });
+    if (!client && !force) {
+      const e = cause as { message?: string; code?: string } | undefined;
+      return {
+        outcome: 'unknown_holders',
+        pid: postmaster.pid,
+        cause: e?.message || e?.code || String(cause),
+      };
+    }
     if (client && !force) {
       const r = await client.query<{ free: boolean }>(
         'SELECT pg_try_advisory_lock($1, 0) AS free',

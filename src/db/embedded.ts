@@ -26,10 +26,12 @@ export { EmbeddedPostgresFailed } from './embedded-cluster.ts';
  * with the connection, so a SIGKILLed process stops holding at once and never strands
  * the others. Leaving gracefully, a holder gives its shared lock back and tries the lock
  * exclusively: only the last holder gets it, and it stops the server while still holding
- * it (a process joining meanwhile waits on its shared lock, sees the server go, and
- * starts it again). A server found running — its postmaster.pid names a live postgres —
- * is adopted whoever started it, so one left by a killed process is managed again by
- * the next command.
+ * it (a process joining meanwhile waits on its shared lock: the leaving holder leaves the
+ * server to it, or, joining too late for that, it sees the server go and starts it again).
+ * A server found running — its postmaster.pid names a live postgres — is adopted whoever
+ * started it, so one left by a killed process is managed again by the next command. A
+ * holder whose connection is lost (bin/db stop --force, a crash) holds the server again at
+ * once, adopting or starting it.
  */
 
 export const EMBEDDED_PORT = 54329;
@@ -204,56 +206,60 @@ async function startServer(
   }
 }
 
+/** What a process holds: the cluster, and how to start the server on it. */
+interface Target {
+  cluster: string;
+  logPath: string;
+  ids: Ids | undefined;
+  database: string;
+  role: string;
+  settings: Record<string, string>;
+  logger?: Logger;
+  lifecycleLevel: 'info' | 'debug';
+}
+
+interface Held {
+  client: pg.Client;
+  port: number;
+  started: boolean;
+}
+
 /**
- * Starts the embedded Postgres of DATA_DIR, or adopts the one already running, and holds
- * it until release(). Works as root: the server then runs as the `postgres` user.
+ * Adopts the running server of the cluster, or starts it on `port`, and connects as a
+ * holder; retries while the server is starting, stopping or going away (90 s). Resolves
+ * null as soon as `cancelled()` says so between attempts.
  */
-export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedHandle> {
-  const database = opts.database ?? EMBEDDED_DATABASE;
-  const role = opts.role ?? 'app';
-  const logger = opts.logger;
-  const { cluster, log: logPath } = clusterPaths(opts.dataDir);
-  const ids = serverUser();
-  await checkDataDir(opts.dataDir, ids);
+async function connectHolder(
+  t: Target,
+  port: number,
+  cancelled: () => boolean = () => false,
+): Promise<Held | null> {
   const deadline = Date.now() + ACQUIRE_TIMEOUT_MS;
   let started = false;
   let lastError: unknown;
   for (let attempt = 0; Date.now() < deadline; attempt++) {
     if (attempt > 0) await sleep(Math.min(100 * attempt, 1000));
-    let port = runningPostmaster(cluster)?.port;
-    if (port === undefined) {
-      if ((await ensureInitialised(cluster, ids)) === 'initialised') {
-        logger?.info(
-          { event: 'db.embedded_init', dir: cluster },
-          `initialised embedded Postgres in ${cluster}`,
+    if (cancelled()) return null;
+    let on = runningPostmaster(t.cluster)?.port;
+    if (on === undefined) {
+      if ((await ensureInitialised(t.cluster, t.ids)) === 'initialised') {
+        t.logger?.info(
+          { event: 'db.embedded_init', dir: t.cluster },
+          `initialised embedded Postgres in ${t.cluster}`,
         );
       }
-      port = opts.port ?? EMBEDDED_PORT;
-      if ((await startServer(cluster, logPath, port, opts.settings ?? {}, ids)) === 'raced') {
+      on = port;
+      if ((await startServer(t.cluster, t.logPath, on, t.settings, t.ids)) === 'raced') {
         continue;
       }
       started = true;
-      logger?.[opts.lifecycleLevel ?? 'info'](
-        { event: 'db.embedded_started', port, dir: cluster, log: logPath },
-        `embedded Postgres started on 127.0.0.1:${port} (data ${cluster})`,
+      t.logger?.[t.lifecycleLevel](
+        { event: 'db.embedded_started', port: on, dir: t.cluster, log: t.logPath },
+        `embedded Postgres started on 127.0.0.1:${on} (data ${t.cluster})`,
       );
     }
     try {
-      const client = await hold(port, cluster, database, role);
-      if (!started) {
-        logger?.debug(
-          { event: 'db.embedded_joined', port },
-          `using the embedded Postgres on 127.0.0.1:${port}`,
-        );
-      }
-      return holding(client, {
-        port,
-        database,
-        cluster,
-        started,
-        logger,
-        lifecycleLevel: opts.lifecycleLevel ?? 'info',
-      });
+      return { client: await hold(on, t.cluster, t.database, t.role), port: on, started };
     } catch (err) {
       if (!transient(err)) throw err;
       lastError = err;
@@ -267,50 +273,135 @@ export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<Em
   );
 }
 
-/** Waits (at most 5 s) until no other project connection (application_name gpi-*) is open. */
-async function projectConnectionsClosed(client: pg.Client): Promise<void> {
+/**
+ * Starts the embedded Postgres of DATA_DIR, or adopts the one already running, and holds
+ * it until release(). Works as root: the server then runs as the `postgres` user.
+ */
+export async function acquireEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedHandle> {
+  const { cluster, log: logPath } = clusterPaths(opts.dataDir);
+  const ids = serverUser();
+  await checkDataDir(opts.dataDir, ids);
+  const target: Target = {
+    cluster,
+    logPath,
+    ids,
+    database: opts.database ?? EMBEDDED_DATABASE,
+    role: opts.role ?? 'app',
+    settings: opts.settings ?? {},
+    logger: opts.logger,
+    lifecycleLevel: opts.lifecycleLevel ?? 'info',
+  };
+  const held = (await connectHolder(target, opts.port ?? EMBEDDED_PORT))!;
+  if (!held.started) {
+    target.logger?.debug(
+      { event: 'db.embedded_joined', port: held.port },
+      `using the embedded Postgres on 127.0.0.1:${held.port}`,
+    );
+  }
+  return holding(held, target);
+}
+
+/**
+ * Before the last holder stops the server: waits (at most 5 s) until no project connection
+ * to the project database (application_name gpi-*) is open — not the holders' and bin/db's
+ * connections, which are to the maintenance database and are not cut mid-work — and answers
+ * 'joiner' as soon as a process is waiting for its shared holder lock: it came after the
+ * decision to stop, and it is better served by the running server than by a restart.
+ */
+async function readyToStop(client: pg.Client, database: string): Promise<'stop' | 'joiner'> {
   const deadline = Date.now() + 5_000;
   for (;;) {
-    const r = await client.query<{ n: string }>(
-      `SELECT count(*) AS n FROM pg_stat_activity
-       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-         AND application_name LIKE 'gpi-%'`,
+    const r = await client.query<{ open: number; joining: number }>(
+      `SELECT
+         (SELECT count(*)::int FROM pg_stat_activity
+          WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+            AND datname = $1 AND application_name LIKE 'gpi-%'
+            AND application_name NOT LIKE $2 AND application_name <> 'gpi-db-admin') AS open,
+         (SELECT count(*)::int FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND classid = $3 AND objid = 0 AND objsubid = 2) AS joining`,
+      [database, `${HOLDER_PREFIX}:%`, LockSpace.embeddedHolders],
     );
-    if (Number(r.rows[0]!.n) === 0 || Date.now() > deadline) return;
+    if (r.rows[0]!.joining > 0) return 'joiner';
+    if (r.rows[0]!.open === 0 || Date.now() > deadline) return 'stop';
     await sleep(25);
   }
 }
 
-function holding(
-  client: pg.Client,
-  ctx: {
-    port: number;
-    database: string;
-    cluster: string;
-    started: boolean;
-    logger?: Logger;
-    lifecycleLevel: 'info' | 'debug';
-  },
-): EmbeddedHandle {
+const REJOIN_RETRY_MS = 5_000;
+
+function holding(first: Held, t: Target): EmbeddedHandle {
+  const port = first.port; // the handle's URL, which the process's pools use
+  let client: pg.Client | undefined = first.client;
   let releasing: Promise<'stopped' | 'left_running'> | undefined;
-  client.removeAllListeners('error');
-  client.on('error', (err) => {
-    if (releasing) return; // our own shutdown of the server ends this connection
-    ctx.logger?.warn(
-      { event: 'db.embedded_lost', port: ctx.port, err },
-      'the embedded Postgres went away (stopped with bin/db stop --force, or it crashed); run any command to start it again',
-    );
-  });
-  const release = async (): Promise<'stopped' | 'left_running'> => {
-    try {
-      await client.query('SELECT pg_advisory_unlock_shared($1, 0)', [LockSpace.embeddedHolders]);
-      const r = await client.query<{ last: boolean }>(
-        'SELECT pg_try_advisory_lock($1, 0) AS last',
-        [LockSpace.embeddedHolders],
+  let rejoining: Promise<void> | undefined;
+
+  // Losing the holder connection (bin/db stop --force, a crash) means this process no
+  // longer counts: the next command would be the only holder and, on its exit, stop the
+  // server under this one. So it holds again at once: adopting the server when it is back
+  // (after a backend crash the postmaster restarts by itself), or starting it.
+  const watch = (c: pg.Client) => {
+    const lost = (err: unknown) => {
+      if (releasing || client !== c) return; // our own shutdown, or already handled
+      client = undefined;
+      c.end().catch(() => {});
+      t.logger?.warn(
+        { event: 'db.embedded_lost', port, err },
+        'the embedded Postgres went away (stopped with bin/db stop --force, or it crashed); using it again as soon as it is back, starting it if need be',
       );
+      rejoining = rejoin().catch(() => {}); // it catches its own failures; never unhandled
+    };
+    c.removeAllListeners('error');
+    c.on('error', lost);
+    c.on('end', () => lost(new Error('the holder connection ended')));
+  };
+
+  const rejoin = async (): Promise<void> => {
+    for (let failures = 0; !releasing; failures++) {
+      try {
+        // On the handle's port, should this process be the one to start it.
+        const held = await connectHolder(t, port, () => releasing !== undefined);
+        if (!held) return;
+        client = held.client; // release(), if it has begun, waits for this and uses it
+        watch(held.client);
+        if (held.port === port) {
+          t.logger?.info(
+            { event: 'db.embedded_rejoined', port, started: held.started },
+            `using the embedded Postgres on 127.0.0.1:${port} again`,
+          );
+        } else {
+          t.logger?.warn(
+            { event: 'db.embedded_rejoined', port: held.port, expected: port, started: false },
+            `the embedded Postgres now runs on port ${held.port}, not ${port}: restart this process to use it`,
+          );
+        }
+        return;
+      } catch (err) {
+        if (failures === 0) {
+          t.logger?.error(
+            { event: 'db.embedded_rejoin_failed', port, err },
+            `could not use or start the embedded Postgres again; retrying every ${REJOIN_RETRY_MS / 1000} s`,
+          );
+        }
+        for (let waited = 0; waited < REJOIN_RETRY_MS && !releasing; waited += 100)
+          await sleep(100);
+      }
+    }
+  };
+
+  const release = async (): Promise<'stopped' | 'left_running'> => {
+    await rejoining; // never rejects; stops trying once releasing is set
+    const c = client;
+    if (!c) return 'left_running'; // lost, and not held again
+    try {
+      await c.query('SELECT pg_advisory_unlock_shared($1, 0)', [LockSpace.embeddedHolders]);
+      const r = await c.query<{ last: boolean }>('SELECT pg_try_advisory_lock($1, 0) AS last', [
+        LockSpace.embeddedHolders,
+      ]);
       if (!r.rows[0]!.last) {
-        ctx.logger?.debug(
-          { event: 'db.embedded_left_running', port: ctx.port },
+        t.logger?.debug(
+          { event: 'db.embedded_left_running', port },
           'embedded Postgres left running for the processes still using it',
         );
         return 'left_running';
@@ -318,12 +409,19 @@ function holding(
       // The last holder: stop the server while holding the lock exclusively — once the
       // project's other connections have closed (ours among them: pg's Pool.end()
       // resolves before its sockets close), so none of them is cut by the shutdown
-      // (a 57P01 "terminating connection" warning on a clean exit).
-      await projectConnectionsClosed(client);
-      const postmaster = runningPostmaster(ctx.cluster);
+      // (a 57P01 "terminating connection" warning on a clean exit). Unless a process is
+      // waiting to join: ending this connection lets it in, with the server running.
+      if ((await readyToStop(c, t.database)) === 'joiner') {
+        t.logger?.debug(
+          { event: 'db.embedded_left_running', port },
+          'embedded Postgres left running for a process joining it',
+        );
+        return 'left_running';
+      }
+      const postmaster = runningPostmaster(t.cluster);
       if (postmaster) await stopPostmaster(postmaster.pid);
-      ctx.logger?.[ctx.lifecycleLevel](
-        { event: 'db.embedded_stopped', port: ctx.port },
+      t.logger?.[t.lifecycleLevel](
+        { event: 'db.embedded_stopped', port },
         'embedded Postgres stopped (no other process is using it)',
       );
       return 'stopped';
@@ -331,13 +429,15 @@ function holding(
       if (!transient(err)) throw err;
       return 'left_running'; // the server was already gone or going
     } finally {
-      await client.end().catch(() => {});
+      await c.end().catch(() => {});
     }
   };
+
+  watch(first.client);
   return {
-    url: embeddedUrl(ctx.port, ctx.database),
-    port: ctx.port,
-    started: ctx.started,
+    url: embeddedUrl(port, t.database),
+    port,
+    started: first.started,
     release() {
       releasing ??= release();
       return releasing;

@@ -153,8 +153,8 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
     expect((await dbStatus(e)).running).toBe(false);
   }, 180_000);
 
-  it('bin/db stop refuses while a process uses the server, and --force stops it', async () => {
-    const { e, web } = await setUpWithWeb();
+  it('bin/db stop refuses while a process uses the server; after --force the process holds it again, so the next command does not stop it under it', async () => {
+    const { e, web, url } = await setUpWithWeb();
 
     const refused = await runBin('db', ['stop'], e.env);
     expect(refused.code).toBe(1);
@@ -164,11 +164,24 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
     const forced = await runBin('db', ['stop', '--force'], e.env);
     expect(forced.code, forced.err).toBe(0);
     expect(forced.out).toMatch(/^embedded Postgres stopped \(pid \d+, port \d+\)\n$/);
-    expect((await dbStatus(e)).running).toBe(false);
-    // The process that lost its database says so, once, and keeps running.
+    // The process that lost its database says so, once, keeps running, and holds the
+    // server again: it starts it (or a command started meanwhile does, and it adopts it).
     await web.waitForLine((l) => l.event === 'db.embedded_lost', 'db.embedded_lost');
     expect(web.process.exitCode).toBeNull();
+    // A command run now used to be the server's only holder and stop it on its exit,
+    // under the web.
+    const list = await runBin('sources', ['list'], e.env);
+    expect(list.code, list.err).toBe(0);
+    const after = await dbStatus(e);
+    expect(after.running).toBe(true);
+    expect(after.holders.map((h) => h.pid)).toEqual([web.process.pid]);
+    await web.waitForLine((l) => l.event === 'db.embedded_rejoined', 'db.embedded_rejoined');
+    expect(events(web, 'db.embedded_lost')).toHaveLength(1);
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
 
+    web.process.kill('SIGINT');
+    expect(await web.exited).toEqual({ code: 0, signal: null });
+    expect(events(web, 'db.embedded_stopped')).toHaveLength(1);
     const again = await runBin('db', ['stop'], e.env);
     expect(again).toMatchObject({ code: 0, out: 'embedded Postgres is not running\n' });
   }, 120_000);
