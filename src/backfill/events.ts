@@ -1,8 +1,9 @@
 import type { EventSource } from '../db/schema.ts';
 import { mapPushEvent, type PushRow } from '../ingestion/mapping.ts';
 import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../ingestion/rules.ts';
+import { jsonBytesExcess, MAX_JSON_DEPTH } from '../json/bounded.ts';
 import { parseJson } from '../json/exact.ts';
-import { MAX_JSON_DEPTH } from '../json/walk.ts';
+import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
 import { type Line, OVERSIZE } from './lines.ts';
 
 /**
@@ -10,8 +11,11 @@ import { type Line, OVERSIZE } from './lines.ts';
  * is ~half other event types, often large, and the bulk path's budget is a fraction of a
  * COPY (ADR 0040). A line that does not contain `"PushEvent"` at all cannot be one — JSON
  * escapes the quotes of any string value — so it is counted as another event after a
- * shape check (`{` … `}`) that catches garbage and truncated lines. Its inside is not
- * validated: we do not store other event types, so a broken one costs nothing.
+ * shape check (`{` … `}`, and a `"type"` and an `"id"` somewhere: `{}` is not an event)
+ * that catches garbage and truncated lines. Its inside is not validated: we do not store
+ * other event types, so a broken one costs nothing. A push line is measured against the
+ * JSON limits (src/json/bounded.ts) before it is parsed, and decoded keeping its invalid
+ * UTF-8 bytes distinguishable (src/json/utf8.ts).
  */
 
 export type LineVerdict =
@@ -48,6 +52,23 @@ function excerpt(line: Buffer | string, max = 120): string {
 
 /** Text of a line kept for the record: enough to find it, bounded. */
 const MAX_KEPT_TEXT = 64 * 1024;
+const TYPE_MARK = Buffer.from('"type"');
+const ID_MARK = Buffer.from('"id"');
+
+function keptText(line: Buffer): string {
+  return line.subarray(0, MAX_KEPT_TEXT).toString('utf8');
+}
+
+/** A JSON object that is not an event (no type or id): counted as set aside, not as an event. */
+function notAnEvent(line: Buffer): LineVerdict {
+  return {
+    kind: 'malformed',
+    reason: 'not_an_event',
+    detail: `not an event (no "type" and "id"): ${excerpt(line)}`,
+    eventId: null,
+    raw: keptText(line),
+  };
+}
 
 export function classifyLine(raw: Line): LineVerdict {
   if (raw === OVERSIZE) {
@@ -67,11 +88,28 @@ export function classifyLine(raw: Line): LineVerdict {
       reason: 'malformed',
       detail: `not a JSON object: ${excerpt(line)}`,
       eventId: null,
-      raw: line.subarray(0, MAX_KEPT_TEXT).toString('utf8'),
+      raw: keptText(line),
     };
   }
-  if (line.indexOf(PUSH_MARK) === -1) return { kind: 'other' };
-  const text = line.toString('utf8');
+  if (line.indexOf(PUSH_MARK) === -1) {
+    // Not parsed (see above), but an event has a type and an id: `{}` is not one.
+    if (line.indexOf(TYPE_MARK) === -1 || line.indexOf(ID_MARK) === -1) return notAnEvent(line);
+    return { kind: 'other' };
+  }
+  // Measured before it is parsed: a line over the limits is never built (ADR 0060).
+  const over = jsonBytesExcess(line);
+  if (over) {
+    return {
+      kind: 'malformed',
+      reason: over.reason,
+      detail: `line ${over.message}: ${excerpt(line)}`,
+      eventId: null,
+      raw: keptText(line),
+    };
+  }
+  // Invalid UTF-8 is kept distinguishable (src/json/utf8.ts): a key field holding it is
+  // set aside by the rules, never stored as U+FFFD.
+  const text = decodeUtf8KeepingInvalid(line);
   let event: unknown;
   try {
     // Plain JSON.parse: the fast path checks that no integer lost digits, and whatever it
@@ -80,7 +118,7 @@ export function classifyLine(raw: Line): LineVerdict {
   } catch (err) {
     return {
       kind: 'malformed',
-      reason: (err as { code?: string }).code === 'JSON_TOO_DEEP' ? 'too_deep' : 'malformed',
+      reason: 'malformed',
       detail: `invalid JSON (${(err as Error).message}): ${excerpt(text)}`,
       eventId: null,
       raw: text.slice(0, MAX_KEPT_TEXT),
@@ -96,7 +134,9 @@ export function classifyLine(raw: Line): LineVerdict {
     };
   }
   const e = event as Record<string, unknown>;
-  return e.type === 'PushEvent' ? { kind: 'push', event: e, text } : { kind: 'other' };
+  if (e.type === 'PushEvent') return { kind: 'push', event: e, text };
+  if (typeof e.type !== 'string' || e.id === undefined) return notAnEvent(line);
+  return { kind: 'other' };
 }
 
 const DECIMAL_ID = /^\d{1,18}$/;
@@ -175,6 +215,8 @@ export function fastMapPush(e: Record<string, unknown>, text: string): PushRow |
   if (pushId !== undefined && !isId(pushId)) return null;
   if (!isCount(size) || !isCount(distinctSize)) return null;
   if ((text.includes('\\u') && UNSTORABLE_ESCAPE.test(text)) || !plainPayload(payload)) return null;
+  // Bytes that were not UTF-8 (lone surrogates, src/json/utf8.ts): the rules decide.
+  if (!text.isWellFormed()) return null;
   return {
     id,
     actor: { id: String(actor.id), login: actor.login },

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Octokit } from '@octokit/rest';
+import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
 import { FixtureMiss } from './errors.ts';
 import { isRequestNotSent } from './http-fetch.ts';
 
@@ -76,7 +77,13 @@ export function liveTransport(o: {
       if (authorization) headers.authorization = authorization;
       try {
         const res = await octokit.request({ method, url: p, headers });
-        const body = res.data ? await new Response(res.data as ReadableStream).text() : null;
+        // Invalid UTF-8 stays distinguishable (src/json/utf8.ts): the rules set aside an
+        // event whose key field holds it instead of storing U+FFFD.
+        const body = res.data
+          ? decodeUtf8KeepingInvalid(
+              new Uint8Array(await new Response(res.data as ReadableStream).arrayBuffer()),
+            )
+          : null;
         return {
           status: res.status,
           headers: res.headers as Record<string, string>,

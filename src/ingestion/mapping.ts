@@ -176,7 +176,11 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
   data.forEach((raw: unknown, index) => {
     try {
       if (raw instanceof TooDeepJson) {
-        throw new Rejection('too_deep', `event is nested deeper than ${MAX_JSON_DEPTH} levels`);
+        // Over the JSON limits: never parsed (src/json/bounded.ts).
+        throw new Rejection(
+          raw.reason,
+          `event ${raw.detail || `is nested deeper than ${MAX_JSON_DEPTH} levels`}`,
+        );
       }
       if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
         throw new Rejection('not_an_object', 'event must be a JSON object');

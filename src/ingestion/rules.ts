@@ -17,12 +17,14 @@ import { storableText, textFault } from '../json/walk.ts';
 
 export const REJECTION_REASONS = [
   'not_an_object',
+  'not_an_event',
   'malformed',
   'bad_id',
   'bad_timestamp',
   'invalid_text',
   'too_long',
   'too_deep',
+  'too_wide',
   'store_failed',
 ] as const;
 export type RejectionReason = (typeof REJECTION_REASONS)[number];
@@ -91,7 +93,7 @@ export function keyText(value: unknown, field: string, maxBytes: number): string
   if (fault) {
     throw new Rejection(
       'invalid_text',
-      `${field} contains ${fault === 'nul' ? 'a NUL character (U+0000)' : 'a lone UTF-16 surrogate'}, which cannot be stored exactly`,
+      `${field} contains ${fault === 'nul' ? 'a NUL character (U+0000)' : 'a lone UTF-16 surrogate (or bytes that are not UTF-8)'}, which cannot be stored exactly`,
     );
   }
   const bytes = Buffer.byteLength(value, 'utf8');

@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import { JSON_LIMITS, type JsonExcessReason, type JsonLimits, jsonTextExcess } from './bounded.ts';
 
 /**
  * JSON bodies from GitHub (feeds, profiles, webhooks) parsed so that no integer loses a
@@ -8,11 +9,9 @@ import { AppError } from '../errors.ts';
  * which JSON.stringify writes back digit for digit (so a stored payload stays exact) and
  * which exactId() reads as a decimal string.
  *
- * Depth: JSON.parse itself is iterative, but a reviver (and JSON.stringify) recurse, and
- * run out of stack a few thousand levels down. A top-level array (an events page) whose
- * elements are too deep for the reviver is parsed element by element, and each element
- * that is still too deep comes back as a TooDeepJson marker holding its text, so one
- * hostile event cannot cost the page. Any other document that deep throws JsonTooDeep.
+ * Depth and width: JSON.parse builds whatever the text describes, and a reviver (and
+ * JSON.stringify) recurse. So the text is first measured against src/json/bounded.ts's
+ * limits without building anything; see parseJson for what happens to text over them.
  */
 
 export interface RawJson {
@@ -56,87 +55,130 @@ function exactReviver(_key: string, value: unknown, context?: { source?: string 
   return value;
 }
 
-/** A whole document nested too deep to read exactly. */
+/** A whole document over the depth limit: never parsed. */
 export class JsonTooDeep extends AppError {
-  constructor(bytes: number) {
-    super('JSON_TOO_DEEP', `JSON document of ${bytes} characters is nested too deep to read`, {
-      bytes,
-    });
+  readonly reason = 'too_deep';
+  constructor(bytes: number, detail = 'is nested too deep to read') {
+    super('JSON_TOO_DEEP', `JSON document of ${bytes} characters ${detail}`, { bytes });
   }
 }
 
-/** An element of a top-level array that was nested too deep to read; `text` is its source. */
-export class TooDeepJson {
-  readonly text: string;
-  constructor(text: string) {
-    this.text = text;
+/** A whole document holding more values than the limit: never parsed. */
+export class JsonTooWide extends AppError {
+  readonly reason = 'too_wide';
+  constructor(bytes: number, detail: string) {
+    super('JSON_TOO_WIDE', `JSON document of ${bytes} characters ${detail}`, { bytes });
   }
-}
-
-function isStackOverflow(err: unknown): boolean {
-  return err instanceof RangeError;
 }
 
 /**
- * Parses JSON text exactly (see above). Throws SyntaxError for text that is not JSON,
- * JsonTooDeep for a non-array document too deep for the reviver.
+ * An element of a top-level array over the limits, never parsed; `text` is its source
+ * (a slice of the page), `reason` which limit it passed.
  */
-export function parseJson(text: string): unknown {
-  if (!LONG_NUMBER.test(text)) return JSON.parse(text);
-  try {
-    return JSON.parse(text, exactReviver);
-  } catch (err) {
-    if (!isStackOverflow(err)) throw err;
+export class TooDeepJson {
+  readonly text: string;
+  readonly reason: JsonExcessReason;
+  readonly detail: string;
+  constructor(text: string, reason: JsonExcessReason = 'too_deep', detail = '') {
+    this.text = text;
+    this.reason = reason;
+    this.detail = detail;
   }
-  // Valid JSON? (iterative: this cannot overflow; a SyntaxError here is the real answer)
-  const plain: unknown = JSON.parse(text);
-  if (!Array.isArray(plain)) throw new JsonTooDeep(text.length);
+}
+
+function parseExact(text: string): unknown {
+  return LONG_NUMBER.test(text) ? JSON.parse(text, exactReviver) : JSON.parse(text);
+}
+
+function firstChar(text: string): number {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c > 0x20) return c;
+  }
+  return -1;
+}
+
+/**
+ * Parses JSON text exactly (see above), within `limits` (src/json/bounded.ts), checked
+ * before anything is built. A top-level array (an events page) may hold one more level:
+ * its elements are judged against the limits one by one, and an element over them comes
+ * back as a TooDeepJson marker, so one hostile event cannot cost the page. Any other
+ * document over the limits throws JsonTooDeep or JsonTooWide; text that is not JSON,
+ * SyntaxError. Within the limits it accepts exactly what JSON.parse accepts.
+ */
+export function parseJson(text: string, limits: JsonLimits = JSON_LIMITS): unknown {
+  const isArray = firstChar(text) === 0x5b;
+  const whole = jsonTextExcess(
+    text,
+    isArray ? { ...limits, maxDepth: limits.maxDepth + 1 } : limits,
+  );
+  if (whole === null) return parseExact(text);
+  if (!isArray) {
+    if (whole.reason === 'too_wide') throw new JsonTooWide(text.length, whole.message);
+    throw new JsonTooDeep(text.length, whole.message);
+  }
   return topLevelElements(text).map((slice) => {
-    try {
-      return JSON.parse(slice, exactReviver);
-    } catch (err) {
-      if (isStackOverflow(err)) return new TooDeepJson(slice);
-      throw err;
-    }
+    const over = jsonTextExcess(slice, limits);
+    return over ? new TooDeepJson(slice, over.reason, over.message) : parseExact(slice);
   });
 }
 
+const SPACE = (c: number) => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+
 /**
  * The source text of each element of a top-level JSON array, found by one iterative pass
- * that tracks nesting and string state. Only called on text JSON.parse accepted.
+ * that tracks nesting and string state (string contents skipped with indexOf). Throws
+ * SyntaxError when the array itself is broken: no `[`, an empty element (`[1,,2]`, `[1,]`),
+ * an unterminated string, unbalanced brackets, or anything after the closing `]`. What is
+ * inside each element is for JSON.parse to judge.
  */
 export function topLevelElements(text: string): string[] {
+  const broken = (why: string) => new SyntaxError(`JSON array: ${why}`);
   const out: string[] = [];
-  let depth = 0;
-  let inString = false;
+  let i = 0;
+  while (i < text.length && SPACE(text.charCodeAt(i))) i++;
+  if (text.charCodeAt(i) !== 0x5b) throw broken('not an array');
+  let depth = 1;
   let start = -1;
-  for (let i = 0; i < text.length; i++) {
+  let expectElement = false; // after a comma
+  for (i++; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c)
-        i++; // backslash: skip the escaped character
-      else if (c === 0x22) inString = false;
+    if (depth === 0) {
+      if (!SPACE(c)) throw broken('text after the closing bracket');
       continue;
     }
     if (c === 0x22) {
-      inString = true;
       if (depth === 1 && start < 0) start = i;
+      let q = text.indexOf('"', i + 1);
+      for (;;) {
+        if (q === -1) throw broken('unterminated string');
+        let k = q - 1;
+        while (k > i && text.charCodeAt(k) === 0x5c) k--;
+        if ((q - 1 - k) % 2 === 0) break;
+        q = text.indexOf('"', q + 1);
+      }
+      i = q;
     } else if (c === 0x5b || c === 0x7b) {
+      if (depth === 1 && start < 0) start = i;
       depth++;
-      if (depth === 2 && start < 0) start = i;
     } else if (c === 0x5d || c === 0x7d) {
-      if (depth === 1 && start >= 0) {
-        out.push(text.slice(start, i).trim());
+      if (depth === 1) {
+        if (c !== 0x5d) throw broken('unbalanced brackets');
+        if (start >= 0) out.push(text.slice(start, i).trim());
+        else if (expectElement) throw broken('empty element');
         start = -1;
       }
       depth--;
     } else if (c === 0x2c && depth === 1) {
+      if (start < 0) throw broken('empty element');
       out.push(text.slice(start, i).trim());
       start = -1;
-    } else if (depth === 1 && start < 0 && c > 0x20) {
+      expectElement = true;
+    } else if (depth === 1 && start < 0 && !SPACE(c)) {
       start = i; // a number, true, false or null
     }
   }
+  if (depth !== 0) throw broken('unbalanced brackets');
   return out;
 }
 

@@ -1,3 +1,4 @@
+import { MAX_JSON_DEPTH } from './bounded.ts';
 import { isRawJson } from './exact.ts';
 
 /**
@@ -10,8 +11,7 @@ import { isRawJson } from './exact.ts';
  * nesting deeper than JSON.stringify's recursion, which is far deeper than MAX_JSON_DEPTH.
  */
 
-/** Deepest nesting we store (GitHub's payloads are under 10 levels deep). */
-export const MAX_JSON_DEPTH = 64;
+export { MAX_JSON_DEPTH } from './bounded.ts';
 
 export type TextFault = 'nul' | 'lone_surrogate';
 

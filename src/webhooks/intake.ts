@@ -10,7 +10,7 @@ import type { EntityClass } from '../github/types.ts';
 import type { PushRow } from '../ingestion/mapping.ts';
 import { Rejection } from '../ingestion/rules.ts';
 import { storePushes } from '../ingestion/store.ts';
-import { exactId, JsonTooDeep, parseJson } from '../json/exact.ts';
+import { exactId, JsonTooDeep, JsonTooWide, parseJson } from '../json/exact.ts';
 import { inspectJson, MAX_JSON_DEPTH, storableText } from '../json/walk.ts';
 import { sendCycle } from '../queue/dispatch.ts';
 import { recordDelivery, setRouting } from './deliveries.ts';
@@ -175,8 +175,13 @@ export async function receiveDelivery(
   } catch (err) {
     // Only the parser's own answers: a bug in judging below is a 500, never "invalid JSON".
     if (err instanceof SyntaxError) return reject(deps, req, 400, 'invalid JSON');
-    if (!(err instanceof JsonTooDeep)) throw err;
-    verdict = { kind: 'rejected', rejection: tooDeep() };
+    if (err instanceof JsonTooWide) {
+      verdict = {
+        kind: 'rejected',
+        rejection: new Rejection('too_wide', `payload ${err.message}`),
+      };
+    } else if (err instanceof JsonTooDeep) verdict = { kind: 'rejected', rejection: tooDeep() };
+    else throw err;
   }
   verdict ??= judge(req.event, payload, receivedAt);
 
