@@ -102,7 +102,7 @@ export function classifyLine(raw: Line): LineVerdict {
     return {
       kind: 'malformed',
       reason: over.reason,
-      detail: `line ${over.message}: ${excerpt(line)}`,
+      detail: `${over.message}: ${excerpt(line)}`,
       eventId: null,
       raw: keptText(line),
     };

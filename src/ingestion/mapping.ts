@@ -179,7 +179,7 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
         // Over the JSON limits: never parsed (src/json/bounded.ts).
         throw new Rejection(
           raw.reason,
-          `event ${raw.detail || `is nested deeper than ${MAX_JSON_DEPTH} levels`}`,
+          raw.detail || `event is nested deeper than ${MAX_JSON_DEPTH} levels`,
         );
       }
       if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {

@@ -6,8 +6,8 @@
  * scanned first — one pass, no allocation, string contents skipped with indexOf — and a
  * document over a limit is never parsed at all (ADR 0060).
  *
- * The scan counts brackets outside strings (honouring backslash escapes) and values (an
- * opening bracket or a comma outside strings starts one). It does not validate: text
+ * The scan counts brackets outside strings (honouring backslash escapes) and values (the
+ * document, and in each container its elements: commas outside strings, plus its first). It does not validate: text
  * within the limits goes to JSON.parse, which gives its own verdict, so what is accepted
  * within the limits is exactly what JSON.parse accepts.
  */
@@ -52,9 +52,62 @@ function excess(reason: JsonExcessReason, at: number, limits: JsonLimits): JsonE
     at,
     message:
       reason === 'too_deep'
-        ? `nested deeper than ${limits.maxDepth} levels (at offset ${at})`
-        : `holds more than ${limits.maxValues} values (at offset ${at})`,
+        ? `value at offset ${at} is nested deeper than ${limits.maxDepth} levels`
+        : `document holds more than ${limits.maxValues} values (at offset ${at})`,
   };
+}
+
+const MAX_PATH_KEY = 40;
+
+/**
+ * The path (`payload.a[0][3]`, as inspectJson writes it) of the container opening at `at`,
+ * found by scanning the text before it again. Only called once a limit was passed, and the
+ * stack it keeps is at most maxDepth frames deep.
+ */
+function pathTo(text: string, at: number): string {
+  const frames: { array: boolean; index: number; key: string; wantKey: boolean }[] = [];
+  for (let i = 0; i < at; i++) {
+    const c = text.charCodeAt(i);
+    const top = frames[frames.length - 1];
+    if (c === QUOTE) {
+      const end = closingQuote(
+        (k) => text.charCodeAt(k),
+        (from) => text.indexOf('"', from),
+        i,
+      );
+      if (end === -1 || end > at) break;
+      if (top && !top.array && top.wantKey) {
+        let key: string;
+        try {
+          key = JSON.parse(text.slice(i, end + 1)) as string;
+        } catch {
+          key = text.slice(i + 1, end);
+        }
+        top.key = key.length > MAX_PATH_KEY ? `${key.slice(0, MAX_PATH_KEY)}…` : key;
+        top.wantKey = false;
+      }
+      i = end;
+    } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
+      frames.push({ array: c === OPEN_ARRAY, index: 0, key: '', wantKey: c === OPEN_OBJECT });
+    } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
+      frames.pop();
+    } else if (c === COMMA && top) {
+      if (top.array) top.index++;
+      else top.wantKey = true;
+    }
+  }
+  let path = '';
+  for (const f of frames) {
+    if (f.array) path += `[${f.index}]`;
+    else path = path ? `${path}.${f.key}` : f.key;
+  }
+  return path || 'value';
+}
+
+function withPath(found: JsonExcess | null, text: () => string, limits: JsonLimits) {
+  if (found?.reason !== 'too_deep') return found;
+  const path = pathTo(text(), found.at);
+  return { ...found, message: `${path} is nested deeper than ${limits.maxDepth} levels` };
 }
 
 /**
@@ -84,16 +137,25 @@ function scan(
   limits: JsonLimits,
 ): JsonExcess | null {
   let depth = 0;
+  // The document itself, then per container its elements: its commas, plus one when it is
+  // not empty (known at the first character after its opening bracket that is not space).
   let values = 1;
+  let opened = false;
   for (let i = 0; i < length; i++) {
     const c = at(i);
+    if (opened && c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) {
+      opened = false;
+      if (c !== CLOSE_ARRAY && c !== CLOSE_OBJECT && ++values > limits.maxValues) {
+        return excess('too_wide', i, limits);
+      }
+    }
     if (c === QUOTE) {
       const end = closingQuote(at, find, i);
       if (end === -1) return null; // unterminated: JSON.parse says so
       i = end;
     } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
       if (++depth > limits.maxDepth) return excess('too_deep', i, limits);
-      if (++values > limits.maxValues) return excess('too_wide', i, limits);
+      opened = true;
     } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
       if (depth > 0) depth--;
     } else if (c === COMMA) {
@@ -105,12 +167,13 @@ function scan(
 
 /** Why this JSON text is over the limits, or null when it is within them (valid or not). */
 export function jsonTextExcess(text: string, limits: JsonLimits = JSON_LIMITS): JsonExcess | null {
-  return scan(
+  const found = scan(
     text.length,
     (i) => text.charCodeAt(i),
     (from) => text.indexOf('"', from),
     limits,
   );
+  return withPath(found, () => text, limits);
 }
 
 /**
@@ -124,10 +187,14 @@ export function jsonBytesExcess(
   const buf = Buffer.isBuffer(bytes)
     ? bytes
     : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
-  return scan(
+  const found = scan(
     buf.length,
     (i) => buf[i]!,
     (from) => buf.indexOf(QUOTE, from),
     limits,
   );
+  // The path is read from the text before the limit: `at` becomes that text's length.
+  if (found?.reason !== 'too_deep') return found;
+  const before = buf.subarray(0, found.at).toString('utf8');
+  return withPath({ ...found, at: before.length }, () => before, limits);
 }
