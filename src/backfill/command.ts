@@ -40,6 +40,13 @@ function seconds(s: number): string {
   return s < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
 }
 
+/** Lines set aside; when past the sample, how many rejected_events kept and how many were only counted. */
+function setAsideText(malformed: number, kept: number): string {
+  const all = `${count(malformed)} malformed lines set aside`;
+  if (kept >= malformed) return all;
+  return `${all} (${count(kept)} kept in rejected_events, ${count(malformed - kept)} counted only)`;
+}
+
 function formatImport(r: ImportResult): string {
   const name = r.file.includes('/') ? r.label : r.file;
   switch (r.outcome) {
@@ -54,7 +61,7 @@ function formatImport(r: ImportResult): string {
         `${count(c.pushes)} pushes`,
         ...(c.kept !== c.pushes ? [`${count(c.kept)} kept`] : []),
         `${count(c.created)} stored`,
-        ...(c.malformed ? [`${count(c.malformed)} malformed lines set aside`] : []),
+        ...(c.malformed ? [setAsideText(c.malformed, r.quarantined)] : []),
       ].join(', ');
       const resumed = r.resumedAt ? ` (resumed at line ${count(r.resumedAt + 1)})` : '';
       const error = r.error ? `: ${r.error.code}: ${r.error.message}` : '';

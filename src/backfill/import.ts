@@ -19,6 +19,7 @@ import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
 import type { Logger } from '../log.ts';
 import {
   logRejected,
+  QUARANTINE_SAMPLE,
   type QuarantineRow,
   quarantineEvents,
 } from '../quarantine/rejected-events.ts';
@@ -103,6 +104,11 @@ export interface ImportResult {
   newRepositories: number;
   /** Every attempt's counts: what the checkpoint row holds. */
   totals: CheckpointCounts;
+  /**
+   * Lines of this attempt set aside and kept raw in rejected_events: the file's first
+   * QUARANTINE_SAMPLE; the rest of `counts.malformed` are counted only.
+   */
+  quarantined: number;
   bytes: number;
   seconds: number;
   error: { code: string; message: string } | null;
@@ -243,6 +249,7 @@ export async function importFile(
     newActors: 0,
     newRepositories: 0,
     totals: { ...ZERO_COUNTS },
+    quarantined: 0,
     bytes: 0,
     seconds: 0,
     error: null,
@@ -401,8 +408,11 @@ async function readAndStore(
   };
 
   // Malformed lines are counted and set aside in rejected_events with the chunk they belong
-  // to (same transaction as its pushes and checkpoint: once per event, never lost).
+  // to (same transaction as its pushes and checkpoint: once per event, never lost). Only
+  // the file's first QUARANTINE_SAMPLE are kept raw: a million bad lines are a count, not a
+  // million rows (ADR 0060). The checkpoint's count says how many came before this attempt.
   let setAside: QuarantineRow[] = [];
+  let malformedInFile = checkpoint.counts.malformed;
   const malformed = (
     reason: RejectionReason,
     message: string,
@@ -411,6 +421,7 @@ async function readAndStore(
     raw: unknown,
   ) => {
     delta.malformed++;
+    if (++malformedInFile > QUARANTINE_SAMPLE) return;
     setAside.push({
       sourceId: target.sourceId,
       runId: null,
@@ -473,6 +484,7 @@ async function readAndStore(
       throw err;
     }
     logFirstRejected(firstSeen);
+    result.quarantined += aside.length;
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
     known.remember(batch);
@@ -603,6 +615,7 @@ async function readAndStore(
       kept: result.counts.kept,
       created: result.counts.created,
       malformed: result.counts.malformed,
+      malformed_sampled: result.quarantined,
       bytes: result.bytes,
     },
     `${source.label}: ${result.counts.created} pushes stored of ${result.counts.kept} kept (${result.counts.malformed} malformed lines)`,

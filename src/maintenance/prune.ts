@@ -2,11 +2,14 @@ import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 
 /**
- * Retention for the three append-only ledgers (RETENTION_DAYS, default 30). Rows go in
+ * Retention for the three append-only ledgers and the quarantine (RETENTION_DAYS, default
+ * 30). Rows go in
  * batches, each its own short statement, so pruning a large backlog never holds a long
  * transaction or a lock a poll or a cycle would queue behind. Rows still in flight (a
  * `running` run, an open reservation, an unfinished attempt) are never pruned, whatever
- * their age: the reconciler settles them first.
+ * their age: the reconciler settles them first. A rejected event goes when it has not been
+ * seen for RETENTION_DAYS (poison still being served stays, its seen_count moving; a
+ * trigger keeps gpi_events_rejected_total from going down, migration 2026-11-30T1000).
  *
  * Each batch walks the primary key from the oldest id, which is also the oldest row, so it
  * stops after `batchSize` matches without scanning the table.
@@ -14,7 +17,12 @@ import type { Db } from '../db/pool.ts';
 
 export const PRUNE_BATCH_SIZE = 1000;
 
-export const PRUNED_TABLES = ['ingestion_runs', 'github_requests', 'enrichment_attempts'] as const;
+export const PRUNED_TABLES = [
+  'ingestion_runs',
+  'github_requests',
+  'enrichment_attempts',
+  'rejected_events',
+] as const;
 export type PrunedTable = (typeof PRUNED_TABLES)[number];
 
 function batch(table: PrunedTable, cutoff: Date, limit: number) {
@@ -36,6 +44,12 @@ function batch(table: PrunedTable, cutoff: Date, limit: number) {
         DELETE FROM enrichment_attempts WHERE id IN (
           SELECT id FROM enrichment_attempts
           WHERE started_at < ${cutoff} AND finished_at IS NOT NULL
+          ORDER BY id LIMIT ${limit})`;
+    case 'rejected_events':
+      return sql`
+        DELETE FROM rejected_events WHERE id IN (
+          SELECT id FROM rejected_events
+          WHERE last_seen_at < ${cutoff}
           ORDER BY id LIMIT ${limit})`;
   }
 }
@@ -59,7 +73,12 @@ export async function pruneLedgers(db: Db, opts: PruneOptions): Promise<PruneRep
   const now = opts.now ?? new Date();
   const cutoff = new Date(now.getTime() - opts.retentionDays * 86_400_000);
   const limit = opts.batchSize ?? PRUNE_BATCH_SIZE;
-  const deleted = { ingestion_runs: 0, github_requests: 0, enrichment_attempts: 0 };
+  const deleted = {
+    ingestion_runs: 0,
+    github_requests: 0,
+    enrichment_attempts: 0,
+    rejected_events: 0,
+  };
   for (const table of PRUNED_TABLES) {
     for (;;) {
       if (opts.shouldStop?.()) return { cutoff, deleted, complete: false };

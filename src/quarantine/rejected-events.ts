@@ -33,6 +33,13 @@ export interface QuarantineResult {
   seenAgain: number;
 }
 
+/**
+ * Lines set aside kept raw per archive file (src/backfill/import.ts): the rest are counted
+ * on the file's checkpoint only, so a file of a million bad lines costs a count, not a
+ * million rows. (A poll run reads at most a few hundred events; a webhook delivery is one.)
+ */
+export const QUARANTINE_SAMPLE = 1_000;
+
 /** Text kept of an event too deep to parse: enough to find it, bounded. */
 const MAX_RAW_TEXT = 64 * 1024;
 
