@@ -3,7 +3,7 @@
  * value is built. JSON.parse builds whatever the text describes: one 6 MB line nested
  * 3,000,000 deep is 3,000,000 arrays (hundreds of MB of heap, and every walk over them
  * after), and an 8 MB line of `{},{},…` is 2.8 million objects (~260 MB). So the text is
- * scanned first — one pass, no allocation, string contents skipped with indexOf — and a
+ * scanned first — one pass, no allocation — and a
  * document over a limit is never parsed at all (ADR 0060).
  *
  * The scan counts brackets outside strings (honouring backslash escapes) and values (the
@@ -130,36 +130,97 @@ function closingQuote(
   return -1;
 }
 
-function scan(
+/**
+ * True when no text of this length with this few opening brackets (anywhere, strings
+ * included) can pass the limits: values are at most the bytes, depth at most the brackets.
+ * Most lines are proved within the limits this way by a few native indexOf calls, and the
+ * full scan below runs only on the rest (it costs about what JSON.parse does).
+ */
+function provablyWithin(
   length: number,
-  at: (i: number) => number,
-  find: (from: number) => number,
+  find: (c: number, from: number) => number,
   limits: JsonLimits,
-): JsonExcess | null {
+): boolean {
+  if (length > limits.maxValues) return false;
+  let opens = 0;
+  for (const c of [OPEN_OBJECT, OPEN_ARRAY]) {
+    for (let i = find(c, 0); i !== -1; i = find(c, i + 1)) {
+      if (++opens > limits.maxDepth) return false;
+    }
+  }
+  return true;
+}
+
+// Two copies of one loop, for bytes and for text: indexing a Uint8Array and calling
+// charCodeAt are each fast when the loop sees only one of them (a shared loop over an
+// accessor ran at half the speed: it is on the path of every push line of the archive).
+// String contents are skipped in the loop itself: GitHub's strings are short, and a
+// native indexOf per string cost more than it saved. Control characters outside strings
+// count as space (JSON.parse refuses them anyway).
+
+function scanBytes(b: Uint8Array, limits: JsonLimits): JsonExcess | null {
+  const { maxDepth, maxValues } = limits;
+  const n = b.length;
   let depth = 0;
   // The document itself, then per container its elements: its commas, plus one when it is
   // not empty (known at the first character after its opening bracket that is not space).
   let values = 1;
   let opened = false;
-  for (let i = 0; i < length; i++) {
-    const c = at(i);
-    if (opened && c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) {
+  for (let i = 0; i < n; i++) {
+    const c = b[i]!;
+    if (c <= 0x20) continue;
+    if (opened) {
       opened = false;
-      if (c !== CLOSE_ARRAY && c !== CLOSE_OBJECT && ++values > limits.maxValues) {
+      if (c !== CLOSE_ARRAY && c !== CLOSE_OBJECT && ++values > maxValues) {
         return excess('too_wide', i, limits);
       }
     }
     if (c === QUOTE) {
-      const end = closingQuote(at, find, i);
-      if (end === -1) return null; // unterminated: JSON.parse says so
-      i = end;
+      for (i++; i < n; i++) {
+        const d = b[i]!;
+        if (d === QUOTE) break;
+        if (d === BACKSLASH) i++;
+      }
     } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
-      if (++depth > limits.maxDepth) return excess('too_deep', i, limits);
+      if (++depth > maxDepth) return excess('too_deep', i, limits);
       opened = true;
     } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
       if (depth > 0) depth--;
-    } else if (c === COMMA) {
-      if (++values > limits.maxValues) return excess('too_wide', i, limits);
+    } else if (c === COMMA && ++values > maxValues) {
+      return excess('too_wide', i, limits);
+    }
+  }
+  return null;
+}
+
+function scanText(t: string, limits: JsonLimits): JsonExcess | null {
+  const { maxDepth, maxValues } = limits;
+  const n = t.length;
+  let depth = 0;
+  let values = 1;
+  let opened = false;
+  for (let i = 0; i < n; i++) {
+    const c = t.charCodeAt(i);
+    if (c <= 0x20) continue;
+    if (opened) {
+      opened = false;
+      if (c !== CLOSE_ARRAY && c !== CLOSE_OBJECT && ++values > maxValues) {
+        return excess('too_wide', i, limits);
+      }
+    }
+    if (c === QUOTE) {
+      for (i++; i < n; i++) {
+        const d = t.charCodeAt(i);
+        if (d === QUOTE) break;
+        if (d === BACKSLASH) i++;
+      }
+    } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
+      if (++depth > maxDepth) return excess('too_deep', i, limits);
+      opened = true;
+    } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
+      if (depth > 0) depth--;
+    } else if (c === COMMA && ++values > maxValues) {
+      return excess('too_wide', i, limits);
     }
   }
   return null;
@@ -167,12 +228,16 @@ function scan(
 
 /** Why this JSON text is over the limits, or null when it is within them (valid or not). */
 export function jsonTextExcess(text: string, limits: JsonLimits = JSON_LIMITS): JsonExcess | null {
-  const found = scan(
-    text.length,
-    (i) => text.charCodeAt(i),
-    (from) => text.indexOf('"', from),
-    limits,
-  );
+  if (
+    provablyWithin(
+      text.length,
+      (c, from) => text.indexOf(c === OPEN_ARRAY ? '[' : '{', from),
+      limits,
+    )
+  ) {
+    return null;
+  }
+  const found = scanText(text, limits);
   return withPath(found, () => text, limits);
 }
 
@@ -184,17 +249,10 @@ export function jsonBytesExcess(
   bytes: Uint8Array,
   limits: JsonLimits = JSON_LIMITS,
 ): JsonExcess | null {
-  const buf = Buffer.isBuffer(bytes)
-    ? bytes
-    : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
-  const found = scan(
-    buf.length,
-    (i) => buf[i]!,
-    (from) => buf.indexOf(QUOTE, from),
-    limits,
-  );
+  if (provablyWithin(bytes.length, (c, from) => bytes.indexOf(c, from), limits)) return null;
+  const found = scanBytes(bytes, limits);
   // The path is read from the text before the limit: `at` becomes that text's length.
   if (found?.reason !== 'too_deep') return found;
-  const before = buf.subarray(0, found.at).toString('utf8');
+  const before = Buffer.from(bytes.buffer, bytes.byteOffset, found.at).toString('utf8');
   return withPath({ ...found, at: before.length }, () => before, limits);
 }
