@@ -1,4 +1,4 @@
-import { asObject, int, requiredId, requiredString, str, time } from './profile.ts';
+import { asObject, int, profileJson, requiredId, requiredString, str, time } from './profile.ts';
 import type { ProfileColumns } from './state.ts';
 
 /**
@@ -22,7 +22,7 @@ export function actorProfile(data: unknown, path: string): { id: string; columns
       followers: int(o.followers),
       following: int(o.following),
       github_created_at: time(o.created_at),
-      profile: JSON.stringify(o),
+      profile: profileJson(o),
     },
   };
 }

@@ -1,4 +1,13 @@
-import { asObject, bool, int, requiredId, requiredString, str, time } from './profile.ts';
+import {
+  asObject,
+  bool,
+  int,
+  profileJson,
+  requiredId,
+  requiredString,
+  str,
+  time,
+} from './profile.ts';
 import type { ProfileColumns } from './state.ts';
 
 /**
@@ -33,7 +42,7 @@ export function repositoryProfile(
       topics,
       pushed_at: time(o.pushed_at),
       github_created_at: time(o.created_at),
-      profile: JSON.stringify(o),
+      profile: profileJson(o),
     },
   };
 }

@@ -1,5 +1,6 @@
 import { AppError } from '../errors.ts';
 import { exactId } from '../json/exact.ts';
+import { inspectJson, storableCopy, storableText } from '../json/walk.ts';
 
 /**
  * Reading a GitHub profile defensively: a 200 whose body is not the object GitHub
@@ -31,11 +32,21 @@ export function requiredId(o: Json, path: string): string {
 export function requiredString(o: Json, key: string, path: string): string {
   const v = o[key];
   if (typeof v !== 'string' || v === '') throw new ProfileInvalid(path, `no "${key}"`);
-  return v;
+  return storableText(v);
 }
 
+/**
+ * Profile text as Postgres can hold it: bytes that were not UTF-8 arrive as lone
+ * surrogates (src/json/utf8.ts) and, like U+0000, become U+FFFD — a label, not a key.
+ */
 export function str(v: unknown): string | null {
-  return typeof v === 'string' ? v : null;
+  return typeof v === 'string' ? storableText(v) : null;
+}
+
+/** The whole profile as jsonb text: a storable copy only when something in it needs one. */
+export function profileJson(o: Json): string {
+  const found = inspectJson(o);
+  return JSON.stringify(found.badText || found.tooDeep ? storableCopy(o) : o);
 }
 
 export function int(v: unknown): number | null {

@@ -106,3 +106,15 @@ describe('redact', () => {
     expect(redact('x'.repeat(2000))).toHaveLength(500);
   });
 });
+
+describe('profiles with text Postgres cannot hold', () => {
+  it('bytes that were not UTF-8 (lone surrogates) and NUL become U+FFFD in columns and jsonb', () => {
+    const { columns } = actorProfile(
+      { id: 7, login: 'm\udc80e', name: 'A\u0000B', bio: 'x\udcff', extra: { k: '\udc81' } },
+      '/users/me',
+    );
+    expect(columns).toMatchObject({ login: 'm\ufffde', name: 'A\ufffdB', bio: 'x\ufffd' });
+    expect(JSON.parse(columns.profile as string)).toMatchObject({ extra: { k: '\ufffd' } });
+    expect(columns.profile).not.toMatch(/\\u(dc|0000)/i);
+  });
+});
