@@ -32,6 +32,19 @@ const pushes = (n: number, o: Parameters<typeof pushEvent>[0] = {}) =>
   Array.from({ length: n }, () => pushEvent({ id: id++, ...o }));
 
 describe('bin/backfill', () => {
+  it('says how many lines set aside were kept raw and how many only counted', async () => {
+    const file = path.join(dir, 'many-bad.json.gz');
+    const garbage = Array.from({ length: 1_005 }, (_, i) => `not json ${i}`);
+    writeFileSync(file, gzipLines([...pushes(1), ...garbage, '{}']));
+    const r = await backfill([file]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(
+      /: completed: 1 events, 1 pushes, 1 stored, 1,006 malformed lines set aside \(1,000 kept in rejected_events, 6 counted only\) in /,
+    );
+    const json = JSON.parse((await backfill([file, '--json', '--force'])).out);
+    expect(json.results[0]).toMatchObject({ counts: { malformed: 1_006 }, quarantined: 1_000 });
+  });
+
   it('imports a file and an hour, one line each, and exits 1 naming a missing hour', async () => {
     const file = path.join(dir, 'local.json.gz');
     writeFileSync(file, gzipLines(pushes(3)));
