@@ -70,11 +70,7 @@ function pathTo(text: string, at: number): string {
     const c = text.charCodeAt(i);
     const top = frames[frames.length - 1];
     if (c === QUOTE) {
-      const end = closingQuote(
-        (k) => text.charCodeAt(k),
-        (from) => text.indexOf('"', from),
-        i,
-      );
+      const end = closingQuote(text, i);
       if (end === -1 || end > at) break;
       if (top && !top.array && top.wantKey) {
         let key: string;
@@ -115,17 +111,13 @@ function withPath(found: JsonExcess | null, text: () => string, limits: JsonLimi
  * string never ends. A quote preceded by an odd run of backslashes is escaped. Each run of
  * backslashes is counted once, so the search is linear in the text.
  */
-function closingQuote(
-  at: (i: number) => number,
-  find: (from: number) => number,
-  open: number,
-): number {
-  let q = find(open + 1);
+function closingQuote(text: string, open: number): number {
+  let q = text.indexOf('"', open + 1);
   while (q !== -1) {
     let k = q - 1;
-    while (k > open && at(k) === BACKSLASH) k--;
+    while (k > open && text.charCodeAt(k) === BACKSLASH) k--;
     if ((q - 1 - k) % 2 === 0) return q;
-    q = find(q + 1);
+    q = text.indexOf('"', q + 1);
   }
   return -1;
 }
