@@ -2,7 +2,7 @@ import type { EventSource } from '../db/schema.ts';
 import { mapPushEvent, type PushRow } from '../ingestion/mapping.ts';
 import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../ingestion/rules.ts';
 import { jsonBytesExcess, MAX_JSON_DEPTH } from '../json/bounded.ts';
-import { parseJson } from '../json/exact.ts';
+import { JsonTooDeep, JsonTooWide, parseJson } from '../json/exact.ts';
 import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
 import { type Line, OVERSIZE } from './lines.ts';
 
@@ -250,7 +250,12 @@ export function mapArchivePush(
     // The rules judge the event as parsed exactly: no id or payload number rounded.
     const exact = parseJson(text) as Record<string, unknown>;
     return mapPushEvent(exact, idField(exact.id, 'id')).push;
-  } catch (err) {
+  } catch (caught) {
+    // classifyLine measured the line already; the parser's own verdicts are rejections too.
+    const err =
+      caught instanceof JsonTooDeep || caught instanceof JsonTooWide
+        ? new Rejection(caught.reason, caught.message)
+        : caught;
     if (!(err instanceof Rejection)) throw err;
     const id = e.id;
     return {

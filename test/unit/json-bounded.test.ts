@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { classifyLine } from '../../src/backfill/events.ts';
+import { classifyLine, mapArchivePush } from '../../src/backfill/events.ts';
 import {
   JSON_LIMITS,
   type JsonLimits,
@@ -287,6 +287,14 @@ describe('decodeUtf8KeepingInvalid: distinct bytes stay distinct text', () => {
 });
 
 describe('classifyLine over hostile bytes', () => {
+  it("mapArchivePush turns the parser's own verdicts into rejections, never an exception", () => {
+    const deep = `{"id":"1","type":"PushEvent","payload":${'['.repeat(100)}${']'.repeat(100)}}`;
+    expect(mapArchivePush({ id: '1', type: 'PushEvent' }, deep, 3)).toMatchObject({
+      rejected: 'too_deep',
+      eventId: '1',
+    });
+  });
+
   it('never throws; a push line over the limits or not JSON is set aside with a reason', () => {
     fc.assert(
       fc.property(
