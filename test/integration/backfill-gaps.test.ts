@@ -186,17 +186,24 @@ describe('a source that held no push before its gap', () => {
     );
     const run = await pollSource(deps(), Number(source.id), { force: true });
     expect(run.gap).toBe(true);
-    const gap = await t.db
+    const gaps = await t.db
       .selectFrom('gaps')
       .selectAll()
       .where('run_id', '=', String(run.runId))
-      .executeTakeFirstOrThrow();
-    // The poll happened "now" and the pushes are older: the window spans both, whichever way round.
+      .orderBy('from_at')
+      .execute();
+    // The poll happened "now" and the pushes are older: the window spans both, whichever way
+    // round — cut into gaps of at most 2 days that follow one another (ADR 0061).
     const sixHoursBefore = new Date(polled.getTime() - 6 * 3_600_000);
     const oldestRead = new Date('2026-11-20T18:00:20Z');
-    expect([gap.from_at, gap.to_at]).toEqual(
+    expect([gaps[0]!.from_at, gaps.at(-1)!.to_at]).toEqual(
       sixHoursBefore < oldestRead ? [sixHoursBefore, oldestRead] : [oldestRead, sixHoursBefore],
     );
+    for (const [i, g] of gaps.entries()) {
+      expect(g.state).toBe('open');
+      expect(g.to_at.getTime() - g.from_at.getTime()).toBeLessThanOrEqual(2 * 86_400_000);
+      if (i > 0) expect(g.from_at).toEqual(gaps[i - 1]!.to_at);
+    }
   });
 });
 
