@@ -86,6 +86,10 @@ describe('bin/backfill killed mid-file', () => {
     const resumedAt = (Number(checkpoint.lines_done) + 1).toLocaleString('en-US');
     expect(out).toMatch(/: completed: /);
     expect(out).toContain(`(resumed at line ${resumedAt})`);
+    // The checkpoint the killed run left running was recognised as its death, once.
+    expect(second.lines.filter((l) => l.event === 'backfill.file_died')).toEqual([
+      expect.objectContaining({ lines_done: Number(checkpoint.lines_done), deaths: 1 }),
+    ]);
 
     expect(await scalar(sql`SELECT count(*) AS n FROM push_events`)).toBe(generated.pushes);
     expect(await scalar(sql`SELECT count(DISTINCT id) AS n FROM push_events`)).toBe(
