@@ -118,7 +118,8 @@ describe('bin/worker on its own', () => {
   it('records the gap of an overflowing poll and fills it from the archive, without a command', async () => {
     const repo = { id: 6_900_001, name: 'worker-owner/gapped' };
     await addSource(t.db, { kind: 'repo', target: repo.name }, 'live');
-    const t0 = Date.parse('2026-11-19T10:00:00Z');
+    // Two days ago: plausible times (ADR 0061) and every archive hour long published.
+    const t0 = hourOf(new Date(Date.now() - 2 * 86_400_000)).start.getTime();
     let id = 81_000_000_000;
     const first = Array.from({ length: 10 }, (_, i) =>
       pushEvent({ id: id++, repo, created_at: new Date(t0 + i * 60_000) }),
@@ -132,7 +133,9 @@ describe('bin/worker on its own', () => {
       const h = hourOf(new Date(e.created_at)).name;
       hours.set(h, [...(hours.get(h) ?? []), e]);
     }
-    for (const h of ['2026-11-19-9', '2026-11-19-12']) hours.set(h, hours.get(h) ?? []);
+    for (const h of [-1, 2].map((n) => hourOf(new Date(t0 + n * 3_600_000)).name)) {
+      hours.set(h, hours.get(h) ?? []);
+    }
     for (const [h, evs] of hours) archive.setHour(h, evs);
 
     fake.addEvents(`repo:${repo.name}`, first);
