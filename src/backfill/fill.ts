@@ -3,17 +3,17 @@ import { systemClock } from '../clock.ts';
 import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import type { Gap } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
-import { splitGap, windowProblem } from '../gaps/record.ts';
+import { windowProblem } from '../gaps/record.ts';
 import { describeSource, getSource } from '../ingestion/sources.ts';
 import { archiveHourSource, type HttpOptions } from './archive.ts';
 import { scopeOf } from './events.ts';
+import { beforeFill, retryDelayMs } from './fill-attempt.ts';
 import {
   closeAttempt,
   dueGaps,
   getGap,
   knownRepoId,
   noteFillHour,
-  openAttempt,
   openGaps,
   pushesRecovered,
   settleGap,
@@ -70,14 +70,6 @@ export interface FillOptions {
   onProgress?: (gap: Gap, hour: ArchiveHour, p: ImportProgress) => void;
 }
 
-/** A gap whose fill's process died this many times mid-fill is not tried again. */
-export const MAX_FILL_DEATHS = 2;
-
-/** Minutes before another try: 1, 2, 4 … capped at an hour. */
-function retryDelayMs(attempts: number): number {
-  return Math.min(3_600_000, 60_000 * 2 ** Math.max(0, attempts - 1));
-}
-
 function resultOf(gap: Gap, source: string, outcome: GapOutcome): GapFillResult {
   return {
     gapId: Number(gap.id),
@@ -110,15 +102,23 @@ export async function fillGap(
   if (gap.state !== 'open') return resultOf(gap, label, 'not_open');
   const ready = gapReadyAt(gap);
   // A window ending past the clock is never ready: it is settled under the lock instead.
-  if (clock.now() < ready && windowProblem(gap, clock.now()) !== 'future')
+  if (clock.now() < ready && windowProblem(gap, clock.now()) !== 'future') {
     return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: ready };
+  }
 
   const client = await deps.pool.connect();
   let broken: Error | undefined;
+  const attempt = { opened: false };
   try {
     if (!(await tryLockSession(client, LockSpace.gap, gapId))) return resultOf(gap, label, 'busy');
     try {
-      return await fillLocked(deps, gapId, label, opts, client);
+      return await fillLocked(deps, gapId, label, opts, client, attempt);
+    } catch (err) {
+      // An error is not a death: the attempt stays counted with its backoff, but closed.
+      if (attempt.opened) {
+        await closeAttempt(deps.db, gapId, { uncount: false, now: clock.now() }).catch(() => {});
+      }
+      throw err;
     } finally {
       await unlockSession(client, LockSpace.gap, gapId).catch((err: Error) => {
         broken = err;
@@ -138,120 +138,28 @@ async function fillLocked(
   label: string,
   opts: FillOptions,
   client: pg.ClientBase,
+  attempt: { opened: boolean },
 ): Promise<GapFillResult> {
   const clock = deps.clock ?? systemClock;
   // Re-read under the lock: another process may have settled it meanwhile.
-  let gap = (await getGap(deps.db, gapId))!;
-  if (gap.state !== 'open') return resultOf(gap, label, 'not_open');
-  const source = await getSource(deps.db, Number(gap.source_id));
+  const found = (await getGap(deps.db, gapId))!;
+  if (found.state !== 'open') return resultOf(found, label, 'not_open');
+  const source = await getSource(deps.db, Number(found.source_id));
   const inScope = scopeOf(source, await knownRepoId(deps.db, source));
-  const log = deps.logger.child({ gap_id: gapId, source_id: Number(gap.source_id) });
-
-  // Windows recorded before they were bounded (ADR 0061): never trust, never read years.
-  const problem = windowProblem(gap, clock.now());
-  if (problem === 'future') {
-    const lastError = `window ends ${gap.to_at.toISOString()}, past the clock: recorded from a time that cannot be trusted; not filled`;
-    await settleGap(deps.db, gapId, {
-      state: 'unavailable',
-      eventsRecovered: gap.events_recovered,
-      lastError,
-      nextAttemptAt: clock.now(),
-      now: clock.now(),
-    });
-    log.warn(
-      { event: 'gap.unavailable', reason: lastError },
-      `gap ${gapId} of source ${gap.source_id} (${label}) is unavailable: ${lastError}`,
-    );
-    return { ...resultOf(gap, label, 'unavailable'), error: lastError };
+  const log = deps.logger.child({ gap_id: gapId, source_id: Number(found.source_id) });
+  // Bounded windows, deaths counted, the attempt opened before any work (fill-attempt.ts).
+  const before = await beforeFill({ db: deps.db, now: clock.now(), log, label }, found);
+  const gap = before.gap;
+  if (before.kind === 'waiting') {
+    return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: before.readyAt };
   }
-  if (problem === 'long') {
-    const added = await splitGap(deps.db, gap, clock.now());
-    gap = (await getGap(deps.db, gapId))!;
-    log.warn(
-      {
-        event: 'gap.split',
-        gaps_added: added.map((g) => Number(g.id)),
-        from_at: gap.from_at.toISOString(),
-        to_at: gap.to_at.toISOString(),
-      },
-      `gap ${gapId} spanned more than 2 days: split into ${added.length + 1} gaps; this one is now ${gap.from_at.toISOString()} … ${gap.to_at.toISOString()}`,
-    );
-    if (clock.now() < gapReadyAt(gap)) {
-      return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: gapReadyAt(gap) };
-    }
+  if (before.kind === 'unavailable') {
+    return { ...resultOf(gap, label, 'unavailable'), error: before.reason };
   }
+  attempt.opened = true;
   const result = resultOf(gap, label, 'retry');
-
-  // An attempt still open, found under the gap's lock (which died with its holder): the
-  // process of the previous attempt died mid-fill — killed, or out of memory.
-  const started = clock.now();
-  const deaths = gap.fill_deaths + (gap.fill_started_at ? 1 : 0);
-  if (gap.fill_started_at) {
-    const hour = gap.fill_hour;
-    log.warn(
-      {
-        event: 'gap.fill_died',
-        deaths,
-        attempts: gap.attempts,
-        hour,
-        attempt_started_at: gap.fill_started_at.toISOString(),
-      },
-      `gap ${gapId}: the fill started ${gap.fill_started_at.toISOString()} died before it ended${hour ? ` (importing ${hour})` : ''}: ${deaths} of ${MAX_FILL_DEATHS} deaths`,
-    );
-    if (deaths >= MAX_FILL_DEATHS) {
-      const lastError = `the fill died ${deaths} times before it ended (killed, or out of memory)${hour ? `, last while importing archive hour ${hour}` : ''}; not retried`;
-      await settleGap(deps.db, gapId, {
-        state: 'unavailable',
-        eventsRecovered: await pushesRecovered(deps.db, gapId),
-        lastError,
-        nextAttemptAt: started,
-        now: started,
-        deaths,
-      });
-      log.warn(
-        { event: 'gap.unavailable', reason: lastError, deaths },
-        `gap ${gapId} of source ${gap.source_id} (${label}) is unavailable: ${lastError}`,
-      );
-      return { ...result, outcome: 'unavailable', error: lastError };
-    }
-  }
-  // Counted and backed off BEFORE the first byte: if this process dies mid-fill, the next
-  // start finds the gap not due yet, and its attempt still open (a death).
-  const attempt = gap.attempts + 1;
-  const backoff = new Date(started.getTime() + retryDelayMs(attempt));
-  await openAttempt(deps.db, gapId, { deaths, nextAttemptAt: backoff, now: started });
-  log.info(
-    {
-      event: 'gap.fill_started',
-      attempt,
-      deaths,
-      // pino's `pid` names the process doing the fill (a child of bin/worker).
-      next_attempt_at: backoff.toISOString(),
-    },
-    `gap ${gapId} of source ${gap.source_id} (${label}): fill attempt ${attempt} (pid ${process.pid}); if it dies, the next try is after ${backoff.toISOString()}`,
-  );
-  try {
-    return await attemptFill(deps, gap, label, inScope, opts, client, result, log);
-  } catch (err) {
-    // An error is not a death: the attempt stays counted, its backoff stays.
-    await closeAttempt(deps.db, gapId, { uncount: false, now: clock.now() }).catch(() => {});
-    throw err;
-  }
-}
-
-async function attemptFill(
-  deps: FillDeps,
-  gap: Gap,
-  label: string,
-  inScope: ReturnType<typeof scopeOf>,
-  opts: FillOptions,
-  client: pg.ClientBase,
-  result: GapFillResult,
-  log: FillDeps['logger'],
-): Promise<GapFillResult> {
-  const clock = deps.clock ?? systemClock;
-  const gapId = Number(gap.id);
   const failed: { hour: ArchiveHour; import: ImportResult }[] = [];
+
   for (const hour of gapHours(gap)) {
     if (opts.signal?.aborted) break;
     await noteFillHour(deps.db, gapId, hour.name);

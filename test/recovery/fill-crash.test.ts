@@ -55,7 +55,10 @@ async function backoffElapses(id: number): Promise<void> {
 }
 
 describe('a gap fill SIGKILLed mid-download', () => {
-  it('counts the attempt first, backs off, is unavailable after two deaths, and polling goes on', async () => {
+  it('counts the attempt first, backs off, is unavailable after two deaths, and polling goes on', {
+    // A worker, two fill children and five polls under a loaded machine: past the default 30 s.
+    timeout: 180_000,
+  }, async () => {
     const gapped = { id: 6_910_001, name: 'crash-owner/gapped' };
     const healthy = { id: 6_910_002, name: 'crash-owner/healthy' };
     await addSource(t.db, { kind: 'repo', target: gapped.name }, 'live');
