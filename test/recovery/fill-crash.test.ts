@@ -6,7 +6,7 @@ import { type ArchiveServer, startArchiveServer } from '../support/archive-serve
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushEvent } from '../support/github-factories.ts';
-import type { LogLine } from './helpers.ts';
+import { type LogLine, waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
@@ -211,5 +211,64 @@ describe('a gap fill SIGKILLed mid-download', () => {
     const stored = await sql<{ n: string }>`
       SELECT count(*) AS n FROM push_events WHERE repository_id = ${healthy.id}`.execute(t.db);
     expect(Number(stored.rows[0]!.n)).toBe(6);
+  });
+
+  it('a fill child outlives neither a stopping worker nor a killed one, and a stop is no death', {
+    timeout: 180_000,
+  }, async () => {
+    const repo = { id: 6_910_101, name: 'crash-owner/stopped' };
+    const { source } = await addSource(t.db, { kind: 'repo', target: repo.name }, 'live');
+    const to = hourOf(new Date(Date.now() - 3 * 86_400_000)).start;
+    const gap = await t.db
+      .insertInto('gaps')
+      .values({ source_id: source.id, from_at: new Date(to.getTime() - 600_000), to_at: to })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    for (let h = -2; h <= 3; h++) {
+      archive.fail(hourOf(new Date(to.getTime() + h * 3_600_000)).name, {
+        hang: true,
+        times: Infinity,
+      });
+    }
+    const env = {
+      DATABASE_URL: t.url,
+      GITHUB_MODE: 'live',
+      GITHUB_API_URL: fake.url,
+      GITHUB_TOKEN: 'ghp_recovery_fill_stop_sentinel',
+      GHARCHIVE_URL: archive.url,
+      TICK_SECONDS: '1',
+    };
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    for (const how of ['SIGTERM', 'SIGKILL'] as const) {
+      const worker = spawnBin('worker', env);
+      children.push(worker);
+      const started = await worker.waitForLine(
+        (l) => l.event === 'gap.fill_started' && l.gap_id === Number(gap.id),
+        `the fill (${how})`,
+        60_000,
+      );
+      const fillPid = Number(started.pid);
+      worker.process.kill(how);
+      const exited = await worker.exited;
+      if (how === 'SIGTERM') expect(exited.code).toBe(0);
+      // The child stops after its chunk in flight: asked by a stopping worker, or by the
+      // IPC channel closing with a dead one — never left holding the gap's lock.
+      await waitFor(() => !alive(fillPid), { timeoutMs: 30_000, what: `fill ${fillPid} to end` });
+      // A stop gives the attempt back: no death, no backoff, due again at once.
+      expect(await gapRow(Number(gap.id))).toMatchObject({
+        state: 'open',
+        attempts: 0,
+        fill_deaths: 0,
+        open_attempt: false,
+        backed_off: false,
+      });
+    }
   });
 });
