@@ -20,14 +20,24 @@ const start = await new Promise<ParentMessage & { type: 'start' }>((resolve) => 
   process.on('disconnect', () => stop.abort());
 });
 
-const app = await createApp({ role: 'backfill-fill', poolMax: 3, requires: 'schema' });
 try {
-  const results = await fillGaps(
-    { ...app, logger: app.logger.child({ queue: 'backfill', job_id: start.pass.jobId }) },
-    { signal: stop.signal, shouldStop: () => Date.now() >= start.pass.deadline },
-  );
-  if (process.connected) await send({ type: 'results', results });
+  const app = await createApp({ role: 'backfill-fill', poolMax: 3, requires: 'schema' });
+  try {
+    const results = await fillGaps(
+      { ...app, logger: app.logger.child({ queue: 'backfill', job_id: start.pass.jobId }) },
+      { signal: stop.signal, shouldStop: () => Date.now() >= start.pass.deadline },
+    );
+    if (process.connected) await send({ type: 'results', results });
+  } finally {
+    await app.close();
+  }
+} catch (err) {
+  // An error, not a death: the worker's job fails with it (the gap keeps its backoff).
+  const e = err as Error & { code?: string };
+  if (process.connected) {
+    await send({ type: 'failed', code: e?.code ?? null, message: e?.message ?? String(err) });
+  }
+  process.exitCode = 1;
 } finally {
-  await app.close();
   process.disconnect?.();
 }

@@ -1,5 +1,6 @@
 import { fork } from 'node:child_process';
 import { systemClock } from '../clock.ts';
+import { AppError } from '../errors.ts';
 import type { FillPass, FillRun, FillRunner } from './fill-run.ts';
 import { dueGaps } from './gaps.ts';
 
@@ -15,7 +16,9 @@ import { dueGaps } from './gaps.ts';
 /** The child's old-space cap: an import holds a chunk (~30 MB); the rest is garbage to collect. */
 const CHILD_HEAP_MB = 256;
 
-export type ChildMessage = { type: 'results'; results: FillRun['results'] };
+export type ChildMessage =
+  | { type: 'results'; results: FillRun['results'] }
+  | { type: 'failed'; code: string | null; message: string };
 export type ParentMessage = { type: 'start'; pass: Omit<FillPass, 'signal'> } | { type: 'stop' };
 
 export function childFill(databaseUrl: string): FillRunner {
@@ -39,12 +42,14 @@ function forkFill(databaseUrl: string, pass: FillPass): Promise<FillRun> {
       serialization: 'advanced',
     });
     let results: FillRun['results'] | null = null;
+    let failure: AppError | null = null;
     const stop = () => {
       if (child.connected) child.send({ type: 'stop' } satisfies ParentMessage);
     };
     pass.signal.addEventListener('abort', stop);
     child.on('message', (m: ChildMessage) => {
       if (m.type === 'results') results = m.results;
+      else failure = new AppError(m.code ?? 'BACKFILL_FILL_FAILED', m.message);
     });
     child.once('error', (err) => {
       pass.signal.removeEventListener('abort', stop);
@@ -52,7 +57,8 @@ function forkFill(databaseUrl: string, pass: FillPass): Promise<FillRun> {
     });
     child.once('exit', (code, signal) => {
       pass.signal.removeEventListener('abort', stop);
-      resolve(results ? { results, died: null } : { results: [], died: { code, signal } });
+      if (failure) reject(failure);
+      else resolve(results ? { results, died: null } : { results: [], died: { code, signal } });
     });
     child.send({
       type: 'start',
