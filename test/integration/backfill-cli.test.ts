@@ -122,6 +122,26 @@ describe('bin/backfill', () => {
     expect(old.out).toMatch(/^2011-01-01-0: completed: 1 events, 1 pushes, 1 stored in /);
   });
 
+  it('refuses a file that killed its importer twice, until --force', async () => {
+    const file = path.join(dir, 'killer.json');
+    writeFileSync(file, JSON.stringify(pushEvent({ id: id++ })));
+    // As two SIGKILLed imports leave it (test/recovery/backfill.test.ts kills one for real).
+    await sql`
+      INSERT INTO backfill_files (file, scope, state, lines_done, deaths, attempts, error)
+      VALUES (${file}, 'all', 'failed', 0, 2, 2, 'interrupted: the process importing it died')`.execute(
+      t.db,
+    );
+    const refused = await backfill([file]);
+    expect(refused.code).toBe(1);
+    expect(refused.out).toMatch(
+      /killer\.json: failed: BACKFILL_KILLED_IMPORTER: .*killed its importer 2 times \(last at line 0\); not read again: --force reads it again: 0 events/,
+    );
+    expect(refused.out).not.toMatch(/run the same command again/);
+    const forced = await backfill([file, '--force']);
+    expect(forced.code).toBe(0);
+    expect(forced.out).toMatch(/killer\.json: completed: 1 events, 1 pushes, 1 stored/);
+  });
+
   it('--source with an unknown id exits 1', async () => {
     const file = path.join(dir, 'any.json');
     writeFileSync(file, JSON.stringify(pushEvent({ id: id++ })));
