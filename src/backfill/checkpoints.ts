@@ -1,4 +1,7 @@
+import { sql } from 'kysely';
 import type pg from 'pg';
+import { int4Key, LockSpace, lockHeldSql } from '../db/locks.ts';
+import type { Db } from '../db/pool.ts';
 import type { BackfillFileState } from '../db/schema.ts';
 
 /**
@@ -17,6 +20,8 @@ export interface Checkpoint {
   bytes: number | null;
   counts: CheckpointCounts;
   attempts: number;
+  /** Imports of it whose process died mid-file. */
+  deaths: number;
   error: string | null;
   startedAt: Date;
   updatedAt: Date;
@@ -62,6 +67,7 @@ interface Row {
   pushes_created: string;
   malformed: string;
   attempts: number;
+  deaths: number;
   error: string | null;
   started_at: Date;
   updated_at: Date;
@@ -84,6 +90,7 @@ function fromRow(r: Row): Checkpoint {
       malformed: Number(r.malformed),
     },
     attempts: r.attempts,
+    deaths: r.deaths,
     error: r.error,
     startedAt: r.started_at,
     updatedAt: r.updated_at,
@@ -187,4 +194,73 @@ export async function failCheckpoint(
        attempts = backfill_files.attempts + CASE WHEN backfill_files.state = 'running' THEN 0 ELSE 1 END`,
     [key.file, key.scope, key.sourceId, key.gapId, error, worker],
   );
+}
+
+/** The advisory lock (LockSpace.backfillFile) an import of (file, scope) holds while it runs. */
+export function fileLockKey(file: string, scope: string): number {
+  return int4Key(`${file}\u0000${scope}`);
+}
+
+/** Imports die at most this often before a file is not read again unforced. */
+export const MAX_IMPORT_DEATHS = 2;
+
+// What a died import's checkpoint says, around its lines_done (set in SQL, where it is read).
+const DIED_HEAD = 'interrupted: the process importing it died (killed, or out of memory) at line ';
+const DIED_TAIL = '; the next import resumes there';
+
+/**
+ * A checkpoint the caller found `running` while holding its file's lock: the import that
+ * left it so died (the lock dies with its session). Marks it failed with one more death,
+ * once: the state guard keeps a concurrent sweep from counting it again.
+ */
+export async function markDied(client: pg.ClientBase, id: number): Promise<Checkpoint | null> {
+  const r = await client.query<Row>(
+    `UPDATE backfill_files SET state = 'failed', deaths = deaths + 1, updated_at = now(),
+       finished_at = now(), error = $2 || lines_done::text || $3
+     WHERE id = $1 AND state = 'running' RETURNING *`,
+    [id, DIED_HEAD, DIED_TAIL],
+  );
+  return r.rows[0] ? fromRow(r.rows[0]) : null;
+}
+
+export interface DeadImport {
+  id: number;
+  file: string;
+  scope: string;
+  linesDone: number;
+  deaths: number;
+}
+
+/**
+ * The reconciler's sweep: `running` checkpoints whose file lock nobody holds were left by
+ * a process that died (as ingestion runs left running become `interrupted`). Each is marked
+ * as markDied does, in one statement that re-checks the lock, so a live import is never
+ * touched.
+ */
+export async function interruptDeadImports(db: Db): Promise<DeadImport[]> {
+  const running = await db
+    .selectFrom('backfill_files')
+    .select(['id', 'file', 'scope'])
+    .where('state', '=', 'running')
+    .execute();
+  const dead: DeadImport[] = [];
+  for (const c of running) {
+    const key = fileLockKey(c.file, c.scope);
+    const r = await sql<{ lines_done: string; deaths: number }>`
+      UPDATE backfill_files SET state = 'failed', deaths = deaths + 1, updated_at = now(),
+        finished_at = now(), error = ${DIED_HEAD} || lines_done::text || ${DIED_TAIL}
+      WHERE id = ${c.id} AND state = 'running' AND NOT ${lockHeldSql(LockSpace.backfillFile, key)}
+      RETURNING lines_done, deaths`.execute(db);
+    const row = r.rows[0];
+    if (row) {
+      dead.push({
+        id: Number(c.id),
+        file: c.file,
+        scope: c.scope,
+        linesDone: Number(row.lines_done),
+        deaths: row.deaths,
+      });
+    }
+  }
+  return dead;
 }

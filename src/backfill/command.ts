@@ -65,8 +65,9 @@ function formatImport(r: ImportResult): string {
       ].join(', ');
       const resumed = r.resumedAt ? ` (resumed at line ${count(r.resumedAt + 1)})` : '';
       const error = r.error ? `: ${r.error.code}: ${r.error.message}` : '';
+      // A file that killed its importer twice says itself how to read it again (--force).
       const hint =
-        r.outcome === 'completed'
+        r.outcome === 'completed' || r.error?.code === 'BACKFILL_KILLED_IMPORTER'
           ? ''
           : '; run the same command again to resume from its checkpoint';
       return `${name}: ${r.outcome}${error}: ${what} in ${seconds(r.seconds)}${resumed}${hint}`;

@@ -3,10 +3,21 @@ import { systemClock } from '../clock.ts';
 import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import type { Gap } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
+import { windowProblem } from '../gaps/record.ts';
 import { describeSource, getSource } from '../ingestion/sources.ts';
 import { archiveHourSource, type HttpOptions } from './archive.ts';
 import { scopeOf } from './events.ts';
-import { dueGaps, getGap, knownRepoId, openGaps, pushesRecovered, settleGap } from './gaps.ts';
+import { beforeFill, retryDelayMs } from './fill-attempt.ts';
+import {
+  closeAttempt,
+  dueGaps,
+  getGap,
+  knownRepoId,
+  noteFillHour,
+  openGaps,
+  pushesRecovered,
+  settleGap,
+} from './gaps.ts';
 import { type ArchiveHour, gapHours, gapReadyAt, giveUpAt } from './hours.ts';
 import { type ImportProgress, type ImportResult, importFile } from './import.ts';
 
@@ -59,11 +70,6 @@ export interface FillOptions {
   onProgress?: (gap: Gap, hour: ArchiveHour, p: ImportProgress) => void;
 }
 
-/** Minutes before another try: 1, 2, 4 … capped at an hour. */
-function retryDelayMs(attempts: number): number {
-  return Math.min(3_600_000, 60_000 * 2 ** Math.max(0, attempts - 1));
-}
-
 function resultOf(gap: Gap, source: string, outcome: GapOutcome): GapFillResult {
   return {
     gapId: Number(gap.id),
@@ -95,14 +101,24 @@ export async function fillGap(
   const label = describeSource(source);
   if (gap.state !== 'open') return resultOf(gap, label, 'not_open');
   const ready = gapReadyAt(gap);
-  if (clock.now() < ready) return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: ready };
+  // A window ending past the clock is never ready: it is settled under the lock instead.
+  if (clock.now() < ready && windowProblem(gap, clock.now()) !== 'future') {
+    return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: ready };
+  }
 
   const client = await deps.pool.connect();
   let broken: Error | undefined;
+  const attempt = { opened: false };
   try {
     if (!(await tryLockSession(client, LockSpace.gap, gapId))) return resultOf(gap, label, 'busy');
     try {
-      return await fillLocked(deps, gapId, label, opts, client);
+      return await fillLocked(deps, gapId, label, opts, client, attempt);
+    } catch (err) {
+      // An error is not a death: the attempt stays counted with its backoff, but closed.
+      if (attempt.opened) {
+        await closeAttempt(deps.db, gapId, { uncount: false, now: clock.now() }).catch(() => {});
+      }
+      throw err;
     } finally {
       await unlockSession(client, LockSpace.gap, gapId).catch((err: Error) => {
         broken = err;
@@ -122,19 +138,31 @@ async function fillLocked(
   label: string,
   opts: FillOptions,
   client: pg.ClientBase,
+  attempt: { opened: boolean },
 ): Promise<GapFillResult> {
   const clock = deps.clock ?? systemClock;
   // Re-read under the lock: another process may have settled it meanwhile.
-  const gap = (await getGap(deps.db, gapId))!;
-  if (gap.state !== 'open') return resultOf(gap, label, 'not_open');
-  const source = await getSource(deps.db, Number(gap.source_id));
+  const found = (await getGap(deps.db, gapId))!;
+  if (found.state !== 'open') return resultOf(found, label, 'not_open');
+  const source = await getSource(deps.db, Number(found.source_id));
   const inScope = scopeOf(source, await knownRepoId(deps.db, source));
-  const log = deps.logger.child({ gap_id: gapId, source_id: Number(gap.source_id) });
+  const log = deps.logger.child({ gap_id: gapId, source_id: Number(found.source_id) });
+  // Bounded windows, deaths counted, the attempt opened before any work (fill-attempt.ts).
+  const before = await beforeFill({ db: deps.db, now: clock.now(), log, label }, found);
+  const gap = before.gap;
+  if (before.kind === 'waiting') {
+    return { ...resultOf(gap, label, 'waiting'), nextAttemptAt: before.readyAt };
+  }
+  if (before.kind === 'unavailable') {
+    return { ...resultOf(gap, label, 'unavailable'), error: before.reason };
+  }
+  attempt.opened = true;
   const result = resultOf(gap, label, 'retry');
   const failed: { hour: ArchiveHour; import: ImportResult }[] = [];
 
   for (const hour of gapHours(gap)) {
     if (opts.signal?.aborted) break;
+    await noteFillHour(deps.db, gapId, hour.name);
     const imported = await importFile(
       deps,
       archiveHourSource(deps.config.archive.url, hour, opts.http),
@@ -169,11 +197,12 @@ async function fillLocked(
     opts.signal?.aborted || failed.some((f) => f.import.outcome === 'interrupted');
   if (interrupted) {
     // Stopping is not a failed attempt: the checkpoints keep what was read; resume soon.
-    await deps.db
-      .updateTable('gaps')
-      .set({ events_recovered: recovered, updated_at: now })
-      .where('id', '=', String(gapId))
-      .execute();
+    await closeAttempt(deps.db, gapId, {
+      eventsRecovered: recovered,
+      uncount: true,
+      nextAttemptAt: now,
+      now,
+    });
     result.outcome = 'interrupted';
     result.nextAttemptAt = now;
     return result;

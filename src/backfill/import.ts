@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { systemClock } from '../clock.ts';
 import { isContentRefusal } from '../db/errors.ts';
-import { int4Key, LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
+import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import { kyselyOn } from '../db/session.ts';
 import type { Deps } from '../deps.ts';
 import { AppError } from '../errors.ts';
@@ -31,10 +31,12 @@ import {
   type CheckpointCounts,
   type CheckpointKey,
   failCheckpoint,
+  fileLockKey,
   readCheckpoint,
   startCheckpoint,
   ZERO_COUNTS,
 } from './checkpoints.ts';
+import { checkDeaths } from './deaths.ts';
 import { classifyLine, mapArchivePush, type ScopeTest } from './events.ts';
 import { lineBatches } from './lines.ts';
 
@@ -263,7 +265,7 @@ export async function importFile(
   const own = opts.client ? null : await deps.pool.connect();
   const client: pg.ClientBase = opts.client ?? own!;
   let broken: Error | undefined;
-  const lockKey = int4Key(`${source.key}\u0000${target.scope}`);
+  const lockKey = fileLockKey(source.key, target.scope);
   let locked = false;
   try {
     try {
@@ -274,7 +276,22 @@ export async function importFile(
       result.error = { code: err.code, message: err.message };
       return finish('busy');
     }
-    const previous = await readCheckpoint(client, key);
+    const { checkpoint: previous, refusal } = await checkDeaths(
+      client,
+      await readCheckpoint(client, key),
+      source.label,
+      opts.force === true,
+      log,
+    );
+    if (refusal) {
+      result.checkpointId = previous!.id;
+      result.error = { code: 'BACKFILL_KILLED_IMPORTER', message: refusal };
+      log.warn(
+        { event: 'backfill.file_failed', error_code: 'BACKFILL_KILLED_IMPORTER', error: refusal },
+        refusal,
+      );
+      return finish('failed');
+    }
     if (previous?.state === 'completed' && !opts.force) {
       result.checkpointId = previous.id;
       result.totals = previous.counts;

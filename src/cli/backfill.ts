@@ -2,7 +2,7 @@ import { statSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import type { BackfillCommand, Input } from '../backfill/command.ts';
 import type { WorkerMessage } from '../backfill/command-worker.ts';
-import { parseHour } from '../backfill/hours.ts';
+import { hourCheck, parseHour } from '../backfill/hours.ts';
 import { DatabaseNotSetUp } from '../db/setup-state.ts';
 import { AppError, ConfigError, UsageError } from '../errors.ts';
 import { terminal } from '../terminal.ts';
@@ -31,15 +31,25 @@ Idempotent and resumable: each file's progress is checkpointed in backfill_files
 second run adds nothing and a killed run resumes after its last committed chunk. Safe
 beside a running worker. Archive downloads never spend GitHub API quota.
 
+An hour in the future, or not over yet, is refused (nothing is fetched); one before GH
+Archive's first hour (2011-02-12-0) is fetched with a warning. A file whose import died
+twice (killed, or out of memory) is not read again without --force.
+
 Exit codes: 0 every file imported (or imported before), every gap filled or waiting;
 1 a file could not be read, a gap could not be filled, or the run was interrupted
-(the rest is still imported; run it again to resume); 2 bad arguments or configuration.
+(the rest is still imported; run it again to resume); 2 bad arguments (an hour in the
+future) or configuration.
 `;
 
-function parseInputs(args: string[]): Input[] {
+function parseInputs(args: string[], now: Date): Input[] {
   return args.map((arg) => {
     const hour = parseHour(arg);
-    if (hour) return { kind: 'hour', name: hour.name };
+    if (hour) {
+      const check = hourCheck(hour, now);
+      if (check && 'refuse' in check) throw new UsageError(check.refuse);
+      if (check) terminal.write(process.stderr, `backfill: warning: ${check.warn}\n`);
+      return { kind: 'hour', name: hour.name };
+    }
     if (/^\d{4}-\d{2}-\d{2}-\d+$/.test(arg)) {
       throw new UsageError(`"${arg}" is not a real hour (YYYY-MM-DD-H, H from 0 to 23)\n${USAGE}`);
     }
@@ -80,7 +90,7 @@ export async function main(argv: string[]): Promise<number> {
     throw new UsageError(`give at least one FILE or HOUR, or --gaps\n${USAGE}`);
   }
   const command: BackfillCommand = {
-    inputs: values.gaps ? [] : parseInputs(positionals),
+    inputs: values.gaps ? [] : parseInputs(positionals, new Date()),
     gaps: values.gaps ?? false,
     sourceId: positiveIntFlag('source', values.source, USAGE),
     force: values.force ?? false,

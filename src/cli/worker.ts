@@ -1,4 +1,5 @@
 import { createApp } from '../app.ts';
+import { childFill } from '../backfill/fill-process.ts';
 import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
 import { parseCli } from './args.ts';
 import { shutdownSignal } from './shutdown.ts';
@@ -25,7 +26,8 @@ export async function main(argv: string[]): Promise<number> {
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });
-  const worker = new WorkerService(app);
+  // Gap fills in a child process: an import that dies never takes the polls with it.
+  const worker = new WorkerService(app, { fill: childFill(app.databaseUrl) });
   try {
     await worker.start();
     await stopRequested;

@@ -277,6 +277,12 @@ export interface GapsTable {
   next_attempt_at: Generated<Timestamp>;
   created_at: Generated<Timestamp>;
   updated_at: Generated<Timestamp>;
+  /** Set while a fill attempt is open; found set under the gap's lock: that fill died. */
+  fill_started_at: NullableTimestamp;
+  /** Fill attempts whose process died mid-fill; the second makes the gap unavailable. */
+  fill_deaths: Generated<number>;
+  /** The archive hour the open attempt is reading (or last read). */
+  fill_hour: string | null;
 }
 
 /** The checkpoint of one file import (bin/backfill or a gap fill): resume point and counters. */
@@ -300,6 +306,8 @@ export interface BackfillFilesTable {
   started_at: Generated<Timestamp>;
   updated_at: Generated<Timestamp>;
   finished_at: NullableTimestamp;
+  /** Imports of this file whose process died mid-file; after two it is not retried unforced. */
+  deaths: Generated<number>;
 }
 
 export interface Database {

@@ -1,9 +1,9 @@
-import { logGapRecorded, recordGap } from '../backfill/gaps.ts';
 import { systemClock } from '../clock.ts';
 import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import type { EventSource, GithubMode } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
+import { logGapsRecorded, recordGap } from '../gaps/record.ts';
 import { GitHubRequestFailed } from '../github/errors.ts';
 import type { Reservation } from '../github/types.ts';
 import type { Logger } from '../log.ts';
@@ -577,11 +577,12 @@ async function finalizeSuccess(
           lastPolledAt: source.last_polled_at,
           readIds: state.eventIds,
           runStartedAt: state.startedAt,
+          now,
         })
       : null;
   });
   faultPoint('ingest.after_finalize');
-  if (gap) logGapRecorded(log, gap, ids);
+  if (gap) logGapsRecorded(log, gap, ids);
   const summary = summaryOf(source, state, status, nextPollAt);
   log.info(
     {

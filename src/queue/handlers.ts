@@ -1,5 +1,5 @@
 import type { PgBoss } from 'pg-boss';
-import { fillGaps } from '../backfill/fill.ts';
+import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
 import type { Deps } from '../deps.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
 import { jobFaultPoint } from '../fault.ts';
@@ -31,6 +31,8 @@ export interface JobContext {
   /** True once the worker is shutting down: cycles stop between entities. */
   isStopping: () => boolean;
   limits?: Partial<JobLimits>;
+  /** How gap fills run (default inline; bin/worker: a child process, ADR 0061). */
+  fill?: FillRunner;
 }
 
 export interface JobLimits {
@@ -228,10 +230,12 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
  * backfill: fills the open gaps that are due from GH Archive, one after the other (the
  * queue is stately: one fill at a time in the deployment). A stopping worker aborts the
  * download in flight after its current chunk; the checkpoints keep everything committed.
+ * Under bin/worker the fills run in a child process: one that dies is this job's `died`
+ * outcome, never the worker's end (ADR 0061).
  */
 export function handleBackfill(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
-  return runJob(ctx, QUEUES.backfill, job, async (_log, domain) => {
+  return runJob(ctx, QUEUES.backfill, job, async (log, domain) => {
     const deadline = Date.now() + limits.backfillMaxSeconds * 1000;
     const stop = new AbortController();
     const onAbort = () => stop.abort();
@@ -240,25 +244,55 @@ export function handleBackfill(ctx: JobContext, job: JobLike) {
       if (ctx.isStopping()) stop.abort();
     }, 250);
     try {
-      const results = await fillGaps(
-        { ...domain, logger: domain.logger.child({ job_id: job.id }) },
-        { signal: stop.signal, shouldStop: () => ctx.isStopping() || Date.now() >= deadline },
-      );
-      const by = (o: string) => results.filter((r) => r.outcome === o).length;
-      return {
-        outcome: results.length === 0 ? 'nothing_due' : 'filled',
-        gaps: results.length,
-        filled: by('filled'),
-        retry: by('retry'),
-        unavailable: by('unavailable'),
-        interrupted: by('interrupted'),
-        events_recovered: results.reduce((n, r) => n + r.eventsRecovered, 0),
-      };
+      const run = await (ctx.fill ?? inlineFill)(domain, {
+        jobId: job.id,
+        deadline,
+        signal: stop.signal,
+      });
+      if (run.died) {
+        log.error(
+          { event: 'backfill.fill_died', exit_code: run.died.code, signal: run.died.signal },
+          `the gap fill's process died (${run.died.signal ?? `exit code ${run.died.code}`}); its gap keeps the attempt and its backoff, and polling goes on`,
+        );
+      }
+      return { ...backfillOutcome(run.results, run.died !== null), ...diedFields(run.died) };
     } finally {
       clearInterval(watch);
       job.signal?.removeEventListener('abort', onAbort);
     }
   });
+}
+
+function diedFields(died: { code: number | null; signal: string | null } | null) {
+  return died ? { exit_code: died.code, signal: died.signal } : {};
+}
+
+/** The job's outcome as its gaps ended: `filled` only when every gap it tried was. */
+export function backfillOutcome(
+  results: { outcome: string; eventsRecovered: number }[],
+  died: boolean,
+) {
+  const by = (o: string) => results.filter((r) => r.outcome === o).length;
+  const counts = {
+    gaps: results.length,
+    filled: by('filled'),
+    retry: by('retry'),
+    unavailable: by('unavailable'),
+    interrupted: by('interrupted'),
+    events_recovered: results.reduce((n, r) => n + r.eventsRecovered, 0),
+  };
+  const outcome = died
+    ? 'died'
+    : results.length === 0
+      ? 'nothing_due'
+      : counts.interrupted > 0
+        ? 'interrupted'
+        : counts.filled === results.length
+          ? 'filled'
+          : counts.filled > 0
+            ? 'partial'
+            : 'not_filled';
+  return { outcome, ...counts };
 }
 
 /** Marks jobs as running in this process for as long as their handler runs (liveness.ts). */

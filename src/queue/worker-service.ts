@@ -1,5 +1,6 @@
 import type { PgBoss } from 'pg-boss';
 import type { App } from '../app.ts';
+import type { FillRunner } from '../backfill/fill-run.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { type ReconcileReport, reconcile, sweepOrphanedJobs } from '../reconcile/reconciler.ts';
@@ -35,6 +36,8 @@ export interface WorkerServiceOptions {
   limits?: Partial<JobLimits>;
   pollingIntervalSeconds?: number;
   shutdownTimeoutMs?: number;
+  /** How gap fills run (default inline; bin/worker and npm start: childFill, ADR 0061). */
+  fill?: FillRunner;
 }
 
 type State = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
@@ -77,6 +80,7 @@ export class WorkerService {
       boss: this.boss,
       isStopping: () => this.#state === 'stopping' || this.#state === 'stopped',
       limits: this.#opts.limits,
+      fill: this.#opts.fill,
     };
   }
 

@@ -1,4 +1,5 @@
 import type { PgBoss } from 'pg-boss';
+import { type DeadImport, interruptDeadImports } from '../backfill/checkpoints.ts';
 import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { hasDueWork } from '../enrichment/due.ts';
@@ -44,6 +45,8 @@ export interface ReconcileReport {
   /** An unlocked active job too young to judge: sweep again then (see orphaned-jobs.ts). */
   recheckAt: Date | null;
   interruptedRuns: InterruptedRun[];
+  /** File imports left running by a process that died (backfill_files). */
+  interruptedImports: DeadImport[];
   settledReservations: number;
 }
 
@@ -107,6 +110,20 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
   const orphans = await sweepOrphanedJobs(deps);
 
   const interruptedRuns = await interruptOrphanedRuns(db, now);
+  const interruptedImports = await interruptDeadImports(db);
+  for (const imp of interruptedImports) {
+    log.warn(
+      {
+        event: 'reconcile.import_interrupted',
+        checkpoint_id: imp.id,
+        file: imp.file,
+        scope: imp.scope,
+        lines_done: imp.linesDone,
+        deaths: imp.deaths,
+      },
+      `import of ${imp.file} (${imp.scope}) was left running by a process that died at line ${imp.linesDone}; marked failed (the next import resumes there)`,
+    );
+  }
   for (const run of interruptedRuns) {
     log.warn(
       { event: 'reconcile.run_interrupted', run_id: run.runId, source_id: run.sourceId },
@@ -172,6 +189,7 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
     orphanedJobs: orphans.failed,
     recheckAt: orphans.recheckAt,
     interruptedRuns,
+    interruptedImports,
     settledReservations,
   };
 }

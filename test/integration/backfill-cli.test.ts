@@ -110,6 +110,51 @@ describe('bin/backfill', () => {
     expect(help.out).toMatch(/^Usage:\n {2}bin\/backfill FILE\|HOUR\.\.\./);
   });
 
+  it('refuses hours in the future, fetching nothing; warns on hours before GH Archive', async () => {
+    const requested = archive.requests.length;
+    for (const [argv, says] of [
+      [
+        ['9999-01-01-1'],
+        /^backfill: hour 9999-01-01-1 is in the future \(it starts 9999-01-01T01:00:00\.000Z\); nothing fetched$/m,
+      ],
+      [['2026-11-17-4', '2099-06-01-0'], /^backfill: hour 2099-06-01-0 is in the future/m],
+    ] as const) {
+      const r = await backfill([...argv]);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.err, argv.join(' ')).toMatch(says);
+      expect(r.out).toBe('');
+    }
+    expect(archive.requests.length).toBe(requested);
+
+    archive.setHour('2011-01-01-0', pushes(1, { created_at: '2011-01-01T00:10:00Z' }));
+    const old = await backfill(['2011-01-01-0']);
+    expect(old.code).toBe(0);
+    expect(old.err).toContain(
+      "backfill: warning: hour 2011-01-01-0 is before GH Archive's first hour (2011-02-12-0)",
+    );
+    expect(old.out).toMatch(/^2011-01-01-0: completed: 1 events, 1 pushes, 1 stored in /);
+  });
+
+  it('refuses a file that killed its importer twice, until --force', async () => {
+    const file = path.join(dir, 'killer.json');
+    writeFileSync(file, JSON.stringify(pushEvent({ id: id++ })));
+    // As two SIGKILLed imports leave it (test/recovery/backfill.test.ts kills one for real).
+    await sql`
+      INSERT INTO backfill_files (file, scope, state, lines_done, deaths, attempts, error)
+      VALUES (${file}, 'all', 'failed', 0, 2, 2, 'interrupted: the process importing it died')`.execute(
+      t.db,
+    );
+    const refused = await backfill([file]);
+    expect(refused.code).toBe(1);
+    expect(refused.out).toMatch(
+      /killer\.json: failed: BACKFILL_KILLED_IMPORTER: .*killed its importer 2 times \(last at line 0\); not read again: --force reads it again: 0 events/,
+    );
+    expect(refused.out).not.toMatch(/run the same command again/);
+    const forced = await backfill([file, '--force']);
+    expect(forced.code).toBe(0);
+    expect(forced.out).toMatch(/killer\.json: completed: 1 events, 1 pushes, 1 stored/);
+  });
+
   it('--source with an unknown id exits 1', async () => {
     const file = path.join(dir, 'any.json');
     writeFileSync(file, JSON.stringify(pushEvent({ id: id++ })));

@@ -89,10 +89,15 @@ async function overflowingSource(t0: Date, logger?: Logger): Promise<Scenario> {
     pushEvent({ id: id++, repo, created_at: at(20 * MIN + i * 10_000) }),
   );
   const feed = `repo:${repo.name}`;
+  // The polls happen soon after the pushes: their times are plausible (ADR 0061) whatever
+  // the day this test runs.
+  const clock = fixedClock(at(2 * 3_600_000));
   fake.addEvents(feed, first);
-  expect(await pollSource(deps(), sourceId, { force: true })).toMatchObject({ gap: false });
+  expect(await pollSource(deps({ clock }), sourceId, { force: true })).toMatchObject({
+    gap: false,
+  });
   fake.addEvents(feed, later);
-  const run = await pollSource(deps({ logger }), sourceId, { force: true });
+  const run = await pollSource(deps({ logger, clock }), sourceId, { force: true });
   expect(run).toMatchObject({ outcome: 'completed', gap: true, eventsCreated: 300 });
   const gap = await t.db
     .selectFrom('gaps')
@@ -170,7 +175,9 @@ describe('a source that held no push before its gap', () => {
       feed,
       Array.from({ length: 5 }, () => otherEvent('WatchEvent', { repo })),
     );
-    await pollSource(deps(), Number(source.id), { force: true });
+    // The polls happen the day of the pushes (plausible times whatever the day this test runs).
+    const clock = fixedClock('2026-11-20T20:00:00Z');
+    await pollSource(deps({ clock }), Number(source.id), { force: true });
     const polled = (
       await t.db
         .selectFrom('event_sources')
@@ -184,19 +191,27 @@ describe('a source that held no push before its gap', () => {
         pushEvent({ repo, created_at: new Date(Date.parse('2026-11-20T18:00:00Z') + i * 1000) }),
       ),
     );
-    const run = await pollSource(deps(), Number(source.id), { force: true });
+    clock.advance(60_000);
+    const run = await pollSource(deps({ clock }), Number(source.id), { force: true });
     expect(run.gap).toBe(true);
-    const gap = await t.db
+    const gaps = await t.db
       .selectFrom('gaps')
       .selectAll()
       .where('run_id', '=', String(run.runId))
-      .executeTakeFirstOrThrow();
-    // The poll happened "now" and the pushes are older: the window spans both, whichever way round.
+      .orderBy('from_at')
+      .execute();
+    // The poll happened "now" and the pushes are older: the window spans both, whichever way
+    // round — cut into gaps of at most 2 days that follow one another (ADR 0061).
     const sixHoursBefore = new Date(polled.getTime() - 6 * 3_600_000);
     const oldestRead = new Date('2026-11-20T18:00:20Z');
-    expect([gap.from_at, gap.to_at]).toEqual(
+    expect([gaps[0]!.from_at, gaps.at(-1)!.to_at]).toEqual(
       sixHoursBefore < oldestRead ? [sixHoursBefore, oldestRead] : [oldestRead, sixHoursBefore],
     );
+    for (const [i, g] of gaps.entries()) {
+      expect(g.state).toBe('open');
+      expect(g.to_at.getTime() - g.from_at.getTime()).toBeLessThanOrEqual(2 * 86_400_000);
+      if (i > 0) expect(g.from_at).toEqual(gaps[i - 1]!.to_at);
+    }
   });
 });
 

@@ -86,6 +86,10 @@ describe('bin/backfill killed mid-file', () => {
     const resumedAt = (Number(checkpoint.lines_done) + 1).toLocaleString('en-US');
     expect(out).toMatch(/: completed: /);
     expect(out).toContain(`(resumed at line ${resumedAt})`);
+    // The checkpoint the killed run left running was recognised as its death, once.
+    expect(second.lines.filter((l) => l.event === 'backfill.file_died')).toEqual([
+      expect.objectContaining({ lines_done: Number(checkpoint.lines_done), deaths: 1 }),
+    ]);
 
     expect(await scalar(sql`SELECT count(*) AS n FROM push_events`)).toBe(generated.pushes);
     expect(await scalar(sql`SELECT count(DISTINCT id) AS n FROM push_events`)).toBe(
@@ -114,7 +118,8 @@ describe('bin/worker on its own', () => {
   it('records the gap of an overflowing poll and fills it from the archive, without a command', async () => {
     const repo = { id: 6_900_001, name: 'worker-owner/gapped' };
     await addSource(t.db, { kind: 'repo', target: repo.name }, 'live');
-    const t0 = Date.parse('2026-11-19T10:00:00Z');
+    // Two days ago: plausible times (ADR 0061) and every archive hour long published.
+    const t0 = hourOf(new Date(Date.now() - 2 * 86_400_000)).start.getTime();
     let id = 81_000_000_000;
     const first = Array.from({ length: 10 }, (_, i) =>
       pushEvent({ id: id++, repo, created_at: new Date(t0 + i * 60_000) }),
@@ -128,7 +133,9 @@ describe('bin/worker on its own', () => {
       const h = hourOf(new Date(e.created_at)).name;
       hours.set(h, [...(hours.get(h) ?? []), e]);
     }
-    for (const h of ['2026-11-19-9', '2026-11-19-12']) hours.set(h, hours.get(h) ?? []);
+    for (const h of [-1, 2].map((n) => hourOf(new Date(t0 + n * 3_600_000)).name)) {
+      hours.set(h, hours.get(h) ?? []);
+    }
     for (const [h, evs] of hours) archive.setHour(h, evs);
 
     fake.addEvents(`repo:${repo.name}`, first);
