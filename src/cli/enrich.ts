@@ -5,6 +5,7 @@ import { UsageError } from '../errors.ts';
 import { GitHubAuthFailed } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
+import { quoted } from '../quote.ts';
 import { bar, terminal } from '../terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 import { describeFailure } from './failure.ts';
@@ -198,7 +199,7 @@ export async function main(argv: string[]): Promise<number> {
   if (limit === undefined) throw new UsageError(`--limit N is required\n\n${USAGE}`);
   const only = parsed.values.class;
   if (only !== undefined && !isEntityClass(only)) {
-    throw new UsageError(`--class must be actor or repository (got "${only}")\n\n${USAGE}`);
+    throw new UsageError(`--class must be actor or repository (got ${quoted(only)})\n\n${USAGE}`);
   }
 
   const app = await createApp({ role: 'enrich', poolMax: 3 });

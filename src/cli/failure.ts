@@ -6,10 +6,10 @@ import { sqlState } from '../db/errors.ts';
  */
 
 /** SQLSTATE classes and codes that are about the connection, not the statement. */
-const CONNECTION_STATES = /^(08|57P0[1-3])/;
+const CONNECTION_STATES = /^(08|57P0[1-4]|53300)/;
 const NODE_NET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH']);
 const PG_CONNECTION_MESSAGES =
-  /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended)/;
+  /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended)|is not currently accepting connections/;
 
 /** Is this the database connection failing (lost, refused, server shutting down)? */
 export function isDatabaseConnectionError(err: unknown): boolean {
