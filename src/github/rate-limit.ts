@@ -177,7 +177,10 @@ export async function recordAuthFailure(
   fallbackQuota: number,
   reason = 'GitHub answered 401',
 ): Promise<{ until: Date; failures: number; since: Date }> {
-  const error = reason.slice(0, AUTH_ERROR_MAX);
+  // GitHub's words are outside text: no control character reaches a status line, and bounded.
+  const error = Array.from(reason.replace(/\p{Cc}+/gu, ' '))
+    .slice(0, AUTH_ERROR_MAX)
+    .join('');
   const ladder = sql`(ARRAY[${sql.join(AUTH_LADDER_SECONDS.map((s) => sql`${s}::int`))}])`;
   const row = await db
     .insertInto('github_rate_limits')

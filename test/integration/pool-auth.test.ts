@@ -174,6 +174,27 @@ describe('a request that gets a 401 in a pool', () => {
   });
 });
 
+describe('the reason kept with an auth block', () => {
+  it("is GitHub's message, without control characters, at most 200 characters", async () => {
+    const env = { GITHUB_TOKENS: `${randomToken()},${randomToken()}` };
+    const gh = clients.make({ apiUrl: fake.url, token: null, env });
+    fake.setUser(userProfile({ id: 4, login: 'four' }));
+    const hostile = `Bad\r\n\u001b[31mcredentials ${'x'.repeat(5_000)}`;
+    fake.fail({ path: '/users/four', status: 401, body: JSON.stringify({ message: hostile }) });
+
+    // Whichever credential meets the 401 is set aside; the other serves the request.
+    expect((await gh.request({ purpose: 'enrich', path: '/users/four' })).status).toBe(200);
+
+    const row = await t.db
+      .selectFrom('github_rate_limits')
+      .select('auth_error')
+      .where('credential', '=', fake.requests[0]!.credential)
+      .executeTakeFirstOrThrow();
+    expect(row.auth_error).toMatch(/^HTTP 401: Bad \[31mcredentials x+$/);
+    expect(row.auth_error!.length).toBe(200);
+  });
+});
+
 describe('bin/ingest with GITHUB_TOKENS=revoked,good', () => {
   it('completes the run on the good token (exit 0), the push stored once, the source not deferred', async () => {
     const { env, revoked, good } = await revokedAndGood();
