@@ -6,6 +6,7 @@ import {
   stopEmbedded,
 } from '../db/embedded-admin.ts';
 import { UsageError } from '../errors.ts';
+import { quoted } from '../quote.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
@@ -64,7 +65,7 @@ export async function main(argv: string[]): Promise<number> {
   );
   if (!parsed) return 0;
   const [command, ...rest] = parsed.positionals;
-  if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"\n${USAGE}`);
+  if (rest.length > 0) throw new UsageError(`unexpected argument ${quoted(rest[0]!)}\n${USAGE}`);
   if (command === 'status' && parsed.values.force)
     throw new UsageError(`--force applies to "stop" only\n${USAGE}`);
   if (command === 'stop' && parsed.values.json)
@@ -108,6 +109,6 @@ export async function main(argv: string[]): Promise<number> {
     case undefined:
       throw new UsageError(`missing command: status or stop\n${USAGE}`);
     default:
-      throw new UsageError(`unknown command "${command}"\n${USAGE}`);
+      throw new UsageError(`unknown command ${quoted(command)}\n${USAGE}`);
   }
 }

@@ -2,10 +2,13 @@ import { type App, createApp } from '../app.ts';
 import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../enrichment/entity.ts';
 import { type EnrichOutcome, type EnrichResult, enrichOnce } from '../enrichment/runner.ts';
 import { UsageError } from '../errors.ts';
+import { GitHubAuthFailed } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
+import { quoted } from '../quote.ts';
 import { bar, terminal } from '../terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
+import { describeFailure } from './failure.ts';
 
 const USAGE = `
 Usage: bin/enrich --limit N [--class actor|repository] [--json]
@@ -22,10 +25,18 @@ spends the shared enrichment budget.
 Prints one line per entity and a summary (stdout); on a terminal, a progress bar under
 them (stderr) that ends with the summary's counts.
 Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
-1 an error; 2 bad arguments or configuration.
+1 GitHub rejected every credential (401), or an error (the summary of what was done
+before it is still printed); 2 bad arguments or configuration.
 `;
 
-export type StopReason = 'limit' | 'nothing_due' | 'budget' | 'rate_limited' | 'interrupted';
+export type StopReason =
+  | 'limit'
+  | 'nothing_due'
+  | 'budget'
+  | 'rate_limited'
+  | 'interrupted'
+  | 'auth'
+  | 'error';
 
 export interface EnrichRunSummary {
   limit: number;
@@ -33,6 +44,8 @@ export interface EnrichRunSummary {
   stoppedBy: StopReason;
   outcomes: Record<Exclude<EnrichOutcome, 'idle' | 'budget_exhausted'>, number>;
   budgetLeft: number | null;
+  /** Why the pass stopped early, when it was GitHub's 401s or an error (one line). */
+  error: { code: string; message: string } | null;
   entities: {
     class: EntityClass;
     /** GitHub's id: a JSON number with every digit (64-bit ids do not fit a double). */
@@ -69,6 +82,7 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
     stoppedBy: 'nothing_due',
     outcomes: { enriched: 0, not_modified: 0, gone: 0, retry: 0, failed: 0, rate_limited: 0 },
     budgetLeft: null,
+    error: null,
     entities: [],
   };
   let active = [...opts.classes];
@@ -84,7 +98,18 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
       break;
     }
     const cls = active[turn % active.length]!;
-    const r = await enrichOnce(app, cls);
+    let r: EnrichResult;
+    try {
+      r = await enrichOnce(app, cls);
+    } catch (err) {
+      // What was done so far stands (each entity committed on its own): stop, and say why.
+      summary.stoppedBy = err instanceof GitHubAuthFailed ? 'auth' : 'error';
+      summary.error = {
+        code: (err as { code?: unknown }).code?.toString() ?? 'INTERNAL',
+        message: err instanceof GitHubAuthFailed ? err.message : describeFailure(err),
+      };
+      break;
+    }
     if (r.outcome === 'idle') {
       active = [...active.filter((c) => c !== cls), ...waitingForShare];
       waitingForShare = [];
@@ -96,7 +121,10 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
         waitingForShare.push(cls);
         continue;
       }
-      summary.stoppedBy = 'budget';
+      summary.stoppedBy = r.reason === 'auth' ? 'auth' : 'budget';
+      if (r.reason === 'auth') {
+        summary.error = { code: 'GITHUB_AUTH_FAILED', message: r.detail ?? 'GitHub answered 401' };
+      }
       break;
     }
     summary.done += 1;
@@ -115,9 +143,15 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
       break;
     }
   }
+  if (summary.error) return summary;
   if (active.length === 0 && waitingForShare.length > 0) summary.stoppedBy = 'budget';
   if (summary.done >= opts.limit) summary.stoppedBy = 'limit';
-  summary.budgetLeft = budgetLeft(await app.github.budget());
+  try {
+    summary.budgetLeft = budgetLeft(await app.github.budget());
+  } catch (err) {
+    summary.stoppedBy = 'error';
+    summary.error = { code: 'INTERNAL', message: describeFailure(err) };
+  }
   return summary;
 }
 
@@ -127,6 +161,8 @@ const STOP_TEXT: Record<StopReason, string> = {
   budget: 'the enrichment budget says no for now',
   rate_limited: 'GitHub rate-limited us; enrichment resumes after the reset',
   interrupted: 'interrupted',
+  auth: 'GitHub rejected every credential (401)',
+  error: 'an error',
 };
 
 export function formatEntity(r: EnrichResult): string {
@@ -144,7 +180,8 @@ function formatCounts(o: EnrichRunSummary['outcomes']): string {
 
 export function formatSummary(s: EnrichRunSummary): string {
   const budget = s.budgetLeft === null ? '' : `; enrich budget left ${s.budgetLeft}`;
-  return `enrich: ${s.done}/${s.limit} done (${formatCounts(s.outcomes)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
+  const why = s.error ? `: ${s.error.message}` : '';
+  return `enrich: ${s.done}/${s.limit} done (${formatCounts(s.outcomes)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${why}${budget}`;
 }
 
 function progressBar(s: EnrichRunSummary, left: number): string {
@@ -162,7 +199,7 @@ export async function main(argv: string[]): Promise<number> {
   if (limit === undefined) throw new UsageError(`--limit N is required\n\n${USAGE}`);
   const only = parsed.values.class;
   if (only !== undefined && !isEntityClass(only)) {
-    throw new UsageError(`--class must be actor or repository (got "${only}")\n\n${USAGE}`);
+    throw new UsageError(`--class must be actor or repository (got ${quoted(only)})\n\n${USAGE}`);
   }
 
   const app = await createApp({ role: 'enrich', poolMax: 3 });
@@ -192,7 +229,8 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(
       parsed.values.json ? `${JSON.stringify(summary, null, 2)}\n` : `${formatSummary(summary)}\n`,
     );
-    return 0;
+    if (summary.error) process.stderr.write(`enrich: ${summary.error.message}\n`);
+    return summary.error ? 1 : 0;
   } finally {
     terminal.clearStatus();
     process.off('SIGINT', onSignal);

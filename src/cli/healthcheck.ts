@@ -4,6 +4,7 @@ import { embeddedStatus } from '../db/embedded-admin.ts';
 import { UsageError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import { createBoss } from '../queue/boss.ts';
+import { quoted } from '../quote.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
@@ -64,7 +65,7 @@ export async function main(argv: string[]): Promise<number> {
   const parsed = parseCli(argv, USAGE, {}, { allowPositionals: true });
   if (!parsed) return 0;
   const [what, ...rest] = parsed.positionals;
-  if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"\n${USAGE}`);
+  if (rest.length > 0) throw new UsageError(`unexpected argument ${quoted(rest[0]!)}\n${USAGE}`);
   if (what !== 'worker' && what !== 'web') {
     throw new UsageError(
       `${what === undefined ? 'missing' : `unknown`} service: worker or web\n${USAGE}`,

@@ -3,6 +3,7 @@ import { NotFound } from '../errors.ts';
 import { type AfterRun, pollDueSources, type RunSummary } from '../ingestion/runner.ts';
 import { hintDispatcher, startHintSender } from '../queue/dispatch.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
+import { describeFailure } from './failure.ts';
 
 const USAGE = `
 Usage: bin/ingest [--source ID] [--force] [--json]
@@ -21,8 +22,11 @@ is sent, no run is recorded, and it is polled again when the budget frees (the l
 "budget spent until HH:MM UTC"). That is not a failure.
 
 Exit codes: 0 no run failed (completed, not_modified, busy, skipped and deferred all
-count); 1 at least one run failed, or GitHub rejected the credential (401: a source is
-deferred with GITHUB_AUTH_FAILED), or another error; 2 bad arguments or configuration.
+count); 1 at least one run failed, or GitHub rejected every credential (401: a source is
+deferred with GITHUB_AUTH_FAILED), or another error (a lost database connection: the
+runs committed before it are still printed, then one line naming it); 2 bad arguments
+or configuration. A credential GitHub rejects while others remain is set aside and its
+request sent on another: the run goes on.
 `;
 
 export interface IngestOptions {
@@ -73,6 +77,16 @@ export async function runIngest(
   return pollDueSources(app, { sourceId: opts.sourceId, force: opts.force, afterRun });
 }
 
+function printSummaries(summaries: RunSummary[], json: boolean, mode: string): void {
+  if (json) {
+    process.stdout.write(`${JSON.stringify(summaries, null, 2)}\n`);
+  } else if (summaries.length === 0) {
+    process.stdout.write(`no ${mode} sources due (use --force to poll them now)\n`);
+  } else {
+    for (const s of summaries) process.stdout.write(`${formatSummary(s)}\n`);
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
   const parsed = parseCli(argv, USAGE, {
     source: { type: 'string' },
@@ -84,28 +98,30 @@ export async function main(argv: string[]): Promise<number> {
   const app = await createApp({ role: 'ingest', poolMax: 4 });
   // Post-commit hints, as the worker sends them, so a live worker enriches at once.
   const boss = await startHintSender(app, 'ingest');
+  const dispatch = boss && hintDispatcher(boss, app.logger);
+  // Each run as it is committed: what was done stays printed if a later one fails.
+  const done: RunSummary[] = [];
   try {
     let summaries: RunSummary[];
     try {
-      summaries = await runIngest(
-        app,
-        { sourceId, force: parsed.values.force },
-        boss && hintDispatcher(boss, app.logger),
-      );
+      summaries = await runIngest(app, { sourceId, force: parsed.values.force }, async (s) => {
+        done.push(s);
+        await dispatch?.(s);
+      });
     } catch (err) {
-      if (!(err instanceof NotFound)) throw err;
-      process.stderr.write(`ingest: no source with id ${sourceId} (see bin/sources list)\n`);
+      if (err instanceof NotFound) {
+        process.stderr.write(`ingest: no source with id ${sourceId} (see bin/sources list)\n`);
+        return 1;
+      }
+      // The database (or anything else) failed mid-pass: the runs committed before it
+      // stand; print them, then one line saying what stopped the rest.
+      printSummaries(done, parsed.values.json === true, app.config.github.mode);
+      process.stderr.write(
+        `ingest: stopped after ${plural(done.length, 'source')}: ${describeFailure(err)}\n`,
+      );
       return 1;
     }
-    if (parsed.values.json) {
-      process.stdout.write(`${JSON.stringify(summaries, null, 2)}\n`);
-    } else if (summaries.length === 0) {
-      process.stdout.write(
-        `no ${app.config.github.mode} sources due (use --force to poll them now)\n`,
-      );
-    } else {
-      for (const s of summaries) process.stdout.write(`${formatSummary(s)}\n`);
-    }
+    printSummaries(summaries, parsed.values.json === true, app.config.github.mode);
     const failed = summaries.some(
       (s) => s.outcome === 'failed' || (s.outcome === 'deferred' && s.error !== null),
     );

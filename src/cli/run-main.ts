@@ -1,13 +1,14 @@
 import { DatabaseNotSetUp } from '../db/setup-state.ts';
 import { ConfigError, UsageError } from '../errors.ts';
+import { describeFailure } from './failure.ts';
 
 export type Main = (argv: string[]) => Promise<number>;
 
 /**
  * Runs a command's main and turns its outcome into an exit code:
  * 0 ok; 2 bad configuration or usage (one clear line on stderr); 1 anything else.
- * Commands print their own output; uncaught errors print name, code and message only
- * (the structured details are in the JSON log).
+ * Commands print their own output; uncaught errors print one line (name, code and first
+ * line of the message; a lost database connection is named as such), never a stack.
  */
 export async function runMain(name: string, main: Main, argv: string[]): Promise<never> {
   let code: number;
@@ -24,10 +25,7 @@ export async function runMain(name: string, main: Main, argv: string[]): Promise
       process.stderr.write(`${name}: ${err.message}\n`);
       code = 1;
     } else {
-      const e = err as Error & { code?: string };
-      process.stderr.write(
-        `${name}: ${e?.name ?? 'Error'}${e?.code ? ` [${e.code}]` : ''}: ${e?.message ?? String(err)}\n`,
-      );
+      process.stderr.write(`${name}: ${describeFailure(err)}\n`);
       code = 1;
     }
   }

@@ -9,6 +9,7 @@ import {
   setSourceEnabled,
   sourceSpec,
 } from '../ingestion/sources.ts';
+import { quoted } from '../quote.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
@@ -35,7 +36,7 @@ function parseId(raw: string | undefined): number {
   if (raw === undefined) throw usage('missing source ID');
   const n = Number(raw);
   if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < 1) {
-    throw usage(`source ID must be a positive integer (got "${raw}")`);
+    throw usage(`source ID must be a positive integer (got ${quoted(raw)})`);
   }
   return n;
 }
@@ -128,7 +129,7 @@ export async function main(argv: string[]): Promise<number> {
       const [kind, target] =
         colon > 0 ? [first!.slice(0, colon), first!.slice(colon + 1)] : [first, second];
       if (kind === undefined) throw usage('add needs a kind: public, repo, org or user');
-      if (extra.length > 0) throw usage(`unexpected argument "${extra[0]}"`);
+      if (extra.length > 0) throw usage(`unexpected argument ${quoted(extra[0]!)}`);
       let spec: ReturnType<typeof sourceSpec>;
       try {
         spec = sourceSpec(kind, target);
@@ -147,7 +148,7 @@ export async function main(argv: string[]): Promise<number> {
       });
     }
     case 'list': {
-      if (rest.length > 0) throw usage(`unexpected argument "${rest[0]}"`);
+      if (rest.length > 0) throw usage(`unexpected argument ${quoted(rest[0]!)}`);
       return withApp(async (app) => {
         const sources = await listSources(app.db);
         if (json) line(JSON.stringify(sources.map(toJson), null, 2));
@@ -157,7 +158,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     case 'enable':
     case 'disable': {
-      if (rest.length > 1) throw usage(`unexpected argument "${rest[1]}"`);
+      if (rest.length > 1) throw usage(`unexpected argument ${quoted(rest[1]!)}`);
       const id = parseId(rest[0]);
       return withApp(async (app) => {
         try {
@@ -174,6 +175,6 @@ export async function main(argv: string[]): Promise<number> {
     case undefined:
       throw usage('missing command');
     default:
-      throw usage(`unknown command "${command}"`);
+      throw usage(`unknown command ${quoted(command)}`);
   }
 }

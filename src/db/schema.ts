@@ -212,6 +212,10 @@ export interface GithubRateLimitsTable {
   block_reason: BlockReason | null;
   /** 401s in a row; the first answer that is not a 401 resets it. */
   auth_failures: Generated<number>;
+  /** When the current run of 401s began (null when auth_failures is 0). */
+  auth_failed_since: NullableTimestamp;
+  /** What GitHub said with the latest 401 (bounded, never a token). */
+  auth_error: string | null;
   observed_at: Generated<Timestamp>;
 }
 

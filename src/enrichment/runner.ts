@@ -3,11 +3,13 @@ import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
 import {
   BudgetExhausted,
+  describeRejected,
   FixtureMiss,
   GateTimeout,
   GitHubRequestFailed,
   GitHubUnavailable,
   MalformedResponse,
+  PoolRejected,
   RateLimited,
 } from '../github/errors.ts';
 import type { GitHubResponse } from '../github/types.ts';
@@ -56,8 +58,11 @@ export interface EnrichResult {
   name?: string;
   /** HTTP status of the answer, when one came. */
   status?: number | null;
-  /** Why budget_exhausted: the GitHub layer said no, the class used its half, or the gate stayed busy. */
-  reason?: 'budget' | 'fair_share' | 'gate_timeout';
+  /**
+   * Why budget_exhausted: the GitHub layer said no, the class used its half, the gate
+   * stayed busy, or every credential is blocked by GitHub's 401s (`detail` names them).
+   */
+  reason?: 'budget' | 'fair_share' | 'gate_timeout' | 'auth';
   /** When this entity (retry) or this class (rate_limited) may be tried again. */
   retryAt?: Date;
   detail?: string;
@@ -120,6 +125,7 @@ export async function enrichOnce(
   const entity = { class: cls, id: claim.id };
   let reservation = null;
   let reason: EnrichResult['reason'] = 'fair_share';
+  let refusal: string | undefined;
   try {
     const share = await fairShare(db, github, cls, {
       now: clock.now(),
@@ -128,7 +134,12 @@ export async function enrichOnce(
     });
     if (share.allowed) {
       reason = 'budget';
-      reservation = await github.reserve('enrich', { jobId, entity, path });
+      const d = await github.tryReserve('enrich', { jobId, entity, path });
+      if (d.ok) reservation = d.reservation;
+      else if (d.rejected) {
+        reason = 'auth';
+        refusal = describeRejected(d.rejected);
+      }
     }
   } catch (err) {
     await releaseClaim(db, claim);
@@ -136,11 +147,10 @@ export async function enrichOnce(
   }
   if (!reservation) {
     await releaseClaim(db, claim);
-    log.debug(
-      { event: 'enrichment.deferred', class: cls, entity_id: claim.id, reason },
-      'budget says no',
-    );
-    return { ...base, outcome: 'budget_exhausted', reason };
+    const fields = { event: 'enrichment.deferred', class: cls, entity_id: claim.id, reason };
+    if (refusal) log.warn(fields, refusal);
+    else log.debug(fields, 'budget says no');
+    return { ...base, outcome: 'budget_exhausted', reason, detail: refusal };
   }
   faultPoint('enrich.after_reserve');
 
@@ -335,6 +345,16 @@ async function settleError(
       outcome: 'budget_exhausted',
       reason: err instanceof GateTimeout ? 'gate_timeout' : 'budget',
     };
+  }
+  if (err instanceof PoolRejected) {
+    // Every credential of the pool is blocked by a 401: no request can go out until the
+    // first block ends, so the cycle stops here, saying which credentials and until when.
+    ctx.log.warn(
+      { event: 'enrichment.deferred', class: claim.class, entity_id: claim.id, reason: 'auth' },
+      err.message,
+    );
+    // Its message holds credential labels only, never a secret (redact would mangle them).
+    return { ...base, outcome: 'budget_exhausted', reason: 'auth', status, detail: err.message };
   }
   ctx.log.error(
     { event: 'enrichment.failed', class: claim.class, entity_id: claim.id, err },

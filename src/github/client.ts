@@ -4,7 +4,8 @@ import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
-import { type BudgetPolicy, budgetSnapshot, reserve } from './budget.ts';
+import { authBlocks } from './auth-blocks.ts';
+import { type BudgetPolicy, type BudgetRefusal, budgetSnapshot, reserve } from './budget.ts';
 import { type Authorization, buildCredentials, type Credential } from './credentials.ts';
 import {
   BudgetExhausted,
@@ -13,6 +14,7 @@ import {
   GitHubUnavailable,
   GitHubUnreachable,
   MalformedResponse,
+  PoolRejected,
   RateLimited,
 } from './errors.ts';
 import { createRequestGate, type RequestGate } from './gate.ts';
@@ -33,7 +35,14 @@ import {
   type Transport,
   TransportFailure,
 } from './transport.ts';
-import type { GitHubClient, GitHubRequest, GitHubResponse, Reservation } from './types.ts';
+import type {
+  GitHubClient,
+  GitHubRequest,
+  GitHubResponse,
+  PoolDecision,
+  PoolRefusal,
+  Reservation,
+} from './types.ts';
 
 /**
  * The GitHub client over a pool of credentials (ADR 0003, ADR 0050): every request is
@@ -115,6 +124,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   };
   const pool = buildCredentials(config, { logger, fetch: httpFetch, gate: gateFor });
   const byLabel = new Map<string, Credential>(pool.map((c) => [c.label, c]));
+  const labels = pool.map((c) => c.label);
   const policy: BudgetPolicy = {
     credentials: pool.map((c) => ({ label: c.label, defaultQuota: c.defaultQuota })),
     share: config.enrichment.share,
@@ -181,7 +191,13 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   async function authorizationFailed(cred: Credential, path: string, err: unknown) {
     if (!(err instanceof InstallationTokenFailed)) return err;
     if (err.rejected) {
-      const block = await recordAuthFailure(db, cred.label, clock.now(), cred.defaultQuota);
+      const block = await recordAuthFailure(
+        db,
+        cred.label,
+        clock.now(),
+        cred.defaultQuota,
+        err.message,
+      );
       return new GitHubAuthFailed(path, block, cred.label);
     }
     return err.notSent
@@ -216,14 +232,67 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     return { raw: await send(again), retried: true };
   }
 
+  /**
+   * A refusal of the whole pool, with every credential's auth block when a 401 blocks each
+   * one (so the caller can say which, since when and until when).
+   */
+  async function explain(d: BudgetRefusal): Promise<PoolRefusal> {
+    if (d.reason !== 'blocked' || d.blockReason !== 'auth') return d;
+    const blocks = await authBlocks(db, labels, clock.now());
+    return blocks.length === pool.length ? { ...d, rejected: blocks } : d;
+  }
+
+  async function tryReserve(
+    purpose: RequestPurpose,
+    meta?: Parameters<GitHubClient['reserve']>[1],
+  ): Promise<PoolDecision> {
+    const d = await reserveOrNull(purpose, meta);
+    return d.ok ? d : explain(d);
+  }
+
+  /**
+   * One logical request on the pool. A 401 blocks the credential that got it (the auth
+   * ladder) and the same request goes to another credential on a new reservation (the
+   * ledger keeps the rejected row and the new one), until one answers or none is left:
+   * then PoolRejected names every credential's block. One credential: its 401 stands.
+   */
   async function request<T>(req: GitHubRequest): Promise<GitHubResponse<T>> {
     const path = encodePath(req.path);
     let reservation: Reservation | undefined = req.reservation;
-    if (!reservation) {
-      const d = await reserveOrNull(req.purpose, { ...req, path });
-      if (!d.ok) throw new BudgetExhausted(req.purpose, d.retryAt, d.reason, d.blockReason);
-      reservation = d.reservation;
+    for (let tried = 0; ; tried++) {
+      if (!reservation) {
+        const d = await tryReserve(req.purpose, { ...req, path });
+        if (!d.ok) {
+          if (tried > 0 && d.rejected) throw new PoolRejected(path, d.rejected);
+          throw new BudgetExhausted(req.purpose, d.retryAt, d.reason, d.blockReason, d.rejected);
+        }
+        reservation = d.reservation;
+      }
+      try {
+        return await requestOn<T>(req, path, reservation);
+      } catch (err) {
+        if (!(err instanceof GitHubAuthFailed) || pool.length === 1 || tried >= pool.length) {
+          throw err;
+        }
+        (req.jobId ? logger.child({ job_id: req.jobId }) : logger).warn(
+          {
+            event: 'github.credential_rejected',
+            credential: err.credential,
+            path,
+            retry_at: err.retryAt?.toISOString() ?? null,
+          },
+          `GitHub rejected ${err.credential} (401) on ${path}; it is blocked until ${err.retryAt?.toISOString()}, trying another credential`,
+        );
+        reservation = undefined;
+      }
     }
+  }
+
+  async function requestOn<T>(
+    req: GitHubRequest,
+    path: string,
+    reservation: Reservation,
+  ): Promise<GitHubResponse<T>> {
     const id = reservation.id;
     const cred = byLabel.get(reservation.credential);
     const giveBack = (reason: string) =>
@@ -315,7 +384,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       cred.invalidate();
       const block = await db.transaction().execute(async (trx) => {
         await settle(trx, id, settlement, credential);
-        return recordAuthFailure(trx, credential, now, cred.defaultQuota);
+        const said = errorMessage(answer?.body ?? null) || 'Bad credentials';
+        return recordAuthFailure(trx, credential, now, cred.defaultQuota, `HTTP 401: ${said}`);
       });
       error = new GitHubAuthFailed(path, block, credential);
     } else {
@@ -356,7 +426,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       const d = await reserveOrNull(purpose, meta);
       return d.ok ? d.reservation : null;
     },
-    tryReserve: reserveOrNull,
+    tryReserve,
     async release(reservation) {
       await releaseReservation(db, reservation.id, 'released unused', clock.now());
     },

@@ -1,6 +1,43 @@
 import { AppError } from '../errors.ts';
 import { credentialHint } from './credential.ts';
 
+/** A credential GitHub keeps rejecting (401): its block on the auth ladder, and why. */
+export interface AuthBlock {
+  credential: string;
+  /** The first 401 of this run of 401s. */
+  since: Date;
+  /** When it may be tried again. */
+  until: Date;
+  /** 401s in a row. */
+  failures: number;
+  /** What GitHub said with the latest one (bounded). */
+  error: string | null;
+}
+
+/**
+ * "GitHub rejected every credential (401): token:1a2b3c4d since … until … (Bad
+ * credentials); … — check …": which credentials, since when, until when. Labels only.
+ */
+export function describeRejected(blocks: readonly AuthBlock[]): string {
+  const each = blocks.map(
+    (b) =>
+      `${b.credential} since ${b.since.toISOString()}, blocked until ${b.until.toISOString()}${
+        b.error ? ` (${b.error})` : ''
+      }`,
+  );
+  const who = blocks.length === 1 ? 'the credential' : `all ${blocks.length} credentials`;
+  const hints = [
+    ...new Set(
+      blocks.map((b) =>
+        b.credential.startsWith('token:')
+          ? 'GITHUB_TOKEN / GITHUB_TOKENS'
+          : credentialHint(b.credential),
+      ),
+    ),
+  ];
+  return `GitHub rejected ${who} (401): ${each.join('; ')} — check ${hints.join(', ')}`;
+}
+
 /** 403/429 as a budget event: never data. `retryAt` is when to try again. */
 export class RateLimited extends AppError {
   readonly retryAt: Date;
@@ -31,16 +68,26 @@ export class BudgetExhausted extends AppError {
     retryAt: Date | null,
     reason: BudgetExhausted['reason'] = null,
     blockReason: BudgetExhausted['blockReason'] = null,
+    /** Every credential's auth block, when a 401 blocks each one (names them in the message). */
+    rejected: readonly AuthBlock[] = [],
   ) {
     const until = retryAt ? ` until ${retryAt.toISOString()}` : '';
     super(
       'BUDGET_EXHAUSTED',
       blockReason === 'auth'
-        ? `the credential is blocked after GitHub rejected it (401)${until}`
+        ? rejected.length > 0
+          ? `nothing sent: ${describeRejected(rejected)}`
+          : `the credential is blocked after GitHub rejected it (401)${until}`
         : blockReason === 'rate_limit'
           ? `GitHub rate-limited the credential${until}`
           : `request budget for ${purpose} is spent${until}`,
-      { purpose, retryAt: retryAt?.toISOString() ?? null, reason, blockReason },
+      {
+        purpose,
+        retryAt: retryAt?.toISOString() ?? null,
+        reason,
+        blockReason,
+        ...(rejected.length > 0 ? { credentials: rejected.map((b) => b.credential) } : {}),
+      },
     );
     this.retryAt = retryAt;
     this.reason = reason;
@@ -111,14 +158,20 @@ export class GitHubAuthFailed extends AppError {
   readonly retryAt: Date | null;
   /** The credential GitHub rejected (a label, never the secret). */
   readonly credential: string | null;
-  constructor(path: string, block?: { until: Date; failures: number }, credential?: string) {
+  constructor(
+    path: string,
+    block?: { until: Date; failures: number },
+    credential?: string,
+    message?: string,
+  ) {
     super(
       'GITHUB_AUTH_FAILED',
-      `GitHub rejected the credentials (401) on ${path}; check ${credentialHint(credential)}${
-        block
-          ? ` (401 #${block.failures} in a row: blocked until ${block.until.toISOString()})`
-          : ''
-      }`,
+      message ??
+        `GitHub rejected the credentials (401) on ${path}; check ${credentialHint(credential)}${
+          block
+            ? ` (401 #${block.failures} in a row: blocked until ${block.until.toISOString()})`
+            : ''
+        }`,
       {
         path,
         ...(credential ? { credential } : {}),
@@ -127,6 +180,25 @@ export class GitHubAuthFailed extends AppError {
     );
     this.retryAt = block?.until ?? null;
     this.credential = credential ?? null;
+  }
+}
+
+/**
+ * A 401 and no credential left to try: every one of the pool is blocked by GitHub's
+ * rejections. The one auth failure that stops work; it names each credential, since when
+ * and until when. `retryAt` is when the first of them may be tried again.
+ */
+export class PoolRejected extends GitHubAuthFailed {
+  readonly blocks: readonly AuthBlock[];
+  constructor(path: string, blocks: readonly AuthBlock[]) {
+    const first = [...blocks].sort((a, b) => a.until.getTime() - b.until.getTime())[0]!;
+    super(
+      path,
+      { until: first.until, failures: first.failures },
+      first.credential,
+      `${describeRejected(blocks)} (on ${path})`,
+    );
+    this.blocks = blocks;
   }
 }
 

@@ -71,6 +71,8 @@ export interface StoredRateLimit {
  */
 const AUTH_CLEARED = {
   auth_failures: 0,
+  auth_failed_since: null,
+  auth_error: null,
   blocked_until: sql<Date | null>`CASE WHEN github_rate_limits.block_reason = 'auth' THEN NULL
     ELSE github_rate_limits.blocked_until END`,
   block_reason: sql<BlockReason | null>`CASE WHEN github_rate_limits.block_reason = 'auth' THEN NULL
@@ -159,16 +161,26 @@ export function authBlockSeconds(failures: number): number {
   return AUTH_LADDER_SECONDS[i]!;
 }
 
+/** The most of GitHub's words kept with an auth block (its messages are a sentence). */
+const AUTH_ERROR_MAX = 200;
+
 /**
  * A 401: one more step up the auth ladder, and the credential blocked for that long for
- * every process. Returns when it may be tried again and how many 401s in a row it got.
+ * every process. `reason` (what GitHub said) and the start of this run of 401s are kept
+ * beside the block, for /status and for the message when the whole pool is rejected.
+ * Returns when it may be tried again, how many 401s in a row it got, and since when.
  */
 export async function recordAuthFailure(
   db: Db,
   credential: string,
   now: Date,
   fallbackQuota: number,
-): Promise<{ until: Date; failures: number }> {
+  reason = 'GitHub answered 401',
+): Promise<{ until: Date; failures: number; since: Date }> {
+  // GitHub's words are outside text: no control character reaches a status line, and bounded.
+  const error = Array.from(reason.replace(/\p{Cc}+/gu, ' '))
+    .slice(0, AUTH_ERROR_MAX)
+    .join('');
   const ladder = sql`(ARRAY[${sql.join(AUTH_LADDER_SECONDS.map((s) => sql`${s}::int`))}])`;
   const row = await db
     .insertInto('github_rate_limits')
@@ -180,6 +192,8 @@ export async function recordAuthFailure(
       blocked_until: new Date(now.getTime() + authBlockSeconds(1) * 1000),
       block_reason: 'auth',
       auth_failures: 1,
+      auth_failed_since: now,
+      auth_error: error,
     })
     .onConflict((oc) =>
       oc.column('credential').doUpdateSet({
@@ -187,9 +201,17 @@ export async function recordAuthFailure(
         blocked_until: sql<Date>`GREATEST(github_rate_limits.blocked_until,
           ${now}::timestamptz + make_interval(secs => ${ladder}[LEAST(github_rate_limits.auth_failures + 1, ${AUTH_LADDER_SECONDS.length})]))`,
         block_reason: 'auth',
+        auth_failed_since: sql<Date>`CASE WHEN github_rate_limits.auth_failures > 0
+          THEN COALESCE(github_rate_limits.auth_failed_since, ${now}::timestamptz)
+          ELSE ${now}::timestamptz END`,
+        auth_error: error,
       }),
     )
-    .returning(['blocked_until', 'auth_failures'])
+    .returning(['blocked_until', 'auth_failures', 'auth_failed_since'])
     .executeTakeFirstOrThrow();
-  return { until: row.blocked_until!, failures: row.auth_failures };
+  return {
+    until: row.blocked_until!,
+    failures: row.auth_failures,
+    since: row.auth_failed_since ?? now,
+  };
 }

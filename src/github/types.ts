@@ -4,7 +4,8 @@
  * the request gate and has a github_requests ledger row reserved before it is sent.
  */
 import type { BlockReason, RequestPurpose } from '../db/schema.ts';
-import type { BudgetDecision } from './budget.ts';
+import type { BudgetDecision, BudgetRefusal } from './budget.ts';
+import type { AuthBlock } from './errors.ts';
 
 export type EntityClass = 'actor' | 'repository';
 
@@ -74,6 +75,11 @@ export interface PoolBudget extends BudgetSnapshot {
   credentials: BudgetSnapshot[];
 }
 
+/** The pool said no; `rejected` lists every credential's auth block when a 401 blocks each. */
+export type PoolRefusal = BudgetRefusal & { rejected?: readonly AuthBlock[] };
+
+export type PoolDecision = Extract<BudgetDecision, { ok: true }> | PoolRefusal;
+
 export interface GitHubClient {
   /** The first credential's label: with a single credential (the usual case), the one. */
   readonly credential: string;
@@ -97,19 +103,21 @@ export interface GitHubClient {
   /**
    * reserve() with the reason when the pool says no: which rule (allowance, remaining,
    * blocked — and for a block, rate_limit or auth) and when the first credential frees
-   * (retryAt).
+   * (retryAt); when every credential is blocked by a 401, `rejected` says which, since when
+   * and until when.
    */
   tryReserve(
     purpose: RequestPurpose,
     meta?: Parameters<GitHubClient['reserve']>[1],
-  ): Promise<BudgetDecision>;
+  ): Promise<PoolDecision>;
   /** Give back a reservation that will not be used (claim released, shutdown). */
   release(reservation: Reservation): Promise<void>;
   /**
    * Send one request through the gate. Throws BudgetExhausted (no reservation and the
    * budget says no), GateTimeout, RateLimited (403/429 budget events, never data),
    * GitHubUnavailable (5xx, timeout, connection error), MalformedResponse (2xx with a
-   * body that is not JSON), GitHubAuthFailed (401), FixtureMiss (fixture mode).
+   * body that is not JSON), GitHubAuthFailed (401; in a pool only once no other credential
+   * is left to try: PoolRejected), FixtureMiss (fixture mode).
    */
   request<T = unknown>(req: GitHubRequest): Promise<GitHubResponse<T>>;
   /** The pool's total (BudgetSnapshot fields) and each credential's budget (`credentials`). */

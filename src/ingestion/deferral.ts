@@ -1,8 +1,9 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { EventSource } from '../db/schema.ts';
-import type { BudgetRefusal } from '../github/budget.ts';
 import { credentialHint } from '../github/credential.ts';
+import { describeRejected } from '../github/errors.ts';
+import type { PoolRefusal } from '../github/types.ts';
 import type { Logger } from '../log.ts';
 
 /**
@@ -16,8 +17,8 @@ import type { Logger } from '../log.ts';
 
 export interface Deferral {
   retryAt: Date;
-  reason: BudgetRefusal['reason'];
-  blockReason: BudgetRefusal['blockReason'];
+  reason: PoolRefusal['reason'];
+  blockReason: PoolRefusal['blockReason'];
   /** "CODE: message" for event_sources.last_error when the deferral is an auth failure. */
   authError: string | null;
 }
@@ -29,18 +30,21 @@ function clockTime(at: Date): string {
 
 /**
  * A refusal of the whole pool (every credential said no; see src/github/budget.ts): it is an
- * auth failure only when every credential is blocked by a 401, and names the one that frees
- * first.
+ * auth failure only when every credential is blocked by a 401, and names each of them (since
+ * when, until when) when the client says, else the one that frees first.
  */
-export function deferralOf(refusal: BudgetRefusal): Deferral {
+export function deferralOf(refusal: PoolRefusal): Deferral {
   const auth = refusal.reason === 'blocked' && refusal.blockReason === 'auth';
+  const rejected = refusal.rejected ?? [];
   return {
     retryAt: refusal.retryAt,
     reason: refusal.reason,
     blockReason: refusal.blockReason ?? null,
-    authError: auth
-      ? `GITHUB_AUTH_FAILED: GitHub rejected credential ${refusal.credential} (401); it is blocked until ${refusal.retryAt.toISOString()} — check ${credentialHint(refusal.credential)}`
-      : null,
+    authError: !auth
+      ? null
+      : rejected.length > 1
+        ? `GITHUB_AUTH_FAILED: ${describeRejected(rejected)}`
+        : `GITHUB_AUTH_FAILED: GitHub rejected credential ${refusal.credential} (401); it is blocked until ${refusal.retryAt.toISOString()} — check ${credentialHint(refusal.credential)}`,
   };
 }
 

@@ -3,6 +3,7 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { EventSource, GithubMode, SourceKind } from '../db/schema.ts';
 import { AppError, ConfigError, NotFound } from '../errors.ts';
+import { quoted } from '../quote.ts';
 
 /**
  * Event sources: the feeds we poll. One row per (kind, target, mode); a process only
@@ -33,7 +34,7 @@ const REPO_NAME = /^[A-Za-z0-9._-]{1,100}$/;
 function checkLogin(what: string, value: string): string {
   if (!LOGIN.test(value)) {
     throw new InvalidSource(
-      `${what} "${value}" is not a GitHub login (1-39 letters, digits or hyphens; no leading or trailing hyphen)`,
+      `${what} ${quoted(value)} is not a GitHub login (1-39 letters, digits or hyphens; no leading or trailing hyphen)`,
     );
   }
   return value;
@@ -53,19 +54,19 @@ export function sourceSpec(kind: string, target?: string | null): SourceSpec {
     case 'repo': {
       if (t === undefined) throw new InvalidSource('a repo source needs OWNER/NAME');
       const parts = t.split('/');
-      if (parts.length !== 2) throw new InvalidSource(`repo "${t}" is not OWNER/NAME`);
+      if (parts.length !== 2) throw new InvalidSource(`repo ${quoted(t)} is not OWNER/NAME`);
       const [owner, name] = parts as [string, string];
       checkLogin('repo owner', owner);
       if (!REPO_NAME.test(name) || name === '.' || name === '..') {
         throw new InvalidSource(
-          `repo name "${name}" is not a GitHub repository name (1-100 letters, digits, '.', '_' or '-')`,
+          `repo name ${quoted(name)} is not a GitHub repository name (1-100 letters, digits, '.', '_' or '-')`,
         );
       }
       return { kind: 'repo', target: `${owner}/${name}` };
     }
     default:
       throw new InvalidSource(
-        `unknown source kind "${kind}" (expected ${SOURCE_KINDS.join(', ')})`,
+        `unknown source kind ${quoted(kind)} (expected ${SOURCE_KINDS.join(', ')})`,
       );
   }
 }
@@ -85,7 +86,7 @@ export function parseSourcesList(raw: string): SourceSpec[] {
       specs.push(sourceSpec(kind.trim().toLowerCase(), target));
     } catch (err) {
       if (err instanceof InvalidSource) {
-        throw new ConfigError('SOURCES', `has a bad entry "${entry}": ${err.message}`);
+        throw new ConfigError('SOURCES', `has a bad entry ${quoted(entry)}: ${err.message}`);
       }
       throw err;
     }

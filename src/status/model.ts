@@ -1,6 +1,8 @@
 import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { type Backlog, backlog } from '../enrichment/due.ts';
+import { authBlocks } from '../github/auth-blocks.ts';
+import type { AuthBlock } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
@@ -49,11 +51,13 @@ export interface CredentialStatus {
   blocked: boolean;
   blockedUntil: Date | null;
   blockReason: BudgetSnapshot['blockReason'];
+  /** For a 401 block: since when GitHub keeps rejecting it and what it said; else null. */
+  authBlock: { since: Date; failures: number; error: string | null } | null;
   spent: BudgetSnapshot['spent'];
   allowance: BudgetSnapshot['allowance'];
 }
 
-function credentialStatus(b: BudgetSnapshot): CredentialStatus {
+function credentialStatus(b: BudgetSnapshot, auth: AuthBlock | undefined): CredentialStatus {
   return {
     label: b.credential,
     quota: b.quota,
@@ -62,6 +66,10 @@ function credentialStatus(b: BudgetSnapshot): CredentialStatus {
     blocked: b.blockedUntil !== null,
     blockedUntil: b.blockedUntil,
     blockReason: b.blockReason,
+    authBlock:
+      auth && b.blockReason === 'auth'
+        ? { since: auth.since, failures: auth.failures, error: auth.error }
+        : null,
     spent: b.spent,
     allowance: b.allowance,
   };
@@ -89,7 +97,9 @@ export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
   try {
     const { credentials, ...total } = await deps.github.budget();
     report.budget = total;
-    report.credentials = credentials.map(credentialStatus);
+    const labels = credentials.map((c) => c.credential);
+    const auth = new Map((await authBlocks(db, labels, now)).map((a) => [a.credential, a]));
+    report.credentials = credentials.map((c) => credentialStatus(c, auth.get(c.credential)));
   } catch (err) {
     report.budgetError = (err as Error).message;
   }

@@ -45,7 +45,9 @@ function credentialsTable(report: StatusReport): string[] {
       `${c.spent.poll}/${c.allowance.poll}`,
       `${c.spent.enrich}/${c.allowance.enrich}`,
       c.blocked && c.blockedUntil
-        ? `${c.blockReason === 'auth' ? '401' : 'rate limit'} until ${c.blockedUntil.toISOString()}`
+        ? c.blockReason === 'auth'
+          ? `401${c.authBlock ? ` since ${c.authBlock.since.toISOString()}` : ''} until ${c.blockedUntil.toISOString()}${c.authBlock?.error ? ` (${c.authBlock.error})` : ''}`
+          : `rate limit until ${c.blockedUntil.toISOString()}`
         : 'no',
     ]),
   ).map((line) => `  ${line}`);

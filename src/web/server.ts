@@ -1,15 +1,14 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
 import { isNotSetUpError, NOT_SET_UP } from '../db/setup-state.ts';
-import type { Deps } from '../deps.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';
 import { createByteBudget } from './body-budget.ts';
 import { createMetrics } from './metrics.ts';
 import { renderPage } from './page.ts';
-import { checkReadiness } from './readiness.ts';
+import { createReadinessProbe } from './readiness.ts';
+import { sendJson, sendText, type WebDeps } from './respond.ts';
 import { webhookRoute } from './webhook-route.ts';
 
 /**
@@ -17,10 +16,7 @@ import { webhookRoute } from './webhook-route.ts';
  * dependency is one more thing to audit in a process that faces GitHub's webhooks.
  */
 
-export type WebDeps = Pick<Deps, 'config' | 'db' | 'logger' | 'github' | 'clock'> & {
-  /** For post-commit enrichment hints from webhooks; without it the reconciler covers. */
-  boss?: PgBoss;
-};
+export type { WebDeps } from './respond.ts';
 
 export interface WebServer {
   url: string;
@@ -28,30 +24,6 @@ export interface WebServer {
 }
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>;
-
-export function sendJson(res: http.ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(text),
-    'cache-control': 'no-store',
-  });
-  res.end(text);
-}
-
-function sendText(
-  res: http.ServerResponse,
-  status: number,
-  contentType: string,
-  text: string,
-): void {
-  res.writeHead(status, {
-    'content-type': contentType,
-    'content-length': Buffer.byteLength(text),
-    'cache-control': 'no-store',
-  });
-  res.end(text);
-}
 
 export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
   // One budget for every request of this server: bodies buffered at once are capped.
@@ -66,8 +38,13 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
 
   route('GET', '/healthz', async (_req, res) => sendJson(res, 200, { ok: true }));
 
+  const readiness = createReadinessProbe({
+    config: deps.config,
+    db: deps.db,
+    databaseUrl: deps.databaseUrl,
+  });
   route('GET', '/readyz', async (_req, res) => {
-    const r = await checkReadiness(deps.db, deps.config);
+    const r = await readiness.check();
     sendJson(res, r.ready ? 200 : 503, r);
   });
 

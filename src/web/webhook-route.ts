@@ -2,8 +2,7 @@ import type http from 'node:http';
 import { receiveDelivery } from '../webhooks/intake.ts';
 import { BodyTimeout, BodyTooLarge, BudgetFull, type HeldBody, readBody } from './body.ts';
 import type { ByteBudget } from './body-budget.ts';
-import type { WebDeps } from './server.ts';
-import { sendJson } from './server.ts';
+import { sendJson, type WebDeps } from './respond.ts';
 
 /**
  * POST /webhooks/github: the HTTP half of webhook intake (src/webhooks/intake.ts is the

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config.ts';
 import { type EnrichDeps, enrichCycle } from '../../src/enrichment/runner.ts';
-import { GitHubAuthFailed } from '../../src/github/errors.ts';
+import { BudgetExhausted, GitHubAuthFailed, PoolRejected } from '../../src/github/errors.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { createLogger } from '../../src/log.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -203,9 +203,8 @@ describe('installation credentials', () => {
         .catch((e) => (e instanceof GitHubAuthFailed ? `401:${e.credential}` : String(e)));
       outcomes.push(r);
     }
-    // At most one request was lost to 202 (nothing sent with it); the rest went to 101.
-    expect(outcomes.filter((o) => o === '401:installation:202')).toHaveLength(1);
-    expect(outcomes.filter((o) => o === '200')).toHaveLength(5);
+    // No request was lost to 202: the one that met it (nothing sent) went on to 101.
+    expect(outcomes).toEqual(Array(6).fill('200'));
     expect(apiRequests().every((r) => r.credential === 'installation:101')).toBe(true);
     const budget = await gh.budget();
     expect(budget.credentials.map((c) => [c.credential, c.blockReason])).toEqual([
@@ -237,15 +236,24 @@ describe('installation credentials', () => {
       env: appEnv([101, 202], appKeys()), // not the key the App registered
     });
     fake.setUser(userProfile({ id: 1, login: 'one' }));
-    for (let i = 0; i < 2; i++) {
-      const err = await gh.request({ purpose: 'enrich', path: '/users/one' }).catch((e) => e);
-      expect(err).toBeInstanceOf(GitHubAuthFailed);
-      expect(err.message).toMatch(/check GitHub App installation:\d+ \(GITHUB_APP_ID/);
-    }
+    // One request tries each installation in turn, then names them both.
+    const err = await gh.request({ purpose: 'enrich', path: '/users/one' }).catch((e) => e);
+    expect(err).toBeInstanceOf(PoolRejected);
+    expect(err.message).toMatch(
+      /^GitHub rejected all 2 credentials \(401\): installation:101 since /,
+    );
+    expect(err.message).toContain('installation:202 since ');
+    expect(err.message).toMatch(/check GitHub App installation:\d+ \(GITHUB_APP_ID/);
     expect(apiRequests()).toEqual([]);
     expect(tokenRequests().map((r) => r.status)).toEqual([401, 401]);
+    // The next one is refused before anything is sent, and says the same.
+    const refused = await gh.request({ purpose: 'enrich', path: '/users/one' }).catch((e) => e);
+    expect(refused).toBeInstanceOf(BudgetExhausted);
+    expect(refused.message).toMatch(/^nothing sent: GitHub rejected all 2 credentials \(401\)/);
+    expect(tokenRequests()).toHaveLength(2);
     const d = await gh.tryReserve('enrich');
     expect(d).toMatchObject({ ok: false, reason: 'blocked', blockReason: 'auth' });
+    expect((d as { rejected?: unknown[] }).rejected).toHaveLength(2);
   });
 });
 

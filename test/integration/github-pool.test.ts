@@ -6,7 +6,6 @@ import {
   snapshotRefuses,
 } from '../../src/github/budget.ts';
 import { tokenLabel } from '../../src/github/credential.ts';
-import { GitHubAuthFailed } from '../../src/github/errors.ts';
 import { recordAuthFailure } from '../../src/github/rate-limit.ts';
 import { deferralOf } from '../../src/ingestion/deferral.ts';
 import { pollDueSources } from '../../src/ingestion/runner.ts';
@@ -175,8 +174,11 @@ describe('the pool', () => {
       retryAt: first.until,
     });
     const deferral = deferralOf(d as Extract<typeof d, { ok: false }>);
+    // Every credential named, since when and until when (issue 17 item 6).
     expect(deferral.authError).toMatch(
-      new RegExp(`^GITHUB_AUTH_FAILED: GitHub rejected credential ${labels[1]} \\(401\\)`),
+      new RegExp(
+        `^GITHUB_AUTH_FAILED: GitHub rejected all 2 credentials \\(401\\): ${labels[0]} since ${now.toISOString()}, blocked until .*; ${labels[1]} since ${now.toISOString()}, blocked until ${first.until.toISOString()}`,
+      ),
     );
     expect(deferral.authError).toContain('GITHUB_TOKENS');
     expect((await gh.budget()).blockReason).toBe('auth');
@@ -275,21 +277,23 @@ describe('requests through the pool', () => {
     }
   });
 
-  it('a 401 blocks only the credential GitHub rejected; the next requests use the other', async () => {
+  it('a 401 blocks only the credential GitHub rejected; the request and the next ones use the other', async () => {
     const { gh, labels } = pool(2);
     for (let i = 0; i < 5; i++) fake.setUser(userProfile({ id: i + 1, login: `u${i}` }));
     fake.fail({ path: '/users/u0', status: 401, body: '{"message":"Bad credentials"}' });
-    const err = await gh.request({ purpose: 'enrich', path: '/users/u0' }).catch((e) => e);
-    expect(err).toBeInstanceOf(GitHubAuthFailed);
-    const rejected = (err as GitHubAuthFailed).credential!;
+    // The 401 blocks its credential and the same request is sent again on the other.
+    expect((await gh.request({ purpose: 'enrich', path: '/users/u0' })).status).toBe(200);
+    const [first, second] = fake.requests;
+    expect([first!.status, second!.status]).toEqual([401, 200]);
+    const rejected = first!.credential;
     expect(labels).toContain(rejected);
-    expect(err.message).toContain(`GITHUB_TOKEN / GITHUB_TOKENS (${rejected})`);
     const other = labels.find((l) => l !== rejected)!;
+    expect(second!.credential).toBe(other);
 
     for (let i = 1; i < 5; i++) {
       expect((await gh.request({ purpose: 'enrich', path: `/users/u${i}` })).status).toBe(200);
     }
-    expect(fake.requests.slice(1).map((r) => r.credential)).toEqual(Array(4).fill(other));
+    expect(fake.requests.slice(1).map((r) => r.credential)).toEqual(Array(5).fill(other));
     const budget = await gh.budget();
     expect(budget.credentials.find((c) => c.credential === rejected)!.blockReason).toBe('auth');
   });

@@ -35,18 +35,23 @@ beforeAll(async () => {
     GITHUB_APP_PRIVATE_KEY: keys.privateKey,
     GITHUB_APP_INSTALLATION_IDS: '101,202',
   };
-  // A process that spends: 12 requests over the pool, then a 401 for one token.
+  // A process that spends: 12 requests over the pool, then GitHub revokes one token. A
+  // request that meets it is sent again on another credential (issue 17 item 6), so it
+  // succeeds; the revoked token is blocked alone.
   const worker = clients.make({ apiUrl: fake.url, token: null, env });
   for (let i = 0; i < 12; i++) fake.setUser(userProfile({ id: i + 1, login: `u${i}` }));
   for (let i = 0; i < 12; i++) await worker.request({ purpose: 'enrich', path: `/users/u${i}` });
-  fake.fail({ path: /^\/users\//, status: 401, times: Number.POSITIVE_INFINITY });
-  let rejected = false;
-  for (let i = 0; i < 4 && !rejected; i++) {
-    await worker.request({ purpose: 'poll', path: '/users/u0' }).catch(() => {
-      rejected = true;
-    });
+  fake.revokeToken(TOKENS[0]!);
+  const blockedRow = () =>
+    t.db
+      .selectFrom('github_rate_limits')
+      .select('credential')
+      .where('block_reason', '=', 'auth')
+      .execute();
+  for (let i = 0; i < 40 && (await blockedRow()).length === 0; i++) {
+    expect((await worker.request({ purpose: 'poll', path: '/users/u0' })).status).toBe(200);
   }
-  expect(rejected).toBe(true);
+  expect(await blockedRow()).toEqual([{ credential: LABELS[0] }]);
 
   const config = testConfig(t, { apiUrl: fake.url, token: null, env });
   const github = clients.make({ apiUrl: fake.url, token: null, env });
@@ -151,7 +156,7 @@ describe('the pool on every surface', () => {
     expect(text.out).toMatch(/^Credentials$/m);
     for (const label of LABELS)
       expect(text.out).toMatch(new RegExp(`^\\s+${label}\\s+5000\\s+`, 'm'));
-    expect(text.out).toMatch(/401 until \d{4}-/);
+    expect(text.out).toMatch(/401 since \d{4}-\S+ until \d{4}-\S+ \(HTTP 401: Bad credentials\)/);
     const json = await runBin('status', ['--json'], binEnv);
     expect(json.code, json.err).toBe(0);
     const report = JSON.parse(json.out) as { credentials: CredentialJson[] };

@@ -87,14 +87,15 @@ describe('credential pool secrets', () => {
     const { worker, web, url } = await startWorkerAndWeb(env, children);
     await untilAttempted(t.db, world.actorIds.length + world.repositoryIds.length, 45_000);
 
-    // A 401 on whichever credential polls this source (twice: an installation token seconds
-    // old is tried once more), last: it blocks that credential.
+    // A 401 on every credential that polls this source, last (an installation token is
+    // tried once more on a 401): each 401 blocks its credential and the page goes on to the
+    // next (issue 17 item 6) until none is left, and the run fails GITHUB_AUTH_FAILED.
     const { source } = await addSource(t.db, sourceSpec('repo', 'secret/feed'), 'live');
     fake.fail({
       path: '/repos/secret/feed/events',
       status: 401,
       body: '{"message":"Bad credentials"}',
-      times: 2,
+      times: Number.POSITIVE_INFINITY,
     });
     await waitFor(
       async () => {

@@ -147,6 +147,8 @@ export interface FakeGitHub {
   removeInstallation(installationId: number): void;
   /** Every token minted so far for the installation answers 401 from now on. */
   revokeInstallationTokens(installationId: number): void;
+  /** This personal token answers 401 ("Bad credentials") from now on, as a revoked one does. */
+  revokeToken(token: string): void;
   /** Installation tokens minted, in order (the tests' sentinels). */
   readonly mintedTokens: readonly MintedToken[];
   /** Every App JWT received by the token endpoint (the tests' sentinels). */
@@ -196,6 +198,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
   let buckets = new Map<string, Bucket>();
   let bucketOverride: RateLimitSetting | null = null;
   let faults: (Fault & { left: number })[] = [];
+  const revokedTokens = new Set<string>();
   const requests: RecordedRequest[] = [];
   let counted = 0;
   let inFlight = 0;
@@ -258,6 +261,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     if (!token) return { credential: 'anonymous', bucket: bucketFor('anonymous'), rejected: false };
     const installation = apps.identify(token);
     if (installation === null) {
+      if (revokedTokens.has(token)) return { credential: 'invalid', bucket: null, rejected: true };
       const credential = tokenKey(token);
       return { credential, bucket: bucketFor(credential), rejected: false };
     }
@@ -564,6 +568,9 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     addApp: (app) => apps.addApp(app),
     removeInstallation: (id) => apps.removeInstallation(id),
     revokeInstallationTokens: (id) => apps.revokeTokens(id),
+    revokeToken: (token) => {
+      revokedTokens.add(token);
+    },
     get inFlight() {
       return inFlight;
     },
@@ -653,6 +660,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       buckets = new Map();
       bucketOverride = null;
       faults = [];
+      revokedTokens.clear();
       requests.length = 0;
       counted = 0;
       maxInFlight = inFlight;

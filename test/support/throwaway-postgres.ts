@@ -18,6 +18,8 @@ export interface ThrowawayPostgres {
   /** URL of `database` on this server. */
   url: string;
   port: number;
+  /** Its data directory (postmaster.pid names the server's process). */
+  dataDir: string;
   stop(): Promise<void>;
   start(): Promise<void>;
   /** Stops the server (if running) and deletes its data directory. */
@@ -43,6 +45,7 @@ export async function startThrowawayPostgres(database: string): Promise<Throwawa
   return {
     url: embeddedUrl(port, database),
     port,
+    dataDir,
     start,
     stop,
     async destroy() {

@@ -45,7 +45,14 @@ export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Pro
     databaseUrl: t.url,
     logger,
   });
-  const deps: WebDeps = { config, db: o.db ?? t.db, logger, github, boss: o.boss };
+  const deps: WebDeps = {
+    config,
+    db: o.db ?? t.db,
+    logger,
+    github,
+    boss: o.boss,
+    databaseUrl: t.url,
+  };
   let server: WebServer;
   try {
     server = await startWebServer(deps, { host: '127.0.0.1', port: 0 });
