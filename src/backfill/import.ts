@@ -48,6 +48,8 @@ export async function importFile(
   const key: CheckpointKey = {
     file: source.key,
     scope: target.scope,
+    mirror: source.mirror,
+    hour: source.hour,
     sourceId: target.sourceId,
     gapId: target.gapId,
   };
@@ -76,7 +78,7 @@ export async function importFile(
   const own = opts.client ? null : await deps.pool.connect();
   const client: pg.ClientBase = opts.client ?? own!;
   let broken: Error | undefined;
-  const lockKey = int4Key(`${source.key}\u0000${target.scope}`);
+  const lockKey = int4Key(`${source.key}\u0000${target.scope}\u0000${source.mirror}`);
   let locked = false;
   try {
     try {

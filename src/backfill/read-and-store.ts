@@ -10,7 +10,7 @@ import {
   type QuarantineRow,
   quarantineEvents,
 } from '../quarantine/rejected-events.ts';
-import { type ByteSource, decoded, readError } from './archive.ts';
+import { ArchiveHourMissing, type ByteSource, decoded, readError } from './archive.ts';
 import {
   addCounts,
   advanceCheckpoint,
@@ -58,6 +58,8 @@ export async function readAndStore(
   const key: CheckpointKey = {
     file: source.key,
     scope: target.scope,
+    mirror: source.mirror,
+    hour: source.hour,
     sourceId: target.sourceId,
     gapId: target.gapId,
   };
@@ -69,7 +71,13 @@ export async function readAndStore(
       outcome === 'interrupted'
         ? `interrupted at line ${result.resumedAt + result.lines}; the next attempt resumes there`
         : e.message;
-    await failCheckpoint(client, key, note, deps.workerId);
+    await failCheckpoint(
+      client,
+      key,
+      note,
+      deps.workerId,
+      e instanceof ArchiveHourMissing ? 'missing' : 'failed',
+    );
     log.warn(
       {
         event: 'backfill.file_failed',
