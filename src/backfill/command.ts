@@ -83,7 +83,7 @@ function formatGap(r: GapFillResult): string {
   const head = `gap ${r.gapId} (source ${r.sourceId} ${r.source}, ${iso(r.fromAt)} … ${iso(r.toAt)})`;
   switch (r.outcome) {
     case 'filled':
-      return `${head}: filled, ${count(r.eventsRecovered)} pushes recovered from ${r.hours.length} archive hours`;
+      return `${head}: filled, ${count(r.eventsRecovered)} pushes recovered from ${new Set(r.hours.map((h) => h.hour)).size} archive hours`;
     case 'waiting':
       return `${head}: waiting for the archive to publish its hours (after ${iso(r.nextAttemptAt!)})`;
     case 'busy':
