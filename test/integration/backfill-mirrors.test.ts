@@ -1,11 +1,13 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { archiveHourSource } from '../../src/backfill/archive.ts';
 import { fillGap, fillGaps } from '../../src/backfill/fill.ts';
-import { gapHours, hourOf } from '../../src/backfill/hours.ts';
+import { gapHours, hourOf, parseHour } from '../../src/backfill/hours.ts';
+import { importFile } from '../../src/backfill/import.ts';
 import { fixedClock } from '../../src/clock.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
 import type { Logger } from '../../src/log.ts';
-import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
+import { type ArchiveServer, gzipLines, startArchiveServer } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { memoryLogger, testConfig } from '../support/github-client.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
@@ -194,6 +196,62 @@ describe('a gap filled from two mirrors', () => {
     expect(r.outcome).toBe('retry');
     expect(r.error).toMatch(/ARCHIVE_HOUR_MISSING|is not on the archive/);
     expect(await gapRow(s.gapId)).toMatchObject({ state: 'open' });
+  });
+});
+
+describe('bin/backfill HOUR from several mirrors: a checkpoint per mirror', () => {
+  const ALL = { scope: 'all', sourceId: null, gapId: null };
+  const importDeps = () => ({
+    pool: t.pool,
+    logger: memoryLogger('silent').logger,
+    workerId: 'test-host:1',
+  });
+  async function checkpointOf(mirror: string, hour: string) {
+    return t.db
+      .selectFrom('backfill_files')
+      .selectAll()
+      .where('file', '=', hour)
+      .where('scope', '=', 'all')
+      .where('mirror', '=', mirror)
+      .executeTakeFirst();
+  }
+
+  it('resumes a cut download on its own mirror, and the union is stored once', async () => {
+    const hour = parseHour('2026-10-20-13')!;
+    let id = 76_000_000_000;
+    const evs = Array.from({ length: 3000 }, (_, i) =>
+      pushEvent({ id: id++, created_at: new Date(hour.start.getTime() + i * 1000) }),
+    );
+    // A holds the first 2,000, B the last 2,000: 1,000 in common, 3,000 in all.
+    a.setHour(hour.name, evs.slice(0, 2000));
+    b.setHour(hour.name, evs.slice(1000));
+    const first = await importFile(importDeps(), archiveHourSource(a.url, hour), ALL);
+    expect(first).toMatchObject({ outcome: 'completed', counts: { created: 2000 } });
+    // B's download is cut half-way: its checkpoint keeps what it committed, A's is untouched.
+    const body = gzipLines(evs.slice(1000));
+    b.fail(hour.name, { cutAfterBytes: Math.floor(body.length / 2) });
+    const cut = await importFile(importDeps(), archiveHourSource(b.url, hour), ALL, {
+      chunkRows: 100,
+    });
+    expect(cut).toMatchObject({ outcome: 'failed', error: { code: 'ARCHIVE_TRUNCATED' } });
+    const done = Number((await checkpointOf(b.url, hour.name))!.lines_done);
+    expect(done).toBeGreaterThan(0);
+    expect(await checkpointOf(a.url, hour.name)).toMatchObject({ state: 'completed' });
+    const resumed = await importFile(importDeps(), archiveHourSource(b.url, hour), ALL, {
+      chunkRows: 100,
+    });
+    expect(resumed).toMatchObject({ outcome: 'completed', resumedAt: done });
+    expect(cut.counts.created + resumed.counts.created).toBe(1000);
+    const n = await sql<{ n: string }>`
+      SELECT count(*) AS n FROM push_events WHERE id BETWEEN ${evs[0]!.id} AND ${evs.at(-1)!.id}`.execute(
+      t.db,
+    );
+    expect(Number(n.rows[0]!.n)).toBe(3000);
+    // A second import from either mirror adds nothing and reads nothing.
+    for (const m of [a, b]) {
+      const again = await importFile(importDeps(), archiveHourSource(m.url, hour), ALL);
+      expect(again).toMatchObject({ outcome: 'already_imported' });
+    }
   });
 });
 
