@@ -114,6 +114,23 @@ export async function readCheckpoint(
 }
 
 /**
+ * True when another mirror's copy of the same file was read for the same scope and kept
+ * pushes: this copy will mostly hold pushes stored already (ADR 0090), so its import merges
+ * with conflict handling from the start instead of finding out on its first chunk.
+ */
+export async function readFromAnotherMirror(
+  client: pg.ClientBase,
+  key: Pick<CheckpointKey, 'file' | 'scope' | 'mirror'>,
+): Promise<boolean> {
+  const r = await client.query(
+    `SELECT 1 FROM backfill_files
+     WHERE file = $1 AND scope = $2 AND mirror <> $3 AND pushes_kept > 0 LIMIT 1`,
+    [key.file, key.scope, key.mirror],
+  );
+  return r.rows.length > 0;
+}
+
+/**
  * Opens (or reopens) the checkpoint for an attempt: state running, one more attempt. With
  * `restart` (a changed file, or --force) reading starts over: lines_done and the counters
  * of lines read go back to zero. pushes_created does not: it counts rows this import put in

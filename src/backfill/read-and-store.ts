@@ -18,6 +18,7 @@ import {
   type CheckpointCounts,
   type CheckpointKey,
   failCheckpoint,
+  readFromAnotherMirror,
   startCheckpoint,
   ZERO_COUNTS,
 } from './checkpoints.ts';
@@ -197,7 +198,13 @@ export async function readAndStore(
   const known = new KnownEntities();
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
   // first push already held switches the import to merging with conflict handling.
-  const mode = { expectNew: checkpoint.counts.kept === 0 && target.gapId === null };
+  // Another mirror's copy of the file read already: most pushes are held (ADR 0090).
+  const mode = {
+    expectNew:
+      checkpoint.counts.kept === 0 &&
+      target.gapId === null &&
+      !(await readFromAnotherMirror(client, key)),
+  };
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
   // inserted just before, on the second connection (ADR 0040).
   const store = async (
