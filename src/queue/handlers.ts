@@ -252,6 +252,7 @@ export function handleBackfill(ctx: JobContext, job: JobLike) {
         retry: by('retry'),
         unavailable: by('unavailable'),
         interrupted: by('interrupted'),
+        mirror_retried: by('mirror_retried'),
         events_recovered: results.reduce((n, r) => n + r.eventsRecovered, 0),
       };
     } finally {
