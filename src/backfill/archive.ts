@@ -135,8 +135,11 @@ function watchDownload(url: URL, req: http.ClientRequest, opts: HttpOptions, sta
     let heldBack = false;
     let windowStart = socket.bytesRead;
     const tick = () => {
-      // Held back by the reader (its buffer full, or paused): the network is not to blame.
-      if (r.isPaused() || r.readableLength >= r.readableHighWaterMark) heldBack = true;
+      // Held back by the reader (its buffer full, or paused), or every byte is in: the
+      // network is not to blame.
+      if (r.complete || r.isPaused() || r.readableLength >= r.readableHighWaterMark) {
+        heldBack = true;
+      }
       if (++sample >= SAMPLES) {
         const got = socket.bytesRead - windowStart;
         if (!heldBack && got < (min * window) / 1000) {

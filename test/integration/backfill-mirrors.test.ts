@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { archiveHourSource } from '../../src/backfill/archive.ts';
@@ -282,6 +283,24 @@ describe('downloads with a minimum rate and a deadline (issue 17)', () => {
     expect(stalled.outcome).toBe('failed');
     expect(stalled.error).toMatch(/below the minimum of 1024 bytes\/s/);
     expect(await storedIds(s.repo.id)).toEqual(idsOf(s.pushes));
+  });
+
+  it('never blames the mirror for time the reader holds the stream back', async () => {
+    // A fast mirror and a reader that does not read for a while (the database busy): the
+    // rate check sees the stream held back and lets it be; every byte then arrives.
+    const hour = parseHour('2026-10-21-5')!;
+    const body = randomBytes(4 * 1024 * 1024);
+    a.setFile(hour.name, body);
+    const opened = await archiveHourSource(a.url, hour, {
+      minBytesPerSecond: 10 * 1024 * 1024,
+      rateWindowMs: 200,
+      deadlineMs: 60_000,
+    }).open();
+    // Held back for three windows: only what fits in the buffers arrived meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    let received = 0;
+    for await (const chunk of opened.stream) received += (chunk as Buffer).length;
+    expect(received).toBe(body.length);
   });
 
   it('abandons a download past its deadline however steadily it trickles', async () => {
