@@ -1,12 +1,13 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createReadStream, mkdtempSync, rmSync } from 'node:fs';
+import { createReadStream, createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { createGunzip } from 'node:zlib';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip, createGzip } from 'node:zlib';
 import { sql } from 'kysely';
-import { localFileSource } from '../src/backfill/archive.ts';
+import { type ByteSource, localFileSource } from '../src/backfill/archive.ts';
 import { classifyLine, mapArchivePush } from '../src/backfill/events.ts';
 import { importFile } from '../src/backfill/import.ts';
 import { lineBatches } from '../src/backfill/lines.ts';
@@ -36,6 +37,9 @@ const TARGET_RATIO = 0.5;
 const RSS_BYTES = Number(process.env.BENCH_RSS_BYTES ?? 1e9);
 const RSS_TARGET_MB = 250;
 const ROOT = path.resolve(import.meta.dirname, '..');
+const NL = Buffer.from('\n');
+const PUSH = Buffer.from('"type":"PushEvent"');
+const ALL = { scope: 'all', sourceId: null, gapId: null };
 
 interface Sample {
   event: string;
@@ -113,6 +117,53 @@ async function emptyTables(database: BenchDatabase) {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
+/**
+ * A second mirror's copy of the same hour: 80% of the first file's lines (four of every
+ * five) and, in place of the rest, as many events of its own (another generated file's).
+ * What a mirror that crawls differently looks like: most events shared, some only there.
+ */
+async function secondMirrorFile(
+  first: string,
+  own: string,
+  out: string,
+): Promise<{ ownPushes: number }> {
+  const gzip = createGzip({ level: 6 });
+  const done = pipeline(gzip, createWriteStream(out));
+  let n = 0;
+  const write = async (line: Buffer) => {
+    if (!gzip.write(Buffer.concat([line, NL]))) await once(gzip, 'drain');
+  };
+  for await (const batch of lineBatches(createReadStream(first).pipe(createGunzip()))) {
+    for (const line of batch) {
+      if (typeof line === 'symbol' || n++ % 5 === 4) continue;
+      await write(line);
+    }
+  }
+  let m = 0;
+  let ownPushes = 0;
+  for await (const batch of lineBatches(createReadStream(own).pipe(createGunzip()))) {
+    for (const line of batch) {
+      if (typeof line === 'symbol' || m++ % 5 !== 4) continue;
+      if (line.includes(PUSH)) ownPushes++;
+      await write(line);
+    }
+  }
+  gzip.end();
+  await done;
+  return { ownPushes };
+}
+
+/** An hour file on disk read as mirror `mirror`'s copy of `hour` (its own checkpoint). */
+function mirrorCopy(file: string, mirror: string, hour: string): ByteSource {
+  return {
+    ...localFileSource(file),
+    key: hour,
+    label: `${mirror}/${hour}.json.gz`,
+    mirror,
+    hour: null,
+  };
+}
+
 export async function benchBackfill(
   database: BenchDatabase,
   results: ResultLog,
@@ -188,6 +239,62 @@ export async function benchBackfill(
       target: { op: '>=', value: TARGET_RATIO },
       detail,
     });
+    // The same hour from a second mirror holding 80% of the same events, after the first
+    // mirror's copy: most of its pushes are held, so this is the merge path (conflict
+    // handling), as a gap fill reading its second mirror runs it.
+    const ownFile = await generateHourFile(path.join(dir, 'own.json.gz'), {
+      events: EVENTS,
+      firstEventId: 62_000_000_000,
+      hourStart: new Date('2026-11-20T10:00:00Z'),
+    });
+    const secondFile = path.join(dir, 'second.json.gz');
+    const copy2 = await secondMirrorFile(generated.file, ownFile.file, secondFile);
+    const firstRates: number[] = [];
+    const secondRates: number[] = [];
+    let second: Awaited<ReturnType<typeof importFile>> | null = null;
+    for (let round = 0; round < ROUNDS; round++) {
+      await emptyTables(database);
+      const t1 = performance.now();
+      const a = await importFile(
+        deps,
+        mirrorCopy(generated.file, 'bench-first', '2026-11-20-10'),
+        ALL,
+      );
+      firstRates.push(a.counts.kept / secondsSince(t1));
+      const t2 = performance.now();
+      second = await importFile(deps, mirrorCopy(secondFile, 'bench-second', '2026-11-20-10'), ALL);
+      secondRates.push(second.counts.kept / secondsSince(t2));
+      // Only the pushes the second mirror holds alone are new.
+      if (second.outcome !== 'completed' || second.counts.created !== copy2.ownPushes) {
+        throw new Error(
+          `backfill bench: the second mirror stored ${second.counts.created} new pushes, expected ${copy2.ownPushes} (${second.outcome}: ${second.error?.message ?? ''})`,
+        );
+      }
+    }
+    const secondRatios = secondRates.map((r, i) => r / firstRates[i]!);
+    results.record({
+      bench: 'backfill',
+      metric: 'same hour from a second mirror (80% shared): pushes read/s',
+      value: median(secondRates),
+      unit: 'pushes/s',
+      detail: {
+        firstRates,
+        secondRates,
+        created: second!.counts.created,
+        kept: second!.counts.kept,
+      },
+    });
+    results.record({
+      bench: 'backfill',
+      metric: 'second mirror / first import rate (median of rounds)',
+      value: median(secondRatios),
+      unit: '×',
+      detail: { ratios: secondRatios },
+    });
+    results.note(
+      `  second mirror: ${second!.counts.kept.toLocaleString('en-US')} pushes read, ${second!.counts.created.toLocaleString('en-US')} new; rounds: first ${firstRates.map((r) => Math.round(r)).join(', ')}, second ${secondRates.map((r) => Math.round(r)).join(', ')} pushes/s, ratios ${secondRatios.map((r) => r.toFixed(2)).join(', ')}`,
+    );
+
     if (RSS_BYTES > 0) {
       await emptyTables(database);
       const big = await generateHourFile(path.join(dir, '2026-11-20-11.json.gz'), {

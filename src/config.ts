@@ -66,19 +66,31 @@ const url = z.string().transform((raw, ctx) => {
   }
 });
 
-/** Where GH Archive hour files come from: the archive, a mirror over HTTP, or a directory. */
-const archiveUrl = z.string().transform((raw, ctx) => {
-  try {
-    const u = new URL(raw);
-    if (!['http:', 'https:', 'file:'].includes(u.protocol)) throw new Error('protocol');
-    return raw.replace(/\/+$/, '');
-  } catch {
-    ctx.addIssue({
-      code: 'custom',
-      message: `must be an http(s) URL or a file:// directory (got "${raw}")`,
-    });
-    return z.NEVER;
+/**
+ * Where GH Archive hour files come from: a comma-separated list of mirrors (docs/mirrors.md),
+ * each the archive, a mirror over HTTP, or a directory. The first is bin/backfill HOUR's
+ * default; gap fills read every one. A bad entry is named, so the operator sees which.
+ */
+const archiveUrls = z.string().transform((raw, ctx) => {
+  const entries = raw.split(',').map((e) => e.trim());
+  const urls: string[] = [];
+  for (const entry of entries) {
+    const shown = entry.length > 80 ? `${entry.slice(0, 80)}…` : entry;
+    let ok = false;
+    try {
+      ok = ['http:', 'https:', 'file:'].includes(new URL(entry).protocol);
+    } catch {}
+    if (!ok) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `each mirror must be an http(s) URL or a file:// directory (got "${shown}")`,
+      });
+      return z.NEVER;
+    }
+    const normal = entry.replace(/\/+$/, '');
+    if (!urls.includes(normal)) urls.push(normal);
   }
+  return urls;
 });
 
 /**
@@ -177,7 +189,10 @@ export const envSchema = z.object({
       return n;
     })
     .default(54329),
-  GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
+  GHARCHIVE_URL: archiveUrls.default(['https://data.gharchive.org']),
+  ARCHIVE_MIN_RATE: positiveInt(1_000_000_000).default(16_384),
+  ARCHIVE_RATE_WINDOW: duration('duration', 3600, '1h').default(60),
+  ARCHIVE_DEADLINE: duration('duration', 86400, '1d').default(3600),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -218,8 +233,19 @@ export interface Config {
   readonly dataDir: string;
   /** Where the embedded Postgres listens when this process starts it (DATABASE_URL unset). */
   readonly embeddedPort: number;
-  /** GH Archive (or a mirror): where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
-  readonly archive: { readonly url: string };
+  /** GH Archive and its mirrors: where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
+  readonly archive: {
+    /** The first mirror: bin/backfill HOUR's default. */
+    readonly url: string;
+    /** Every mirror, in the order given (docs/mirrors.md). */
+    readonly mirrors: readonly string[];
+    /** Download bounds (issue 17): below minBytesPerSecond over rateWindowMs, or past deadlineMs, a download is abandoned. */
+    readonly download: {
+      readonly minBytesPerSecond: number;
+      readonly rateWindowMs: number;
+      readonly deadlineMs: number;
+    };
+  };
 }
 
 function deepFreeze<T>(o: T): T {
@@ -284,6 +310,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     retentionDays: e.RETENTION_DAYS,
     dataDir: e.DATA_DIR,
     embeddedPort: e.EMBEDDED_POSTGRES_PORT,
-    archive: { url: e.GHARCHIVE_URL },
+    archive: {
+      url: e.GHARCHIVE_URL[0]!,
+      mirrors: e.GHARCHIVE_URL,
+      download: {
+        minBytesPerSecond: e.ARCHIVE_MIN_RATE,
+        rateWindowMs: e.ARCHIVE_RATE_WINDOW * 1000,
+        deadlineMs: e.ARCHIVE_DEADLINE * 1000,
+      },
+    },
   });
 }

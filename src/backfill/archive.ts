@@ -56,19 +56,114 @@ export interface ByteSource {
   key: string;
   /** What an operator would recognise: the URL or the path. */
   label: string;
+  /** The mirror (a GHARCHIVE_URL entry) an hour is read from; '' for a local file. */
+  mirror: string;
+  /** The archive hour's first instant; null for a local file. */
+  hour: Date | null;
   open(signal?: AbortSignal): Promise<OpenedSource>;
 }
 
 export interface HttpOptions {
   /** No byte for this long (connecting, waiting for headers, or mid-body) is a timeout. */
   idleTimeoutMs?: number;
+  /**
+   * Fewer bytes than this a second over a whole rate window is a stall (issue 17: a mirror
+   * that sends a byte every 20 s never trips an idle timeout). Time the reader spends
+   * holding the stream back (the database is slower than the network) does not count.
+   */
+  minBytesPerSecond?: number;
+  rateWindowMs?: number;
+  /** The whole download, headers to last byte, within this long. */
+  deadlineMs?: number;
   userAgent?: string;
+}
+
+/** The download bounds of a configuration (ARCHIVE_MIN_RATE, ARCHIVE_RATE_WINDOW, ARCHIVE_DEADLINE). */
+export function downloadOptions(config: {
+  archive: { download: { minBytesPerSecond: number; rateWindowMs: number; deadlineMs: number } };
+}): HttpOptions {
+  return { ...config.archive.download };
 }
 
 const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
 const MAX_REDIRECTS = 5;
 
-function get(url: URL, opts: HttpOptions, signal: AbortSignal | undefined, redirects = 0) {
+/**
+ * Abandons a download that is too slow: past its deadline, or below the minimum rate over a
+ * whole window in which the reader never held the stream back. Bytes are read off the
+ * socket's counter: a 'data' listener would start the body flowing before its reader is
+ * attached.
+ */
+function watchDownload(url: URL, req: http.ClientRequest, opts: HttpOptions, startedAt: number) {
+  let res: http.IncomingMessage | null = null;
+  let stopped = false;
+  const timers = new Set<NodeJS.Timeout>();
+  const later = (ms: number, f: () => void) => {
+    const t = setTimeout(() => {
+      timers.delete(t);
+      if (!stopped) f();
+    }, ms);
+    t.unref();
+    timers.add(t);
+  };
+  const abandon = (detail: string) => {
+    const err = new ArchiveUnavailable(url.href, detail);
+    // Once the body has started, its stream carries the error to the importer.
+    if (res) res.destroy(err);
+    else req.destroy(err);
+  };
+  const stop = () => {
+    stopped = true;
+    for (const t of timers) clearTimeout(t);
+    timers.clear();
+  };
+  if (opts.deadlineMs !== undefined) {
+    const ms = opts.deadlineMs;
+    later(Math.max(0, ms - (Date.now() - startedAt)), () =>
+      abandon(`not downloaded within ${ms} ms`),
+    );
+  }
+  const body = (r: http.IncomingMessage) => {
+    res = r;
+    r.once('close', stop);
+    const min = opts.minBytesPerSecond;
+    const window = opts.rateWindowMs;
+    if (min === undefined || window === undefined) return;
+    const socket = r.socket;
+    const SAMPLES = 8;
+    let sample = 0;
+    let heldBack = false;
+    let windowStart = socket.bytesRead;
+    const tick = () => {
+      // Held back by the reader (its buffer full, or paused), or every byte is in: the
+      // network is not to blame.
+      if (r.complete || r.isPaused() || r.readableLength >= r.readableHighWaterMark) {
+        heldBack = true;
+      }
+      if (++sample >= SAMPLES) {
+        const got = socket.bytesRead - windowStart;
+        if (!heldBack && got < (min * window) / 1000) {
+          abandon(`${got} bytes in ${window} ms, below the minimum of ${min} bytes/s`);
+          return;
+        }
+        sample = 0;
+        heldBack = false;
+        windowStart = socket.bytesRead;
+      }
+      later(window / SAMPLES, tick);
+    };
+    later(window / SAMPLES, tick);
+  };
+  return { body, stop };
+}
+
+function get(
+  url: URL,
+  opts: HttpOptions,
+  signal: AbortSignal | undefined,
+  redirects = 0,
+  startedAt = Date.now(),
+) {
   return new Promise<OpenedSource>((resolve, reject) => {
     const client = url.protocol === 'https:' ? https : http;
     const req = client.get(
@@ -87,9 +182,11 @@ function get(url: URL, opts: HttpOptions, signal: AbortSignal | undefined, redir
         const location = res.headers.location;
         if (status >= 300 && status < 400 && location && redirects < MAX_REDIRECTS) {
           res.resume();
-          get(new URL(location, url), opts, signal, redirects + 1).then(resolve, reject);
+          watch.stop();
+          get(new URL(location, url), opts, signal, redirects + 1, startedAt).then(resolve, reject);
           return;
         }
+        if (status !== 200) watch.stop();
         if (status === 404 || status === 410) {
           res.resume();
           reject(new ArchiveHourMissing(url.href, status));
@@ -100,16 +197,19 @@ function get(url: URL, opts: HttpOptions, signal: AbortSignal | undefined, redir
           reject(new ArchiveUnavailable(url.href, `answered ${status}`, status));
           return;
         }
+        watch.body(res);
         const length = Number(res.headers['content-length']);
         // Hour files are gzip by name (`.json.gz`); that is what the archive serves.
         resolve({ stream: res, gzip: true, bytes: Number.isFinite(length) ? length : null });
       },
     );
+    const watch = watchDownload(url, req, opts, startedAt);
     req.on('timeout', () => {
       const ms = opts.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
       req.destroy(new ArchiveUnavailable(url.href, `no data for ${ms} ms`));
     });
     req.on('error', (err) => {
+      watch.stop();
       reject(
         err instanceof AppError || signal?.aborted
           ? err
@@ -125,12 +225,15 @@ export function archiveHourSource(
   hour: ArchiveHour,
   opts: HttpOptions = {},
 ): ByteSource {
-  const url = new URL(`${baseUrl.replace(/\/+$/, '')}/${hourFileName(hour)}`);
+  const base = baseUrl.replace(/\/+$/, '');
+  const url = new URL(`${base}/${hourFileName(hour)}`);
   if (url.protocol === 'file:') {
     const file = fileURLToPath(url);
     return {
       key: hour.name,
       label: url.href,
+      mirror: base,
+      hour: hour.start,
       async open() {
         try {
           return await openLocal(file);
@@ -142,7 +245,13 @@ export function archiveHourSource(
       },
     };
   }
-  return { key: hour.name, label: url.href, open: (signal) => get(url, opts, signal) };
+  return {
+    key: hour.name,
+    label: url.href,
+    mirror: base,
+    hour: hour.start,
+    open: (signal) => get(url, opts, signal),
+  };
 }
 
 async function openLocal(file: string): Promise<OpenedSource> {
@@ -161,7 +270,13 @@ async function openLocal(file: string): Promise<OpenedSource> {
 /** A file on this machine (`.json.gz` or plain NDJSON, told apart by its first bytes). */
 export function localFileSource(file: string): ByteSource {
   const absolute = path.resolve(file);
-  return { key: absolute, label: absolute, open: () => openLocal(absolute) };
+  return {
+    key: absolute,
+    label: absolute,
+    mirror: '',
+    hour: null,
+    open: () => openLocal(absolute),
+  };
 }
 
 /** True when the file starts with gzip's magic bytes. */

@@ -101,19 +101,40 @@ function fromRow(r: Row): Checkpoint {
 export interface CheckpointKey {
   file: string;
   scope: string;
+  /** The mirror an archive hour is read from ('' for a local file): one checkpoint each. */
+  mirror: string;
+  /** The archive hour (null for a local file). */
+  hour: Date | null;
   sourceId: number | null;
   gapId: number | null;
 }
 
 export async function readCheckpoint(
   client: pg.ClientBase,
-  key: Pick<CheckpointKey, 'file' | 'scope'>,
+  key: Pick<CheckpointKey, 'file' | 'scope' | 'mirror'>,
 ): Promise<Checkpoint | null> {
-  const r = await client.query<Row>('SELECT * FROM backfill_files WHERE file = $1 AND scope = $2', [
-    key.file,
-    key.scope,
-  ]);
+  const r = await client.query<Row>(
+    'SELECT * FROM backfill_files WHERE file = $1 AND scope = $2 AND mirror = $3',
+    [key.file, key.scope, key.mirror],
+  );
   return r.rows[0] ? fromRow(r.rows[0]) : null;
+}
+
+/**
+ * True when another mirror's copy of the same file was read for the same scope and kept
+ * pushes: this copy will mostly hold pushes stored already (ADR 0090), so its import merges
+ * with conflict handling from the start instead of finding out on its first chunk.
+ */
+export async function readFromAnotherMirror(
+  client: pg.ClientBase,
+  key: Pick<CheckpointKey, 'file' | 'scope' | 'mirror'>,
+): Promise<boolean> {
+  const r = await client.query(
+    `SELECT 1 FROM backfill_files
+     WHERE file = $1 AND scope = $2 AND mirror <> $3 AND pushes_kept > 0 LIMIT 1`,
+    [key.file, key.scope, key.mirror],
+  );
+  return r.rows.length > 0;
 }
 
 /**
@@ -128,9 +149,9 @@ export async function startCheckpoint(
   opts: { bytes: number | null; worker: string; restart: boolean },
 ): Promise<Checkpoint> {
   const r = await client.query<Row>(
-    `INSERT INTO backfill_files (file, scope, source_id, gap_id, bytes, worker, attempts)
-     VALUES ($1, $2, $3, $4, $5, $6, 1)
-     ON CONFLICT (file, scope) DO UPDATE SET
+    `INSERT INTO backfill_files (file, scope, source_id, gap_id, bytes, worker, attempts, mirror, hour)
+     VALUES ($1, $2, $3, $4, $5, $6, 1, $8, $9)
+     ON CONFLICT (file, scope, mirror) DO UPDATE SET
        state = 'running', attempts = backfill_files.attempts + 1, error = NULL,
        worker = excluded.worker, bytes = excluded.bytes, finished_at = NULL, updated_at = now(),
        lines_done = CASE WHEN $7 THEN 0 ELSE backfill_files.lines_done END,
@@ -140,7 +161,17 @@ export async function startCheckpoint(
        malformed = CASE WHEN $7 THEN 0 ELSE backfill_files.malformed END,
        started_at = CASE WHEN $7 THEN now() ELSE backfill_files.started_at END
      RETURNING *`,
-    [key.file, key.scope, key.sourceId, key.gapId, opts.bytes, opts.worker, opts.restart],
+    [
+      key.file,
+      key.scope,
+      key.sourceId,
+      key.gapId,
+      opts.bytes,
+      opts.worker,
+      opts.restart,
+      key.mirror,
+      key.hour,
+    ],
   );
   return fromRow(r.rows[0]!);
 }
@@ -177,28 +208,32 @@ export async function advanceCheckpoint(
   );
 }
 
-/** The attempt ended without reaching the end of the file; lines_done stays where it is. */
+/**
+ * The attempt ended without reaching the end of the file; lines_done stays where it is.
+ * `missing`: the mirror said it has no such hour (404/410), which another mirror may have.
+ */
 export async function failCheckpoint(
   client: pg.ClientBase,
   key: CheckpointKey,
   error: string,
   worker: string,
+  state: 'failed' | 'missing' = 'failed',
 ): Promise<void> {
   await client.query(
-    `INSERT INTO backfill_files (file, scope, source_id, gap_id, state, error, worker, attempts, finished_at)
-     VALUES ($1, $2, $3, $4, 'failed', $5, $6, 1, now())
-     ON CONFLICT (file, scope) DO UPDATE SET
-       state = 'failed', error = excluded.error, worker = excluded.worker,
+    `INSERT INTO backfill_files (file, scope, source_id, gap_id, state, error, worker, attempts, finished_at, mirror, hour)
+     VALUES ($1, $2, $3, $4, $7, $5, $6, 1, now(), $8, $9)
+     ON CONFLICT (file, scope, mirror) DO UPDATE SET
+       state = excluded.state, error = excluded.error, worker = excluded.worker,
        updated_at = now(), finished_at = now(),
        -- An attempt that failed before its start (the file could not be opened) still counts.
        attempts = backfill_files.attempts + CASE WHEN backfill_files.state = 'running' THEN 0 ELSE 1 END`,
-    [key.file, key.scope, key.sourceId, key.gapId, error, worker],
+    [key.file, key.scope, key.sourceId, key.gapId, error, worker, state, key.mirror, key.hour],
   );
 }
 
-/** The advisory lock (LockSpace.backfillFile) an import of (file, scope) holds while it runs. */
-export function fileLockKey(file: string, scope: string): number {
-  return int4Key(`${file}\u0000${scope}`);
+/** The advisory lock (LockSpace.backfillFile) an import of (file, scope, mirror) holds while it runs. */
+export function fileLockKey(file: string, scope: string, mirror: string): number {
+  return int4Key(`${file}\u0000${scope}\u0000${mirror}`);
 }
 
 /** Imports die at most this often before a file is not read again unforced. */
@@ -240,12 +275,12 @@ export interface DeadImport {
 export async function interruptDeadImports(db: Db): Promise<DeadImport[]> {
   const running = await db
     .selectFrom('backfill_files')
-    .select(['id', 'file', 'scope'])
+    .select(['id', 'file', 'scope', 'mirror'])
     .where('state', '=', 'running')
     .execute();
   const dead: DeadImport[] = [];
   for (const c of running) {
-    const key = fileLockKey(c.file, c.scope);
+    const key = fileLockKey(c.file, c.scope, c.mirror);
     const r = await sql<{ lines_done: string; deaths: number }>`
       UPDATE backfill_files SET state = 'failed', deaths = deaths + 1, updated_at = now(),
         finished_at = now(), error = ${DIED_HEAD} || lines_done::text || ${DIED_TAIL}

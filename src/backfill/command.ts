@@ -6,7 +6,7 @@ import { getSource } from '../ingestion/sources.ts';
 import { createLogger } from '../log.ts';
 import { count } from '../status/format.ts';
 import { bar } from '../terminal.ts';
-import { archiveHourSource, type ByteSource, localFileSource } from './archive.ts';
+import { archiveHourSource, type ByteSource, downloadOptions, localFileSource } from './archive.ts';
 import { scopeOf } from './events.ts';
 import { type FillDeps, fillGaps, type GapFillResult } from './fill.ts';
 import { knownRepoId } from './gaps.ts';
@@ -28,12 +28,20 @@ export interface BackfillCommand {
   sourceId?: number;
   force: boolean;
   json: boolean;
+  /** HOUR's mirror: a URL, or 'all' (every GHARCHIVE_URL entry); default the first entry. */
+  mirror?: string;
 }
 
-function sourceOf(app: App, input: Input): ByteSource {
-  return input.kind === 'hour'
-    ? archiveHourSource(app.config.archive.url, parseHour(input.name)!)
-    : localFileSource(input.path);
+/** The mirrors an HOUR is read from (--mirror): checkpoints are per mirror. */
+function mirrorsOf(app: App, mirror: string | undefined): readonly string[] {
+  if (mirror === 'all') return app.config.archive.mirrors;
+  return [mirror ?? app.config.archive.url];
+}
+
+function sourcesOf(app: App, input: Input, mirror: string | undefined): ByteSource[] {
+  if (input.kind === 'file') return [localFileSource(input.path)];
+  const http = downloadOptions(app.config);
+  return mirrorsOf(app, mirror).map((m) => archiveHourSource(m, parseHour(input.name)!, http));
 }
 
 function seconds(s: number): string {
@@ -47,8 +55,8 @@ function setAsideText(malformed: number, kept: number): string {
   return `${all} (${count(kept)} kept in rejected_events, ${count(malformed - kept)} counted only)`;
 }
 
-function formatImport(r: ImportResult): string {
-  const name = r.file.includes('/') ? r.label : r.file;
+function formatImport(r: ImportResult, mirrorShown: boolean): string {
+  const name = r.file.includes('/') || mirrorShown ? r.label : r.file;
   switch (r.outcome) {
     case 'already_imported':
       return `${name}: already imported (${count(r.totals.created)} pushes stored then); --force reads it again`;
@@ -83,7 +91,7 @@ function formatGap(r: GapFillResult): string {
   const head = `gap ${r.gapId} (source ${r.sourceId} ${r.source}, ${iso(r.fromAt)} … ${iso(r.toAt)})`;
   switch (r.outcome) {
     case 'filled':
-      return `${head}: filled, ${count(r.eventsRecovered)} pushes recovered from ${r.hours.length} archive hours`;
+      return `${head}: filled, ${count(r.eventsRecovered)} pushes recovered from ${new Set(r.hours.map((h) => h.hour)).size} archive hours`;
     case 'waiting':
       return `${head}: waiting for the archive to publish its hours (after ${iso(r.nextAttemptAt!)})`;
     case 'busy':
@@ -96,7 +104,32 @@ function formatGap(r: GapFillResult): string {
       return `${head}: unavailable, ${count(r.eventsRecovered)} pushes recovered: ${r.error}`;
     case 'retry':
       return `${head}: not filled yet, ${count(r.eventsRecovered)} pushes recovered so far: ${r.error}; next try ${iso(r.nextAttemptAt!)}`;
+    case 'mirror_retried': {
+      const h = r.hours[0]!;
+      const what =
+        h.outcome === 'completed' || h.outcome === 'already_imported'
+          ? `read, ${count(h.created)} pushes added`
+          : `still not read (${h.error ?? h.outcome})`;
+      return `${head}: filled; ${h.mirror} asked again for ${h.hour}: ${what}; ${count(r.eventsRecovered)} pushes recovered in all`;
+    }
   }
+}
+
+/** Per mirror, the gap's hours: read, missing, failed, and the pushes each added. */
+function formatMirrors(r: GapFillResult): string[] {
+  const by = new Map<string, { read: number; missing: number; failed: number; added: number }>();
+  for (const m of r.mirrors) {
+    const t = by.get(m.mirror) ?? { read: 0, missing: 0, failed: 0, added: 0 };
+    if (m.state === 'imported') t.read++;
+    else if (m.state === 'missing') t.missing++;
+    else t.failed++;
+    t.added += m.pushesAdded;
+    by.set(m.mirror, t);
+  }
+  return [...by].map(
+    ([mirror, t]) =>
+      `  ${mirror || '(default)'}: ${t.read} hours read, ${t.missing} missing, ${t.failed} failed; ${count(t.added)} pushes added`,
+  );
 }
 
 function mb(n: number): string {
@@ -152,7 +185,13 @@ async function runFiles(
   app: App,
   io: CommandIO,
   inputs: Input[],
-  opts: { sourceId?: number; force: boolean; json: boolean; signal: AbortSignal },
+  opts: {
+    sourceId?: number;
+    force: boolean;
+    json: boolean;
+    signal: AbortSignal;
+    mirror?: string;
+  },
 ): Promise<number> {
   let target: ImportTarget = { scope: 'all', sourceId: null, gapId: null };
   if (opts.sourceId !== undefined) {
@@ -166,30 +205,32 @@ async function runFiles(
   }
   const term = new Terminal(io, opts.json);
   const results: ImportResult[] = [];
-  for (const input of inputs) {
+  const sources = inputs.flatMap((input) => sourcesOf(app, input, opts.mirror));
+  const mirrorShown = opts.mirror !== undefined;
+  for (const source of sources) {
     if (opts.signal.aborted) break;
     term.start();
-    const r = await importFile(app, sourceOf(app, input), target, {
+    const r = await importFile(app, source, target, {
       force: opts.force,
       wait: true,
       signal: opts.signal,
       onProgress: (p) => term.progress(p),
     });
     results.push(r);
-    if (!opts.json) term.line(formatImport(r));
+    if (!opts.json) term.line(formatImport(r, mirrorShown));
   }
   const ok = (r: ImportResult) => r.outcome === 'completed' || r.outcome === 'already_imported';
   const created = results.reduce((n, r) => n + r.counts.created, 0);
   const summary = {
-    files: inputs.length,
+    files: sources.length,
     completed: results.filter((r) => r.outcome === 'completed').length,
     alreadyImported: results.filter((r) => r.outcome === 'already_imported').length,
-    failed: results.filter((r) => !ok(r)).length + (inputs.length - results.length),
+    failed: results.filter((r) => !ok(r)).length + (sources.length - results.length),
     pushesStored: created,
   };
   if (opts.json) {
     io.line(JSON.stringify({ results, summary }, null, 2));
-  } else if (inputs.length > 1) {
+  } else if (sources.length > 1) {
     term.line(
       `backfill: ${summary.files} files: ${summary.completed} imported, ${summary.alreadyImported} already imported, ${summary.failed} not completed; ${count(created)} pushes stored`,
     );
@@ -216,7 +257,11 @@ async function runGaps(
       term.progress(p);
     },
     onGap: (r) => {
-      if (!json) term.line(formatGap(r));
+      if (json) return;
+      term.line(formatGap(r));
+      if (r.outcome !== 'mirror_retried' && new Set(r.mirrors.map((m) => m.mirror)).size > 1) {
+        for (const line of formatMirrors(r)) term.line(line);
+      }
     },
   });
   if (json) io.line(JSON.stringify({ gaps: results }, null, 2));
@@ -244,6 +289,7 @@ export async function runBackfill(
         force: command.force,
         json: command.json,
         signal,
+        mirror: command.mirror,
       });
     } catch (err) {
       if (!(err instanceof NotFound)) throw err;

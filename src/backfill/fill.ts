@@ -5,7 +5,7 @@ import type { Gap } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
 import { windowProblem } from '../gaps/record.ts';
 import { describeSource, getSource } from '../ingestion/sources.ts';
-import { archiveHourSource, type HttpOptions } from './archive.ts';
+import { archiveHourSource, downloadOptions, type HttpOptions } from './archive.ts';
 import { scopeOf } from './events.ts';
 import { beforeFill, retryDelayMs } from './fill-attempt.ts';
 import {
@@ -18,8 +18,14 @@ import {
   pushesRecovered,
   settleGap,
 } from './gaps.ts';
-import { type ArchiveHour, gapHours, gapReadyAt, giveUpAt } from './hours.ts';
+import { type ArchiveHour, gapHours, gapReadyAt, giveUpAt, parseHour } from './hours.ts';
 import { type ImportProgress, type ImportResult, importFile } from './import.ts';
+import {
+  type LateMirrorHour,
+  lateMirrorHours,
+  type MirrorHourRow,
+  mirrorHours,
+} from './mirror-hours.ts';
 
 /**
  * Filling a gap from GH Archive (ADR 0041): the hours covering [from_at − 1 h, to_at + 2 h]
@@ -39,10 +45,14 @@ export type GapOutcome =
   | 'unavailable'
   | 'busy'
   | 'interrupted'
-  | 'not_open';
+  | 'not_open'
+  /** A filled gap: a mirror that lacked one of its hours was asked again (docs/mirrors.md). */
+  | 'mirror_retried';
 
+/** One hour of a gap read from one mirror in this attempt. */
 export interface HourResult {
   hour: string;
+  mirror: string;
   outcome: ImportResult['outcome'];
   created: number;
   error: string | null;
@@ -57,6 +67,8 @@ export interface GapFillResult {
   outcome: GapOutcome;
   eventsRecovered: number;
   hours: HourResult[];
+  /** Per mirror and hour: imported, missing, pushes added (every attempt so far). */
+  mirrors: MirrorHourRow[];
   /** When the fill may run (waiting) or try again (retry). */
   nextAttemptAt: Date | null;
   error: string | null;
@@ -80,6 +92,7 @@ function resultOf(gap: Gap, source: string, outcome: GapOutcome): GapFillResult 
     outcome,
     eventsRecovered: gap.events_recovered,
     hours: [],
+    mirrors: [],
     nextAttemptAt: null,
     error: null,
   };
@@ -158,43 +171,66 @@ async function fillLocked(
   }
   attempt.opened = true;
   const result = resultOf(gap, label, 'retry');
+  const hourCount = gapHours(gap).length;
   const failed: { hour: ArchiveHour; import: ImportResult }[] = [];
+  const interruptedAny: ImportResult[] = [];
+  const target = {
+    scope: `gap:${gapId}`,
+    sourceId: Number(gap.source_id),
+    gapId,
+    inScope,
+    window: { from: gap.from_at, to: gap.to_at },
+  };
 
+  // Every hour from every mirror (docs/mirrors.md): each archive misses different events,
+  // and the natural key stores what two of them hold once. An hour is read as soon as one
+  // mirror has it; the others' failures do not hold the gap open (they are retried later,
+  // see fillLateMirrors). Downloads are bounded (minimum rate, deadline), so a stalling
+  // mirror costs at most its deadline before the next mirror is read.
   for (const hour of gapHours(gap)) {
     if (opts.signal?.aborted) break;
     await noteFillHour(deps.db, gapId, hour.name);
-    const imported = await importFile(
-      deps,
-      archiveHourSource(deps.config.archive.url, hour, opts.http),
-      {
-        scope: `gap:${gapId}`,
-        sourceId: Number(gap.source_id),
-        gapId,
-        inScope,
-        window: { from: gap.from_at, to: gap.to_at },
-      },
-      {
-        client,
-        signal: opts.signal,
-        onProgress: opts.onProgress && ((p) => opts.onProgress!(gap, hour, p)),
-      },
+    const misses: ImportResult[] = [];
+    for (const mirror of deps.config.archive.mirrors) {
+      if (opts.signal?.aborted) break;
+      const imported = await importFile(
+        deps,
+        archiveHourSource(mirror, hour, { ...downloadOptions(deps.config), ...opts.http }),
+        target,
+        {
+          client,
+          signal: opts.signal,
+          onProgress: opts.onProgress && ((p) => opts.onProgress!(gap, hour, p)),
+        },
+      );
+      result.hours.push({
+        hour: hour.name,
+        mirror,
+        outcome: imported.outcome,
+        created: imported.counts.created,
+        error: imported.error?.message ?? null,
+      });
+      if (imported.outcome === 'interrupted') interruptedAny.push(imported);
+      if (imported.outcome !== 'completed' && imported.outcome !== 'already_imported') {
+        misses.push(imported);
+      }
+    }
+    const read = result.hours.some(
+      (h) =>
+        h.hour === hour.name && (h.outcome === 'completed' || h.outcome === 'already_imported'),
     );
-    result.hours.push({
-      hour: hour.name,
-      outcome: imported.outcome,
-      created: imported.counts.created,
-      error: imported.error?.message ?? null,
-    });
-    if (imported.outcome !== 'completed' && imported.outcome !== 'already_imported') {
-      failed.push({ hour, import: imported });
+    if (!read) {
+      // The hour is not read from any mirror: the gap waits on it. The error kept is the
+      // last mirror's (a 404 everywhere says "missing"; any other failure says why).
+      const last = misses.at(-1);
+      if (last) failed.push({ hour, import: last });
     }
   }
 
   const now = clock.now();
   const recovered = await pushesRecovered(deps.db, gapId);
   result.eventsRecovered = recovered;
-  const interrupted =
-    opts.signal?.aborted || failed.some((f) => f.import.outcome === 'interrupted');
+  const interrupted = opts.signal?.aborted || interruptedAny.length > 0;
   if (interrupted) {
     // Stopping is not a failed attempt: the checkpoints keep what was read; resume soon.
     await closeAttempt(deps.db, gapId, {
@@ -205,6 +241,7 @@ async function fillLocked(
     });
     result.outcome = 'interrupted';
     result.nextAttemptAt = now;
+    result.mirrors = await mirrorHours(deps.db, gapId);
     return result;
   }
 
@@ -217,15 +254,17 @@ async function fillLocked(
       now,
     });
     result.outcome = 'filled';
+    result.mirrors = await mirrorHours(deps.db, gapId);
     log.info(
       {
         event: 'gap.filled',
         events_recovered: recovered,
         from_at: gap.from_at.toISOString(),
         to_at: gap.to_at.toISOString(),
-        hours: result.hours.length,
+        hours: hourCount,
+        mirrors: deps.config.archive.mirrors.length,
       },
-      `gap ${gapId} of source ${gap.source_id} (${label}) filled: ${recovered} pushes recovered from ${result.hours.length} archive hours`,
+      `gap ${gapId} of source ${gap.source_id} (${label}) filled: ${recovered} pushes recovered from ${hourCount} archive hours`,
     );
     return result;
   }
@@ -249,6 +288,7 @@ async function fillLocked(
     });
     result.outcome = 'unavailable';
     result.error = lastError;
+    result.mirrors = await mirrorHours(deps.db, gapId);
     log.warn(
       { event: 'gap.unavailable', events_recovered: recovered, reason: lastError },
       `gap ${gapId} of source ${gap.source_id} (${label}) is unavailable: ${lastError}`,
@@ -264,6 +304,7 @@ async function fillLocked(
     now,
   });
   result.nextAttemptAt = next;
+  result.mirrors = await mirrorHours(deps.db, gapId);
   log.warn(
     {
       event: 'gap.fill_failed',
@@ -275,6 +316,83 @@ async function fillLocked(
     `gap ${gapId} of source ${gap.source_id} (${label}): ${result.error}; next try ${next.toISOString()}`,
   );
   return result;
+}
+
+/**
+ * Asks a mirror again for an hour of a filled gap it lacked (missing or failing then), until
+ * the 48 h horizon: what it holds that the others did not is stored, and counted on the gap.
+ */
+async function retryMirrorHour(
+  deps: FillDeps,
+  late: LateMirrorHour,
+  opts: FillOptions,
+): Promise<GapFillResult | null> {
+  const gap = await getGap(deps.db, late.gapId);
+  const hour = parseHour(late.hour);
+  if (gap?.state !== 'filled' || !hour) return null;
+  const source = await getSource(deps.db, Number(gap.source_id));
+  const label = describeSource(source);
+  const client = await deps.pool.connect();
+  let broken: Error | undefined;
+  try {
+    if (!(await tryLockSession(client, LockSpace.gap, late.gapId))) {
+      return resultOf(gap, label, 'busy');
+    }
+    try {
+      const imported = await importFile(
+        deps,
+        archiveHourSource(late.mirror, hour, { ...downloadOptions(deps.config), ...opts.http }),
+        {
+          scope: `gap:${late.gapId}`,
+          sourceId: Number(gap.source_id),
+          gapId: late.gapId,
+          inScope: scopeOf(source, await knownRepoId(deps.db, source)),
+          window: { from: gap.from_at, to: gap.to_at },
+        },
+        { client, signal: opts.signal },
+      );
+      const recovered = await pushesRecovered(deps.db, late.gapId);
+      const now = (deps.clock ?? systemClock).now();
+      await deps.db
+        .updateTable('gaps')
+        .set({ events_recovered: recovered, updated_at: now })
+        .where('id', '=', String(late.gapId))
+        .execute();
+      const result = resultOf({ ...gap, events_recovered: recovered }, label, 'mirror_retried');
+      result.hours.push({
+        hour: hour.name,
+        mirror: late.mirror,
+        outcome: imported.outcome,
+        created: imported.counts.created,
+        error: imported.error?.message ?? null,
+      });
+      result.mirrors = await mirrorHours(deps.db, late.gapId);
+      if (imported.counts.created > 0) {
+        deps.logger.info(
+          {
+            event: 'gap.mirror_added',
+            gap_id: late.gapId,
+            source_id: Number(gap.source_id),
+            mirror: late.mirror,
+            hour: hour.name,
+            pushes_added: imported.counts.created,
+            events_recovered: recovered,
+          },
+          `gap ${late.gapId}: ${late.mirror} now has ${hour.name}: ${imported.counts.created} more pushes (${recovered} in all)`,
+        );
+      }
+      return result;
+    } finally {
+      await unlockSession(client, LockSpace.gap, late.gapId).catch((err: Error) => {
+        broken = err;
+      });
+    }
+  } catch (err) {
+    broken ??= err as Error;
+    throw err;
+  } finally {
+    client.release(broken);
+  }
 }
 
 export interface FillPassOptions extends FillOptions {
@@ -303,6 +421,15 @@ export async function fillGaps(
   for (const gap of gaps) {
     if (opts.shouldStop?.() || opts.signal?.aborted) break;
     const r = await fillGap(deps, Number(gap.id), opts);
+    results.push(r);
+    opts.onGap?.(r);
+  }
+  // Then the hours of filled gaps a mirror lacked: never before an open gap's fill.
+  const late = await lateMirrorHours(deps.db, now, deps.config.archive.mirrors, opts.limit ?? 20);
+  for (const hour of late) {
+    if (opts.shouldStop?.() || opts.signal?.aborted) break;
+    const r = await retryMirrorHour(deps, hour, opts);
+    if (!r) continue;
     results.push(r);
     opts.onGap?.(r);
   }

@@ -10,7 +10,7 @@ import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `
 Usage:
-  bin/backfill FILE|HOUR... [--source ID] [--force] [--json]
+  bin/backfill FILE|HOUR... [--source ID] [--mirror URL|all] [--force] [--json]
   bin/backfill --gaps [--json]
 
 Imports the PushEvents of GH Archive files into push_events, with their actors and
@@ -23,6 +23,9 @@ push already held is not stored again, and a webhook copy gets its event id.
                file:///a/directory). A day: bin/backfill 2025-01-01-{0..23}
   --source ID  keep only the events source ID's feed lists (public: all; repo, org,
                user: theirs) and attribute the rows to it
+  --mirror M   read each HOUR from mirror M (an http(s) URL or file:// directory) or
+               from every GHARCHIVE_URL entry (all); default the first entry. Each
+               mirror has its own checkpoint: a second run per mirror adds nothing
   --force      read files already imported again (still adds only what is missing)
   --gaps       fill every open gap whose archive hours are published (table gaps)
   --json       print the results as JSON only
@@ -60,6 +63,22 @@ function parseInputs(args: string[], now: Date): Input[] {
   });
 }
 
+/** --mirror: 'all', or one mirror as GHARCHIVE_URL takes them (http(s) or file://). */
+function mirrorFlag(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === 'all') return raw;
+  let ok = false;
+  try {
+    ok = ['http:', 'https:', 'file:'].includes(new URL(raw).protocol);
+  } catch {}
+  if (!ok) {
+    const shown = raw.length > 80 ? `${raw.slice(0, 80)}…` : raw;
+    throw new UsageError(
+      `--mirror must be all, an http(s) URL or a file:// directory (got "${shown}")\n${USAGE}`,
+    );
+  }
+  return raw.replace(/\/+$/, '');
+}
+
 /**
  * The import runs in a worker thread whose heap is capped: V8 sizes a heap by the machine
  * (gigabytes here) and would let garbage pile up far past what the import holds, while a
@@ -76,6 +95,7 @@ export async function main(argv: string[]): Promise<number> {
     {
       source: { type: 'string' },
       force: { type: 'boolean' },
+      mirror: { type: 'string' },
       gaps: { type: 'boolean' },
       json: { type: 'boolean' },
     },
@@ -83,8 +103,8 @@ export async function main(argv: string[]): Promise<number> {
   );
   if (!parsed) return 0;
   const { values, positionals } = parsed;
-  if (values.gaps && (positionals.length > 0 || values.source || values.force)) {
-    throw new UsageError(`--gaps takes no files, hours, --source or --force\n${USAGE}`);
+  if (values.gaps && (positionals.length > 0 || values.source || values.force || values.mirror)) {
+    throw new UsageError(`--gaps takes no files, hours, --source, --mirror or --force\n${USAGE}`);
   }
   if (!values.gaps && positionals.length === 0) {
     throw new UsageError(`give at least one FILE or HOUR, or --gaps\n${USAGE}`);
@@ -95,6 +115,7 @@ export async function main(argv: string[]): Promise<number> {
     sourceId: positiveIntFlag('source', values.source, USAGE),
     force: values.force ?? false,
     json: values.json ?? false,
+    mirror: mirrorFlag(values.mirror),
   };
   // The bar is progress, not a result: stderr's last line, a terminal only (src/terminal.ts).
   const tty = !command.json && process.stderr.isTTY === true;

@@ -41,7 +41,8 @@ export type RequestOutcome = 'reserved' | 'sent' | 'completed' | 'error' | 'aban
 /** How a push first arrived: polled, delivered by webhook, or read from a GH Archive file. */
 export type PushOrigin = 'poll' | 'webhook' | 'archive';
 export type GapState = 'open' | 'filled' | 'unavailable';
-export type BackfillFileState = 'running' | 'completed' | 'failed';
+/** 'missing': the mirror has no such hour (404/410). */
+export type BackfillFileState = 'running' | 'completed' | 'failed' | 'missing';
 
 export interface EventSourcesTable {
   id: Generated<BigId>;
@@ -312,11 +313,27 @@ export interface BackfillFilesTable {
   finished_at: NullableTimestamp;
   /** Imports of this file whose process died mid-file; after two it is not retried unforced. */
   deaths: Generated<number>;
+  /** The mirror (GHARCHIVE_URL entry) an archive hour was read from; '' before mirrors. */
+  mirror: Generated<string>;
+  /** The archive hour read (NULL for a local file). */
+  hour: NullableTimestamp;
+}
+
+/** View hourly_coverage (and hourly_coverage_between(since, until)): one row per UTC hour. */
+export interface HourlyCoverageView {
+  hour: Timestamp;
+  pushes: BigId;
+  poll: BigId;
+  webhook: BigId;
+  archive: BigId;
+  gaps_open: BigId;
+  mirrors_read: BigId;
 }
 
 export interface Database {
   gaps: GapsTable;
   backfill_files: BackfillFilesTable;
+  hourly_coverage: HourlyCoverageView;
   event_sources: EventSourcesTable;
   ingestion_runs: IngestionRunsTable;
   actors: ActorsTable;

@@ -279,19 +279,24 @@ export function backfillOutcome(
     retry: by('retry'),
     unavailable: by('unavailable'),
     interrupted: by('interrupted'),
+    // Filled gaps read again for a mirror that lacked an hour (docs/mirrors.md).
+    mirror_retried: by('mirror_retried'),
     events_recovered: results.reduce((n, r) => n + r.eventsRecovered, 0),
   };
+  const gaps = results.length - counts.mirror_retried;
   const outcome = died
     ? 'died'
     : results.length === 0
       ? 'nothing_due'
       : counts.interrupted > 0
         ? 'interrupted'
-        : counts.filled === results.length
-          ? 'filled'
-          : counts.filled > 0
-            ? 'partial'
-            : 'not_filled';
+        : gaps === 0
+          ? 'mirror_retried'
+          : counts.filled === gaps
+            ? 'filled'
+            : counts.filled > 0
+              ? 'partial'
+              : 'not_filled';
   return { outcome, ...counts };
 }
 

@@ -4,7 +4,7 @@ import { sourceLabel } from './sources.ts';
 
 /** The status report as a terminal picture (bin/status): plain text, fixed-width columns. */
 
-function table(header: string[], rows: string[][]): string[] {
+export function table(header: string[], rows: string[][]): string[] {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) =>
     cells

@@ -208,7 +208,7 @@ async function collectGaps(
     SELECT state, count(*) AS n, coalesce(sum(pushes_created), 0) AS created, max(updated_at) AS last
     FROM backfill_files GROUP BY state`.execute(db);
   const byState = gauge('gpi_backfill_files', 'Archive file imports by state', ['state']);
-  for (const state of ['running', 'completed', 'failed']) byState.set({ state }, 0);
+  for (const state of ['running', 'completed', 'failed', 'missing']) byState.set({ state }, 0);
   const stored = counter(
     'gpi_backfill_pushes_stored_total',
     'Pushes stored by archive imports (bin/backfill and gap fills)',

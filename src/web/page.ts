@@ -1,3 +1,4 @@
+import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
 import type { MinuteSeries } from '../status/series.ts';
@@ -25,8 +26,8 @@ main { padding:16px 24px 32px; max-width:1240px; }
 .card { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; }
 .card h2 { font-size:12px; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); margin:0 0 6px; }
 .big { font-size:24px; font-weight:600; }
-.card dl { display:grid; grid-template-columns:auto auto; gap:2px 12px; margin:6px 0 0; }
-.card dt { color:var(--muted); } .card dd { margin:0; text-align:right; font-variant-numeric:tabular-nums; }
+.card dl { display:grid; grid-template-columns:auto minmax(0, 1fr); gap:2px 12px; margin:6px 0 0; }
+.card dt { color:var(--muted); } .card dd { margin:0; text-align:right; font-variant-numeric:tabular-nums; min-width:0; overflow-wrap:anywhere; }
 section { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:16px; }
 section h2 { font-size:15px; margin:0 0 8px; }
 table { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
@@ -82,23 +83,42 @@ function health(report: StatusReport): Health {
   return { level: 'ok', text: enabled.length ? 'healthy' : 'no enabled sources' };
 }
 
-function card(title: string, big: string, rows: [string, string][]): string {
-  return `<div class="card"><h2>${e(title)}</h2><div class="big">${e(big)}</div><dl>${rows
-    .map(([k, v]) => `<dt>${e(k)}</dt><dd>${e(v)}</dd>`)
+/** A card row: its value, or its value shortened with the whole of it as the tooltip. */
+type CardRow = [string, string] | [string, string, string];
+
+function card(title: string, big: string, rows: CardRow[], id?: string): string {
+  return `<div class="card"${id ? ` id="${id}"` : ''}><h2>${e(title)}</h2><div class="big">${e(big)}</div><dl>${rows
+    .map(([k, v, full]) => `<dt>${e(k)}</dt><dd${full ? ` title="${e(full)}"` : ''}>${e(v)}</dd>`)
     .join('')}</dl></div>`;
+}
+
+/** A local file's path as its last component (the whole path is the tooltip). */
+function shortFile(file: string): string {
+  return file.includes('/') ? `…/${file.split('/').at(-1)}` : file;
+}
+
+function lastBackfillRow(b: NonNullable<StatusReport['gaps']['lastBackfill']>, now: Date): CardRow {
+  const short = shortFile(b.file);
+  const value = `${short} ${b.state} ${relative(b.updatedAt, now)}`;
+  return short === b.file ? ['last backfill', value] : ['last backfill', value, b.file];
 }
 
 function gapsCard(report: StatusReport): string {
   const g = report.gaps;
   const now = report.generatedAt;
   const b = g.lastBackfill;
-  return card('Gaps', `${g.byState.open} open`, [
-    ['filled', String(g.byState.filled)],
-    ['unavailable', String(g.byState.unavailable)],
-    ['pushes recovered', count(g.eventsRecovered)],
-    ['next fill', g.byState.open > 0 && g.nextFillAt ? nextPoll(g.nextFillAt, now) : '-'],
-    ['last backfill', b ? `${b.file} ${b.state} ${relative(b.updatedAt, now)}` : 'never'],
-  ]);
+  return card(
+    'Gaps',
+    `${g.byState.open} open`,
+    [
+      ['filled', String(g.byState.filled)],
+      ['unavailable', String(g.byState.unavailable)],
+      ['pushes recovered', count(g.eventsRecovered)],
+      ['next fill', g.byState.open > 0 && g.nextFillAt ? nextPoll(g.nextFillAt, now) : '-'],
+      b ? lastBackfillRow(b, now) : ['last backfill', 'never'],
+    ],
+    'gaps-card',
+  );
 }
 
 function sourceRow(s: SourceStatus, now: Date): string {
@@ -140,7 +160,29 @@ function credentialsSection(report: StatusReport): string {
 <tbody>${rows}</tbody></table></section>`;
 }
 
-export function renderPage(report: StatusReport, series: MinuteSeries): string {
+/** The last hours by the origin each push first arrived from, open gaps shaded. */
+function coverageChart(coverage: CoverageHour[]): string {
+  if (coverage.length === 0) return '';
+  return barChart(
+    [
+      { label: 'poll', color: '#2f81f7', values: coverage.map((c) => c.poll) },
+      { label: 'webhook', color: '#1a7f37', values: coverage.map((c) => c.webhook) },
+      { label: 'archive', color: '#bf8700', values: coverage.map((c) => c.archive) },
+    ],
+    {
+      title: `Pushes per hour by origin, last ${coverage.length} h`,
+      start: coverage[0]!.hour,
+      stepMinutes: 60,
+      marked: { label: 'open gap', color: '#cf222e', at: coverage.map((c) => c.gapsOpen > 0) },
+    },
+  );
+}
+
+export function renderPage(
+  report: StatusReport,
+  series: MinuteSeries,
+  coverage: CoverageHour[] = [],
+): string {
   const now = report.generatedAt;
   const h = health(report);
   const a = report.activity;
@@ -223,6 +265,9 @@ ${barChart(
   { title: `Requests spent per minute, last ${hours} h`, start: series.start },
 )}
 </div>`;
+  const coverageSection = coverage.length
+    ? `<section id="coverage"><h2>Coverage <span class="muted">(bin/status --coverage, view hourly_coverage)</span></h2><div class="charts">${coverageChart(coverage)}</div></section>`
+    : '';
 
   return `<!doctype html>
 <html lang="en">
@@ -240,6 +285,7 @@ ${barChart(
 <main>
 <div class="cards">${cards.join('\n')}</div>
 <section><h2>Activity</h2>${charts}</section>
+${coverageSection}
 <section><h2>Sources <span class="muted">(${report.sources.length})</span></h2>
 <table id="sources"><thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">rejected 24h</th><th class="num">gaps 24h</th></tr></thead>
 <tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || '<tr><td colspan="12" class="muted">No sources yet: bin/sources add public</td></tr>'}</tbody></table></section>

@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { systemClock } from '../clock.ts';
 import { isNotSetUpError, NOT_SET_UP } from '../db/setup-state.ts';
+import { hourlyCoverage } from '../status/coverage.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';
 import { createByteBudget } from './body-budget.ts';
@@ -53,7 +54,8 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
   route('GET', '/', async (_req, res) => {
     const report = await readStatus(deps);
     const series = await minuteSeries(deps.db, now());
-    sendText(res, 200, 'text/html; charset=utf-8', renderPage(report, series));
+    const coverage = await hourlyCoverage(deps.db, now());
+    sendText(res, 200, 'text/html; charset=utf-8', renderPage(report, series, coverage));
   });
 
   route('GET', '/metrics', async (_req, res) => {

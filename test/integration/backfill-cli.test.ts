@@ -196,3 +196,122 @@ describe('bin/backfill', () => {
     expect(json.gaps.map((g: { outcome: string }) => g.outcome)).toEqual(['waiting']);
   });
 });
+
+describe('bin/backfill with several mirrors', () => {
+  let second: ArchiveServer;
+  beforeAll(async () => {
+    second = await startArchiveServer();
+  });
+  afterAll(async () => {
+    await second.close();
+  });
+  const both = (argv: string[], env: Record<string, string> = {}) =>
+    runBin('backfill', argv, {
+      DATABASE_URL: t.url,
+      GHARCHIVE_URL: `${archive.url},${second.url}`,
+      LOG_LEVEL: 'warn',
+      ...env,
+    });
+
+  it('--mirror all reads an hour from each, stores the union once, and a second run adds nothing', async () => {
+    const at = { created_at: '2026-11-15T03:10:00Z' };
+    const common = pushes(3, at);
+    archive.setHour('2026-11-15-3', [...common, ...pushes(2, at)]);
+    second.setHour('2026-11-15-3', [...common, ...pushes(4, at)]);
+    const r = await both(['2026-11-15-3', '--mirror', 'all', '--json']);
+    expect(r.code).toBe(0);
+    const json = JSON.parse(r.out);
+    expect(json.summary).toMatchObject({ files: 2, completed: 2, pushesStored: 9 });
+    expect(json.results.map((x: { label: string }) => x.label)).toEqual([
+      `${archive.url}/2026-11-15-3.json.gz`,
+      `${second.url}/2026-11-15-3.json.gz`,
+    ]);
+    expect(json.results.map((x: { counts: { created: number } }) => x.counts.created)).toEqual([
+      5, 4,
+    ]);
+    const again = await both(['2026-11-15-3', '--mirror', 'all']);
+    expect(again.code).toBe(0);
+    expect(again.out).toMatch(/2026-11-15-3\.json\.gz: already imported \(5 pushes stored then\)/);
+    expect(again.out).toMatch(/2026-11-15-3\.json\.gz: already imported \(4 pushes stored then\)/);
+    // One mirror by URL: its own checkpoint, so a mirror never read before is read.
+    second.setHour('2026-11-15-4', pushes(2, { created_at: '2026-11-15T04:10:00Z' }));
+    const one = await both(['2026-11-15-4', '--mirror', second.url]);
+    expect(one.code).toBe(0);
+    expect(one.out).toMatch(
+      /^http:\/\/127\.0\.0\.1:\d+\/2026-11-15-4\.json\.gz: completed: .* 2 stored/,
+    );
+    // The default is the first mirror, which lacks that hour.
+    const first = await both(['2026-11-15-4']);
+    expect(first.code).toBe(1);
+    expect(first.out).toMatch(/^2026-11-15-4: failed: ARCHIVE_HOUR_MISSING/);
+  });
+
+  it('--gaps --json says per mirror and hour what was read, missing and added', async () => {
+    const { source } = await addSource(t.db, { kind: 'org', target: 'mirror-cli-org' }, 'live');
+    await t.db
+      .insertInto('gaps')
+      .values({
+        source_id: source.id,
+        from_at: new Date('2026-11-14T08:10:00Z'),
+        to_at: new Date('2026-11-14T08:20:00Z'),
+      })
+      .execute();
+    const org = { id: 5_550_001, login: 'mirror-cli-org' };
+    const dropped = pushes(3, { created_at: '2026-11-14T08:15:00Z', org });
+    for (const h of ['2026-11-14-7', '2026-11-14-9', '2026-11-14-10']) {
+      archive.setHour(h, []);
+      second.setHour(h, []);
+    }
+    second.setHour('2026-11-14-8', dropped); // the first mirror lacks it
+    const r = await both(['--gaps']);
+    expect(r.code).toBe(0);
+    const lines = r.out.trim().split('\n');
+    expect(lines.find((l) => l.includes('mirror-cli-org'))).toMatch(
+      /: filled, 3 pushes recovered from 4 archive hours$/,
+    );
+    expect(lines).toContain(`  ${archive.url}: 3 hours read, 1 missing, 0 failed; 0 pushes added`);
+    expect(lines).toContain(`  ${second.url}: 4 hours read, 0 missing, 0 failed; 3 pushes added`);
+    // Opened again by hand: --gaps --json re-reads only what is not imported, and says so.
+    await t.db
+      .updateTable('gaps')
+      .set({ state: 'open' })
+      .where('source_id', '=', source.id)
+      .execute();
+    const json = JSON.parse((await both(['--gaps', '--json'])).out);
+    const late = json.gaps.find((g: { sourceId: number }) => g.sourceId === Number(source.id));
+    expect(late.outcome).toBe('filled');
+    expect(late.mirrors).toContainEqual(
+      expect.objectContaining({
+        mirror: archive.url,
+        hour: '2026-11-14-8',
+        state: 'missing',
+        pushesAdded: 0,
+      }),
+    );
+    expect(late.mirrors).toContainEqual(
+      expect.objectContaining({
+        mirror: second.url,
+        hour: '2026-11-14-8',
+        state: 'imported',
+        pushesAdded: 3,
+      }),
+    );
+  });
+
+  it('exits 2 naming GHARCHIVE_URL and its bad entry, or a bad --mirror', async () => {
+    const bad = await both(['2026-11-15-3'], {
+      GHARCHIVE_URL: `${archive.url},ftp://x.example.org`,
+    });
+    expect(bad.code).toBe(2);
+    expect(bad.err).toMatch(
+      /GHARCHIVE_URL each mirror must be an http\(s\) URL or a file:\/\/ directory \(got "ftp:\/\/x\.example\.org"\)/,
+    );
+    const flag = await both(['2026-11-15-3', '--mirror', 'mirror.example.org']);
+    expect(flag.code).toBe(2);
+    expect(flag.err).toMatch(
+      /--mirror must be all, an http\(s\) URL or a file:\/\/ directory \(got "mirror\.example\.org"\)/,
+    );
+    const gaps = await both(['--gaps', '--mirror', 'all']);
+    expect(gaps.code).toBe(2);
+  });
+});

@@ -348,7 +348,7 @@ describe('importing an archive file', () => {
       outcome: 'failed',
       error: { code: 'ARCHIVE_HOUR_MISSING' },
     });
-    expect(await checkpoint('2020-01-01-0')).toMatchObject({ state: 'failed', lines_done: '0' });
+    expect(await checkpoint('2020-01-01-0')).toMatchObject({ state: 'missing', lines_done: '0' });
 
     const hour = parseHour('2026-11-20-11')!;
     archive.setHour(hour.name, events(4, hour.start));

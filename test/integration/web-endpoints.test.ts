@@ -140,7 +140,7 @@ describe('GET /status', () => {
 });
 
 describe('GET /', () => {
-  it('renders the sources, backlog, budget and two inline SVG charts with no external assets', async () => {
+  it('renders the sources, backlog, budget and three inline SVG charts with no external assets', async () => {
     const res = await get('/');
     expect(res.status).toBe(200);
     expect(res.type).toMatch(/^text\/html/);
@@ -152,7 +152,7 @@ describe('GET /', () => {
     expect(html).toMatch(/<h2>Gaps<\/h2><div class="big">1 open<\/div>/);
     expect(html).toContain('<dt>pushes recovered</dt><dd>20</dd>');
     expect(html).toContain('<dt>last backfill</dt><dd>2026-11-29-3 completed 1h ago</dd>');
-    expect(html.match(/<svg /g)).toHaveLength(2);
+    expect(html.match(/<svg /g)).toHaveLength(3);
     expect(html).toContain('Events ingested per minute');
     expect(html).toContain('Requests spent per minute');
     // Nothing is fetched from elsewhere: no scripts, stylesheets or images by URL.

@@ -21,6 +21,8 @@ export interface ArchiveFault {
   cutAfterBytes?: number;
   /** Never answer. */
   hang?: boolean;
+  /** Send `head` body bytes at once, then `bytes` every `everyMs` (a stalling mirror). */
+  trickle?: { head: number; bytes: number; everyMs: number };
 }
 
 export interface ArchiveRequest {
@@ -95,6 +97,28 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
       return;
     }
     const body = hour ? files.get(hour) : undefined;
+    if (fault?.trickle && body) {
+      rec.status = 200;
+      res.writeHead(200, {
+        'content-type': 'application/gzip',
+        'content-length': String(body.length),
+      });
+      hanging.add(res);
+      const { head, bytes, everyMs } = fault.trickle;
+      let at = Math.min(head, body.length);
+      res.write(body.subarray(0, at));
+      const timer = setInterval(() => {
+        if (res.destroyed || at >= body.length) {
+          clearInterval(timer);
+          if (!res.destroyed) res.end();
+          return;
+        }
+        res.write(body.subarray(at, at + bytes));
+        at += bytes;
+      }, everyMs);
+      res.on('close', () => clearInterval(timer));
+      return;
+    }
     if (fault?.cutAfterBytes !== undefined && body) {
       rec.status = 200;
       res.writeHead(200, {

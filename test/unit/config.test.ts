@@ -44,6 +44,9 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
   ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
   ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
+  ['ARCHIVE_MIN_RATE', '16k', /integer from 1 to/],
+  ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
+  ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -110,7 +113,11 @@ describe('config: defaults and parsing', () => {
     expect(c.dataDir).toBe('.data');
     expect(c.logFormat).toBe('auto');
     expect(c.embeddedPort).toBe(54329);
-    expect(c.archive).toEqual({ url: 'https://data.gharchive.org' });
+    expect(c.archive).toEqual({
+      url: 'https://data.gharchive.org',
+      mirrors: ['https://data.gharchive.org'],
+      download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
+    });
   });
 
   it('takes a GH Archive mirror over HTTP or as a file:// directory', () => {
@@ -120,6 +127,40 @@ describe('config: defaults and parsing', () => {
     expect(loadConfig({ GHARCHIVE_URL: 'file:///srv/gharchive' }).archive.url).toBe(
       'file:///srv/gharchive',
     );
+  });
+
+  it('takes several mirrors, comma-separated, the first the default', () => {
+    const c = loadConfig({
+      GHARCHIVE_URL:
+        'https://data.gharchive.org/, file:///srv/opendigger ,https://data.gharchive.org',
+    });
+    expect(c.archive.url).toBe('https://data.gharchive.org');
+    expect(c.archive.mirrors).toEqual(['https://data.gharchive.org', 'file:///srv/opendigger']);
+  });
+
+  it('names the bad mirror of a list', () => {
+    expect(() =>
+      loadConfig({ GHARCHIVE_URL: 'https://a.example.org,ftp://b.example.org' }),
+    ).toThrow(
+      /GHARCHIVE_URL each mirror must be an http\(s\) URL or a file:\/\/ directory \(got "ftp:\/\/b.example.org"\)/,
+    );
+    expect(() => loadConfig({ GHARCHIVE_URL: 'https://a.example.org,' })).toThrow(
+      /GHARCHIVE_URL .*\(got ""\)/,
+    );
+  });
+
+  it('bounds archive downloads by a minimum rate and a deadline', () => {
+    const c = loadConfig({
+      ARCHIVE_MIN_RATE: '1000',
+      ARCHIVE_RATE_WINDOW: '2s',
+      ARCHIVE_DEADLINE: '5m',
+    });
+    expect(c.archive.download).toEqual({
+      minBytesPerSecond: 1000,
+      rateWindowMs: 2000,
+      deadlineMs: 300_000,
+    });
+    expect(() => loadConfig({ ARCHIVE_MIN_RATE: '0' })).toThrow(/ARCHIVE_MIN_RATE/);
   });
 
   it('treats an empty string as unset', () => {

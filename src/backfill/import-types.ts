@@ -1,0 +1,68 @@
+import type pg from 'pg';
+import type { Deps } from '../deps.ts';
+import type { CheckpointCounts } from './checkpoints.ts';
+import type { ScopeTest } from './events.ts';
+
+/** What an archive file import is asked to do and what it answers (src/backfill/import.ts). */
+
+export interface ImportTarget {
+  /** 'all' | 'source:<id>' | 'gap:<id>': the checkpoint key beside the file. */
+  scope: string;
+  sourceId: number | null;
+  gapId: number | null;
+  /** Keep only the events a source's feed would list (default: all). */
+  inScope?: ScopeTest;
+  /** Keep only pushes created in this window (a gap's). */
+  window?: { from: Date; to: Date };
+}
+
+export interface ImportOptions {
+  /** A session the caller holds (the gap fill keeps its gap lock on it); default: one from the pool. */
+  client?: pg.ClientBase;
+  /** Read a completed file again (still idempotent: nothing is stored twice). */
+  force?: boolean;
+  /** Wait while another process imports the same file (else return 'busy'). */
+  wait?: boolean;
+  signal?: AbortSignal;
+  chunkRows?: number;
+  onProgress?: (p: ImportProgress) => void;
+}
+
+export type ImportOutcome = 'completed' | 'already_imported' | 'busy' | 'failed' | 'interrupted';
+
+export interface ImportProgress {
+  label: string;
+  bytesRead: number;
+  bytesTotal: number | null;
+  /** Lines read so far (including lines an earlier attempt committed). */
+  lines: number;
+  /** This attempt's counts, committed. */
+  counts: CheckpointCounts;
+}
+
+export interface ImportResult {
+  file: string;
+  label: string;
+  scope: string;
+  outcome: ImportOutcome;
+  checkpointId: number | null;
+  /** Lines skipped because an earlier attempt had committed them. */
+  resumedAt: number;
+  lines: number;
+  /** This attempt's counts (committed). */
+  counts: CheckpointCounts;
+  newActors: number;
+  newRepositories: number;
+  /** Every attempt's counts: what the checkpoint row holds. */
+  totals: CheckpointCounts;
+  /**
+   * Lines of this attempt set aside and kept raw in rejected_events: the file's first
+   * QUARANTINE_SAMPLE; the rest of `counts.malformed` are counted only.
+   */
+  quarantined: number;
+  bytes: number;
+  seconds: number;
+  error: { code: string; message: string } | null;
+}
+
+export type ImportDeps = Pick<Deps, 'pool' | 'logger' | 'workerId' | 'clock'>;

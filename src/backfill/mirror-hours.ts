@@ -1,0 +1,77 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import { GIVE_UP_AFTER_MS } from './hours.ts';
+
+/**
+ * What each mirror gave each hour of a gap (docs/mirrors.md): the gap's checkpoints in
+ * backfill_files, one per (hour, mirror). A gap is filled once every hour was read from one
+ * mirror; a mirror that lacked an hour then (missing, or failing) is asked again until the
+ * 48 h horizon, and what it adds is counted on the same gap (its checkpoint's
+ * pushes_created, which gaps.events_recovered sums).
+ */
+
+export interface MirrorHourRow {
+  mirror: string;
+  hour: string;
+  /** imported | missing | failed | running */
+  state: string;
+  pushesAdded: number;
+  attempts: number;
+  error: string | null;
+}
+
+export async function mirrorHours(db: Db, gapId: number): Promise<MirrorHourRow[]> {
+  const r = await sql<{
+    mirror: string;
+    file: string;
+    state: string;
+    pushes_created: string;
+    attempts: number;
+    error: string | null;
+  }>`
+    SELECT mirror, file, state, pushes_created, attempts, error FROM backfill_files
+    WHERE gap_id = ${gapId} ORDER BY hour, file, mirror`.execute(db);
+  return r.rows.map((row) => ({
+    mirror: row.mirror,
+    hour: row.file,
+    state: row.state === 'completed' ? 'imported' : row.state,
+    pushesAdded: Number(row.pushes_created),
+    attempts: row.attempts,
+    error: row.error,
+  }));
+}
+
+export interface LateMirrorHour {
+  gapId: number;
+  mirror: string;
+  hour: string;
+  attempts: number;
+}
+
+/**
+ * Hours of filled gaps that a configured mirror lacked (missing, failed) and may still
+ * publish: inside the 48 h horizon, their backoff over (1, 2, 4 … minutes by attempts,
+ * capped at an hour, as a gap's). Oldest first.
+ */
+export async function lateMirrorHours(
+  db: Db,
+  now: Date,
+  mirrors: readonly string[],
+  limit: number,
+): Promise<LateMirrorHour[]> {
+  const r = await sql<{ gap_id: string; mirror: string; file: string; attempts: number }>`
+    SELECT b.gap_id, b.mirror, b.file, b.attempts
+    FROM backfill_files b JOIN gaps g ON g.id = b.gap_id
+    WHERE g.state = 'filled' AND b.state IN ('missing', 'failed')
+      AND b.mirror = ANY(${[...mirrors]}::text[])
+      AND b.hour + interval '1 hour' + make_interval(secs => ${GIVE_UP_AFTER_MS / 1000}) > ${now}
+      AND b.updated_at + least(interval '1 hour', interval '1 minute' * 2 ^ greatest(0, b.attempts - 1)) <= ${now}
+    ORDER BY b.updated_at, b.id
+    LIMIT ${limit}`.execute(db);
+  return r.rows.map((row) => ({
+    gapId: Number(row.gap_id),
+    mirror: row.mirror,
+    hour: row.file,
+    attempts: row.attempts,
+  }));
+}
