@@ -137,7 +137,9 @@ function sourcesHref(p: StatusReport['sourcePage'], change: Record<string, strin
     kind: p.kind,
     ...change,
   };
-  for (const [k, v] of Object.entries(merged)) if (v !== null) q.set(k, v);
+  // The defaults stay out of the address: page 1 of 50 is plain "/".
+  const defaults: Record<string, string> = { sources: '50', page: '1' };
+  for (const [k, v] of Object.entries(merged)) if (v !== null && v !== defaults[k]) q.set(k, v);
   const qs = q.toString();
   return qs ? `/?${qs}` : '/';
 }
