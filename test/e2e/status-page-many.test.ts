@@ -53,7 +53,7 @@ describe.skipIf(unavailable !== null)('status page at 10,000 sources in headless
       const response = await page.goto(`${web.url}/`);
       expect(response?.status()).toBe(200);
       expect((await response!.body()).length).toBeLessThan(300_000);
-      const summary = await page.locator('#source-summary').innerText();
+      const summary = await page.locator('#source-summary').textContent();
       expect(summary).toContain(`failing ${counts.failing}`);
       expect(summary).toContain(`overdue ${counts.overdue}`);
       expect(summary).toContain(`repo ${counts.repo.toLocaleString('en-US')}`);
@@ -75,11 +75,11 @@ describe.skipIf(unavailable !== null)('status page at 10,000 sources in headless
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
       expect(statSync(SCREENSHOT).size).toBeGreaterThan(10_000);
 
-      const firstOfPage1 = await rows.first().locator('td').first().innerText();
+      const firstOfPage1 = await rows.first().locator('td').first().textContent();
       await page.locator('#source-pages a[rel=next]').click();
       await page.waitForURL(/page=2/);
       expect(await page.getByText('page 2 of 200').count()).toBe(1);
-      expect(await rows.first().locator('td').first().innerText()).not.toBe(firstOfPage1);
+      expect(await rows.first().locator('td').first().textContent()).not.toBe(firstOfPage1);
       await page.locator('#source-pages a[rel=prev]').click();
       await page.waitForURL((u) => !u.search.includes('page='));
 
