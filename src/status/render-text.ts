@@ -101,9 +101,12 @@ function sourcesText(report: StatusReport): string[] {
   ];
   // A small deployment's page already holds every source: no need to repeat them.
   const paged = p.total > report.sources.length || p.state !== null || p.kind !== null;
-  if (paged && sum.worst.length > 0) {
-    out.push('', `Worst (failing, or overdue more than ${duration(sum.overdueAfterSeconds)})`);
-    out.push(...sourcesTable(report, sum.worst));
+  if (paged && sum.mostFailing.length > 0) {
+    out.push('', 'Most failing', ...sourcesTable(report, sum.mostFailing));
+  }
+  if (paged && sum.mostOverdue.length > 0) {
+    out.push('', `Most overdue (next poll more than ${duration(sum.overdueAfterSeconds)} past)`);
+    out.push(...sourcesTable(report, sum.mostOverdue));
   }
   if (paged && sum.latest.length > 0) {
     out.push('', 'Latest polled', ...sourcesTable(report, sum.latest));

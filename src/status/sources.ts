@@ -128,8 +128,10 @@ export interface SourceSummary {
   total: number;
   byState: Record<SourceState, number>;
   byKind: Record<SourceKind, number>;
-  /** Enabled sources failing (most consecutive failures first) or overdue (most overdue first). */
-  worst: SourceStatus[];
+  /** Enabled sources failing, most consecutive failures first. */
+  mostFailing: SourceStatus[];
+  /** Enabled sources not failing whose next poll is overdue, most overdue first. */
+  mostOverdue: SourceStatus[];
   /** The most recently polled. */
   latest: SourceStatus[];
   /** A source is overdue when its next poll is more than this many seconds past. */
@@ -241,13 +243,20 @@ export async function sourceSummary(
     byKind[row.kind] += n;
     total += n;
   }
-  const worst = await statusesOf(
+  const mostFailing = await statusesOf(
     db,
     now,
     sql`SELECT s.*, row_number() OVER (ORDER BY s.consecutive_failures DESC, s.next_poll_at, s.id) AS ord
-        FROM event_sources s
-        WHERE s.enabled AND (s.consecutive_failures > 0 OR s.next_poll_at < ${overdueBefore})
+        FROM event_sources s WHERE s.enabled AND s.consecutive_failures > 0
         ORDER BY s.consecutive_failures DESC, s.next_poll_at, s.id LIMIT ${SOURCES_HIGHLIGHTED}`,
+  );
+  const mostOverdue = await statusesOf(
+    db,
+    now,
+    sql`SELECT s.*, row_number() OVER (ORDER BY s.next_poll_at, s.id) AS ord
+        FROM event_sources s
+        WHERE s.enabled AND s.consecutive_failures = 0 AND s.next_poll_at < ${overdueBefore}
+        ORDER BY s.next_poll_at, s.id LIMIT ${SOURCES_HIGHLIGHTED}`,
   );
   const latest = await statusesOf(
     db,
@@ -256,7 +265,7 @@ export async function sourceSummary(
         FROM event_sources s WHERE s.last_polled_at IS NOT NULL
         ORDER BY s.last_polled_at DESC, s.id LIMIT ${SOURCES_HIGHLIGHTED}`,
   );
-  return { total, byState, byKind, worst, latest, overdueAfterSeconds };
+  return { total, byState, byKind, mostFailing, mostOverdue, latest, overdueAfterSeconds };
 }
 
 /** One page of the sources matching the query's state and kind, in id order. */

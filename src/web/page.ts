@@ -177,7 +177,8 @@ function sourcesSections(report: StatusReport): string {
     .join(' · ');
   return `<section><h2>Sources <span class="muted">(${count(sum.total)})</span></h2>
 <p id="source-summary">${states}<br><span class="muted">by kind:</span> ${kinds || 'none'}</p>
-${sum.total > 0 ? highlight('sources-worst', `Worst: failing or overdue more than ${duration(sum.overdueAfterSeconds)}`, sum.worst, 'none: every enabled source is polling on time') : ''}
+${sum.total > 0 ? highlight('sources-failing', 'Most failing', sum.mostFailing, 'none: no enabled source is failing') : ''}
+${sum.total > 0 ? highlight('sources-overdue', `Most overdue: next poll more than ${duration(sum.overdueAfterSeconds)} past`, sum.mostOverdue, 'none: every enabled source is polled on time') : ''}
 ${sum.total > 0 ? highlight('sources-latest', 'Latest polled', sum.latest, 'none polled yet') : ''}
 <h3>${filter.length ? `${e(filter.join(', '))}: ` : 'All: '}page ${count(p.page)} of ${count(Math.max(1, p.pages))} <span class="muted">(${count(p.total)} matching, ${p.perPage} a page)</span></h3>
 <table id="sources">${SOURCE_HEAD}

@@ -60,7 +60,8 @@ describe.skipIf(unavailable !== null)('status page at 10,000 sources in headless
       expect(await page.locator('#health').textContent()).toContain(
         `${counts.failing} source(s) failing`,
       );
-      expect(await page.locator('#sources-worst tbody tr').count()).toBe(10);
+      expect(await page.locator('#sources-failing tbody tr').count()).toBe(10);
+      expect(await page.locator('#sources-overdue tbody tr').count()).toBe(10);
       expect(await page.locator('#sources-latest tbody tr').count()).toBe(10);
       const rows = page.locator('#sources tbody tr');
       expect(await rows.count()).toBe(50);

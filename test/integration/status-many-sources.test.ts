@@ -65,14 +65,24 @@ describe('/status at 10,000 sources', () => {
     expect(bytes).toBeLessThan(200_000);
   });
 
-  it('the worst are the most failing, then the most overdue; the latest the last polled', async () => {
+  it('shows the most failing, the most overdue and the last polled in full', async () => {
     const { body } = await getJson('?sources=0');
-    const worst = body.sourceSummary.worst;
-    expect(worst).toHaveLength(10);
-    expect(worst[0].consecutiveFailures).toBe(20);
-    const failures = worst.map((s: { consecutiveFailures: number }) => s.consecutiveFailures);
+    const failing = body.sourceSummary.mostFailing;
+    expect(failing).toHaveLength(10);
+    expect(failing[0].consecutiveFailures).toBe(20);
+    const failures = failing.map((s: { consecutiveFailures: number }) => s.consecutiveFailures);
     expect(failures).toEqual([...failures].sort((a, b) => b - a));
-    expect(worst[0].lastRun.status).toBe('failed');
+    expect(failing[0].lastRun.status).toBe('failed');
+    const overdue = body.sourceSummary.mostOverdue;
+    expect(overdue).toHaveLength(10);
+    const next = overdue.map((s: { nextPollAt: string; consecutiveFailures: number }) => {
+      expect(s.consecutiveFailures).toBe(0);
+      return s.nextPollAt;
+    });
+    expect(next).toEqual([...next].sort());
+    // The most overdue of seedManySources is the highest g with g % 61 = 5 that is neither
+    // failing nor disabled: g = 9,948, 10 minutes + 99,480 s past.
+    expect(new Date(next[0]).getTime()).toBeLessThan(Date.now() - (600 + 99_000) * 1000);
     const latest = body.sourceSummary.latest;
     expect(latest).toHaveLength(10);
     const polled = latest.map((s: { lastRun: { startedAt: string } }) => s.lastRun.startedAt);
@@ -131,13 +141,14 @@ describe('/status at 10,000 sources', () => {
     };
     const report = await readStatus({ ...web.deps, db: t.db.withPlugin(counting) });
     expect(report.sources).toHaveLength(50);
-    expect(report.sourceSummary.worst.length + report.sourceSummary.latest.length).toBe(20);
+    const s = report.sourceSummary;
+    expect(s.mostFailing.length + s.mostOverdue.length + s.latest.length).toBe(30);
     expect(statements).toBeLessThanOrEqual(STATEMENTS_MAX);
   });
 });
 
 /**
- * 21 when written: sources take 5 (count, page, counts by state, worst, latest), the rest of
+ * 22 when written: sources take 6 (count, page, counts by state, failing, overdue, latest), the rest of
  * the report the others. A statement per source would be 10,000.
  */
 const STATEMENTS_MAX = 25;
@@ -145,13 +156,14 @@ const STATEMENTS_MAX = 25;
 describe('bin/status at 10,000 sources', () => {
   const env = () => ({ DATABASE_URL: t.url, GITHUB_MODE: 'live', LOG_LEVEL: 'silent' });
 
-  it('prints counts, the worst, the latest and one page, with the next page named', async () => {
+  it('prints counts, the most failing and overdue, the latest and one page, with the next page named', async () => {
     const r = await runBin('status', ['--sources', '5'], env());
     expect(r.code).toBe(0);
     expect(r.out).toContain(
       `Sources: 10,000 (ok ${counts.ok.toLocaleString('en-US')}, new 0, failing ${counts.failing}, overdue ${counts.overdue}, disabled ${counts.disabled}); by kind: repo 9,900, org 100`,
     );
-    expect(r.out).toMatch(/Worst \(failing, or overdue more than 2m\)/);
+    expect(r.out).toMatch(/Most failing/);
+    expect(r.out).toMatch(/Most overdue \(next poll more than 2m past\)/);
     expect(r.out).toMatch(/Latest polled/);
     expect(r.out).toMatch(/page 1 of 2,000 \(10,000 matching, 5 a page; next: --page 2\)/);
     // Readable: a few screens, not 10,000 lines.
