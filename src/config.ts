@@ -175,6 +175,7 @@ export const envSchema = z.object({
   ENRICH_SHARE: share.default(2 / 3),
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
+  GITHUB_ENDPOINT_RATE_PER_MINUTE: positiveInt(100_000).default(900),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
   LOG_FORMAT: z.enum(LOG_FORMATS).default('auto'),
@@ -215,6 +216,8 @@ export interface Config {
     readonly connectTimeoutMs: number;
     readonly responseTimeoutMs: number;
     readonly gateWaitSeconds: number;
+    /** GitHub's secondary limit: requests a minute per credential to one REST endpoint. */
+    readonly endpointRatePerMinute: number;
   };
   readonly tickSeconds: number;
   readonly pgbossSchema: string;
@@ -293,6 +296,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       connectTimeoutMs: 5_000,
       responseTimeoutMs: 15_000,
       gateWaitSeconds: e.GATE_WAIT_SECONDS,
+      endpointRatePerMinute: e.GITHUB_ENDPOINT_RATE_PER_MINUTE,
     },
     tickSeconds: e.TICK_SECONDS,
     pgbossSchema: e.PGBOSS_SCHEMA,

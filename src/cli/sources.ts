@@ -11,6 +11,7 @@ import {
 } from '../ingestion/sources.ts';
 import { quoted } from '../quote.ts';
 import { parseCli } from './args.ts';
+import { main as importMain } from './sources-import.ts';
 
 const USAGE = `
 Usage:
@@ -21,6 +22,7 @@ Usage:
   bin/sources list [--json]         every source, with its schedule and last error
   bin/sources enable ID             poll it again (clears its failure backoff, due now)
   bin/sources disable ID            stop polling it (its data stays)
+  bin/sources import FILE|-         many at once, one a line (see bin/sources import --help)
 
 KIND TARGET may also be one word, as SOURCES writes it: bin/sources add repo:OWNER/NAME.
 Sources are added in this process's GITHUB_MODE (live unless GITHUB_MODE=fixture); a
@@ -115,6 +117,8 @@ async function withApp<T>(fn: (app: App) => Promise<T>): Promise<T> {
 }
 
 export async function main(argv: string[]): Promise<number> {
+  // import has flags of its own: its module parses them (src/cli/sources-import.ts).
+  if (argv[0] === 'import') return importMain(argv.slice(1));
   const parsed = parseCli(argv, USAGE, { json: { type: 'boolean' } }, { allowPositionals: true });
   if (!parsed) return 0;
   const [command, ...rest] = parsed.positionals;

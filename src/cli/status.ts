@@ -5,21 +5,30 @@ import { DEFAULT_COVERAGE_HOURS, hourlyCoverage, MAX_COVERAGE_HOURS } from '../s
 import { readStatus } from '../status/model.ts';
 import { renderCoverage } from '../status/render-coverage.ts';
 import { renderText } from '../status/render-text.ts';
+import { InvalidSourceQuery, parseSourceQuery, type SourceQuery } from '../status/sources.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `
-Usage: bin/status [--json]
+Usage: bin/status [--json] [--sources N] [--page P] [--state STATE] [--kind KIND]
        bin/status --coverage [--hours N] [--json]
 
 Prints what the status page shows: sources and their last runs, enrichment backlog,
 request budget, queues, the last reconcile, webhook deliveries. Read from the database,
 so it shows the whole deployment, whichever machine you run it on.
 
-  --coverage   per UTC hour, the pushes stored by the origin each first arrived from
-               (poll, webhook, archive), the gaps open and the archive mirrors read
-               (view hourly_coverage; docs/mirrors.md)
-  --hours N    how many hours back, the current one included (default 48, at most 8784)
-  --json       the same report as GET /status (or the coverage rows), for scripts
+  --json           the same report as GET /status (or the coverage rows), for scripts
+  --sources N      list N sources in full (default 50, at most 1000; 0: counts only)
+  --page P         which page of them (default 1)
+  --state STATE    only sources that are ok, new, failing, overdue or disabled
+  --kind KIND      only public, repo, org or user sources
+  --coverage       per UTC hour, the pushes stored by the origin each first arrived from
+                   (poll, webhook, archive), the gaps open and the archive mirrors read
+                   (view hourly_coverage; docs/mirrors.md)
+  --hours N        with --coverage: how many hours back, the current one included
+                   (default 48, at most 8784)
+Sources are always summed by state and kind, with the worst (most failing, most overdue)
+and the latest polled shown in full; the same paging is ?sources=N&page=P&state=S&kind=K
+on GET /status and GET /.
 `;
 
 export async function main(argv: string[]): Promise<number> {
@@ -27,6 +36,10 @@ export async function main(argv: string[]): Promise<number> {
     json: { type: 'boolean' },
     coverage: { type: 'boolean' },
     hours: { type: 'string' },
+    sources: { type: 'string' },
+    page: { type: 'string' },
+    state: { type: 'string' },
+    kind: { type: 'string' },
   });
   if (!cli) return 0;
   const hours = positiveIntFlag('hours', cli.values.hours, USAGE);
@@ -35,6 +48,14 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (hours !== undefined && hours > MAX_COVERAGE_HOURS) {
     throw new UsageError(`--hours must be at most ${MAX_COVERAGE_HOURS} (got ${hours})\n${USAGE}`);
+  }
+  let query: SourceQuery;
+  try {
+    const v = cli.values as Record<string, string | boolean | undefined>;
+    query = parseSourceQuery((name) => (typeof v[name] === 'string' ? (v[name] as string) : null));
+  } catch (err) {
+    if (err instanceof InvalidSourceQuery) throw new UsageError(`--${err.message}\n${USAGE}`);
+    throw err;
   }
   const app = await createApp({ role: 'status', poolMax: 2 });
   try {
@@ -45,7 +66,7 @@ export async function main(argv: string[]): Promise<number> {
       );
       return 0;
     }
-    const report = await readStatus(app);
+    const report = await readStatus(app, query);
     process.stdout.write(
       cli.values.json ? `${JSON.stringify(report, null, 2)}\n` : renderText(report),
     );

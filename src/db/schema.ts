@@ -57,6 +57,8 @@ export interface EventSourcesTable {
   last_error: string | null;
   last_polled_at: NullableTimestamp;
   recent_event_ids: ColumnType<string[], string[] | undefined, string[]>;
+  /** Expected quota-counted requests per poll: a weighted mean of recent polls (0 = all 304s). */
+  poll_cost: Generated<number>;
   created_at: Generated<Timestamp>;
   updated_at: Generated<Timestamp>;
 }

@@ -19,7 +19,7 @@ import { classifyFailure } from './failures.ts';
 import { heldBefore, mergeRecentIds } from './horizon.ts';
 import { mapEventsPage } from './mapping.ts';
 import { storePage } from './page-store.ts';
-import { addSeconds, notDueReason, pollFloorSeconds } from './schedule.ts';
+import { notDueReason, planSourcePoll } from './schedule.ts';
 import { describeSource, feedPath, getSource } from './sources.ts';
 
 /**
@@ -501,16 +501,6 @@ function runCounters(state: RunState) {
   };
 }
 
-async function enabledSourceCount(deps: IngestionDeps): Promise<number> {
-  const r = await deps.db
-    .selectFrom('event_sources')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('enabled', '=', true)
-    .where('mode', '=', deps.config.github.mode)
-    .executeTakeFirstOrThrow();
-  return Number(r.n);
-}
-
 function summaryOf(
   source: EventSource,
   state: RunState,
@@ -540,8 +530,13 @@ async function finalizeSuccess(
 ): Promise<RunSummary> {
   const now = (deps.clock ?? systemClock).now();
   const interval = state.pollInterval ?? source.poll_interval_seconds;
-  const floor = await pollFloorSeconds(deps, await enabledSourceCount(deps));
-  const nextPollAt = addSeconds(now, Math.max(interval, floor));
+  const plan = await planSourcePoll(
+    deps,
+    source,
+    { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
+    now,
+  );
+  const nextPollAt = plan.nextPollAt;
   const status = state.notModified ? 'not_modified' : 'completed';
   const gap = await deps.db.transaction().execute(async (trx) => {
     await trx
@@ -557,6 +552,7 @@ async function finalizeSuccess(
         etag: state.etag ?? source.etag,
         poll_interval_seconds: interval,
         next_poll_at: nextPollAt,
+        poll_cost: plan.cost,
         recent_event_ids: state.notModified
           ? source.recent_event_ids
           : mergeRecentIds(state.eventIds, source.recent_event_ids),
@@ -598,6 +594,8 @@ async function finalizeSuccess(
       repositories_created: state.repositoriesCreated,
       gap_detected: state.gap,
       next_poll_at: nextPollAt.toISOString(),
+      poll_cost: plan.cost,
+      limited_by: plan.limitedBy,
     },
     `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.eventsRejected ? `, ${state.eventsRejected} set aside` : ''}${state.gap ? ', GAP recorded' : ''}`,
   );

@@ -1,10 +1,13 @@
-import type { EventSource, GithubMode } from '../db/schema.ts';
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { EventSource, GithubMode, SourceKind } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
-import { pollIntervalFloorSeconds } from '../github/budget.ts';
+import { allowanceFor } from '../github/budget.ts';
+import { defaultQuota } from '../github/credential.ts';
 
 /**
- * When a source is polled next: after a success, the larger of GitHub's X-Poll-Interval
- * and the poll budget's per-source floor (DESIGN §6); after a failure, a doubling ladder.
+ * When a source is polled next: after a success, planNextPoll (below: X-Poll-Interval, the
+ * quota its expected cost allows, the secondary limit); after a failure, a doubling ladder.
  */
 
 export const BACKOFF_BASE_SECONDS = 60;
@@ -36,19 +39,219 @@ export function notDueReason(
 }
 
 /**
- * The poll budget's per-source floor (DESIGN §6): polls may spend what enrichment leaves
- * of each credential's hourly quota — summed over the pool — shared by every enabled
- * source of this mode. The GitHub layer owns the arithmetic (it knows the quota last seen
- * for each credential).
+ * The poll plan (issue 19 item 3, ADR 0081). A 304 is free of GitHub's quota, so a source is
+ * planned with its expected counted cost `c` — `poll_cost`, a weighted mean of the counted
+ * requests its recent polls spent — not as if every poll cost one. A source polling every T
+ * seconds spends c / T a second. The pool's poll allowance B (a second) is shared by
+ * water-filling: every source may spend up to a level L, a source that needs less at its
+ * X-Poll-Interval X (c / X <= L) leaves the rest to the others, so
+ *     T = max(X, c / L)   and   Σ c / T = Σ min(c / X, L) <= B.
+ * Idle feeds (c ≈ 0) poll at X; busy ones share what is left and never overspend. The same
+ * rule, with requests r = max(1, c) (a 304 is still a request) and the pool's secondary
+ * limit R = credentials × GITHUB_ENDPOINT_RATE_PER_MINUTE / 60 per endpoint template (a
+ * kind: every repo feed is `/repos/{o}/{r}/events`), gives a level M and T >= r / M.
+ * L is one water-filling step from B / n (see fillLevel), read by one statement per run.
  */
-export async function pollFloorSeconds(
-  deps: Pick<Deps, 'db' | 'github' | 'config'>,
-  enabledSources: number,
+
+/**
+ * How much a poll's outcome moves poll_cost: three 304s take a new source (cost 1) to 0.125,
+ * so an imported fleet of idle feeds reaches its X-Poll-Interval within a few rounds. A busy
+ * source's estimate is noisy; the fleet's sum, which the quota level reads, is not.
+ */
+export const POLL_COST_WEIGHT = 0.5;
+/** poll_cost's bounds (the column's CHECK): a run reads at most a few pages. */
+export const POLL_COST_MAX = 100;
+
+/** The weighted mean after one more poll that spent `counted` quota-counted requests. */
+export function nextPollCost(previous: number, counted: number): number {
+  const c = Math.min(POLL_COST_MAX, Math.max(0, counted));
+  const mixed = POLL_COST_WEIGHT * c + (1 - POLL_COST_WEIGHT) * previous;
+  // Far below any cost that matters: 0 keeps the sums exact and the column readable.
+  return mixed < 1e-6 ? 0 : Math.min(POLL_COST_MAX, mixed);
+}
+
+/** Requests a poll sends, counted or not: at least page 1 (a 304 is one request). */
+export function expectedRequests(cost: number): number {
+  return Math.max(1, cost);
+}
+
+/**
+ * The sums one water-filling step needs, over the sources sharing a budget: how many there
+ * are, and the rate (per second, at their X-Poll-Interval) and number of those needing no
+ * more than the equal share budget / n.
+ */
+export interface FillSums {
+  budget: number;
+  n: number;
+  lowRate: number;
+  lowN: number;
+}
+
+/**
+ * The level every source may spend up to: Infinity when all fit at their X-Poll-Interval,
+ * else (budget − what the low ones need) shared by the rest — never below budget / n. Valid
+ * by construction: Σ min(rate, level) <= lowRate + (n − lowN) × level = budget.
+ */
+export function fillLevel(s: FillSums): number {
+  if (s.n === 0 || s.lowN >= s.n) return Number.POSITIVE_INFINITY;
+  return Math.max(s.budget / s.n, (s.budget - s.lowRate) / (s.n - s.lowN));
+}
+
+/** FillSums from every source's rate at its X-Poll-Interval (what the statement computes). */
+export function fillSums(budget: number, rates: readonly number[]): FillSums {
+  const share = budget / Math.max(1, rates.length);
+  const low = rates.filter((r) => r <= share);
+  return { budget, n: rates.length, lowRate: low.reduce((a, b) => a + b, 0), lowN: low.length };
+}
+
+export interface PollPlanInput {
+  /** GitHub's X-Poll-Interval for this feed (its floor). */
+  pollIntervalSeconds: number;
+  /** This source's expected counted requests per poll (its new poll_cost). */
+  cost: number;
+  /** Counted requests a second each source may spend (fillLevel of the poll allowance). */
+  quotaLevel: number;
+  /** Requests a second each source of this endpoint may send (fillLevel of the limit). */
+  requestLevel: number;
+}
+
+export type PollLimit = 'poll_interval' | 'quota' | 'secondary_limit';
+
+export interface PollPlan {
+  seconds: number;
+  nextPollAt: Date;
+  /** Which floor decided (the first of equals, in this order). */
+  limitedBy: PollLimit;
+}
+
+export function planNextPoll(input: PollPlanInput, now: Date): PollPlan {
+  const floors: [PollLimit, number][] = [
+    ['poll_interval', Math.max(1, input.pollIntervalSeconds)],
+    ['quota', input.cost / input.quotaLevel],
+    ['secondary_limit', expectedRequests(input.cost) / input.requestLevel],
+  ];
+  let [limitedBy, best] = floors[0]!;
+  for (const [why, s] of floors) {
+    if (s > best) [limitedBy, best] = [why, s];
+  }
+  const seconds = Math.ceil(best);
+  return { seconds, nextPollAt: addSeconds(now, seconds), limitedBy };
+}
+
+/** The pool's poll allowance in counted requests a second, from each credential's last quota. */
+export async function pollAllowancePerSecond(
+  db: Db,
+  credentials: readonly string[],
+  share: number,
 ): Promise<number> {
-  return pollIntervalFloorSeconds(
+  const rows = credentials.length
+    ? await db
+        .selectFrom('github_rate_limits')
+        .select(['credential', 'quota'])
+        .where('credential', 'in', [...credentials])
+        .execute()
+    : [];
+  const quota = new Map(rows.map((r) => [r.credential, r.quota]));
+  const hourly = credentials.reduce(
+    (n, label) => n + allowanceFor(quota.get(label) ?? defaultQuota(label), share).poll,
+    0,
+  );
+  return hourly / 3600;
+}
+
+/**
+ * Both water-filling sums in one statement over the enabled sources of `mode`: the quota's
+ * (every kind) and the secondary limit's (the sources of `kind`, which share its endpoint).
+ * `self` is the polled source with its new cost and interval (written after, in the
+ * finalize transaction).
+ */
+export async function fleetSums(
+  db: Db,
+  opts: {
+    mode: GithubMode;
+    kind: SourceKind;
+    quotaBudget: number;
+    requestBudget: number;
+    self: { id: string; cost: number; interval: number };
+  },
+): Promise<{ quota: FillSums; requests: FillSums }> {
+  const { self } = opts;
+  const r = await sql<{
+    n: string;
+    ne: string;
+    q_rate: number;
+    q_n: string;
+    r_rate: number;
+    r_n: string;
+  }>`
+    WITH s AS (
+      SELECT kind = ${opts.kind} AS same,
+             CASE WHEN id = ${self.id}::bigint THEN ${self.cost}::float8 ELSE poll_cost END
+               / greatest(1, CASE WHEN id = ${self.id}::bigint THEN ${self.interval}::int
+                                  ELSE poll_interval_seconds END) AS q,
+             greatest(1, CASE WHEN id = ${self.id}::bigint THEN ${self.cost}::float8 ELSE poll_cost END)
+               / greatest(1, CASE WHEN id = ${self.id}::bigint THEN ${self.interval}::int
+                                  ELSE poll_interval_seconds END) AS rq
+      FROM event_sources WHERE enabled AND mode = ${opts.mode}
+    ),
+    n AS (SELECT count(*) AS n, count(*) FILTER (WHERE same) AS ne FROM s)
+    SELECT n.n, n.ne,
+           coalesce(sum(s.q) FILTER (WHERE s.q <= ${opts.quotaBudget}::float8 / greatest(1, n.n)), 0)::float8 AS q_rate,
+           count(*) FILTER (WHERE s.q <= ${opts.quotaBudget}::float8 / greatest(1, n.n)) AS q_n,
+           coalesce(sum(s.rq) FILTER (WHERE s.same AND s.rq <= ${opts.requestBudget}::float8 / greatest(1, n.ne)), 0)::float8 AS r_rate,
+           count(*) FILTER (WHERE s.same AND s.rq <= ${opts.requestBudget}::float8 / greatest(1, n.ne)) AS r_n
+    FROM n LEFT JOIN s ON true GROUP BY n.n, n.ne`.execute(db);
+  const row = r.rows[0]!;
+  return {
+    quota: {
+      budget: opts.quotaBudget,
+      n: Number(row.n),
+      lowRate: Number(row.q_rate),
+      lowN: Number(row.q_n),
+    },
+    requests: {
+      budget: opts.requestBudget,
+      n: Number(row.ne),
+      lowRate: Number(row.r_rate),
+      lowN: Number(row.r_n),
+    },
+  };
+}
+
+/**
+ * The runner's one call (after a successful run, before its finalize transaction): the
+ * source's new poll_cost and when it polls next.
+ */
+export async function planSourcePoll(
+  deps: Pick<Deps, 'db' | 'github' | 'config'>,
+  source: Pick<EventSource, 'id' | 'kind' | 'poll_cost'>,
+  run: { requestsSpent: number; pollIntervalSeconds: number },
+  now: Date,
+): Promise<PollPlan & { cost: number }> {
+  const cost = nextPollCost(source.poll_cost, run.requestsSpent);
+  const credentials = deps.github.credentials;
+  const quotaBudget = await pollAllowancePerSecond(
     deps.db,
-    deps.github.credentials,
-    enabledSources,
+    credentials,
     deps.config.enrichment.share,
   );
+  const requestBudget =
+    (Math.max(1, credentials.length) * deps.config.github.endpointRatePerMinute) / 60;
+  const sums = await fleetSums(deps.db, {
+    mode: deps.config.github.mode,
+    kind: source.kind,
+    quotaBudget,
+    requestBudget,
+    self: { id: String(source.id), cost, interval: run.pollIntervalSeconds },
+  });
+  const plan = planNextPoll(
+    {
+      pollIntervalSeconds: run.pollIntervalSeconds,
+      cost,
+      quotaLevel: fillLevel(sums.quota),
+      requestLevel: fillLevel(sums.requests),
+    },
+    now,
+  );
+  return { ...plan, cost };
 }

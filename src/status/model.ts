@@ -13,7 +13,15 @@ import {
   type QueueStatus,
   queueStatuses,
 } from './queues.ts';
-import { type SourceStatus, sourceStatuses } from './sources.ts';
+import {
+  DEFAULT_SOURCE_QUERY,
+  type SourcePage,
+  type SourceQuery,
+  type SourceStatus,
+  type SourceSummary,
+  sourcePage,
+  sourceSummary,
+} from './sources.ts';
 
 /**
  * The one status model behind GET /status (JSON), GET / (HTML) and bin/status (terminal).
@@ -22,6 +30,11 @@ import { type SourceStatus, sourceStatuses } from './sources.ts';
  */
 export interface StatusReport {
   generatedAt: Date;
+  /** Counts by state and kind, the worst and the latest sources: readable at 10,000. */
+  sourceSummary: SourceSummary;
+  /** Which page of sources `sources` is (SourceQuery: ?sources=N&page=P&state=S&kind=K). */
+  sourcePage: SourcePage;
+  /** One page of sources (50 by default, in id order), each in full. */
   sources: SourceStatus[];
   activity: IngestActivity;
   /** Recorded gaps by state, pushes recovered from the archive, the last backfill. */
@@ -79,12 +92,24 @@ export type StatusDeps = Pick<Deps, 'db' | 'config' | 'clock'> & {
   github: Pick<Deps['github'], 'budget'>;
 };
 
-export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
+/** A source is overdue once its next poll is two ticks past (it should have been claimed). */
+export function overdueAfterSeconds(config: Pick<StatusDeps['config'], 'tickSeconds'>): number {
+  return Math.max(120, 2 * config.tickSeconds);
+}
+
+export async function readStatus(
+  deps: StatusDeps,
+  query: SourceQuery = DEFAULT_SOURCE_QUERY,
+): Promise<StatusReport> {
   const { db, config } = deps;
   const now = (deps.clock ?? systemClock).now();
+  const overdue = overdueAfterSeconds(config);
+  const page = await sourcePage(db, now, query, overdue);
   const report: StatusReport = {
     generatedAt: now,
-    sources: await sourceStatuses(db, now),
+    sourceSummary: await sourceSummary(db, now, overdue),
+    sourcePage: page.page,
+    sources: page.sources,
     activity: await ingestActivity(db, now),
     gaps: await gapStatus(db),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),

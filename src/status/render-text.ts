@@ -1,6 +1,6 @@
 import { count, duration, nextPoll, relative } from './format.ts';
 import type { StatusReport } from './model.ts';
-import { sourceLabel } from './sources.ts';
+import { type SourceStatus, sourceLabel } from './sources.ts';
 
 /** The status report as a terminal picture (bin/status): plain text, fixed-width columns. */
 
@@ -53,6 +53,78 @@ function credentialsTable(report: StatusReport): string[] {
   ).map((line) => `  ${line}`);
 }
 
+function sourcesTable(report: StatusReport, sources: SourceStatus[]): string[] {
+  const now = report.generatedAt;
+  const out = table(
+    [
+      'id',
+      'source',
+      'mode',
+      'enabled',
+      'last run',
+      'when',
+      'next poll',
+      'failures',
+      'rejected 24h',
+      'gaps 24h',
+    ],
+    sources.map((s) => [
+      String(s.id),
+      sourceLabel(s),
+      s.mode,
+      s.enabled ? 'yes' : 'no',
+      s.lastRun?.status ?? '-',
+      s.lastRun ? relative(s.lastRun.finishedAt ?? s.lastRun.startedAt, now) : 'never',
+      s.enabled ? nextPoll(s.nextPollAt, now) : '-',
+      String(s.consecutiveFailures),
+      String(s.rejectedLast24h),
+      String(s.gapsLast24h),
+    ]),
+  );
+  for (const s of sources) {
+    if (s.lastError) out.push(`  source ${s.id} last error: ${s.lastError}`);
+  }
+  return out;
+}
+
+/**
+ * Sources at any count: one line of counts by state and kind, the worst and the latest when
+ * there are more sources than the page shows, then the page (bin/status --sources N --page P).
+ */
+function sourcesText(report: StatusReport): string[] {
+  const sum = report.sourceSummary;
+  const p = report.sourcePage;
+  const byState = Object.entries(sum.byState).map(([k, n]) => `${k} ${count(n)}`);
+  const byKind = Object.entries(sum.byKind)
+    .filter(([, n]) => n > 0)
+    .map(([k, n]) => `${k} ${count(n)}`);
+  const out = [
+    `Sources: ${count(sum.total)} (${byState.join(', ')}); by kind: ${byKind.join(', ') || 'none'}`,
+  ];
+  // A small deployment's page already holds every source: no need to repeat them.
+  const paged = p.total > report.sources.length || p.state !== null || p.kind !== null;
+  if (paged && sum.mostFailing.length > 0) {
+    out.push('', 'Most failing', ...sourcesTable(report, sum.mostFailing));
+  }
+  if (paged && sum.mostOverdue.length > 0) {
+    out.push('', `Most overdue (next poll more than ${duration(sum.overdueAfterSeconds)} past)`);
+    out.push(...sourcesTable(report, sum.mostOverdue));
+  }
+  if (paged && sum.latest.length > 0) {
+    out.push('', 'Latest polled', ...sourcesTable(report, sum.latest));
+  }
+  if (p.perPage === 0) return out;
+  const filter = [p.state && `state ${p.state}`, p.kind && `kind ${p.kind}`].filter(Boolean);
+  out.push(
+    '',
+    `${filter.length ? `${filter.join(', ')}: ` : ''}page ${count(p.page)} of ${count(Math.max(1, p.pages))} (${count(p.total)} matching, ${p.perPage} a page${p.page < p.pages ? `; next: --page ${p.page + 1}` : ''})`,
+  );
+  if (report.sources.length === 0)
+    out.push(sum.total === 0 ? '  no sources yet' : '  none on this page');
+  else out.push(...sourcesTable(report, report.sources));
+  return out;
+}
+
 export function renderText(report: StatusReport): string {
   const now = report.generatedAt;
   const out: string[] = [`github-push-ingestor status at ${now.toISOString()}`, ''];
@@ -75,39 +147,8 @@ export function renderText(report: StatusReport): string {
     gapsLine(report),
     lastBackfillLine(report),
     '',
-    'Sources',
+    ...sourcesText(report),
   );
-  out.push(
-    ...table(
-      [
-        'id',
-        'source',
-        'mode',
-        'enabled',
-        'last run',
-        'when',
-        'next poll',
-        'failures',
-        'rejected 24h',
-        'gaps 24h',
-      ],
-      report.sources.map((s) => [
-        String(s.id),
-        sourceLabel(s),
-        s.mode,
-        s.enabled ? 'yes' : 'no',
-        s.lastRun?.status ?? '-',
-        s.lastRun ? relative(s.lastRun.finishedAt ?? s.lastRun.startedAt, now) : 'never',
-        s.enabled ? nextPoll(s.nextPollAt, now) : '-',
-        String(s.consecutiveFailures),
-        String(s.rejectedLast24h),
-        String(s.gapsLast24h),
-      ]),
-    ),
-  );
-  for (const s of report.sources) {
-    if (s.lastError) out.push(`  source ${s.id} last error: ${s.lastError}`);
-  }
 
   out.push('', 'Enrichment backlog');
   out.push(

@@ -30,6 +30,7 @@ main { padding:16px 24px 32px; max-width:1240px; }
 .card dt { color:var(--muted); } .card dd { margin:0; text-align:right; font-variant-numeric:tabular-nums; min-width:0; overflow-wrap:anywhere; }
 section { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:16px; }
 section h2 { font-size:15px; margin:0 0 8px; }
+section h3 { font-size:13px; margin:14px 0 6px; }
 table { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
 th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
 th { font-size:12px; color:var(--muted); font-weight:600; }
@@ -56,15 +57,16 @@ type Health = { level: 'ok' | 'warn' | 'bad'; text: string };
 
 function health(report: StatusReport): Health {
   const now = report.generatedAt;
-  const enabled = report.sources.filter((s) => s.enabled);
-  const failing = enabled.filter((s) => s.consecutiveFailures > 0);
+  const sum = report.sourceSummary;
+  const enabled = sum.total - sum.byState.disabled;
+  const failing = sum.byState.failing;
   const blocked = report.budget?.blockedUntil && report.budget.blockedUntil > now;
-  if (enabled.length > 0 && failing.length === enabled.length) {
+  if (enabled > 0 && failing === enabled) {
     return { level: 'bad', text: 'every enabled source is failing' };
   }
   if (!report.queues) return { level: 'bad', text: 'queues not installed' };
   const problems: string[] = [];
-  if (failing.length) problems.push(`${failing.length} source(s) failing`);
+  if (failing) problems.push(`${failing} source(s) failing`);
   if (report.activity.gapsLast24h) problems.push(`${report.activity.gapsLast24h} gap(s) in 24h`);
   if (report.activity.rejected.last24h) {
     problems.push(`${report.activity.rejected.last24h} event(s) set aside in 24h`);
@@ -80,7 +82,7 @@ function health(report: StatusReport): Health {
     problems.push(`${someBlocked.length} of ${report.credentials.length} credentials blocked`);
   }
   if (problems.length) return { level: 'warn', text: problems.join(', ') };
-  return { level: 'ok', text: enabled.length ? 'healthy' : 'no enabled sources' };
+  return { level: 'ok', text: enabled ? 'healthy' : 'no enabled sources' };
 }
 
 /** A card row: its value, or its value shortened with the whole of it as the tooltip. */
@@ -141,6 +143,67 @@ function sourceRow(s: SourceStatus, now: Date): string {
 <td class="num">${count(s.rejectedLast24h)}</td>
 <td class="num">${s.gapsLast24h}</td>
 </tr>`;
+}
+
+const SOURCE_HEAD = `<thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">rejected 24h</th><th class="num">gaps 24h</th></tr></thead>`;
+
+/** A link to another view of the sources, keeping what the others do not change. */
+function sourcesHref(p: StatusReport['sourcePage'], change: Record<string, string | null>): string {
+  const q = new URLSearchParams();
+  const merged: Record<string, string | null> = {
+    sources: p.perPage === 50 ? null : String(p.perPage),
+    page: p.page === 1 ? null : String(p.page),
+    state: p.state,
+    kind: p.kind,
+    ...change,
+  };
+  // The defaults stay out of the address: page 1 of 50 is plain "/".
+  const defaults: Record<string, string> = { sources: '50', page: '1' };
+  for (const [k, v] of Object.entries(merged)) if (v !== null && v !== defaults[k]) q.set(k, v);
+  const qs = q.toString();
+  return qs ? `/?${qs}` : '/';
+}
+
+/**
+ * Sources readable at 10,000: counts by state and kind (each a link to those sources), the
+ * worst and the latest in full, then one page of the chosen ones with links to the others.
+ */
+function sourcesSections(report: StatusReport): string {
+  const now = report.generatedAt;
+  const sum = report.sourceSummary;
+  const p = report.sourcePage;
+  const link = (label: string, n: number, change: Record<string, string | null>) =>
+    `<a href="${e(sourcesHref(p, { ...change, page: null }))}">${e(label)}</a> ${count(n)}`;
+  const states = Object.entries(sum.byState)
+    .map(([k, n]) => link(k, n, { state: k, kind: null }))
+    .join(' · ');
+  const kinds = Object.entries(sum.byKind)
+    .filter(([, n]) => n > 0)
+    .map(([k, n]) => link(k, n, { kind: k, state: null }))
+    .join(' · ');
+  const highlight = (id: string, title: string, rows: SourceStatus[], none: string) =>
+    `<h3>${e(title)}</h3><table id="${id}">${SOURCE_HEAD}<tbody>${rows.map((s) => sourceRow(s, now)).join('\n') || `<tr><td colspan="12" class="muted">${e(none)}</td></tr>`}</tbody></table>`;
+  const filter = [p.state && `state ${p.state}`, p.kind && `kind ${p.kind}`].filter(Boolean);
+  const nav = [
+    p.page > 1
+      ? `<a href="${e(sourcesHref(p, { page: String(p.page - 1) }))}" rel="prev">← previous</a>`
+      : '',
+    p.page < p.pages
+      ? `<a href="${e(sourcesHref(p, { page: String(p.page + 1) }))}" rel="next">next →</a>`
+      : '',
+    filter.length ? `<a href="/">all sources</a>` : '',
+  ]
+    .filter(Boolean)
+    .join(' · ');
+  return `<section><h2>Sources <span class="muted">(${count(sum.total)})</span></h2>
+<p id="source-summary">${states}<br><span class="muted">by kind:</span> ${kinds || 'none'}</p>
+${sum.total > 0 ? highlight('sources-failing', 'Most failing', sum.mostFailing, 'none: no enabled source is failing') : ''}
+${sum.total > 0 ? highlight('sources-overdue', `Most overdue: next poll more than ${duration(sum.overdueAfterSeconds)} past`, sum.mostOverdue, 'none: every enabled source is polled on time') : ''}
+${sum.total > 0 ? highlight('sources-latest', 'Latest polled', sum.latest, 'none polled yet') : ''}
+<h3>${filter.length ? `${e(filter.join(', '))}: ` : 'All: '}page ${count(p.page)} of ${count(Math.max(1, p.pages))} <span class="muted">(${count(p.total)} matching, ${p.perPage} a page)</span></h3>
+<table id="sources">${SOURCE_HEAD}
+<tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || `<tr><td colspan="12" class="muted">${sum.total === 0 ? 'No sources yet: bin/sources add public, or bin/sources import FILE' : 'No sources on this page'}</td></tr>`}</tbody></table>
+<p class="muted" id="source-pages">${nav}</p></section>`;
 }
 
 /** The pool, one row per credential (labels only: a token's fingerprint, an installation id). */
@@ -286,9 +349,7 @@ ${barChart(
 <div class="cards">${cards.join('\n')}</div>
 <section><h2>Activity</h2>${charts}</section>
 ${coverageSection}
-<section><h2>Sources <span class="muted">(${report.sources.length})</span></h2>
-<table id="sources"><thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">rejected 24h</th><th class="num">gaps 24h</th></tr></thead>
-<tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || '<tr><td colspan="12" class="muted">No sources yet: bin/sources add public</td></tr>'}</tbody></table></section>
+${sourcesSections(report)}
 <section><h2>Queues</h2>${queues}</section>
 ${credentialsSection(report)}
 </main>

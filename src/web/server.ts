@@ -5,6 +5,7 @@ import { isNotSetUpError, NOT_SET_UP } from '../db/setup-state.ts';
 import { hourlyCoverage } from '../status/coverage.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';
+import { InvalidSourceQuery, parseSourceQuery, type SourceQuery } from '../status/sources.ts';
 import { createByteBudget } from './body-budget.ts';
 import { createMetrics } from './metrics.ts';
 import { renderPage } from './page.ts';
@@ -49,10 +50,15 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
     sendJson(res, r.ready ? 200 : 503, r);
   });
 
-  route('GET', '/status', async (_req, res) => sendJson(res, 200, await readStatus(deps)));
+  route('GET', '/status', async (req, res) => {
+    const query = sourceQueryOf(req, res, 'json');
+    if (query) sendJson(res, 200, await readStatus(deps, query));
+  });
 
-  route('GET', '/', async (_req, res) => {
-    const report = await readStatus(deps);
+  route('GET', '/', async (req, res) => {
+    const query = sourceQueryOf(req, res, 'html');
+    if (!query) return;
+    const report = await readStatus(deps, query);
     const series = await minuteSeries(deps.db, now());
     const coverage = await hourlyCoverage(deps.db, now());
     sendText(res, 200, 'text/html; charset=utf-8', renderPage(report, series, coverage));
@@ -64,6 +70,23 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
 
   route('POST', '/webhooks/github', webhookRoute(deps, bodyBudget));
   return routes;
+}
+
+/** ?sources=N&page=P&state=S&kind=K, or null once a 400 naming the bad one was sent. */
+function sourceQueryOf(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  as: 'json' | 'html',
+): SourceQuery | null {
+  const params = new URL(req.url ?? '/', 'http://localhost').searchParams;
+  try {
+    return parseSourceQuery((name) => params.get(name));
+  } catch (err) {
+    if (!(err instanceof InvalidSourceQuery)) throw err;
+    if (as === 'json') sendJson(res, 400, { error: err.message });
+    else sendText(res, 400, 'text/plain; charset=utf-8', `${err.message}\n`);
+    return null;
+  }
 }
 
 export function createHandler(deps: WebDeps): http.RequestListener {
