@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import type { EntityClass, RateLimitState } from './budget-types.ts';
 import { rateLimitUpsert } from './rate-limit.ts';
-import type { EntityClass, RateLimitState } from './types.ts';
 
 /**
  * The request ledger (github_requests): one row per request, written BEFORE it is sent
