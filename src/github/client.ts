@@ -19,6 +19,7 @@ import { createRequestGate, type RequestGate } from './gate.ts';
 import { createHttpFetch } from './http-fetch.ts';
 import { InstallationTokenFailed } from './installation-tokens.ts';
 import { markSent, releaseReservation, settle } from './ledger.ts';
+import { markSentAtSlot, spacingMs } from './pacing.ts';
 import {
   clearAuthFailures,
   parseRateLimit,
@@ -52,7 +53,11 @@ export interface GitHubClientOptions {
   clock?: Clock;
   /** Tests: replace the HTTP/fixture transport. */
   transport?: Transport;
+  /** How to wait for an endpoint's pacing slot (tests pair it with `clock`). */
+  sleep?: (ms: number) => Promise<void>;
 }
+
+const realSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);
@@ -80,6 +85,8 @@ function errorMessage(body: string | null): string {
 export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const { config, db, logger } = opts;
   const clock = opts.clock ?? systemClock;
+  const sleep = opts.sleep ?? realSleep;
+  const spacing = spacingMs(config.github.endpointRatePerMinute);
   const mode = config.github.mode;
   const httpFetch = createHttpFetch({
     connectTimeoutMs: config.github.connectTimeoutMs,
@@ -216,6 +223,23 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     return { raw: await send(again), retried: true };
   }
 
+  /**
+   * Marks the ledger row sent and, with pacing on, takes the endpoint's next slot in the same
+   * statement and waits for it (holding the gate: nobody else on this credential sends meanwhile).
+   */
+  async function markSentPaced(id: number, credential: string, req: GitHubRequest, path: string) {
+    const at = { path, method: 'GET', now: clock.now(), jobId: req.jobId, runId: req.runId };
+    if (spacing === 0) return markSent(db, id, at);
+    const slot = await markSentAtSlot(db, id, { ...at, credential, spacingMs: spacing });
+    if (!slot) {
+      throw new Error(
+        `github_requests ${id} is not an open reservation (already used, released or swept)`,
+      );
+    }
+    const wait = slot.getTime() - clock.now().getTime();
+    if (wait > 0) await sleep(wait);
+  }
+
   async function request<T>(req: GitHubRequest): Promise<GitHubResponse<T>> {
     const path = encodePath(req.path);
     let reservation: Reservation | undefined = req.reservation;
@@ -249,13 +273,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           unauthorized = { err };
           return;
         }
-        await markSent(db, id, {
-          path,
-          method: 'GET',
-          now: clock.now(),
-          jobId: req.jobId,
-          runId: req.runId,
-        });
+        await markSentPaced(id, credential, req, path);
         try {
           ({ raw, retried } = await sendAs(cred, auth, { path, etag: req.etag ?? null }));
         } catch (err) {

@@ -1,0 +1,106 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+
+/**
+ * Pacing within GitHub's secondary limit (issue 19, ADR 0080): per credential, at most
+ * GITHUB_ENDPOINT_RATE_PER_MINUTE requests a minute to one endpoint, counted by route
+ * template, and spread rather than burst — consecutive requests of a credential to one
+ * endpoint are at least 60 s / rate apart. The slot is taken in the statement that marks the
+ * request sent, under the credential's request gate (one holder across every process), so
+ * two processes never take the same slot; the caller waits for its slot, then sends.
+ */
+
+/** Segments followed by parameters, and how many (the rest of a compare path is one). */
+const PARAMETERS: Record<string, readonly string[]> = {
+  repos: ['{owner}', '{repo}'],
+  networks: ['{owner}', '{repo}'],
+  repositories: ['{repository_id}'],
+  users: ['{username}'],
+  user: ['{account_id}'],
+  orgs: ['{org}'],
+  installations: ['{installation_id}'],
+  commits: ['{ref}'],
+};
+
+/** Longest path we bother to template: beyond it, the endpoint is its first segments. */
+const MAX_SEGMENTS = 12;
+
+/**
+ * The route template of a request path: `/repos/octocat/hello/events?page=2` →
+ * `/repos/{owner}/{repo}/events`; `/repos/o/r/compare/a...b` →
+ * `/repos/{owner}/{repo}/compare/{basehead}`; `/repositories/1/events` →
+ * `/repositories/{repository_id}/events`; `/users/x` → `/users/{username}`.
+ * Numeric segments elsewhere are ids (`{id}`).
+ */
+export function routeTemplate(path: string): string {
+  const bare = path.split(/[?#]/, 1)[0] ?? '';
+  const segments = bare.split('/').filter((s) => s !== '');
+  const out: string[] = [];
+  for (let i = 0; i < segments.length && out.length < MAX_SEGMENTS; i++) {
+    const s = segments[i]!;
+    if (s === 'compare' && i + 1 < segments.length) {
+      out.push(s, '{basehead}');
+      break;
+    }
+    const params = PARAMETERS[s];
+    if (params) {
+      out.push(s);
+      for (const p of params) {
+        if (i + 1 >= segments.length) break;
+        out.push(p);
+        i++;
+      }
+      continue;
+    }
+    out.push(/^\d+$/.test(s) ? '{id}' : s);
+  }
+  return `/${out.join('/')}`;
+}
+
+/** The least time between two requests of a credential to one endpoint; 0 when pacing is off. */
+export function spacingMs(ratePerMinute: number): number {
+  return ratePerMinute > 0 ? 60_000 / ratePerMinute : 0;
+}
+
+/**
+ * Takes the credential's next slot for `endpoint` (as `now` or later, one spacing after the
+ * slot before it) and marks ledger row `id` sent at that slot, in ONE statement. Returns the
+ * slot, or null when `id` was not an open reservation (the slot is still used up: harmless,
+ * it only spaces the next request a little more). Call it holding the credential's gate.
+ */
+export async function markSentAtSlot(
+  db: Db,
+  id: number,
+  at: {
+    credential: string;
+    path: string;
+    method: string;
+    now: Date;
+    spacingMs: number;
+    jobId?: string | null;
+    runId?: number | null;
+  },
+): Promise<Date | null> {
+  const endpoint = routeTemplate(at.path);
+  const spacing = sql`make_interval(secs => ${at.spacingMs / 1000}::float8)`;
+  const now = sql`${at.now}::timestamptz`;
+  const r = await sql<{ slot: Date | null }>`
+    WITH pace AS (
+      INSERT INTO github_endpoint_pace AS p (credential, endpoint, next_at)
+      VALUES (${at.credential}, ${endpoint}, ${now} + ${spacing})
+      ON CONFLICT (credential, endpoint)
+        DO UPDATE SET next_at = GREATEST(p.next_at, ${now}) + ${spacing}
+      RETURNING next_at - ${spacing} AS slot
+    ),
+    sent AS (
+      UPDATE github_requests
+      SET outcome = 'sent', path = ${at.path}, method = ${at.method},
+          sent_at = (SELECT slot FROM pace),
+          job_id = COALESCE(${at.jobId ?? null}::text, job_id),
+          run_id = COALESCE(${at.runId ?? null}::bigint, run_id)
+      WHERE id = ${String(id)} AND outcome = 'reserved'
+      RETURNING sent_at
+    )
+    SELECT (SELECT sent_at FROM sent) AS slot`.execute(db);
+  return r.rows[0]?.slot ?? null;
+}
