@@ -1,0 +1,147 @@
+import { logGapRecorded, recordGap } from '../backfill/gaps.ts';
+import { systemClock } from '../clock.ts';
+import type { EventSource } from '../db/schema.ts';
+import { faultPoint } from '../fault.ts';
+import type { Logger } from '../log.ts';
+import { classifyFailure } from './failures.ts';
+import { mergeRecentIds } from './horizon.ts';
+import { type RunState, runCounters, summaryOf } from './run-state.ts';
+import type { IngestionDeps, RunSummary } from './run-summary.ts';
+import { addSeconds, pollFloorSeconds } from './schedule.ts';
+
+/** The end of a run: the run row and the source's schedule, in one transaction. */
+
+async function enabledSourceCount(deps: IngestionDeps): Promise<number> {
+  const r = await deps.db
+    .selectFrom('event_sources')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('enabled', '=', true)
+    .where('mode', '=', deps.config.github.mode)
+    .executeTakeFirstOrThrow();
+  return Number(r.n);
+}
+
+export async function finalizeSuccess(
+  deps: IngestionDeps,
+  source: EventSource,
+  state: RunState,
+  log: Logger,
+  ids: Record<string, unknown>,
+): Promise<RunSummary> {
+  const now = (deps.clock ?? systemClock).now();
+  const interval = state.pollInterval ?? source.poll_interval_seconds;
+  const floor = await pollFloorSeconds(deps, await enabledSourceCount(deps));
+  const nextPollAt = addSeconds(now, Math.max(interval, floor));
+  const status = state.notModified ? 'not_modified' : 'completed';
+  const gap = await deps.db.transaction().execute(async (trx) => {
+    await trx
+      .updateTable('ingestion_runs')
+      .set({ ...runCounters(state), status, finished_at: now })
+      .where('id', '=', String(state.runId))
+      .execute();
+    await trx
+      .updateTable('event_sources')
+      .set({
+        // The ETag of page 1 is only worth keeping once every page behind it was read:
+        // a 304 next time must mean "nothing we have not stored".
+        etag: state.etag ?? source.etag,
+        poll_interval_seconds: interval,
+        next_poll_at: nextPollAt,
+        recent_event_ids: state.notModified
+          ? source.recent_event_ids
+          : mergeRecentIds(state.eventIds, source.recent_event_ids),
+        consecutive_failures: 0,
+        last_error: null,
+        last_polled_at: now,
+        updated_at: now,
+      })
+      .where('id', '=', source.id)
+      .execute();
+    // The window this run could not read, for the archive to fill (ADR 0041). In the same
+    // transaction as the run's completion: a completed run with a gap always has its row.
+    return state.gap
+      ? recordGap(trx, {
+          sourceId: Number(source.id),
+          runId: state.runId,
+          heldIds: source.recent_event_ids,
+          lastPolledAt: source.last_polled_at,
+          readIds: state.eventIds,
+          runStartedAt: state.startedAt,
+        })
+      : null;
+  });
+  faultPoint('ingest.after_finalize');
+  if (gap) logGapRecorded(log, gap, ids);
+  const summary = summaryOf(source, state, status, nextPollAt);
+  log.info(
+    {
+      event: 'ingestion.run_completed',
+      ...ids,
+      outcome: status,
+      pages_fetched: state.pagesFetched,
+      requests_spent: state.requestsSpent,
+      events_seen: state.eventsSeen,
+      events_created: state.eventsCreated,
+      events_rejected: state.eventsRejected,
+      actors_created: state.actorsCreated,
+      repositories_created: state.repositoriesCreated,
+      gap_detected: state.gap,
+      next_poll_at: nextPollAt.toISOString(),
+    },
+    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.eventsRejected ? `, ${state.eventsRejected} set aside` : ''}${state.gap ? ', GAP recorded' : ''}`,
+  );
+  return summary;
+}
+
+export async function finalizeFailure(
+  deps: IngestionDeps,
+  source: EventSource,
+  state: RunState,
+  err: unknown,
+  log: Logger,
+  ids: Record<string, unknown>,
+): Promise<RunSummary> {
+  const now = (deps.clock ?? systemClock).now();
+  const failure = classifyFailure(err, source, now);
+  await deps.db.transaction().execute(async (trx) => {
+    await trx
+      .updateTable('ingestion_runs')
+      .set({
+        ...runCounters({ ...state, gap: false }),
+        status: 'failed',
+        finished_at: now,
+        error: failure.error,
+      })
+      .where('id', '=', String(state.runId))
+      .execute();
+    await trx
+      .updateTable('event_sources')
+      .set({
+        consecutive_failures: failure.consecutiveFailures,
+        next_poll_at: failure.nextPollAt,
+        last_error: failure.lastError,
+        updated_at: now,
+      })
+      .where('id', '=', source.id)
+      .execute();
+  });
+  faultPoint('ingest.after_finalize');
+  log.warn(
+    {
+      event: 'ingestion.run_failed',
+      ...ids,
+      err,
+      error_code: failure.code,
+      counts_as_failure: failure.countsAsFailure,
+      consecutive_failures: failure.consecutiveFailures,
+      next_poll_at: failure.nextPollAt.toISOString(),
+      pages_fetched: state.pagesFetched,
+      events_created: state.eventsCreated,
+    },
+    `run ${state.runId} failed: ${failure.error}`,
+  );
+  return {
+    ...summaryOf(source, { ...state, gap: false }, 'failed', failure.nextPollAt),
+    error: { code: failure.code, message: failure.message },
+  };
+}
