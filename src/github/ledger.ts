@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import type { EntityClass, RateLimitState } from './budget-types.ts';
@@ -109,6 +109,48 @@ export async function settle(
   } else {
     await settlement(db, id, s).execute();
   }
+}
+
+/**
+ * settle() in the statement that releases the request gate (`unlock`, the gate's
+ * expression): the answer and the rate-limit row are written, then the lock released — one
+ * round trip. The gate runs it on its own session (src/github/gate.ts).
+ */
+export function settleAndUnlock(
+  db: Db,
+  id: number,
+  s: Settlement,
+  credential: string,
+  accepted: boolean,
+  unlock: RawBuilder<unknown>,
+): RawBuilder<unknown> {
+  const settled = settlement(db, id, s).returning('id');
+  if (!s.rateLimit) {
+    return sql`WITH settled AS (${settled})
+      SELECT ${unlock} AS unlocked FROM (SELECT count(*) FROM settled) AS done`;
+  }
+  const rl = rateLimitUpsert(db, credential, s.rateLimit, s.now, accepted).returning('credential');
+  return sql`WITH settled AS (${settled}), rl AS (${rl})
+    SELECT ${unlock} AS unlocked
+    FROM (SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM rl)) AS done`;
+}
+
+/**
+ * A request marked sent that never left (no token to send it with): back to what
+ * releaseReservation leaves — abandoned, never sent, spending nothing — as the gate unlocks.
+ */
+export function unsendAndUnlock(
+  id: number,
+  reason: string,
+  now: Date,
+  unlock: RawBuilder<unknown>,
+): RawBuilder<unknown> {
+  return sql`WITH unsent AS (
+      UPDATE github_requests SET outcome = 'abandoned', sent_at = NULL,
+        finished_at = ${now}::timestamptz, error = ${reason}
+      WHERE id = ${String(id)} AND outcome = 'sent' RETURNING id
+    )
+    SELECT ${unlock} AS unlocked FROM (SELECT count(*) FROM unsent) AS done`;
 }
 
 /**

@@ -1,5 +1,4 @@
-import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import { type RawBuilder, sql } from 'kysely';
 
 /**
  * Pacing within GitHub's secondary limit (issue 19, ADR 0080): per credential, at most
@@ -63,13 +62,14 @@ export function spacingMs(ratePerMinute: number): number {
 }
 
 /**
- * Takes the credential's next slot for `endpoint` (as `now` or later, one spacing after the
- * slot before it) and marks ledger row `id` sent at that slot, in ONE statement. Returns the
- * slot, or null when `id` was not an open reservation (the slot is still used up: harmless,
- * it only spaces the next request a little more). Call it holding the credential's gate.
+ * The statement the request gate sends with its lock (`locked`: the gate's CTEs): marks
+ * ledger row `id` sent and, with pacing on, takes the credential's next slot for the
+ * request's endpoint (`now` or later, one spacing after the slot before it) as its sent_at
+ * — one round trip, one transaction, once the gate is held. Selects `slot`: null when `id`
+ * was not an open reservation (a slot taken then is only a little more spacing).
  */
-export async function markSentAtSlot(
-  db: Db,
+export function sentStatement(
+  locked: RawBuilder<unknown>,
   id: number,
   at: {
     credential: string;
@@ -80,27 +80,29 @@ export async function markSentAtSlot(
     jobId?: string | null;
     runId?: number | null;
   },
-): Promise<Date | null> {
-  const endpoint = routeTemplate(at.path);
-  const spacing = sql`make_interval(secs => ${at.spacingMs / 1000}::float8)`;
+): RawBuilder<{ slot: Date | null }> {
   const now = sql`${at.now}::timestamptz`;
-  const r = await sql<{ slot: Date | null }>`
-    WITH pace AS (
+  const spacing = sql`make_interval(secs => ${at.spacingMs / 1000}::float8)`;
+  const pace =
+    at.spacingMs > 0
+      ? sql`, pace AS (
       INSERT INTO github_endpoint_pace AS p (credential, endpoint, next_at)
-      VALUES (${at.credential}, ${endpoint}, ${now} + ${spacing})
+      SELECT ${at.credential}, ${routeTemplate(at.path)}, ${now} + ${spacing} FROM locked
       ON CONFLICT (credential, endpoint)
         DO UPDATE SET next_at = GREATEST(p.next_at, ${now}) + ${spacing}
       RETURNING next_at - ${spacing} AS slot
-    ),
+    )`
+      : sql``;
+  const slot = at.spacingMs > 0 ? sql`(SELECT slot FROM pace)` : sql`(SELECT ${now} FROM locked)`;
+  return sql<{ slot: Date | null }>`
+    WITH ${locked}${pace},
     sent AS (
       UPDATE github_requests
-      SET outcome = 'sent', path = ${at.path}, method = ${at.method},
-          sent_at = (SELECT slot FROM pace),
+      SET outcome = 'sent', path = ${at.path}, method = ${at.method}, sent_at = ${slot},
           job_id = COALESCE(${at.jobId ?? null}::text, job_id),
           run_id = COALESCE(${at.runId ?? null}::bigint, run_id)
       WHERE id = ${String(id)} AND outcome = 'reserved'
       RETURNING sent_at
     )
-    SELECT (SELECT sent_at FROM sent) AS slot`.execute(db);
-  return r.rows[0]?.slot ?? null;
+    SELECT (SELECT sent_at FROM sent) AS slot FROM locked`;
 }
