@@ -11,6 +11,11 @@ import { addSeconds, pollFloorSeconds } from './schedule.ts';
 
 /** The end of a run: the run row and the source's schedule, in one transaction. */
 
+/** The poll budget's floor for each enabled source of this mode (two statements). */
+export async function budgetFloorSeconds(deps: IngestionDeps): Promise<number> {
+  return pollFloorSeconds(deps, await enabledSourceCount(deps));
+}
+
 async function enabledSourceCount(deps: IngestionDeps): Promise<number> {
   const r = await deps.db
     .selectFrom('event_sources')
@@ -27,10 +32,11 @@ export async function finalizeSuccess(
   state: RunState,
   log: Logger,
   ids: Record<string, unknown>,
+  floorSeconds?: number,
 ): Promise<RunSummary> {
   const now = (deps.clock ?? systemClock).now();
   const interval = state.pollInterval ?? source.poll_interval_seconds;
-  const floor = await pollFloorSeconds(deps, await enabledSourceCount(deps));
+  const floor = floorSeconds ?? (await budgetFloorSeconds(deps));
   const nextPollAt = addSeconds(now, Math.max(interval, floor));
   const status = state.notModified ? 'not_modified' : 'completed';
   const gap = await deps.db.transaction().execute(async (trx) => {

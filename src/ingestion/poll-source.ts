@@ -33,7 +33,6 @@ export async function pollSource(
   opts: PollOptions = {},
 ): Promise<RunSummary> {
   const log = opts.jobId ? deps.logger.child({ job_id: opts.jobId }) : deps.logger;
-  const described = await getSource(deps.db, sourceId);
   // The lock is a session lock: it needs its own connection for the whole run, and dies
   // with that session if this process does.
   const client = await deps.pool.connect();
@@ -41,6 +40,8 @@ export async function pollSource(
   let summary: RunSummary;
   try {
     if (!(await tryLockSession(client, LockSpace.source, sourceId))) {
+      // Read only here: a polled source is read under its lock (runLocked), once.
+      const described = await getSource(deps.db, sourceId);
       log.info(
         { event: 'source.busy', source_id: sourceId, source: describeSource(described) },
         `source ${sourceId} (${describeSource(described)}) is being polled elsewhere; skipped`,
@@ -136,7 +137,7 @@ async function runLocked(
 
   try {
     await fetchPages(deps, source, state, opts, firstPage, log);
-    return await finalizeSuccess(deps, source, state, log, ids);
+    return await finalizeSuccess(deps, source, state, log, ids, opts.floorSeconds);
   } catch (err) {
     return finalizeFailure(deps, source, state, err, log, ids);
   }

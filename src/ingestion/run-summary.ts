@@ -44,6 +44,8 @@ export interface PollOptions {
   afterRun?: AfterRun;
   /** pollDueSources logs one line for every source a refusal put off, not one per source. */
   logDeferral?: boolean;
+  /** The poll budget's per-source floor, when the caller read it once for a whole batch. */
+  floorSeconds?: number;
 }
 
 export type IngestionDeps = Pick<

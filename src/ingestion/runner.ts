@@ -1,6 +1,7 @@
 import { systemClock } from '../clock.ts';
 import type { GithubMode } from '../db/schema.ts';
 import { type Deferral, deferSources, logDeferral } from './deferral.ts';
+import { budgetFloorSeconds } from './finalize.ts';
 import { pollSource } from './poll-source.ts';
 import {
   deferredSummary,
@@ -78,6 +79,9 @@ export async function pollDueSources(
   const clock = deps.clock ?? systemClock;
   const now = clock.now();
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
+  // The floor depends on how many sources there are and the pool's quotas, not on the
+  // source: read once for the batch, not twice more per poll.
+  const floorSeconds = due.length > 0 ? await budgetFloorSeconds(deps) : undefined;
   const summaries: RunSummary[] = new Array(due.length);
   let next = 0;
   let failure: { err: unknown } | null = null;
@@ -96,6 +100,7 @@ export async function pollDueSources(
       try {
         summaries[i] = await pollSource(deps, Number(due[i]!.id), {
           ...pollOpts,
+          floorSeconds,
           logDeferral: false,
         });
         deferral ??= summaries[i]!.deferral ?? null;
