@@ -3,6 +3,7 @@ import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import { parseJson } from '../json/exact.ts';
+import { faultPoint } from '../fault.ts';
 import type { Logger } from '../log.ts';
 import { type BudgetPolicy, budgetSnapshot, reserve } from './budget.ts';
 import { type Authorization, buildCredentials, type Credential } from './credentials.ts';
@@ -317,6 +318,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
               `github_requests ${id} is not an open reservation (already used, released or swept)`,
             );
           }
+          // Marked sent (it may spend quota from here on), not sent yet.
+          faultPoint('github.after_sent');
           // Spread within the secondary limit: this endpoint's slot on this credential.
           const wait = slot.getTime() - clock.now().getTime();
           if (wait > 0) await sleep(wait);
@@ -360,6 +363,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       await giveBack((err as Error).message);
       throw err;
     }
+    faultPoint('github.after_settle');
     if ('unauthorized' in outcome) {
       // No token, so nothing was sent: the reservation went back unspent.
       throw await authorizationFailed(cred, path, outcome.unauthorized);
