@@ -155,11 +155,18 @@ export async function reserve(
   policy: BudgetPolicy,
   purpose: RequestPurpose,
   meta: Meta,
+  /**
+   * `db` is the caller's transaction (ADR 0080: a poll opens its run in the reservation's
+   * transaction): the budget locks are held, and the row committed, with it.
+   */
+  inTransaction = false,
 ): Promise<BudgetDecision> {
   const { credentials, share } = policy;
+  const within = <T>(fn: (trx: Trx) => Promise<T>): Promise<T> =>
+    inTransaction ? fn(db as Trx) : db.transaction().execute(fn);
   if (credentials.length === 1) {
     const cred = credentials[0]!;
-    return db.transaction().execute(async (trx) => {
+    return within(async (trx) => {
       // Asynchronous commit (ADR 0010): the row is visible to every other session the moment
       // it commits; only a crash of the Postgres server itself within ~200 ms could lose it.
       await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(cred.label)}),
@@ -170,7 +177,7 @@ export async function reserve(
   const lost = new Set<string>();
   const refused: Refusal[] = [];
   for (;;) {
-    const out = await db.transaction().execute(async (trx) => {
+    const out = await within(async (trx) => {
       const { picked, refusals } = await pickAndLock(trx, policy, purpose, meta.now, lost);
       if (!picked) return { final: true, d: poolRefusal([...refused, ...refusals]) } as const;
       const d = await reserveOn(trx, picked, share, purpose, meta);

@@ -2,8 +2,8 @@ import { type Clock, systemClock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
-import { parseJson } from '../json/exact.ts';
 import { faultPoint } from '../fault.ts';
+import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
 import { type BudgetPolicy, budgetSnapshot, reserve } from './budget.ts';
 import { type Authorization, buildCredentials, type Credential } from './credentials.ts';
@@ -156,13 +156,19 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     purpose: RequestPurpose,
     meta: Parameters<GitHubClient['reserve']>[1] = {},
   ) {
-    return reserve(db, policy, purpose, {
-      path: meta.path ? encodePath(meta.path) : undefined,
-      jobId: meta.jobId,
-      runId: meta.runId,
-      entity: meta.entity,
-      now: clock.now(),
-    });
+    return reserve(
+      meta.trx ?? db,
+      policy,
+      purpose,
+      {
+        path: meta.path ? encodePath(meta.path) : undefined,
+        jobId: meta.jobId,
+        runId: meta.runId,
+        entity: meta.entity,
+        now: clock.now(),
+      },
+      meta.trx !== undefined,
+    );
   }
 
   /** Turn an answer into a GitHubResponse or the error it stands for. */

@@ -3,6 +3,7 @@
  * src/github/client.ts (live: octokit over HTTP; fixture: files) — every request passes
  * the request gate and has a github_requests ledger row reserved before it is sent.
  */
+import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import type {
   BudgetDecision,
@@ -68,6 +69,11 @@ export interface GitHubClient {
       runId?: number | null;
       entity?: { class: EntityClass; id: string | number };
       path?: string;
+      /**
+       * Reserve inside this transaction of the caller's (it holds the budget lock until it
+       * commits, and the row is undone if it rolls back): a poll opens its run with it.
+       */
+      trx?: Db;
     },
   ): Promise<Reservation | null>;
   /**

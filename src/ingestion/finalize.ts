@@ -1,5 +1,8 @@
+import { sql } from 'kysely';
 import { logGapRecorded, recordGap } from '../backfill/gaps.ts';
 import { systemClock } from '../clock.ts';
+import { LockSpace } from '../db/locks.ts';
+import type { Db } from '../db/pool.ts';
 import type { EventSource } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
 import type { Logger } from '../log.ts';
@@ -9,7 +12,33 @@ import { type RunState, runCounters, summaryOf } from './run-state.ts';
 import type { IngestionDeps, RunSummary } from './run-summary.ts';
 import { addSeconds, pollFloorSeconds } from './schedule.ts';
 
-/** The end of a run: the run row and the source's schedule, in one transaction. */
+/**
+ * The end of a run: the run row and the source's schedule, in one transaction on the
+ * session that holds the source lock, which hands the lock over to that transaction's commit
+ * — the next poller can take it only once the schedule it must read is committed.
+ */
+
+/** The session a poll holds its source lock on (src/ingestion/poll-source.ts). */
+export interface SourceSession {
+  /** Kysely on the lock's own connection. */
+  db: Db;
+  sourceId: number;
+  /** The session took the source lock. */
+  held: boolean;
+  /** A finalize released it (at its commit, or it rolled back without it): do not unlock again. */
+  handedOver: boolean;
+}
+
+/**
+ * The transaction's first statement: take the source lock again at transaction level (the
+ * session holds it, so at once), then release the session's. The lock is now the
+ * transaction's: Postgres releases it at COMMIT (or ROLLBACK), not before.
+ */
+async function handOver(trx: Db, lock: SourceSession): Promise<void> {
+  lock.handedOver = true;
+  await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})
+    FROM (SELECT pg_advisory_xact_lock(${LockSpace.source}, ${lock.sourceId})) AS x`.execute(trx);
+}
 
 /** The poll budget's floor for each enabled source of this mode (two statements). */
 export async function budgetFloorSeconds(deps: IngestionDeps): Promise<number> {
@@ -28,6 +57,7 @@ async function enabledSourceCount(deps: IngestionDeps): Promise<number> {
 
 export async function finalizeSuccess(
   deps: IngestionDeps,
+  lock: SourceSession,
   source: EventSource,
   state: RunState,
   log: Logger,
@@ -39,7 +69,8 @@ export async function finalizeSuccess(
   const floor = floorSeconds ?? (await budgetFloorSeconds(deps));
   const nextPollAt = addSeconds(now, Math.max(interval, floor));
   const status = state.notModified ? 'not_modified' : 'completed';
-  const gap = await deps.db.transaction().execute(async (trx) => {
+  const gap = await lock.db.transaction().execute(async (trx) => {
+    await handOver(trx, lock);
     await trx
       .updateTable('ingestion_runs')
       .set({ ...runCounters(state), status, finished_at: now })
@@ -101,6 +132,7 @@ export async function finalizeSuccess(
 
 export async function finalizeFailure(
   deps: IngestionDeps,
+  lock: SourceSession,
   source: EventSource,
   state: RunState,
   err: unknown,
@@ -109,7 +141,8 @@ export async function finalizeFailure(
 ): Promise<RunSummary> {
   const now = (deps.clock ?? systemClock).now();
   const failure = classifyFailure(err, source, now);
-  await deps.db.transaction().execute(async (trx) => {
+  await lock.db.transaction().execute(async (trx) => {
+    await handOver(trx, lock);
     await trx
       .updateTable('ingestion_runs')
       .set({

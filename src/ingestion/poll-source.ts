@@ -1,10 +1,14 @@
+import { sql } from 'kysely';
 import { systemClock } from '../clock.ts';
-import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
+import { LockSpace, unlockSession } from '../db/locks.ts';
+import type { EventSource } from '../db/schema.ts';
+import { kyselyOn } from '../db/session.ts';
 import { faultPoint } from '../fault.ts';
+import type { Reservation } from '../github/types.ts';
 import type { Logger } from '../log.ts';
 import { deferralOf, deferSources, logDeferral } from './deferral.ts';
 import { fetchPages, pagePath } from './fetch-pages.ts';
-import { finalizeFailure, finalizeSuccess } from './finalize.ts';
+import { finalizeFailure, finalizeSuccess, type SourceSession } from './finalize.ts';
 import { newRunState } from './run-state.ts';
 import {
   deferredSummary,
@@ -21,6 +25,11 @@ import { describeSource, getSource } from './sources.ts';
  * open a run, fetch page 1 conditionally and further pages only until they reach the
  * source's horizon, store each page in one transaction, finalize the run and the source,
  * release the lock — and only then tell the caller (post-commit hints).
+ *
+ * On the lock's own session, two transactions bracket the requests (ADR 0080): one takes
+ * the lock, re-reads the source, reserves page 1 and opens the run; one finalizes the run
+ * and the source and hands the lock over to its own commit. A 304 costs those two and the
+ * request gate's two.
  */
 
 /**
@@ -36,30 +45,23 @@ export async function pollSource(
   // The lock is a session lock: it needs its own connection for the whole run, and dies
   // with that session if this process does.
   const client = await deps.pool.connect();
+  const lock: SourceSession = { db: kyselyOn(client), sourceId, held: false, handedOver: false };
   let broken: Error | undefined;
   let summary: RunSummary;
   try {
-    if (!(await tryLockSession(client, LockSpace.source, sourceId))) {
-      // Read only here: a polled source is read under its lock (runLocked), once.
-      const described = await getSource(deps.db, sourceId);
-      log.info(
-        { event: 'source.busy', source_id: sourceId, source: describeSource(described) },
-        `source ${sourceId} (${describeSource(described)}) is being polled elsewhere; skipped`,
-      );
-      summary = emptySummary(described, 'busy');
-    } else {
-      try {
-        summary = await runLocked(deps, sourceId, opts, log);
-      } finally {
-        await unlockSession(client, LockSpace.source, sourceId).catch((err: Error) => {
-          broken = err; // destroy the connection: its session (and the lock) ends with it
-        });
-      }
-    }
+    const opened = await openRun(deps, lock, opts, log);
+    summary = 'summary' in opened ? opened.summary : await runOpened(deps, lock, opened, opts, log);
   } catch (err) {
     broken ??= err as Error; // never hand a session in an unknown state back to the pool
     throw err;
   } finally {
+    // Handed over: the finalize's commit released it. Else (skipped, deferred, failed to
+    // finalize) it is released here.
+    if (lock.held && !lock.handedOver && !broken) {
+      await unlockSession(client, LockSpace.source, sourceId).catch((err: Error) => {
+        broken = err; // destroy the connection: its session (and the lock) ends with it
+      });
+    }
     client.release(broken);
   }
   faultPoint('ingest.after_lock_release');
@@ -77,43 +79,51 @@ export async function pollSource(
   return summary;
 }
 
-async function runLocked(
+interface Opened {
+  source: EventSource;
+  firstPage: Reservation;
+  runId: number;
+  startedAt: Date;
+}
+
+/**
+ * ONE transaction on the lock's session: take the source lock (a session lock: it outlives
+ * this transaction whatever its fate), re-read the row under it — this row, not the
+ * pre-filter, decides whether to poll — reserve page 1's request and open the run. A budget
+ * that says no costs no run row, no failure and no warning: the source is put off in the same
+ * transaction. Anything failing after the reservation rolls it back with the rest.
+ */
+async function openRun(
   deps: IngestionDeps,
-  sourceId: number,
+  lock: SourceSession,
   opts: PollOptions,
   log: Logger,
-): Promise<RunSummary> {
+): Promise<Opened | { summary: RunSummary }> {
   const clock = deps.clock ?? systemClock;
-  // Re-read under the lock: this row, not the pre-filter, decides whether to poll.
-  const source = await getSource(deps.db, sourceId);
-  const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
-  if (reason) {
-    log.debug(
-      { event: 'ingestion.skipped', source_id: sourceId, reason },
-      `source ${sourceId} skipped: ${reason}`,
-    );
-    return { ...emptySummary(source, 'skipped'), reason };
-  }
-
-  // Page 1's request is reserved before the run is opened: a budget that says no costs
-  // no run row, no failure and no warning — the source waits until the budget frees.
-  const decision = await deps.github.tryReserve('poll', {
-    path: pagePath(source, 1),
-    jobId: opts.jobId ?? null,
-  });
-  if (!decision.ok) {
-    const d = deferralOf(decision);
-    const [row] = await deferSources(deps.db, [sourceId], d, clock.now());
-    const summary = deferredSummary(row ?? source, d);
-    if (opts.logDeferral !== false) logDeferral(log, d, [summary]);
-    return summary;
-  }
-  const firstPage = decision.reservation;
-
-  const startedAt = clock.now();
-  let run: { id: string };
-  try {
-    run = await deps.db
+  const { sourceId } = lock;
+  const out = await lock.db.transaction().execute(async (trx) => {
+    const got = await sql<{ ok: boolean }>`
+      SELECT pg_try_advisory_lock(${LockSpace.source}, ${sourceId}) AS ok`.execute(trx);
+    if (!got.rows[0]!.ok) {
+      const described = await getSource(trx, sourceId);
+      return { kind: 'busy', source: described } as const;
+    }
+    lock.held = true;
+    const source = await getSource(trx, sourceId);
+    const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
+    if (reason) return { kind: 'skipped', source, reason } as const;
+    const decision = await deps.github.tryReserve('poll', {
+      path: pagePath(source, 1),
+      jobId: opts.jobId ?? null,
+      trx,
+    });
+    if (!decision.ok) {
+      const d = deferralOf(decision);
+      const [row] = await deferSources(trx, [sourceId], d, clock.now());
+      return { kind: 'deferred', summary: deferredSummary(row ?? source, d), d } as const;
+    }
+    const startedAt = clock.now();
+    const run = await trx
       .insertInto('ingestion_runs')
       .values({
         source_id: sourceId,
@@ -124,21 +134,50 @@ async function runLocked(
       })
       .returning('id')
       .executeTakeFirstOrThrow();
-  } catch (err) {
-    await deps.github.release(firstPage).catch(() => {});
-    throw err;
+    return {
+      kind: 'open',
+      opened: { source, firstPage: decision.reservation, runId: Number(run.id), startedAt },
+    } as const;
+  });
+  if (out.kind === 'busy') {
+    log.info(
+      { event: 'source.busy', source_id: sourceId, source: describeSource(out.source) },
+      `source ${sourceId} (${describeSource(out.source)}) is being polled elsewhere; skipped`,
+    );
+    return { summary: emptySummary(out.source, 'busy') };
   }
-  const state = newRunState(Number(run.id), startedAt);
+  if (out.kind === 'skipped') {
+    log.debug(
+      { event: 'ingestion.skipped', source_id: sourceId, reason: out.reason },
+      `source ${sourceId} skipped: ${out.reason}`,
+    );
+    return { summary: { ...emptySummary(out.source, 'skipped'), reason: out.reason } };
+  }
+  if (out.kind === 'deferred') {
+    if (opts.logDeferral !== false) logDeferral(log, out.d, [out.summary]);
+    return { summary: out.summary };
+  }
+  return out.opened;
+}
+
+async function runOpened(
+  deps: IngestionDeps,
+  lock: SourceSession,
+  opened: Opened,
+  opts: PollOptions,
+  log: Logger,
+): Promise<RunSummary> {
+  const { source, sourceId } = { source: opened.source, sourceId: lock.sourceId };
+  const state = newRunState(opened.runId, opened.startedAt);
   const ids = { run_id: state.runId, source_id: sourceId, job_id: opts.jobId ?? undefined };
   log.info(
     { event: 'ingestion.run_started', ...ids, source: describeSource(source) },
     `run ${state.runId} started for source ${sourceId} (${describeSource(source)})`,
   );
-
   try {
-    await fetchPages(deps, source, state, opts, firstPage, log);
-    return await finalizeSuccess(deps, source, state, log, ids, opts.floorSeconds);
+    await fetchPages(deps, source, state, opts, opened.firstPage, log);
+    return await finalizeSuccess(deps, lock, source, state, log, ids, opts.floorSeconds);
   } catch (err) {
-    return finalizeFailure(deps, source, state, err, log, ids);
+    return finalizeFailure(deps, lock, source, state, err, log, ids);
   }
 }
