@@ -27,32 +27,6 @@ export interface ReservationRow {
   now: Date;
 }
 
-/** The request is about to leave: from here on it may have spent quota. */
-export async function markSent(
-  db: Db,
-  id: number,
-  at: { path: string; method: string; now: Date; jobId?: string | null; runId?: number | null },
-): Promise<void> {
-  const res = await db
-    .updateTable('github_requests')
-    .set({
-      outcome: 'sent',
-      path: at.path,
-      method: at.method,
-      sent_at: at.now,
-      job_id: sql`COALESCE(${at.jobId ?? null}::text, job_id)`,
-      run_id: sql`COALESCE(${at.runId ?? null}::bigint, run_id)`,
-    })
-    .where('id', '=', String(id))
-    .where('outcome', '=', 'reserved')
-    .executeTakeFirst();
-  if (Number(res.numUpdatedRows) !== 1) {
-    throw new Error(
-      `github_requests ${id} is not an open reservation (already used, released or swept)`,
-    );
-  }
-}
-
 export interface Settlement {
   outcome: 'completed' | 'error';
   /** HTTP status, or null when no answer arrived (timeout, reset). */
