@@ -35,6 +35,9 @@ export interface SourceSession {
  * transaction's: Postgres releases it at COMMIT (or ROLLBACK), not before.
  */
 async function handOver(trx: Db, lock: SourceSession): Promise<void> {
+  // A finalize that failed after handing over (its rollback released the lock) is followed
+  // by finalizeFailure: it writes without the lock rather than wait for a poller that took it.
+  if (lock.handedOver) return;
   lock.handedOver = true;
   await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})
     FROM (SELECT pg_advisory_xact_lock(${LockSpace.source}, ${lock.sourceId})) AS x`.execute(trx);
