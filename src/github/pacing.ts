@@ -89,7 +89,11 @@ export function sentStatement(
       INSERT INTO github_endpoint_pace AS p (credential, endpoint, next_at)
       SELECT ${at.credential}, ${routeTemplate(at.path)}, ${now} + ${spacing} FROM locked
       ON CONFLICT (credential, endpoint)
-        DO UPDATE SET next_at = GREATEST(p.next_at, ${now}) + ${spacing}
+        -- At most a spacing and a second ahead of this process's now: with one clock it never
+        -- is (the previous holder waited for its slot before sending); a clock that jumped
+        -- back, or another process's clock ahead of ours, must not make us wait longer.
+        DO UPDATE SET next_at = GREATEST(
+          LEAST(p.next_at, ${now} + ${spacing} + interval '1 second'), ${now}) + ${spacing}
       RETURNING next_at - ${spacing} AS slot
     )`
       : sql``;

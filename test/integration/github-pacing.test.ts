@@ -140,6 +140,15 @@ describe('pacing one credential', () => {
     expect(new Set(off.sent.map((s) => s.at)).size).toBe(1);
   });
 
+  it('a clock that jumped back waits at most a spacing and a second, not the jump', async () => {
+    const { gh, clock, sent } = world();
+    await gh.request({ purpose: 'poll', path: '/repos/o/r1/events' });
+    clock.advance(-3600_000);
+    const asked = clock.now().getTime();
+    await gh.request({ purpose: 'poll', path: '/repos/o/r2/events' });
+    expect(sent[1]!.at - asked).toBeLessThanOrEqual(Math.ceil(60_000 / 900) + 1_000);
+  });
+
   it('a secondary-limit 403 with retry-after stops the credential until then', async () => {
     const { gh, clock, sent } = world({
       answer: (n) =>
