@@ -160,10 +160,11 @@ export async function benchHotQueries(
   const policy: BudgetPolicy = singleCredential(credentialOf('live', BENCH_TOKEN));
   // Pools as GITHUB_TOKENS and an App would make them (issue 13): the same token, plus
   // installations whose last hour is as busy, with a shorter history each.
-  const installations = [1, 2, 3].map(
+  // Up to a pool of 16 (issue 19): the reservation must not grow with the pool.
+  const installations = Array.from({ length: 15 }, (_, i) => i + 1).map(
     (id) => singleCredential(`installation:${id}`).credentials[0]!,
   );
-  const pools: BudgetPolicy[] = [2, 4].map((n) => ({
+  const pools: BudgetPolicy[] = [2, 4, 16].map((n) => ({
     credentials: [policy.credentials[0]!, ...installations.slice(0, n - 1)],
     share: policy.share,
   }));
@@ -172,7 +173,7 @@ export async function benchHotQueries(
   for (const cls of ENTITY_CLASSES) await seedEntities(db, cls, now);
   await seedSources(db, now);
   await seedLedger(db, policy.credentials[0]!.label, now);
-  for (const c of installations) await seedLedger(db, c.label, now, LEDGER_ROWS / 10);
+  for (const c of installations) await seedLedger(db, c.label, now, LEDGER_ROWS / 30);
   // VACUUM as well as ANALYZE: a table that has lived a while has a visibility map, which
   // is what lets the planner answer from an index alone.
   await sql`VACUUM (ANALYZE)`.execute(db);

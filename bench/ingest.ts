@@ -236,8 +236,8 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
       seconds,
       requests: fake.requests.length,
       secondaryLimitHits: fake.secondaryLimitHits,
-      // The gate's own pool is not recorded: add its 3 statements per request.
-      statementsPerPage: statementsPerPage + 3,
+      // The gate's own pool is not recorded: add its 2 statements per request (ADR 0080).
+      statementsPerPage: statementsPerPage + 2,
       msPerPage: totalMs / pages,
       dbRoundTripMs: latency.rtt,
       dbCommitMs: latency.commit,
@@ -285,7 +285,7 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
       detail: { ...detail, profile },
     });
     results.note(
-      `  ${(totalMs / pages).toFixed(1)} ms per page of 100: ~${Math.round(statementsPerPage + 3)} statements ` +
+      `  ${(totalMs / pages).toFixed(1)} ms per page of 100: ~${Math.round(statementsPerPage + 2)} statements ` +
         `(database round trip ${latency.rtt.toFixed(2)} ms, a committing INSERT ${latency.commit.toFixed(2)} ms)`,
     );
     results.note(

@@ -55,6 +55,20 @@ const positiveInt = (max = Number.MAX_SAFE_INTEGER) =>
     return n;
   });
 
+/** 0 (off) or a positive integer up to `max`. */
+const countOrOff = (max: number) =>
+  z.string().transform((raw, ctx) => {
+    const n = Number(raw);
+    if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n > max) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be an integer from 0 (off) to ${max} (got "${raw.slice(0, 40)}")`,
+      });
+      return z.NEVER;
+    }
+    return n;
+  });
+
 const url = z.string().transform((raw, ctx) => {
   try {
     const u = new URL(raw);
@@ -175,7 +189,7 @@ export const envSchema = z.object({
   ENRICH_SHARE: share.default(2 / 3),
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
-  GITHUB_ENDPOINT_RATE_PER_MINUTE: positiveInt(100_000).default(900),
+  GITHUB_ENDPOINT_RATE_PER_MINUTE: countOrOff(1_000_000).default(900),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
   LOG_FORMAT: z.enum(LOG_FORMATS).default('auto'),
@@ -216,7 +230,7 @@ export interface Config {
     readonly connectTimeoutMs: number;
     readonly responseTimeoutMs: number;
     readonly gateWaitSeconds: number;
-    /** GitHub's secondary limit: requests a minute per credential to one REST endpoint. */
+    /** GitHub's secondary limit: requests a minute to one endpoint per credential (0: no pacing). */
     readonly endpointRatePerMinute: number;
   };
   readonly tickSeconds: number;

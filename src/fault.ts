@@ -9,6 +9,8 @@ export const FAULT_POINTS = [
   'ingest.after_page_commit',
   'ingest.after_finalize',
   'ingest.after_lock_release',
+  'github.after_sent',
+  'github.after_settle',
   'enrich.after_claim',
   'enrich.after_reserve',
   'enrich.after_response',

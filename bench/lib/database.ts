@@ -39,6 +39,7 @@ const BUSINESS_TABLES = [
   'enrichment_attempts',
   'github_requests',
   'github_rate_limits',
+  'github_endpoint_pace',
   'webhook_deliveries',
   'backfill_files',
   'gaps',

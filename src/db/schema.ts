@@ -36,7 +36,7 @@ export type SourceKind = 'public' | 'repo' | 'org' | 'user';
 export type GithubMode = 'live' | 'fixture';
 export type RunStatus = 'running' | 'completed' | 'not_modified' | 'failed' | 'interrupted';
 export type EnrichmentState = 'pending' | 'enriched' | 'failed' | 'gone';
-export type RequestPurpose = 'poll' | 'enrich';
+export type RequestPurpose = 'poll' | 'enrich' | 'commits';
 export type RequestOutcome = 'reserved' | 'sent' | 'completed' | 'error' | 'abandoned';
 /** How a push first arrived: polled, delivered by webhook, or read from a GH Archive file. */
 export type PushOrigin = 'poll' | 'webhook' | 'archive';
@@ -222,6 +222,13 @@ export interface GithubRateLimitsTable {
   observed_at: Generated<Timestamp>;
 }
 
+/** When a credential may next send to an endpoint (route template): GitHub's secondary limit. */
+export interface GithubEndpointPaceTable {
+  credential: string;
+  endpoint: string;
+  next_at: Timestamp;
+}
+
 export type BlockReason = 'rate_limit' | 'auth';
 
 /** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
@@ -343,6 +350,7 @@ export interface Database {
   push_events: PushEventsTable;
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
+  github_endpoint_pace: GithubEndpointPaceTable;
   enrichment_attempts: EnrichmentAttemptsTable;
   webhook_deliveries: WebhookDeliveriesTable;
   rejected_events: RejectedEventsTable;

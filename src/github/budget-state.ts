@@ -1,16 +1,17 @@
 import { sql } from 'kysely';
 import { int4Key } from '../db/locks.ts';
 import type { BlockReason, RequestPurpose } from '../db/schema.ts';
+import { isBackground, type Refusal, type StoredRateLimit } from './budget-types.ts';
 import { defaultQuota } from './credential.ts';
 import { SPENDS_QUOTA } from './ledger.ts';
-import type { StoredRateLimit } from './rate-limit.ts';
 
 /**
  * The hourly budget of each credential (DESIGN §6), computed from the ledger every time so
  * that every process on every machine sees the same numbers:
  * - the window is GitHub's current rate-limit hour (reset_at − 1 h) when we know it,
  *   else the last 60 minutes;
- * - enrichment may spend floor(quota × share) of it, polls the rest;
+ * - the background purposes (enrich and commits, together) may spend floor(quota × share)
+ *   of it, polls the rest: a commits reservation counts exactly like an enrich one;
  * - nobody spends once the observed remaining (last x-ratelimit-remaining minus what
  *   was spent since) reaches 0 before the reset, or while a 403/429 or 401 block lasts.
  * One set of CTEs computes it for any number of credentials at once (one row each), so a
@@ -35,7 +36,7 @@ export interface CredentialPolicy {
 export interface BudgetPolicy {
   /** The pool, in configuration order (never empty). */
   credentials: readonly CredentialPolicy[];
-  /** ENRICH_SHARE: enrichment's part of each credential's hourly quota. */
+  /** ENRICH_SHARE: the background purposes' (enrich + commits) part of each credential's hourly quota. */
   share: number;
 }
 
@@ -44,6 +45,7 @@ export function singleCredential(label: string, share = 2 / 3): BudgetPolicy {
   return { credentials: [{ label, defaultQuota: defaultQuota(label) }], share };
 }
 
+/** The poll allowance and the background one (`enrich`: spent by enrich and commits together). */
 export function allowanceFor(quota: number, share: number): { poll: number; enrich: number } {
   const enrich = Math.floor(quota * share);
   return { enrich, poll: quota - enrich };
@@ -58,10 +60,11 @@ interface Window {
 interface Spend {
   poll: number;
   enrich: number;
+  commits: number;
   /** Spent after the rate-limit observation (not yet reflected in its remaining). */
   sinceObservation: number;
-  /** The oldest spend in the window, per purpose and in all: when it leaves, room opens. */
-  oldest: { poll: Date | null; enrich: Date | null; any: Date | null };
+  /** The oldest spend in the window, polls', the background's and in all: when it leaves, room opens. */
+  oldest: { poll: Date | null; background: Date | null; any: Date | null };
 }
 
 export interface State {
@@ -89,10 +92,11 @@ export interface StateRow {
   window_end: Date;
   poll: number;
   enrich: number;
+  commits: number;
   since_observation: number;
   open: number;
   oldest_poll: Date | null;
-  oldest_enrich: Date | null;
+  oldest_background: Date | null;
   oldest_any: Date | null;
   remaining: number | null;
 }
@@ -148,6 +152,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         SELECT
           count(*) FILTER (WHERE purpose = 'poll')::int AS poll,
           count(*) FILTER (WHERE purpose = 'enrich')::int AS enrich,
+          count(*) FILTER (WHERE purpose = 'commits')::int AS commits,
           count(*) FILTER (
             WHERE finished_at IS NULL
                OR finished_at > CASE WHEN w.fresh THEN w.observed_at ELSE '-infinity' END
@@ -155,7 +160,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
           -- reserved or sent, no answer yet: in flight, or waiting for the credential's gate
           count(*) FILTER (WHERE finished_at IS NULL)::int AS open,
           min(reserved_at) FILTER (WHERE purpose = 'poll') AS oldest_poll,
-          min(reserved_at) FILTER (WHERE purpose = 'enrich') AS oldest_enrich,
+          min(reserved_at) FILTER (WHERE purpose <> 'poll') AS oldest_background,
           min(reserved_at) AS oldest_any
         FROM github_requests g
         WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
@@ -170,7 +175,8 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         w.blocked_until, w.block_reason, w.auth_failures, w.observed_at, w.quota, w.window_start,
         CASE WHEN w.fresh THEN w.reset_at ELSE w.window_start + make_interval(secs => ${HOUR_MS / 1000}) END
           AS window_end,
-        c.poll, c.enrich, c.since_observation, c.open, c.oldest_poll, c.oldest_enrich, c.oldest_any,
+        c.poll, c.enrich, c.commits, c.since_observation, c.open, c.oldest_poll, c.oldest_background,
+        c.oldest_any,
         -- in a new hour (reset passed), everything since its start came off the quota
         CASE WHEN w.rl_quota IS NULL THEN NULL
              WHEN w.fresh THEN w.rl_remaining - c.since_observation
@@ -191,22 +197,20 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
  * `purpose` now? The reservation inserts only where it holds; decide() explains a no.
  */
 export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
-  const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
-  const room =
-    purpose === 'enrich'
-      ? sql`st.enrich < ${enrichAllowance}`
-      : sql`st.poll < st.quota - ${enrichAllowance}`;
+  const background = sql`floor(st.quota * ${share}::float8)`;
+  const room = isBackground(purpose)
+    ? sql`st.enrich + st.commits < ${background}`
+    : sql`st.poll < st.quota - ${background}`;
   return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
     AND (st.remaining IS NULL OR st.remaining > 0) AND ${room}`;
 }
 
 /** How many requests of `purpose` `st` may still make in its window (its allowance, within what GitHub has left). */
 export function roomSql(purpose: RequestPurpose, share: number) {
-  const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
-  const left =
-    purpose === 'enrich'
-      ? sql`(${enrichAllowance} - st.enrich)`
-      : sql`(st.quota - ${enrichAllowance} - st.poll)`;
+  const background = sql`floor(st.quota * ${share}::float8)`;
+  const left = isBackground(purpose)
+    ? sql`(${background} - st.enrich - st.commits)`
+    : sql`(st.quota - ${background} - st.poll)`;
   return sql`LEAST(${left}, COALESCE(st.remaining, ${left}))`;
 }
 
@@ -231,8 +235,9 @@ export function toState(row: StateRow): State {
     spent: {
       poll: row.poll,
       enrich: row.enrich,
+      commits: row.commits,
       sinceObservation: row.since_observation,
-      oldest: { poll: row.oldest_poll, enrich: row.oldest_enrich, any: row.oldest_any },
+      oldest: { poll: row.oldest_poll, background: row.oldest_background, any: row.oldest_any },
     },
     remaining: row.remaining,
   };
@@ -248,18 +253,6 @@ function freesAt(state: State, oldest: Date | null, now: Date): Date {
   const at = oldest ? oldest.getTime() + HOUR_MS : now.getTime();
   return new Date(Math.max(at, now.getTime() + 1000));
 }
-
-export type Refusal = {
-  ok: false;
-  /** allowance: this purpose's share is spent; remaining: the quota is; blocked: GitHub said wait. */
-  reason: 'allowance' | 'remaining' | 'blocked';
-  /** When the budget frees: the reset, the oldest spend leaving the window, or the block's end. */
-  retryAt: Date;
-  /** For 'blocked': a 403/429 (rate_limit) or a 401 (auth). */
-  blockReason?: BlockReason | null;
-  /** The credential this refusal is about (for a pool: the one that frees first). */
-  credential: string;
-};
 
 /** Why `state` cannot spend a request of `purpose` now, or null when it can. */
 export function decide(
@@ -283,8 +276,13 @@ export function decide(
     return { ok: false, reason: 'remaining', retryAt, credential };
   }
   const allowance = allowanceFor(state.quota, share);
-  if (state.spent[purpose] >= allowance[purpose]) {
-    const retryAt = freesAt(state, state.spent.oldest[purpose], now);
+  const { spent } = state;
+  const full = isBackground(purpose)
+    ? spent.enrich + spent.commits >= allowance.enrich
+    : spent.poll >= allowance.poll;
+  if (full) {
+    const oldest = isBackground(purpose) ? spent.oldest.background : spent.oldest.poll;
+    const retryAt = freesAt(state, oldest, now);
     return { ok: false, reason: 'allowance', retryAt, credential };
   }
   return null;

@@ -10,15 +10,20 @@ import {
   budgetStateStatement,
   type CredentialPolicy,
   decide,
-  type Refusal,
   roomSql,
   type StateRow,
   stateCtes,
   toState,
 } from './budget-state.ts';
+import {
+  type BudgetDecision,
+  type BudgetSnapshot,
+  isBackground,
+  type PoolBudget,
+  type Refusal,
+} from './budget-types.ts';
 import { defaultQuota } from './credential.ts';
 import { ASYNC_COMMIT, type ReservationRow, UNSPECIFIED_PATH } from './ledger.ts';
-import type { BudgetSnapshot, PoolBudget, Reservation } from './types.ts';
 
 export {
   allowanceFor,
@@ -27,6 +32,7 @@ export {
   type CredentialPolicy,
   singleCredential,
 } from './budget-state.ts';
+export type { BudgetDecision, BudgetRefusal } from './budget-types.ts';
 
 /**
  * Reservations against the pool of credentials (ADR 0003, ADR 0050). Each credential has
@@ -34,11 +40,6 @@ export {
  * credential with the most of that purpose's allowance left, and the pool says no only
  * when every credential does — with the earliest time any of them frees.
  */
-
-/** The pool said no: every credential refuses. The reported one is the first to free. */
-export type BudgetRefusal = Refusal;
-
-export type BudgetDecision = { ok: true; reservation: Reservation } | BudgetRefusal;
 
 /** Thrown when the statement's insert and decide() disagree: a bug, never a budget answer. */
 export class BudgetRuleMismatch extends AppError {
@@ -154,11 +155,18 @@ export async function reserve(
   policy: BudgetPolicy,
   purpose: RequestPurpose,
   meta: Meta,
+  /**
+   * `db` is the caller's transaction (ADR 0080: a poll opens its run in the reservation's
+   * transaction): the budget locks are held, and the row committed, with it.
+   */
+  inTransaction = false,
 ): Promise<BudgetDecision> {
   const { credentials, share } = policy;
+  const within = <T>(fn: (trx: Trx) => Promise<T>): Promise<T> =>
+    inTransaction ? fn(db as Trx) : db.transaction().execute(fn);
   if (credentials.length === 1) {
     const cred = credentials[0]!;
-    return db.transaction().execute(async (trx) => {
+    return within(async (trx) => {
       // Asynchronous commit (ADR 0010): the row is visible to every other session the moment
       // it commits; only a crash of the Postgres server itself within ~200 ms could lose it.
       await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(cred.label)}),
@@ -169,7 +177,7 @@ export async function reserve(
   const lost = new Set<string>();
   const refused: Refusal[] = [];
   for (;;) {
-    const out = await db.transaction().execute(async (trx) => {
+    const out = await within(async (trx) => {
       const { picked, refusals } = await pickAndLock(trx, policy, purpose, meta.now, lost);
       if (!picked) return { final: true, d: poolRefusal([...refused, ...refusals]) } as const;
       const d = await reserveOn(trx, picked, share, purpose, meta);
@@ -193,7 +201,7 @@ function snapshotOf(row: StateRow, share: number, now: Date): BudgetSnapshot {
     remaining: state.remaining === null ? null : Math.max(0, state.remaining),
     resetAt: state.rl ? state.window.end : null,
     allowance: allowanceFor(state.quota, share),
-    spent: { poll: state.spent.poll, enrich: state.spent.enrich },
+    spent: { poll: state.spent.poll, enrich: state.spent.enrich, commits: state.spent.commits },
     blockedUntil: isBlocked ? blocked : null,
     blockReason: isBlocked ? (state.rl?.blockReason ?? null) : null,
   };
@@ -222,10 +230,17 @@ export function poolTotal(credentials: BudgetSnapshot[]): BudgetSnapshot {
     quota: sum((s) => s.quota),
     remaining: credentials.every((s) => s.remaining === null)
       ? null
-      : sum((s) => s.remaining ?? Math.max(0, s.quota - s.spent.poll - s.spent.enrich)),
+      : sum(
+          (s) =>
+            s.remaining ?? Math.max(0, s.quota - s.spent.poll - s.spent.enrich - s.spent.commits),
+        ),
     resetAt: earliest(credentials.map((s) => s.resetAt)),
     allowance: { poll: sum((s) => s.allowance.poll), enrich: sum((s) => s.allowance.enrich) },
-    spent: { poll: sum((s) => s.spent.poll), enrich: sum((s) => s.spent.enrich) },
+    spent: {
+      poll: sum((s) => s.spent.poll),
+      enrich: sum((s) => s.spent.enrich),
+      commits: sum((s) => s.spent.commits),
+    },
     blockedUntil: firstFree?.blockedUntil ?? null,
     blockReason: firstFree
       ? credentials.every((s) => s.blockReason === 'auth')
@@ -242,13 +257,15 @@ export async function budgetSnapshot(db: Db, policy: BudgetPolicy, now: Date): P
   return { ...poolTotal(credentials), credentials };
 }
 
-/** Would this credential refuse a reservation of `purpose` right now? */
+/**
+ * Would this credential refuse a reservation of `purpose` right now? enrich and commits both
+ * ask whether the background allowance (their spend together) is used up.
+ */
 export function credentialRefuses(s: BudgetSnapshot, purpose: RequestPurpose): boolean {
-  return (
-    s.blockedUntil !== null ||
-    (s.remaining !== null && s.remaining <= 0) ||
-    s.spent[purpose] >= s.allowance[purpose]
-  );
+  const full = isBackground(purpose)
+    ? s.spent.enrich + s.spent.commits >= s.allowance.enrich
+    : s.spent.poll >= s.allowance.poll;
+  return s.blockedUntil !== null || (s.remaining !== null && s.remaining <= 0) || full;
 }
 
 /**

@@ -2,6 +2,7 @@ import { type Clock, systemClock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import { faultPoint } from '../fault.ts';
 import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
 import { authBlocks } from './auth-blocks.ts';
@@ -20,7 +21,14 @@ import {
 import { createRequestGate, type RequestGate } from './gate.ts';
 import { createHttpFetch } from './http-fetch.ts';
 import { InstallationTokenFailed } from './installation-tokens.ts';
-import { markSent, releaseReservation, settle } from './ledger.ts';
+import {
+  releaseReservation,
+  type Settlement,
+  settle,
+  settleAndUnlock,
+  unsendAndUnlock,
+} from './ledger.ts';
+import { sentStatement, spacingMs } from './pacing.ts';
 import {
   clearAuthFailures,
   parseRateLimit,
@@ -61,6 +69,27 @@ export interface GitHubClientOptions {
   clock?: Clock;
   /** Tests: replace the HTTP/fixture transport. */
   transport?: Transport;
+  /** How to wait for an endpoint's pacing slot (tests pair it with `clock`). */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+const realSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** What a request through the gate came back with (see conclude()). */
+interface Sent<T> {
+  answer: RawResponse | null;
+  settlement: Settlement;
+  durationMs: number;
+  rateLimit: ReturnType<typeof parseRateLimit>;
+  retried: boolean;
+  result: GitHubResponse<T> | undefined;
+  error: unknown;
+  accepted: boolean;
+}
+
+/** The credential gave no header to send with (an installation without a token): nothing sent. */
+interface Unauthorized {
+  unauthorized: unknown;
 }
 
 /** Statuses that are answers about the resource, returned to the caller to decide. */
@@ -89,6 +118,8 @@ function errorMessage(body: string | null): string {
 export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const { config, db, logger } = opts;
   const clock = opts.clock ?? systemClock;
+  const sleep = opts.sleep ?? realSleep;
+  const spacing = spacingMs(config.github.endpointRatePerMinute);
   const mode = config.github.mode;
   const httpFetch = createHttpFetch({
     connectTimeoutMs: config.github.connectTimeoutMs,
@@ -113,6 +144,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     let gate = gates.get(name);
     if (!gate) {
       gate = createRequestGate({
+        db,
         databaseUrl: opts.databaseUrl,
         credential: name,
         waitSeconds: config.github.gateWaitSeconds,
@@ -134,13 +166,19 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     purpose: RequestPurpose,
     meta: Parameters<GitHubClient['reserve']>[1] = {},
   ) {
-    return reserve(db, policy, purpose, {
-      path: meta.path ? encodePath(meta.path) : undefined,
-      jobId: meta.jobId,
-      runId: meta.runId,
-      entity: meta.entity,
-      now: clock.now(),
-    });
+    return reserve(
+      meta.trx ?? db,
+      policy,
+      purpose,
+      {
+        path: meta.path ? encodePath(meta.path) : undefined,
+        jobId: meta.jobId,
+        runId: meta.runId,
+        entity: meta.entity,
+        now: clock.now(),
+      },
+      meta.trx !== undefined,
+    );
   }
 
   /** Turn an answer into a GitHubResponse or the error it stands for. */
@@ -232,6 +270,48 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     return { raw: await send(again), retried: true };
   }
 
+  /** An answer (or none) turned into the caller's result or error, and its ledger settlement. */
+  function conclude<T>(
+    path: string,
+    id: number,
+    credential: string,
+    raw: RawResponse | null,
+    failure: unknown,
+    retried: boolean,
+    started: number,
+  ): Sent<T> {
+    const durationMs = Date.now() - started;
+    const now = clock.now();
+    const answer = raw;
+    const rateLimit = answer ? parseRateLimit(answer.headers) : null;
+    let result: GitHubResponse<T> | undefined;
+    let error: unknown = failure;
+    if (answer) {
+      try {
+        result = classify<T>(path, answer, id, credential);
+      } catch (err) {
+        error = err;
+      }
+    } else if (failure instanceof TransportFailure) {
+      error = failure.reached
+        ? new GitHubUnavailable(path, null, failure.message, failure.cause)
+        : new GitHubUnreachable(path, failure.message, failure.cause);
+    }
+    const settlement: Settlement = {
+      outcome: error ? 'error' : 'completed',
+      status: answer?.status ?? null,
+      reached: !(error instanceof GitHubUnreachable),
+      durationMs,
+      rateLimit,
+      error: error ? (error as Error).message : undefined,
+      now,
+    };
+    // A 2xx-4xx that is not a 401 means GitHub checked the credential and took it; a 5xx
+    // (maybe from a proxy) or no answer says nothing about it.
+    const accepted = answer !== null && answer.status < 500;
+    return { answer, settlement, durationMs, rateLimit, retried, result, error, accepted };
+  }
+
   /**
    * A refusal of the whole pool, with every credential's auth block when a 401 blocks each
    * one (so the caller can say which, since when and until when).
@@ -302,74 +382,70 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       throw new Error(`reservation ${id} is for ${reservation.credential}, not in this pool`);
     }
     const credential = cred.label;
-    const started = Date.now();
-    let raw: RawResponse | null = null;
-    let retried = false;
-    let failure: unknown = null;
-    let unauthorized: { err: unknown } | null = null;
+    const sentAt = { credential, path, method: 'GET', jobId: req.jobId, runId: req.runId };
+    let outcome: Sent<T> | Unauthorized;
     try {
-      await gateFor(credential).run(async () => {
-        // The header right before sending, once the gate is ours: an installation token is
-        // checked (and replaced when due) after any wait for the gate, never before it.
-        let auth: Authorization;
-        try {
-          auth = await cred.authorize();
-        } catch (err) {
-          unauthorized = { err };
-          return;
-        }
-        await markSent(db, id, {
-          path,
-          method: 'GET',
-          now: clock.now(),
-          jobId: req.jobId,
-          runId: req.runId,
-        });
-        try {
-          ({ raw, retried } = await sendAs(cred, auth, { path, etag: req.etag ?? null }));
-        } catch (err) {
-          failure = err;
-        }
-      });
+      outcome = await gateFor(credential).run<Sent<T> | Unauthorized>(
+        async (entered) => {
+          const slot = (entered[0]?.slot as Date | null | undefined) ?? null;
+          if (!slot) {
+            throw new Error(
+              `github_requests ${id} is not an open reservation (already used, released or swept)`,
+            );
+          }
+          // Marked sent (it may spend quota from here on), not sent yet.
+          faultPoint('github.after_sent');
+          // Spread within the secondary limit: this endpoint's slot on this credential.
+          const wait = slot.getTime() - clock.now().getTime();
+          if (wait > 0) await sleep(wait);
+          // The header right before sending, once the gate is ours: an installation token is
+          // checked (and replaced when due) after any wait for the gate, never before it.
+          let auth: Authorization;
+          try {
+            auth = await cred.authorize();
+          } catch (err) {
+            return { unauthorized: err };
+          }
+          const started = Date.now();
+          let raw: RawResponse | null = null;
+          let retried = false;
+          let failure: unknown = null;
+          try {
+            ({ raw, retried } = await sendAs(cred, auth, { path, etag: req.etag ?? null }));
+          } catch (err) {
+            failure = err;
+          }
+          return conclude<T>(path, id, credential, raw, failure, retried, started);
+        },
+        {
+          // Marked sent (and its pacing slot taken) in the lock's own statement.
+          enter: (locked) =>
+            sentStatement(locked, id, { ...sentAt, now: clock.now(), spacingMs: spacing }),
+          // The usual answer is settled in the unlock's statement; a block (403/429, 401)
+          // is written with its settle in a transaction after it.
+          leave: (o, unlock) => {
+            if ('unauthorized' in o) {
+              const reason = (o.unauthorized as Error).message;
+              return unsendAndUnlock(id, reason, clock.now(), unlock);
+            }
+            if (o.error instanceof RateLimited || o.error instanceof GitHubAuthFailed) return null;
+            return settleAndUnlock(db, id, o.settlement, credential, o.accepted, unlock);
+          },
+        },
+      );
     } catch (err) {
       // Nothing was sent (gate timeout, or the ledger refused): give the reservation back.
       await giveBack((err as Error).message);
       throw err;
     }
-    if (unauthorized) {
-      // No token, so nothing was sent: the reservation goes back unspent.
-      const { err } = unauthorized as { err: unknown };
-      await giveBack((err as Error).message);
-      throw await authorizationFailed(cred, path, err);
+    faultPoint('github.after_settle');
+    if ('unauthorized' in outcome) {
+      // No token, so nothing was sent: the reservation went back unspent.
+      throw await authorizationFailed(cred, path, outcome.unauthorized);
     }
-    const durationMs = Date.now() - started;
-    const now = clock.now();
-    const answer = raw as RawResponse | null;
-    const rateLimit = answer ? parseRateLimit(answer.headers) : null;
-
-    let result: GitHubResponse<T> | undefined;
-    let error: unknown = failure;
-    if (answer) {
-      try {
-        result = classify<T>(path, answer, id, credential);
-      } catch (err) {
-        error = err;
-      }
-    } else if (failure instanceof TransportFailure) {
-      error = failure.reached
-        ? new GitHubUnavailable(path, null, failure.message, failure.cause)
-        : new GitHubUnreachable(path, failure.message, failure.cause);
-    }
-
-    const settlement = {
-      outcome: error ? ('error' as const) : ('completed' as const),
-      status: answer?.status ?? null,
-      reached: !(error instanceof GitHubUnreachable),
-      durationMs,
-      rateLimit,
-      error: error ? (error as Error).message : undefined,
-      now,
-    };
+    const { answer, settlement, durationMs, rateLimit, retried, result, accepted } = outcome;
+    let { error } = outcome;
+    const now = settlement.now;
     // A 403/429 blocks the credential for every process until GitHub's retry-after/reset;
     // a 401 climbs the auth ladder (1, 5, 15, 60 min) so no poll or cycle repeats it every
     // tick; any other answer proves the credential is accepted and clears that ladder.
@@ -388,13 +464,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         return recordAuthFailure(trx, credential, now, cred.defaultQuota, `HTTP 401: ${said}`);
       });
       error = new GitHubAuthFailed(path, block, credential);
-    } else {
-      // The usual case: settle and the rate-limit upsert are one statement.
-      // A 2xx-4xx that is not a 401 means GitHub checked the credential and took it; a 5xx
-      // (maybe from a proxy) or no answer says nothing about it.
-      const accepted = answer !== null && answer.status < 500;
-      await settle(db, id, settlement, credential, accepted);
-      if (accepted && !rateLimit) await clearAuthFailures(db, credential);
+    } else if (accepted && !rateLimit) {
+      // Settled with the unlock; an accepted answer without x-ratelimit-* (fixtures, some
+      // proxies) still clears the auth ladder.
+      await clearAuthFailures(db, credential);
     }
 
     (req.jobId ? logger.child({ job_id: req.jobId }) : logger).debug(

@@ -1,6 +1,7 @@
+import { type RawBuilder, sql } from 'kysely';
 import type pg from 'pg';
 import { int4Key, LockSpace } from '../db/locks.ts';
-import { createPool } from '../db/pool.ts';
+import { createPool, type Db } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
 import { GateTimeout } from './errors.ts';
 
@@ -14,9 +15,26 @@ import { GateTimeout } from './errors.ts';
  * Inside one process, callers queue on a local FIFO first so that only one of them
  * waits on Postgres (and the dedicated pool never needs more than one connection).
  */
+export interface GateStatements<T> {
+  /**
+   * A statement sent in the SAME round trip (and transaction) as the lock, run once the lock
+   * is held: `locked` is a CTE list ending in `locked` (one row); the statement selects FROM
+   * it. Its rows are handed to `fn`. Fails as a whole: nothing written, the lock not taken.
+   */
+  enter?: (locked: RawBuilder<unknown>) => RawBuilder<Record<string, unknown>>;
+  /**
+   * A statement that also releases the lock, given `fn`'s result: `unlock` is an expression
+   * to select once its writes are done (e.g. FROM a data-modifying CTE). null: just unlock.
+   */
+  leave?: (value: T, unlock: RawBuilder<unknown>) => RawBuilder<unknown> | null;
+}
+
 export interface RequestGate {
   /** Runs `fn` holding the gate; waits at most GATE_WAIT_SECONDS in total, else GateTimeout. */
-  run<T>(fn: () => Promise<T>): Promise<T>;
+  run<T>(
+    fn: (entered: Record<string, unknown>[]) => Promise<T>,
+    statements?: GateStatements<T>,
+  ): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -27,6 +45,8 @@ export function createRequestGate(opts: {
   credential: string;
   waitSeconds: number;
   logger: Logger;
+  /** Compiles the enter/leave statements (never queried: they run on the gate's own session). */
+  db?: Db;
 }): RequestGate {
   const key = int4Key(opts.credential);
   const waitMs = opts.waitSeconds * 1000;
@@ -67,19 +87,34 @@ export function createRequestGate(opts: {
     return release;
   }
 
-  async function lock(deadline: number): Promise<pg.PoolClient> {
+  const compile = (q: RawBuilder<unknown>) => {
+    if (!opts.db) throw new Error('request gate statements need a db to compile them');
+    const c = q.compile(opts.db);
+    return { text: c.sql, values: c.parameters as unknown[] };
+  };
+
+  async function lock(
+    deadline: number,
+    enter: GateStatements<unknown>['enter'],
+  ): Promise<{ client: pg.PoolClient; rows: Record<string, unknown>[] }> {
     const client = await getPool().connect();
     try {
-      const left = Math.max(1, deadline - Date.now());
+      const left = String(Math.ceil(Math.max(1, deadline - Date.now())));
       // lock_timeout bounds the wait for the advisory lock held by another process. One
-      // round trip on every request: the subquery's set_config runs before the lock that
-      // reads its row (github-gate.test.ts times the bound out).
+      // round trip on every request: set_config runs before the lock that reads its row
+      // (github-gate.test.ts times the bound out), and the caller's statement reads `locked`.
+      if (enter) {
+        const locked = sql`bound AS (SELECT set_config('lock_timeout', ${left}, false) AS b),
+          locked AS (SELECT pg_advisory_lock(${LockSpace.gate}, ${key}) AS l FROM bound)`;
+        const r = await client.query(compile(enter(locked)));
+        return { client, rows: r.rows };
+      }
       await client.query(
         `SELECT pg_advisory_lock($1, $2)
            FROM (SELECT set_config('lock_timeout', $3, false)) AS bound`,
-        [LockSpace.gate, key, String(Math.ceil(left))],
+        [LockSpace.gate, key, left],
       );
-      return client;
+      return { client, rows: [] };
     } catch (err) {
       client.release(
         (err as { code?: string }).code === LOCK_NOT_AVAILABLE ? undefined : (err as Error),
@@ -91,9 +126,10 @@ export function createRequestGate(opts: {
     }
   }
 
-  async function unlock(client: pg.PoolClient): Promise<void> {
+  async function unlock(client: pg.PoolClient, leave: RawBuilder<unknown> | null): Promise<void> {
     try {
-      await client.query('SELECT pg_advisory_unlock($1, $2)', [LockSpace.gate, key]);
+      if (leave) await client.query(compile(leave));
+      else await client.query('SELECT pg_advisory_unlock($1, $2)', [LockSpace.gate, key]);
       client.release();
     } catch (err) {
       // Destroying the connection ends the session, which releases the lock anyway.
@@ -102,20 +138,29 @@ export function createRequestGate(opts: {
         { event: 'github.gate_unlock_failed', err },
         'request gate unlock failed; connection dropped',
       );
+      // The caller's writes in that statement did not happen: it must know.
+      if (leave) throw err;
     }
   }
 
   return {
-    async run<T>(fn: () => Promise<T>): Promise<T> {
+    async run<T>(
+      fn: (entered: Record<string, unknown>[]) => Promise<T>,
+      statements: GateStatements<T> = {},
+    ): Promise<T> {
       if (closed) throw new Error('request gate is closed');
       const deadline = Date.now() + waitMs;
       const releaseTurn = await localTurn(deadline);
       try {
-        const client = await lock(deadline);
+        const { client, rows } = await lock(deadline, statements.enter);
+        let leave: RawBuilder<unknown> | null = null;
         try {
-          return await fn();
+          const value = await fn(rows);
+          const unlockExpr = sql`pg_advisory_unlock(${LockSpace.gate}, ${key})`;
+          leave = statements.leave?.(value, unlockExpr) ?? null;
+          return value;
         } finally {
-          await unlock(client);
+          await unlock(client, leave);
         }
       } finally {
         releaseTurn();

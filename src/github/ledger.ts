@@ -1,8 +1,8 @@
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
+import type { EntityClass, RateLimitState } from './budget-types.ts';
 import { rateLimitUpsert } from './rate-limit.ts';
-import type { EntityClass, RateLimitState } from './types.ts';
 
 /**
  * The request ledger (github_requests): one row per request, written BEFORE it is sent
@@ -25,32 +25,6 @@ export interface ReservationRow {
   runId?: number | null;
   entity?: { class: EntityClass; id: string | number };
   now: Date;
-}
-
-/** The request is about to leave: from here on it may have spent quota. */
-export async function markSent(
-  db: Db,
-  id: number,
-  at: { path: string; method: string; now: Date; jobId?: string | null; runId?: number | null },
-): Promise<void> {
-  const res = await db
-    .updateTable('github_requests')
-    .set({
-      outcome: 'sent',
-      path: at.path,
-      method: at.method,
-      sent_at: at.now,
-      job_id: sql`COALESCE(${at.jobId ?? null}::text, job_id)`,
-      run_id: sql`COALESCE(${at.runId ?? null}::bigint, run_id)`,
-    })
-    .where('id', '=', String(id))
-    .where('outcome', '=', 'reserved')
-    .executeTakeFirst();
-  if (Number(res.numUpdatedRows) !== 1) {
-    throw new Error(
-      `github_requests ${id} is not an open reservation (already used, released or swept)`,
-    );
-  }
 }
 
 export interface Settlement {
@@ -109,6 +83,48 @@ export async function settle(
   } else {
     await settlement(db, id, s).execute();
   }
+}
+
+/**
+ * settle() in the statement that releases the request gate (`unlock`, the gate's
+ * expression): the answer and the rate-limit row are written, then the lock released — one
+ * round trip. The gate runs it on its own session (src/github/gate.ts).
+ */
+export function settleAndUnlock(
+  db: Db,
+  id: number,
+  s: Settlement,
+  credential: string,
+  accepted: boolean,
+  unlock: RawBuilder<unknown>,
+): RawBuilder<unknown> {
+  const settled = settlement(db, id, s).returning('id');
+  if (!s.rateLimit) {
+    return sql`WITH settled AS (${settled})
+      SELECT ${unlock} AS unlocked FROM (SELECT count(*) FROM settled) AS done`;
+  }
+  const rl = rateLimitUpsert(db, credential, s.rateLimit, s.now, accepted).returning('credential');
+  return sql`WITH settled AS (${settled}), rl AS (${rl})
+    SELECT ${unlock} AS unlocked
+    FROM (SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM rl)) AS done`;
+}
+
+/**
+ * A request marked sent that never left (no token to send it with): back to what
+ * releaseReservation leaves — abandoned, never sent, spending nothing — as the gate unlocks.
+ */
+export function unsendAndUnlock(
+  id: number,
+  reason: string,
+  now: Date,
+  unlock: RawBuilder<unknown>,
+): RawBuilder<unknown> {
+  return sql`WITH unsent AS (
+      UPDATE github_requests SET outcome = 'abandoned', sent_at = NULL,
+        finished_at = ${now}::timestamptz, error = ${reason}
+      WHERE id = ${String(id)} AND outcome = 'sent' RETURNING id
+    )
+    SELECT ${unlock} AS unlocked FROM (SELECT count(*) FROM unsent) AS done`;
 }
 
 /**

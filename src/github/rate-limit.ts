@@ -1,7 +1,7 @@
 import { type QueryCreator, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { BlockReason, Database } from '../db/schema.ts';
-import type { RateLimitState } from './types.ts';
+import type { RateLimitState } from './budget-types.ts';
 
 /** Response headers, lower-cased names (fetch and fixture files both give these). */
 export type Headers = Record<string, string | undefined>;
@@ -53,16 +53,6 @@ export function rateLimitRetryAt(
   }
   if (rl && rl.remaining === 0 && rl.resetAt.getTime() > now.getTime()) return rl.resetAt;
   return new Date(now.getTime() + MIN_BACKOFF_MS);
-}
-
-export interface StoredRateLimit {
-  quota: number;
-  remaining: number;
-  resetAt: Date;
-  blockedUntil: Date | null;
-  blockReason: BlockReason | null;
-  authFailures: number;
-  observedAt: Date;
 }
 
 /**

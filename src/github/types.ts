@@ -3,24 +3,25 @@
  * src/github/client.ts (live: octokit over HTTP; fixture: files) — every request passes
  * the request gate and has a github_requests ledger row reserved before it is sent.
  */
-import type { BlockReason, RequestPurpose } from '../db/schema.ts';
-import type { BudgetDecision, BudgetRefusal } from './budget.ts';
+import type { Db } from '../db/pool.ts';
+import type { RequestPurpose } from '../db/schema.ts';
+import type {
+  BudgetDecision,
+  BudgetRefusal,
+  EntityClass,
+  PoolBudget,
+  RateLimitState,
+  Reservation,
+} from './budget-types.ts';
 import type { AuthBlock } from './errors.ts';
 
-export type EntityClass = 'actor' | 'repository';
-
-export interface RateLimitState {
-  limit: number;
-  remaining: number;
-  resetAt: Date;
-}
-
-/** A reserved ledger row: permission to send one request. */
-export interface Reservation {
-  id: number;
-  purpose: RequestPurpose;
-  credential: string;
-}
+export type {
+  BudgetSnapshot,
+  EntityClass,
+  PoolBudget,
+  RateLimitState,
+  Reservation,
+} from './budget-types.ts';
 
 export interface GitHubRequest {
   purpose: RequestPurpose;
@@ -52,29 +53,6 @@ export interface GitHubResponse<T = unknown> {
   counted: boolean;
 }
 
-export interface BudgetSnapshot {
-  credential: string;
-  /** Hourly quota as last seen in x-ratelimit-limit (60 unauthenticated, 5000 with a token). */
-  quota: number;
-  /** Last seen x-ratelimit-remaining minus counted requests since; null when never seen. */
-  remaining: number | null;
-  resetAt: Date | null;
-  /** Requests per hour each purpose may spend (enrich = floor(quota * ENRICH_SHARE)). */
-  allowance: { poll: number; enrich: number };
-  /** Counted-or-open reservations in the current window per purpose. */
-  spent: { poll: number; enrich: number };
-  /** Set while a 403/429 told us to wait, or a 401 blocked the credential. */
-  blockedUntil: Date | null;
-  /** Why it is blocked: rate_limit (403/429) or auth (401). */
-  blockReason: BlockReason | null;
-}
-
-/** Every credential's budget, and the pool's total in the BudgetSnapshot fields. */
-export interface PoolBudget extends BudgetSnapshot {
-  /** One per credential, in configuration order ('pool' is the total's label when there are several). */
-  credentials: BudgetSnapshot[];
-}
-
 /** The pool said no; `rejected` lists every credential's auth block when a 401 blocks each. */
 export type PoolRefusal = BudgetRefusal & { rejected?: readonly AuthBlock[] };
 
@@ -98,6 +76,11 @@ export interface GitHubClient {
       runId?: number | null;
       entity?: { class: EntityClass; id: string | number };
       path?: string;
+      /**
+       * Reserve inside this transaction of the caller's (it holds the budget lock until it
+       * commits, and the row is undone if it rolls back): a poll opens its run with it.
+       */
+      trx?: Db;
     },
   ): Promise<Reservation | null>;
   /**

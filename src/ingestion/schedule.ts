@@ -235,8 +235,9 @@ export async function planSourcePoll(
     credentials,
     deps.config.enrichment.share,
   );
-  const requestBudget =
-    (Math.max(1, credentials.length) * deps.config.github.endpointRatePerMinute) / 60;
+  // GITHUB_ENDPOINT_RATE_PER_MINUTE=0 turns pacing off: no secondary limit to plan within.
+  const perMinute = deps.config.github.endpointRatePerMinute || 1_000_000_000;
+  const requestBudget = (Math.max(1, credentials.length) * perMinute) / 60;
   const sums = await fleetSums(deps.db, {
     mode: deps.config.github.mode,
     kind: source.kind,

@@ -335,7 +335,9 @@ describe('a file import left running', () => {
       sql`
       INSERT INTO backfill_files (file, scope, state, lines_done, deaths, attempts)
       VALUES (${file}, 'all', 'running', 2, ${deaths}, ${deaths + 1})
-      ON CONFLICT (file, scope, mirror) DO UPDATE SET state = 'running', deaths = ${deaths}`.execute(t.db);
+      ON CONFLICT (file, scope, mirror) DO UPDATE SET state = 'running', deaths = ${deaths}`.execute(
+        t.db,
+      );
     await leftRunning(0);
     // Nobody holds its lock: the reconciler's sweep marks it, once.
     expect(await interruptDeadImports(t.db)).toEqual([

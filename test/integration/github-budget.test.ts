@@ -23,7 +23,7 @@ afterEach(() => clients.closeAll());
 /** Ledger rows as other processes would have left them in the current window. */
 const spend = (
   credential: string,
-  purpose: 'poll' | 'enrich',
+  purpose: 'poll' | 'enrich' | 'commits',
   n: number,
   o?: Parameters<typeof spendRows>[4],
 ) => spendRows(t.db, credential, purpose, n, o);
@@ -55,6 +55,37 @@ describe('allowance split', () => {
       remaining: null,
       blockedUntil: null,
     });
+  });
+
+  it('commits spend the background allowance with enrichment, never the polls', async () => {
+    const gh = clients.make({ apiUrl: fake.url, token: null });
+    await spend(gh.credential, 'enrich', 25);
+    await spend(gh.credential, 'commits', 5);
+    await spend(gh.credential, 'commits', 3, { status: 304 }); // free
+    // 40 of 60 is the background's: 30 spent, 10 left for either of its purposes.
+    for (let i = 0; i < 10; i++) {
+      expect(
+        await gh.tryReserve('commits', { path: `/repos/o/r/compare/a...b${i}` }),
+      ).toMatchObject({
+        ok: true,
+      });
+    }
+    expect(await gh.tryReserve('commits')).toMatchObject({ ok: false, reason: 'allowance' });
+    expect(await gh.tryReserve('enrich')).toMatchObject({ ok: false, reason: 'allowance' });
+    // Polls keep all of theirs.
+    for (let i = 0; i < 20; i++) expect(await gh.reserve('poll')).not.toBeNull();
+    expect(await gh.reserve('poll')).toBeNull();
+    expect(await gh.budget()).toMatchObject({
+      allowance: { enrich: 40, poll: 20 },
+      spent: { enrich: 25, commits: 15, poll: 20 },
+    });
+  });
+
+  it('enrichment that spent the background allowance leaves commits nothing, and polls all theirs', async () => {
+    const gh = clients.make({ apiUrl: fake.url, token: null });
+    await spend(gh.credential, 'enrich', 40);
+    expect(await gh.tryReserve('commits')).toMatchObject({ ok: false, reason: 'allowance' });
+    expect(await gh.reserve('poll')).not.toBeNull();
   });
 
   it('counts rows from the last hour only when no reset is known', async () => {

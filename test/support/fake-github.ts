@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { routeTemplate } from '../../src/github/pacing.ts';
 import {
   type FakeAppOptions,
   fakeApps,
@@ -105,6 +106,11 @@ export interface FakeGitHubOptions {
   latencyMs?: number;
   /** Answer concurrent requests with a secondary-limit 403 (default true). */
   enforceSerial?: boolean;
+  /**
+   * GitHub's per-endpoint secondary limit: a credential's request past this many to one
+   * route template in the last 60 s is a secondary-limit 403 (retry-after: 60). Default off.
+   */
+  endpointRatePerMinute?: number;
 }
 
 export interface FakeGitHub {
@@ -206,6 +212,19 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
   const inFlightBy = new Map<string, number>();
   let maxInFlightBy: Record<string, number> = {};
   let secondaryLimitHits = 0;
+  // Per credential and route template: when its recent requests arrived (the last 60 s).
+  const endpointTimes = new Map<string, number[]>();
+  /** Counts this request in its credential's endpoint window; returns the window's size. */
+  const endpointWindow = (credential: string, path: string, at: number): number => {
+    const key = `${credential} ${routeTemplate(path)}`;
+    const times = endpointTimes.get(key) ?? [];
+    times.push(at);
+    let drop = 0;
+    while (drop < times.length && times[drop]! <= at - 60_000) drop++;
+    if (drop > 0) times.splice(0, drop);
+    endpointTimes.set(key, times);
+    return times.length;
+  };
   const apps = fakeApps();
   const hanging = new Set<http.ServerResponse>();
 
@@ -425,6 +444,10 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     inFlightBy.set(who.credential, mine);
     maxInFlightBy[who.credential] = Math.max(maxInFlightBy[who.credential] ?? 0, mine);
     const concurrent = mine > 1;
+    const overEndpointRate = opts.endpointRatePerMinute
+      ? endpointWindow(who.credential, rec.path, rec.startedAt.getTime()) >
+        opts.endpointRatePerMinute
+      : false;
     let ended = false;
     const end = () => {
       if (ended) return;
@@ -460,7 +483,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       if (fake.onRequest) await fake.onRequest(rec);
       if (opts.latencyMs) await sleep(opts.latencyMs);
 
-      if (enforceSerial && concurrent) {
+      if ((enforceSerial && concurrent) || overEndpointRate) {
         secondaryLimitHits++;
         send(
           json(
@@ -666,6 +689,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       maxInFlight = inFlight;
       maxInFlightBy = Object.fromEntries([...inFlightBy].filter(([, n]) => n > 0));
       secondaryLimitHits = 0;
+      endpointTimes.clear();
       apps.reset();
       fake.onRequest = null;
     },

@@ -37,8 +37,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['ENRICH_SHARE', 'half', /between 0 and 1/],
   ['ENRICH_LEASE_SECONDS', '3601', /integer from 1 to 3600/],
   ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
-  ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '0', /integer from 1 to 100000/],
-  ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '900/min', /integer from 1 to 100000/],
+  ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '-1', /integer from 0 \(off\) to 1000000/],
+  ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '15.5', /integer from 0 \(off\)/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
   ['SOURCES', 'public,planet:mars', /bad entry "planet:mars": unknown source kind/],
   ['LOG_FORMAT', 'pretty', /one of auto, json, text.*"pretty"/],
@@ -100,6 +100,9 @@ describe('config: defaults and parsing', () => {
     expect(c.github.fixturesDir).toBe('test/fixtures/github');
     expect(c.github.gateWaitSeconds).toBe(10);
     expect(c.github.endpointRatePerMinute).toBe(900);
+    expect(loadConfig({ GITHUB_ENDPOINT_RATE_PER_MINUTE: '0' }).github.endpointRatePerMinute).toBe(
+      0,
+    );
     expect(c.tickSeconds).toBe(60);
     expect(c.pgbossSchema).toBe('pgboss');
     expect(c.logLevel).toBe('info');

@@ -1,0 +1,184 @@
+import { sql } from 'kysely';
+import { systemClock } from '../clock.ts';
+import { LockSpace } from '../db/locks.ts';
+import type { Db } from '../db/pool.ts';
+import type { EventSource } from '../db/schema.ts';
+import { faultPoint } from '../fault.ts';
+import { logGapsRecorded, recordGap } from '../gaps/record.ts';
+import type { Logger } from '../log.ts';
+import { classifyFailure } from './failures.ts';
+import { mergeRecentIds } from './horizon.ts';
+import { type RunState, runCounters, summaryOf } from './run-state.ts';
+import type { IngestionDeps, RunSummary } from './run-summary.ts';
+import { planSourcePoll } from './schedule.ts';
+
+/**
+ * The end of a run: the run row and the source's schedule, in one transaction on the
+ * session that holds the source lock, which hands the lock over to that transaction's commit
+ * — the next poller can take it only once the schedule it must read is committed.
+ */
+
+/** The session a poll holds its source lock on (src/ingestion/poll-source.ts). */
+export interface SourceSession {
+  /** Kysely on the lock's own connection. */
+  db: Db;
+  sourceId: number;
+  /** The session took the source lock. */
+  held: boolean;
+  /** A finalize released it (at its commit, or it rolled back without it): do not unlock again. */
+  handedOver: boolean;
+}
+
+/**
+ * The transaction's first statement: take the source lock again at transaction level (the
+ * session holds it, so at once), then release the session's. The lock is now the
+ * transaction's: Postgres releases it at COMMIT (or ROLLBACK), not before.
+ */
+async function handOver(trx: Db, lock: SourceSession): Promise<void> {
+  // A finalize that failed after handing over (its rollback released the lock) is followed
+  // by finalizeFailure: it writes without the lock rather than wait for a poller that took it.
+  if (lock.handedOver) return;
+  lock.handedOver = true;
+  await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})
+    FROM (SELECT pg_advisory_xact_lock(${LockSpace.source}, ${lock.sourceId})) AS x`.execute(trx);
+}
+
+export async function finalizeSuccess(
+  deps: IngestionDeps,
+  lock: SourceSession,
+  source: EventSource,
+  state: RunState,
+  log: Logger,
+  ids: Record<string, unknown>,
+): Promise<RunSummary> {
+  const now = (deps.clock ?? systemClock).now();
+  const interval = state.pollInterval ?? source.poll_interval_seconds;
+  // The next poll by this source's expected counted cost (ADR 0081): an idle feed at its
+  // X-Poll-Interval, a busy one within its share of the poll allowance.
+  const plan = await planSourcePoll(
+    deps,
+    source,
+    { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
+    now,
+  );
+  const nextPollAt = plan.nextPollAt;
+  const status = state.notModified ? 'not_modified' : 'completed';
+  const gap = await lock.db.transaction().execute(async (trx) => {
+    await handOver(trx, lock);
+    await trx
+      .updateTable('ingestion_runs')
+      .set({ ...runCounters(state), status, finished_at: now })
+      .where('id', '=', String(state.runId))
+      .execute();
+    await trx
+      .updateTable('event_sources')
+      .set({
+        // The ETag of page 1 is only worth keeping once every page behind it was read:
+        // a 304 next time must mean "nothing we have not stored".
+        etag: state.etag ?? source.etag,
+        poll_interval_seconds: interval,
+        next_poll_at: nextPollAt,
+        poll_cost: plan.cost,
+        recent_event_ids: state.notModified
+          ? source.recent_event_ids
+          : mergeRecentIds(state.eventIds, source.recent_event_ids),
+        consecutive_failures: 0,
+        last_error: null,
+        last_polled_at: now,
+        updated_at: now,
+      })
+      .where('id', '=', source.id)
+      .execute();
+    // The window this run could not read, for the archive to fill (ADR 0041). In the same
+    // transaction as the run's completion: a completed run with a gap always has its row.
+    return state.gap
+      ? recordGap(trx, {
+          sourceId: Number(source.id),
+          runId: state.runId,
+          heldIds: source.recent_event_ids,
+          lastPolledAt: source.last_polled_at,
+          readIds: state.eventIds,
+          runStartedAt: state.startedAt,
+          now,
+        })
+      : null;
+  });
+  faultPoint('ingest.after_finalize');
+  if (gap) logGapsRecorded(log, gap, ids);
+  const summary = summaryOf(source, state, status, nextPollAt);
+  log.info(
+    {
+      event: 'ingestion.run_completed',
+      ...ids,
+      outcome: status,
+      pages_fetched: state.pagesFetched,
+      requests_spent: state.requestsSpent,
+      events_seen: state.eventsSeen,
+      events_created: state.eventsCreated,
+      events_rejected: state.eventsRejected,
+      actors_created: state.actorsCreated,
+      repositories_created: state.repositoriesCreated,
+      gap_detected: state.gap,
+      next_poll_at: nextPollAt.toISOString(),
+      poll_cost: plan.cost,
+      limited_by: plan.limitedBy,
+    },
+    `run ${state.runId} ${status}: ${state.eventsSeen} events seen, ${state.eventsCreated} pushes stored${state.eventsRejected ? `, ${state.eventsRejected} set aside` : ''}${state.gap ? ', GAP recorded' : ''}`,
+  );
+  return summary;
+}
+
+export async function finalizeFailure(
+  deps: IngestionDeps,
+  lock: SourceSession,
+  source: EventSource,
+  state: RunState,
+  err: unknown,
+  log: Logger,
+  ids: Record<string, unknown>,
+): Promise<RunSummary> {
+  const now = (deps.clock ?? systemClock).now();
+  const failure = classifyFailure(err, source, now);
+  await lock.db.transaction().execute(async (trx) => {
+    await handOver(trx, lock);
+    await trx
+      .updateTable('ingestion_runs')
+      .set({
+        ...runCounters({ ...state, gap: false }),
+        status: 'failed',
+        finished_at: now,
+        error: failure.error,
+      })
+      .where('id', '=', String(state.runId))
+      .execute();
+    await trx
+      .updateTable('event_sources')
+      .set({
+        consecutive_failures: failure.consecutiveFailures,
+        next_poll_at: failure.nextPollAt,
+        last_error: failure.lastError,
+        updated_at: now,
+      })
+      .where('id', '=', source.id)
+      .execute();
+  });
+  faultPoint('ingest.after_finalize');
+  log.warn(
+    {
+      event: 'ingestion.run_failed',
+      ...ids,
+      err,
+      error_code: failure.code,
+      counts_as_failure: failure.countsAsFailure,
+      consecutive_failures: failure.consecutiveFailures,
+      next_poll_at: failure.nextPollAt.toISOString(),
+      pages_fetched: state.pagesFetched,
+      events_created: state.eventsCreated,
+    },
+    `run ${state.runId} failed: ${failure.error}`,
+  );
+  return {
+    ...summaryOf(source, { ...state, gap: false }, 'failed', failure.nextPollAt),
+    error: { code: failure.code, message: failure.message },
+  };
+}

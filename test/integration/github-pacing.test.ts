@@ -1,0 +1,180 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { fixedClock } from '../../src/clock.ts';
+import { createGitHubClient } from '../../src/github/client.ts';
+import { RateLimited } from '../../src/github/errors.ts';
+import { routeTemplate } from '../../src/github/pacing.ts';
+import type { RawResponse, Transport } from '../../src/github/transport.ts';
+import type { GitHubClient } from '../../src/github/types.ts';
+import { createLogger } from '../../src/log.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { testConfig } from '../support/github-client.ts';
+
+/**
+ * GitHub's secondary limit (issue 19 item 2): per credential, at most 900 requests a minute
+ * to one endpoint, counted by route template, spread rather than burst. The clock is the
+ * test's: waiting for a slot moves it, and the transport records when each request left.
+ */
+
+const t = useTestDatabase();
+const open: GitHubClient[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((c) => c.close()));
+});
+
+const resetAt = () => String(Math.floor(Date.parse('2026-01-01T02:00:00Z') / 1000));
+
+function world(
+  o: { env?: Record<string, string>; answer?: (n: number) => RawResponse | null } = {},
+) {
+  const clock = fixedClock('2026-01-01T00:00:00Z');
+  const sent: { at: number; path: string }[] = [];
+  const transport: Transport = {
+    async send(req) {
+      sent.push({ at: clock.now().getTime(), path: req.path });
+      const custom = o.answer?.(sent.length);
+      if (custom) return custom;
+      return {
+        status: 304,
+        headers: {
+          'x-ratelimit-limit': '5000',
+          'x-ratelimit-remaining': '5000',
+          'x-ratelimit-reset': resetAt(),
+        },
+        body: null,
+        url: `https://api.github.test${req.path}`,
+      };
+    },
+  };
+  const gh = createGitHubClient({
+    config: testConfig(t, { apiUrl: 'https://api.github.test', env: o.env }),
+    db: t.db,
+    databaseUrl: t.url,
+    logger: createLogger('silent'),
+    clock,
+    sleep: async (ms) => clock.advance(ms),
+    transport,
+  });
+  open.push(gh);
+  return { gh, clock, sent };
+}
+
+/** The most requests to endpoints matching `template` in any 60 s window. */
+function busiestMinute(sent: { at: number; path: string }[], template: string): number {
+  const times = sent.filter((s) => routeTemplate(s.path) === template).map((s) => s.at);
+  let most = 0;
+  let from = 0;
+  for (let i = 0; i < times.length; i++) {
+    while (times[i]! - times[from]! >= 60_000) from++;
+    most = Math.max(most, i - from + 1);
+  }
+  return most;
+}
+
+describe('route templates', () => {
+  it('counts every repository feed, user and compare as one endpoint each', () => {
+    expect(routeTemplate('/repos/octocat/Hello-World/events?per_page=100&page=2')).toBe(
+      '/repos/{owner}/{repo}/events',
+    );
+    expect(routeTemplate('/repos/a/b/compare/0123abc...4567def')).toBe(
+      '/repos/{owner}/{repo}/compare/{basehead}',
+    );
+    expect(routeTemplate('/repositories/42/compare/a...b')).toBe(
+      '/repositories/{repository_id}/compare/{basehead}',
+    );
+    expect(routeTemplate('/repositories/42/events')).toBe('/repositories/{repository_id}/events');
+    expect(routeTemplate('/users/dependabot%5Bbot%5D')).toBe('/users/{username}');
+    expect(routeTemplate('/users/octocat/events/public')).toBe('/users/{username}/events/public');
+    expect(routeTemplate('/orgs/github/events')).toBe('/orgs/{org}/events');
+    expect(routeTemplate('/user/583231')).toBe('/user/{account_id}');
+    expect(routeTemplate('/repos/a/b/commits/main')).toBe('/repos/{owner}/{repo}/commits/{ref}');
+    expect(routeTemplate('/events?per_page=100')).toBe('/events');
+    expect(routeTemplate('/')).toBe('/');
+  });
+});
+
+describe('pacing one credential', () => {
+  it('a burst of polls never passes 900 a minute to one endpoint, and is spread at that rate', {
+    timeout: 120_000,
+  }, async () => {
+    const { gh, sent } = world();
+    const n = 1_000;
+    // Three at a time, as pollDueSources does: every one of them a different repository.
+    let next = 0;
+    const worker = async () => {
+      while (next < n) {
+        const i = next++;
+        await gh.request({ purpose: 'poll', path: `/repos/o/r${i}/events?per_page=100&page=1` });
+        // Another endpoint of the same credential keeps its own pace.
+        if (i % 10 === 0) await gh.request({ purpose: 'enrich', path: `/users/u${i}` });
+      }
+    };
+    await Promise.all([worker(), worker(), worker()]);
+    const feeds = sent.filter((s) => s.path.startsWith('/repos/'));
+    expect(feeds).toHaveLength(n);
+    expect(busiestMinute(sent, '/repos/{owner}/{repo}/events')).toBeLessThanOrEqual(900);
+    // Spread, not a burst of 900 then a wait: no two feed requests closer than 60 s / 900.
+    const gaps = feeds.slice(1).map((s, i) => s.at - feeds[i]!.at);
+    expect(Math.min(...gaps)).toBeGreaterThanOrEqual(Math.floor(60_000 / 900));
+    // ...and not slower than the limit allows: the whole burst took (n − 1) spacings.
+    const span = feeds.at(-1)!.at - feeds[0]!.at;
+    expect(span).toBeLessThan(((n - 1) * 60_000) / 900 + 1_000);
+    // The user lookups were never held behind the feeds' pace: each left at once, at the
+    // instant of the request before it (the clock only moves while a slot is waited for).
+    const users = sent.flatMap((s, i) =>
+      s.path.startsWith('/users/') ? [[sent[i - 1]!.at, s.at]] : [],
+    );
+    expect(users).toHaveLength(100);
+    for (const [before, at] of users) expect(at).toBe(before);
+  });
+
+  it('is set by GITHUB_ENDPOINT_RATE_PER_MINUTE, and 0 turns it off', async () => {
+    const slow = world({ env: { GITHUB_ENDPOINT_RATE_PER_MINUTE: '60' } });
+    for (let i = 0; i < 5; i++)
+      await slow.gh.request({ purpose: 'poll', path: `/repos/o/r${i}/events` });
+    const at = slow.sent.map((s) => s.at - slow.sent[0]!.at);
+    expect(at).toEqual([0, 1000, 2000, 3000, 4000]);
+
+    const off = world({ env: { GITHUB_ENDPOINT_RATE_PER_MINUTE: '0' } });
+    for (let i = 0; i < 5; i++)
+      await off.gh.request({ purpose: 'poll', path: `/repos/o/r${i}/events` });
+    expect(new Set(off.sent.map((s) => s.at)).size).toBe(1);
+  });
+
+  it('a clock that jumped back waits at most a spacing and a second, not the jump', async () => {
+    const { gh, clock, sent } = world();
+    await gh.request({ purpose: 'poll', path: '/repos/o/r1/events' });
+    clock.advance(-3600_000);
+    const asked = clock.now().getTime();
+    await gh.request({ purpose: 'poll', path: '/repos/o/r2/events' });
+    expect(sent[1]!.at - asked).toBeLessThanOrEqual(Math.ceil(60_000 / 900) + 1_000);
+  });
+
+  it('a secondary-limit 403 with retry-after stops the credential until then', async () => {
+    const { gh, clock, sent } = world({
+      answer: (n) =>
+        n === 3
+          ? {
+              status: 403,
+              headers: { 'retry-after': '90', 'content-type': 'application/json' },
+              body: JSON.stringify({ message: 'You have exceeded a secondary rate limit.' }),
+              url: 'https://api.github.test/repos/o/r/events',
+            }
+          : null,
+    });
+    await gh.request({ purpose: 'poll', path: '/repos/o/r1/events' });
+    await gh.request({ purpose: 'poll', path: '/repos/o/r2/events' });
+    const limitedAt = clock.now().getTime();
+    const err = await gh.request({ purpose: 'poll', path: '/repos/o/r3/events' }).catch((e) => e);
+    expect(err).toBeInstanceOf(RateLimited);
+    const retryAt = (err as RateLimited).retryAt.getTime();
+    expect(retryAt - limitedAt).toBeGreaterThanOrEqual(90_000);
+
+    const refused = await gh.tryReserve('poll');
+    expect(refused).toMatchObject({ ok: false, reason: 'blocked', blockReason: 'rate_limit' });
+    expect(sent).toHaveLength(3);
+
+    clock.set(new Date(retryAt + 1));
+    await gh.request({ purpose: 'poll', path: '/repos/o/r4/events' });
+    expect(sent).toHaveLength(4);
+  });
+});
