@@ -10,7 +10,8 @@ import type { StoredRateLimit } from './rate-limit.ts';
  * that every process on every machine sees the same numbers:
  * - the window is GitHub's current rate-limit hour (reset_at − 1 h) when we know it,
  *   else the last 60 minutes;
- * - enrichment may spend floor(quota × share) of it, polls the rest;
+ * - the background purposes (enrich and commits, together) may spend floor(quota × share)
+ *   of it, polls the rest (commits count against that allowance exactly like enrich: ADR 0071);
  * - nobody spends once the observed remaining (last x-ratelimit-remaining minus what
  *   was spent since) reaches 0 before the reset, or while a 403/429 or 401 block lasts.
  * One set of CTEs computes it for any number of credentials at once (one row each), so a
@@ -58,10 +59,11 @@ interface Window {
 interface Spend {
   poll: number;
   enrich: number;
+  commits: number;
   /** Spent after the rate-limit observation (not yet reflected in its remaining). */
   sinceObservation: number;
   /** The oldest spend in the window, per purpose and in all: when it leaves, room opens. */
-  oldest: { poll: Date | null; enrich: Date | null; any: Date | null };
+  oldest: { poll: Date | null; enrich: Date | null; commits: Date | null; any: Date | null };
 }
 
 export interface State {
@@ -89,10 +91,12 @@ export interface StateRow {
   window_end: Date;
   poll: number;
   enrich: number;
+  commits: number;
   since_observation: number;
   open: number;
   oldest_poll: Date | null;
   oldest_enrich: Date | null;
+  oldest_commits: Date | null;
   oldest_any: Date | null;
   remaining: number | null;
 }
@@ -148,6 +152,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         SELECT
           count(*) FILTER (WHERE purpose = 'poll')::int AS poll,
           count(*) FILTER (WHERE purpose = 'enrich')::int AS enrich,
+          count(*) FILTER (WHERE purpose = 'commits')::int AS commits,
           count(*) FILTER (
             WHERE finished_at IS NULL
                OR finished_at > CASE WHEN w.fresh THEN w.observed_at ELSE '-infinity' END
@@ -156,6 +161,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
           count(*) FILTER (WHERE finished_at IS NULL)::int AS open,
           min(reserved_at) FILTER (WHERE purpose = 'poll') AS oldest_poll,
           min(reserved_at) FILTER (WHERE purpose = 'enrich') AS oldest_enrich,
+          min(reserved_at) FILTER (WHERE purpose = 'commits') AS oldest_commits,
           min(reserved_at) AS oldest_any
         FROM github_requests g
         WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
@@ -170,7 +176,8 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
         w.blocked_until, w.block_reason, w.auth_failures, w.observed_at, w.quota, w.window_start,
         CASE WHEN w.fresh THEN w.reset_at ELSE w.window_start + make_interval(secs => ${HOUR_MS / 1000}) END
           AS window_end,
-        c.poll, c.enrich, c.since_observation, c.open, c.oldest_poll, c.oldest_enrich, c.oldest_any,
+        c.poll, c.enrich, c.commits, c.since_observation, c.open, c.oldest_poll, c.oldest_enrich,
+        c.oldest_commits, c.oldest_any,
         -- in a new hour (reset passed), everything since its start came off the quota
         CASE WHEN w.rl_quota IS NULL THEN NULL
              WHEN w.fresh THEN w.rl_remaining - c.since_observation
@@ -193,9 +200,9 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
 export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
   const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
   const room =
-    purpose === 'enrich'
-      ? sql`st.enrich < ${enrichAllowance}`
-      : sql`st.poll < st.quota - ${enrichAllowance}`;
+    purpose === 'poll'
+      ? sql`st.poll < st.quota - ${enrichAllowance}`
+      : sql`st.enrich + st.commits < ${enrichAllowance}`;
   return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
     AND (st.remaining IS NULL OR st.remaining > 0) AND ${room}`;
 }
@@ -204,9 +211,9 @@ export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
 export function roomSql(purpose: RequestPurpose, share: number) {
   const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
   const left =
-    purpose === 'enrich'
-      ? sql`(${enrichAllowance} - st.enrich)`
-      : sql`(st.quota - ${enrichAllowance} - st.poll)`;
+    purpose === 'poll'
+      ? sql`(st.quota - ${enrichAllowance} - st.poll)`
+      : sql`(${enrichAllowance} - st.enrich - st.commits)`;
   return sql`LEAST(${left}, COALESCE(st.remaining, ${left}))`;
 }
 
@@ -231,8 +238,14 @@ export function toState(row: StateRow): State {
     spent: {
       poll: row.poll,
       enrich: row.enrich,
+      commits: row.commits,
       sinceObservation: row.since_observation,
-      oldest: { poll: row.oldest_poll, enrich: row.oldest_enrich, any: row.oldest_any },
+      oldest: {
+        poll: row.oldest_poll,
+        enrich: row.oldest_enrich,
+        commits: row.oldest_commits,
+        any: row.oldest_any,
+      },
     },
     remaining: row.remaining,
   };
@@ -283,9 +296,23 @@ export function decide(
     return { ok: false, reason: 'remaining', retryAt, credential };
   }
   const allowance = allowanceFor(state.quota, share);
-  if (state.spent[purpose] >= allowance[purpose]) {
-    const retryAt = freesAt(state, state.spent.oldest[purpose], now);
+  const { spent } = state;
+  if (purpose === 'poll' ? spent.poll >= allowance.poll : background(spent) >= allowance.enrich) {
+    const oldest =
+      purpose === 'poll' ? spent.oldest.poll : earlier(spent.oldest.enrich, spent.oldest.commits);
+    const retryAt = freesAt(state, oldest, now);
     return { ok: false, reason: 'allowance', retryAt, credential };
   }
   return null;
+}
+
+/** What the background purposes (enrich and commits) spent together: they share one allowance. */
+export function background(spent: { enrich: number; commits: number }): number {
+  return spent.enrich + spent.commits;
+}
+
+function earlier(a: Date | null, b: Date | null): Date | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return a.getTime() <= b.getTime() ? a : b;
 }

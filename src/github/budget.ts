@@ -193,7 +193,7 @@ function snapshotOf(row: StateRow, share: number, now: Date): BudgetSnapshot {
     remaining: state.remaining === null ? null : Math.max(0, state.remaining),
     resetAt: state.rl ? state.window.end : null,
     allowance: allowanceFor(state.quota, share),
-    spent: { poll: state.spent.poll, enrich: state.spent.enrich },
+    spent: { poll: state.spent.poll, enrich: state.spent.enrich, commits: state.spent.commits },
     blockedUntil: isBlocked ? blocked : null,
     blockReason: isBlocked ? (state.rl?.blockReason ?? null) : null,
   };
@@ -222,10 +222,18 @@ export function poolTotal(credentials: BudgetSnapshot[]): BudgetSnapshot {
     quota: sum((s) => s.quota),
     remaining: credentials.every((s) => s.remaining === null)
       ? null
-      : sum((s) => s.remaining ?? Math.max(0, s.quota - s.spent.poll - s.spent.enrich)),
+      : sum(
+          (s) =>
+            s.remaining ??
+            Math.max(0, s.quota - s.spent.poll - s.spent.enrich - s.spent.commits),
+        ),
     resetAt: earliest(credentials.map((s) => s.resetAt)),
     allowance: { poll: sum((s) => s.allowance.poll), enrich: sum((s) => s.allowance.enrich) },
-    spent: { poll: sum((s) => s.spent.poll), enrich: sum((s) => s.spent.enrich) },
+    spent: {
+      poll: sum((s) => s.spent.poll),
+      enrich: sum((s) => s.spent.enrich),
+      commits: sum((s) => s.spent.commits),
+    },
     blockedUntil: firstFree?.blockedUntil ?? null,
     blockReason: firstFree
       ? credentials.every((s) => s.blockReason === 'auth')
@@ -242,13 +250,16 @@ export async function budgetSnapshot(db: Db, policy: BudgetPolicy, now: Date): P
   return { ...poolTotal(credentials), credentials };
 }
 
-/** Would this credential refuse a reservation of `purpose` right now? */
+/**
+ * Would this credential refuse a reservation of `purpose` right now? enrich and commits
+ * share the background allowance (`allowance.enrich`), so each is refused once both together spent it.
+ */
 export function credentialRefuses(s: BudgetSnapshot, purpose: RequestPurpose): boolean {
-  return (
-    s.blockedUntil !== null ||
-    (s.remaining !== null && s.remaining <= 0) ||
-    s.spent[purpose] >= s.allowance[purpose]
-  );
+  const full =
+    purpose === 'poll'
+      ? s.spent.poll >= s.allowance.poll
+      : s.spent.enrich + s.spent.commits >= s.allowance.enrich;
+  return s.blockedUntil !== null || (s.remaining !== null && s.remaining <= 0) || full;
 }
 
 /**

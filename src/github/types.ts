@@ -58,10 +58,13 @@ export interface BudgetSnapshot {
   /** Last seen x-ratelimit-remaining minus counted requests since; null when never seen. */
   remaining: number | null;
   resetAt: Date | null;
-  /** Requests per hour each purpose may spend (enrich = floor(quota * ENRICH_SHARE)). */
+  /**
+   * Requests per hour each purpose may spend: enrich = floor(quota * ENRICH_SHARE), the
+   * background allowance that enrich and commits spend together (ADR 0071); poll the rest.
+   */
   allowance: { poll: number; enrich: number };
   /** Counted-or-open reservations in the current window per purpose. */
-  spent: { poll: number; enrich: number };
+  spent: { poll: number; enrich: number; commits: number };
   /** Set while a 403/429 told us to wait, or a 401 blocked the credential. */
   blockedUntil: Date | null;
   /** Why it is blocked: rate_limit (403/429) or auth (401). */

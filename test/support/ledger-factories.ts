@@ -8,7 +8,7 @@ import type { Db } from '../../src/db/pool.ts';
 export async function spendRows(
   db: Db,
   credential: string,
-  purpose: 'poll' | 'enrich',
+  purpose: 'poll' | 'enrich' | 'commits',
   n: number,
   o: {
     status?: number;
