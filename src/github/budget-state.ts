@@ -44,6 +44,14 @@ export function singleCredential(label: string, share = 2 / 3): BudgetPolicy {
   return { credentials: [{ label, defaultQuota: defaultQuota(label) }], share };
 }
 
+/**
+ * Which allowance a purpose spends: commits share the background allowance with enrichment
+ * (agreement of issue 18, ADR 0070). Counting commits spends into it is commits-fetch's.
+ */
+export function allowanceOf(purpose: RequestPurpose): 'poll' | 'enrich' {
+  return purpose === 'poll' ? 'poll' : 'enrich';
+}
+
 export function allowanceFor(quota: number, share: number): { poll: number; enrich: number } {
   const enrich = Math.floor(quota * share);
   return { enrich, poll: quota - enrich };
@@ -193,7 +201,7 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
 export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
   const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
   const room =
-    purpose === 'enrich'
+    allowanceOf(purpose) === 'enrich'
       ? sql`st.enrich < ${enrichAllowance}`
       : sql`st.poll < st.quota - ${enrichAllowance}`;
   return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
@@ -204,7 +212,7 @@ export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
 export function roomSql(purpose: RequestPurpose, share: number) {
   const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
   const left =
-    purpose === 'enrich'
+    allowanceOf(purpose) === 'enrich'
       ? sql`(${enrichAllowance} - st.enrich)`
       : sql`(st.quota - ${enrichAllowance} - st.poll)`;
   return sql`LEAST(${left}, COALESCE(st.remaining, ${left}))`;
@@ -283,8 +291,9 @@ export function decide(
     return { ok: false, reason: 'remaining', retryAt, credential };
   }
   const allowance = allowanceFor(state.quota, share);
-  if (state.spent[purpose] >= allowance[purpose]) {
-    const retryAt = freesAt(state, state.spent.oldest[purpose], now);
+  const bucket = allowanceOf(purpose);
+  if (state.spent[bucket] >= allowance[bucket]) {
+    const retryAt = freesAt(state, state.spent.oldest[bucket], now);
     return { ok: false, reason: 'allowance', retryAt, credential };
   }
   return null;

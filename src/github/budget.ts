@@ -5,6 +5,7 @@ import type { RequestPurpose } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import {
   allowanceFor,
+  allowanceOf,
   allowsSql,
   type BudgetPolicy,
   budgetStateStatement,
@@ -247,7 +248,7 @@ export function credentialRefuses(s: BudgetSnapshot, purpose: RequestPurpose): b
   return (
     s.blockedUntil !== null ||
     (s.remaining !== null && s.remaining <= 0) ||
-    s.spent[purpose] >= s.allowance[purpose]
+    s.spent[allowanceOf(purpose)] >= s.allowance[allowanceOf(purpose)]
   );
 }
 
