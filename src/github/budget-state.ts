@@ -45,6 +45,14 @@ export function singleCredential(label: string, share = 2 / 3): BudgetPolicy {
   return { credentials: [{ label, defaultQuota: defaultQuota(label) }], share };
 }
 
+/**
+ * Which allowance a purpose spends: commits share the background allowance with enrichment
+ * (agreement of issue 18, ADR 0070). Counting commits spends into it is commits-fetch's.
+ */
+export function allowanceOf(purpose: RequestPurpose): 'poll' | 'enrich' {
+  return purpose === 'poll' ? 'poll' : 'enrich';
+}
+
 export function allowanceFor(quota: number, share: number): { poll: number; enrich: number } {
   const enrich = Math.floor(quota * share);
   return { enrich, poll: quota - enrich };
@@ -200,7 +208,7 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
 export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
   const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
   const room =
-    purpose === 'poll'
+    allowanceOf(purpose) === 'poll'
       ? sql`st.poll < st.quota - ${enrichAllowance}`
       : sql`st.enrich + st.commits < ${enrichAllowance}`;
   return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
@@ -211,7 +219,7 @@ export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
 export function roomSql(purpose: RequestPurpose, share: number) {
   const enrichAllowance = sql`floor(st.quota * ${share}::float8)`;
   const left =
-    purpose === 'poll'
+    allowanceOf(purpose) === 'poll'
       ? sql`(st.quota - ${enrichAllowance} - st.poll)`
       : sql`(${enrichAllowance} - st.enrich - st.commits)`;
   return sql`LEAST(${left}, COALESCE(st.remaining, ${left}))`;
@@ -297,9 +305,10 @@ export function decide(
   }
   const allowance = allowanceFor(state.quota, share);
   const { spent } = state;
-  if (purpose === 'poll' ? spent.poll >= allowance.poll : background(spent) >= allowance.enrich) {
+  const bucket = allowanceOf(purpose);
+  if (bucket === 'poll' ? spent.poll >= allowance.poll : background(spent) >= allowance.enrich) {
     const oldest =
-      purpose === 'poll' ? spent.oldest.poll : earlier(spent.oldest.enrich, spent.oldest.commits);
+      bucket === 'poll' ? spent.oldest.poll : earlier(spent.oldest.enrich, spent.oldest.commits);
     const retryAt = freesAt(state, oldest, now);
     return { ok: false, reason: 'allowance', retryAt, credential };
   }

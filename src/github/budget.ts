@@ -5,6 +5,7 @@ import type { RequestPurpose } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import {
   allowanceFor,
+  allowanceOf,
   allowsSql,
   type BudgetPolicy,
   budgetStateStatement,
@@ -224,8 +225,7 @@ export function poolTotal(credentials: BudgetSnapshot[]): BudgetSnapshot {
       ? null
       : sum(
           (s) =>
-            s.remaining ??
-            Math.max(0, s.quota - s.spent.poll - s.spent.enrich - s.spent.commits),
+            s.remaining ?? Math.max(0, s.quota - s.spent.poll - s.spent.enrich - s.spent.commits),
         ),
     resetAt: earliest(credentials.map((s) => s.resetAt)),
     allowance: { poll: sum((s) => s.allowance.poll), enrich: sum((s) => s.allowance.enrich) },
@@ -256,7 +256,7 @@ export async function budgetSnapshot(db: Db, policy: BudgetPolicy, now: Date): P
  */
 export function credentialRefuses(s: BudgetSnapshot, purpose: RequestPurpose): boolean {
   const full =
-    purpose === 'poll'
+    allowanceOf(purpose) === 'poll'
       ? s.spent.poll >= s.allowance.poll
       : s.spent.enrich + s.spent.commits >= s.allowance.enrich;
   return s.blockedUntil !== null || (s.remaining !== null && s.remaining <= 0) || full;

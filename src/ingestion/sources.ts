@@ -93,6 +93,15 @@ export function parseSourcesList(raw: string): SourceSpec[] {
   return specs;
 }
 
+/**
+ * Whether a new source asks for its pushes' commits (ADR 0070): a repository, organisation
+ * or user is followed on purpose; the public timeline is strangers' pushes, whose commits
+ * would spend the background allowance for nobody, so it starts off.
+ */
+export function commitsEnabledFor(kind: SourceKind): boolean {
+  return kind !== 'public';
+}
+
 function targetOf(spec: SourceSpec): string | null {
   return spec.kind === 'public' ? null : spec.target;
 }
@@ -147,7 +156,12 @@ export async function addSource(
 ): Promise<{ source: EventSource; created: boolean }> {
   const inserted = await db
     .insertInto('event_sources')
-    .values({ kind: spec.kind, target: targetOf(spec), mode })
+    .values({
+      kind: spec.kind,
+      target: targetOf(spec),
+      mode,
+      commits_enabled: commitsEnabledFor(spec.kind),
+    })
     .onConflict((oc) => oc.doNothing())
     .returningAll()
     .executeTakeFirst();
