@@ -129,6 +129,19 @@ const share = z.string().transform((raw, ctx) => {
   return n;
 });
 
+/** A fraction from 0 to 1 inclusive (COMMITS_SHARE: both ends mean something). */
+const fraction = z.string().transform((raw, ctx) => {
+  const n = raw.trim() === '' ? Number.NaN : Number(raw);
+  if (!Number.isFinite(n) || n < 0 || n > 1) {
+    ctx.addIssue({ code: 'custom', message: `must be a number from 0 to 1 (got "${raw}")` });
+    return z.NEVER;
+  }
+  return n;
+});
+
+export const COMMIT_EMAIL_MODES = ['hash', 'keep', 'drop'] as const;
+export type CommitEmailMode = (typeof COMMIT_EMAIL_MODES)[number];
+
 export const envSchema = z.object({
   DATABASE_URL: postgresUrl.optional(),
   GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
@@ -178,6 +191,12 @@ export const envSchema = z.object({
     })
     .default(54329),
   GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
+  // Commits (ADR 0070): what a commit's e-mail addresses become, and how many commits a
+  // fetched push may keep (one compare answer holds at most 250).
+  COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
+  COMMITS_MAX_PER_PUSH: positiveInt(10_000).default(250),
+  // commits-fetch (ADR 0071): commits' part of the background allowance while enrichment waits.
+  COMMITS_SHARE: fraction.default(0.5),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -220,6 +239,13 @@ export interface Config {
   readonly embeddedPort: number;
   /** GH Archive (or a mirror): where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
   readonly archive: { readonly url: string };
+  readonly commits: {
+    /** hash: 'sha256:<hex>' of the trimmed lower-cased address; keep: as given; drop: NULL. */
+    readonly emails: CommitEmailMode;
+    readonly maxPerPush: number;
+    /** COMMITS_SHARE: ceil(background × share) is what commits take while enrichment waits. */
+    readonly share: number;
+  };
 }
 
 function deepFreeze<T>(o: T): T {
@@ -285,5 +311,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: e.DATA_DIR,
     embeddedPort: e.EMBEDDED_POSTGRES_PORT,
     archive: { url: e.GHARCHIVE_URL },
+    commits: {
+      emails: e.COMMIT_EMAILS,
+      maxPerPush: e.COMMITS_MAX_PER_PUSH,
+      share: e.COMMITS_SHARE,
+    },
   });
 }

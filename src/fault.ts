@@ -13,6 +13,9 @@ export const FAULT_POINTS = [
   'enrich.after_reserve',
   'enrich.after_response',
   'enrich.after_apply',
+  'commits.after_claim',
+  'commits.after_response',
+  'commits.after_store',
   'webhook.after_delivery_insert',
 ] as const;
 

@@ -234,6 +234,12 @@ export interface PushCommitsTable {
   distinct: boolean | null;
 }
 
+/** When the fetcher last served each repository (migration 2026-12-01T1010, ADR 0071). */
+export interface CommitFetchTurnsTable {
+  repository_id: BigId;
+  served_at: Timestamp;
+}
+
 export interface GithubRequestsTable {
   id: Generated<BigId>;
   credential: string;
@@ -367,6 +373,7 @@ export interface Database {
   push_events: PushEventsTable;
   commits: CommitsTable;
   push_commits: PushCommitsTable;
+  commit_fetch_turns: CommitFetchTurnsTable;
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
   enrichment_attempts: EnrichmentAttemptsTable;
