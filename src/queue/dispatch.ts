@@ -5,7 +5,7 @@ import type { EntityClass } from '../github/types.ts';
 import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
 import type { Logger } from '../log.ts';
 import { createBoss } from './boss.ts';
-import { enrichQueue, type QueueName } from './names.ts';
+import { enrichQueue, QUEUES, type QueueName } from './names.ts';
 
 /**
  * Sending enrichment cycles. A cycle job carries no entity id — the runner picks the next
@@ -85,6 +85,53 @@ export async function dispatchHints(
       .join('; ')}`,
   );
   return report;
+}
+
+export interface CommitsCycleJobData {
+  reason: CycleReason;
+  run_id?: number;
+}
+
+/** One fetch-commits cycle (stately: a null id means one is already queued, which is success). */
+export async function sendCommitsCycle(
+  boss: PgBoss,
+  data: CommitsCycleJobData,
+): Promise<SendResult> {
+  const queue = QUEUES.fetchCommits;
+  const jobId = await boss.send(queue, data);
+  return { queue, jobId, status: jobId ? 'sent' : 'already_queued' };
+}
+
+/**
+ * The post-commit hint for pushes stored `pending` (ADR 0071): ONE fetch-commits cycle
+ * however many, sent after the transaction that stored them committed. A process killed
+ * before this call loses the hint, never the work: the reconciler finds the pushes. Returns
+ * null (and sends nothing) when there were none.
+ */
+export async function dispatchCommitsHint(
+  boss: PgBoss,
+  log: Logger,
+  info: { newPending: number; runId?: number | null; origin?: string },
+): Promise<SendResult | null> {
+  if (info.newPending <= 0) return null;
+  const runId = info.runId ?? null;
+  const sent = await sendCommitsCycle(boss, {
+    reason: 'hint',
+    ...(runId === null ? {} : { run_id: runId }),
+  });
+  log.info(
+    {
+      event: 'commits.dispatched',
+      reason: 'hint',
+      run_id: runId,
+      origin: info.origin ?? null,
+      new_pending: info.newPending,
+      status: sent.status,
+      commits_job_id: sent.jobId,
+    },
+    `commits hint: ${info.newPending} pushes pending, ${sent.status === 'sent' ? 'cycle sent' : 'cycle already queued'}`,
+  );
+  return sent;
 }
 
 /** dispatchHints as the ingestion runner's afterRun hook. */

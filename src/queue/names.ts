@@ -8,6 +8,8 @@ export const QUEUES = {
   reconcile: 'reconcile',
   maintenance: 'maintenance',
   backfill: 'backfill',
+  /** Hinted after a transaction stored pending pushes (ADR 0070); handler: src/commits (ADR 0071). */
+  fetchCommits: 'fetch-commits',
 } as const;
 
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
