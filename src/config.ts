@@ -129,6 +129,9 @@ const share = z.string().transform((raw, ctx) => {
   return n;
 });
 
+export const COMMIT_EMAIL_MODES = ['hash', 'keep', 'drop'] as const;
+export type CommitEmailMode = (typeof COMMIT_EMAIL_MODES)[number];
+
 export const envSchema = z.object({
   DATABASE_URL: postgresUrl.optional(),
   GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
@@ -178,6 +181,10 @@ export const envSchema = z.object({
     })
     .default(54329),
   GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
+  // Commits (ADR 0070): what a commit's e-mail addresses become, and how many commits a
+  // fetched push may keep (one compare answer holds at most 250).
+  COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
+  COMMITS_MAX_PER_PUSH: positiveInt(10_000).default(250),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -220,6 +227,11 @@ export interface Config {
   readonly embeddedPort: number;
   /** GH Archive (or a mirror): where backfill reads `YYYY-MM-DD-H.json.gz` hour files. */
   readonly archive: { readonly url: string };
+  readonly commits: {
+    /** hash: 'sha256:<hex>' of the trimmed lower-cased address; keep: as given; drop: NULL. */
+    readonly emails: CommitEmailMode;
+    readonly maxPerPush: number;
+  };
 }
 
 function deepFreeze<T>(o: T): T {
@@ -285,5 +297,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: e.DATA_DIR,
     embeddedPort: e.EMBEDDED_POSTGRES_PORT,
     archive: { url: e.GHARCHIVE_URL },
+    commits: { emails: e.COMMIT_EMAILS, maxPerPush: e.COMMITS_MAX_PER_PUSH },
   });
 }

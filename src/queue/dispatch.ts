@@ -1,5 +1,6 @@
 import type { PgBoss } from 'pg-boss';
 import type { App } from '../app.ts';
+import { hintCommits } from '../commits/hint.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import type { EntityClass } from '../github/types.ts';
 import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
@@ -87,10 +88,14 @@ export async function dispatchHints(
   return report;
 }
 
-/** dispatchHints as the ingestion runner's afterRun hook. */
+/** dispatchHints (and the commits hint, ADR 0070) as the ingestion runner's afterRun hook. */
 export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
   return async (summary) => {
     await dispatchHints(boss, log, summary);
+    await hintCommits(boss, log, summary.commitsPending ?? 0, {
+      cause: `run ${summary.runId}`,
+      runId: summary.runId,
+    });
   };
 }
 

@@ -44,6 +44,10 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
   ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
   ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
+  ['COMMIT_EMAILS', 'clear', /one of hash, keep, drop.*"clear"/],
+  ['COMMITS_MAX_PER_PUSH', '0', /integer from 1 to 10000/],
+  ['COMMITS_MAX_PER_PUSH', '10001', /integer from 1 to 10000/],
+  ['COMMITS_MAX_PER_PUSH', '-1', /integer from 1 to 10000/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -111,6 +115,14 @@ describe('config: defaults and parsing', () => {
     expect(c.logFormat).toBe('auto');
     expect(c.embeddedPort).toBe(54329);
     expect(c.archive).toEqual({ url: 'https://data.gharchive.org' });
+    expect(c.commits).toEqual({ emails: 'hash', maxPerPush: 250 });
+  });
+
+  it('takes each COMMIT_EMAILS mode and a COMMITS_MAX_PER_PUSH within its bound', () => {
+    for (const mode of ['hash', 'keep', 'drop'] as const) {
+      expect(loadConfig({ COMMIT_EMAILS: mode }).commits.emails).toBe(mode);
+    }
+    expect(loadConfig({ COMMITS_MAX_PER_PUSH: '10000' }).commits.maxPerPush).toBe(10_000);
   });
 
   it('takes a GH Archive mirror over HTTP or as a file:// directory', () => {
