@@ -1,5 +1,7 @@
 import type pg from 'pg';
 import { systemClock } from '../clock.ts';
+import { commitsTargets, NO_TARGETS } from '../commits/targets.ts';
+import type { CommitEmailMode } from '../config.ts';
 import { isContentRefusal } from '../db/errors.ts';
 import { int4Key, LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
 import { kyselyOn } from '../db/session.ts';
@@ -101,6 +103,8 @@ export interface ImportResult {
   counts: CheckpointCounts;
   newActors: number;
   newRepositories: number;
+  /** Pushes this attempt stored with commits_state 'pending'. */
+  commitsPending: number;
   /** Every attempt's counts: what the checkpoint row holds. */
   totals: CheckpointCounts;
   bytes: number;
@@ -108,7 +112,9 @@ export interface ImportResult {
   error: { code: string; message: string } | null;
 }
 
-export type ImportDeps = Pick<Deps, 'pool' | 'logger' | 'workerId' | 'clock'>;
+/** db and config say who gets commits and what addresses become (absent: nobody, hashed). */
+export type ImportDeps = Pick<Deps, 'pool' | 'logger' | 'workerId' | 'clock'> &
+  Partial<Pick<Deps, 'db' | 'config'>>;
 
 /** Another process is importing the same (file, scope). */
 class FileBusy extends AppError {
@@ -164,7 +170,7 @@ async function storeIsolating(
   from: number,
   to: number,
   target: ImportTarget,
-  mode: { expectNew: boolean },
+  mode: { expectNew: boolean; emails: CommitEmailMode },
   retried: boolean,
 ): Promise<ChunkOutcome> {
   await client.query('SAVEPOINT gpi_chunk');
@@ -173,7 +179,7 @@ async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      { sourceId: target.sourceId, expectNew: mode.expectNew },
+      { sourceId: target.sourceId, expectNew: mode.expectNew, emails: mode.emails },
       from,
       to,
     );
@@ -192,7 +198,7 @@ async function storeIsolating(
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     if (to - from === 1) {
       return {
-        stored: { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 },
+        stored: { created: 0, newActors: 0, newRepositories: 0, commitsPending: 0, idsFilledIn: 0 },
         refused: [{ index: from, reason: (err as Error).message }],
       };
     }
@@ -204,6 +210,7 @@ async function storeIsolating(
         created: a.stored.created + b.stored.created,
         newActors: a.stored.newActors + b.stored.newActors,
         newRepositories: a.stored.newRepositories + b.stored.newRepositories,
+        commitsPending: a.stored.commitsPending + b.stored.commitsPending,
         idsFilledIn: a.stored.idsFilledIn + b.stored.idsFilledIn,
       },
       refused: [...a.refused, ...b.refused],
@@ -242,6 +249,7 @@ export async function importFile(
     counts: { ...ZERO_COUNTS },
     newActors: 0,
     newRepositories: 0,
+    commitsPending: 0,
     totals: { ...ZERO_COUNTS },
     bytes: 0,
     seconds: 0,
@@ -432,7 +440,13 @@ async function readAndStore(
   const known = new KnownEntities();
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
   // first push already held switches the import to merging with conflict handling.
-  const mode = { expectNew: checkpoint.counts.kept === 0 && target.gapId === null };
+  const mode = {
+    expectNew: checkpoint.counts.kept === 0 && target.gapId === null,
+    emails: deps.config?.commits.emails ?? 'hash',
+  };
+  // Who gets commits, read once for the file (ADR 0070): a pre-2025-10 line's inline
+  // commits are stored, a targeted push without them is left pending for the fetcher.
+  const targets = deps.db ? await commitsTargets(deps.db) : NO_TARGETS;
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
   // inserted just before, on the second connection (ADR 0040).
   const store = async (
@@ -445,6 +459,7 @@ async function readAndStore(
   ) => {
     await client.query('BEGIN');
     let firstSeen: QuarantineRow[] = [];
+    let pendingCommits = 0;
     try {
       // Asynchronous commit: the chunk and its checkpoint commit together, so a database
       // crash that loses the last commits loses both, and the import re-reads those lines.
@@ -465,6 +480,7 @@ async function readAndStore(
       }
       if (aside.length > 0) firstSeen = (await quarantineEvents(session, aside)).firstSeen;
       counts.created += outcome.stored.created;
+      pendingCommits = outcome.stored.commitsPending;
       await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
       await client.query('COMMIT');
     } catch (err) {
@@ -475,6 +491,7 @@ async function readAndStore(
     logFirstRejected(firstSeen);
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
+    result.commitsPending += pendingCommits;
     known.remember(batch);
     result.lines = upTo - checkpoint.linesDone;
     result.counts = addCounts(result.counts, counts);
@@ -553,7 +570,7 @@ async function readAndStore(
             const at = row.createdAt.getTime();
             if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
             delta.kept++;
-            pending.add(row, known);
+            pending.add(row, known, targets);
           }
         }
         // A chunk is full of pushes, of lines set aside, or of lines (a narrow scope keeps

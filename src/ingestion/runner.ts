@@ -53,6 +53,8 @@ export interface RunSummary {
   gap: boolean;
   /** Actors / repositories created 'pending' by this run: what enrichment hints are for. */
   newPending: { actor: number; repository: number };
+  /** Pushes this run stored with commits_state 'pending': what a fetch-commits hint is for. */
+  commitsPending?: number;
   nextPollAt: Date | null;
   error: { code: string; message: string } | null;
   /** For 'skipped': why (disabled, other mode, not due yet); for 'deferred': what the budget said. */
@@ -91,6 +93,7 @@ function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {
     requestsSpent: 0,
     gap: false,
     newPending: { actor: 0, repository: 0 },
+    commitsPending: 0,
     nextPollAt: null,
     error: null,
   };
@@ -278,6 +281,7 @@ interface RunState {
   eventsRejected: number;
   actorsCreated: number;
   repositoriesCreated: number;
+  commitsPending: number;
   gap: boolean;
   notModified: boolean;
   etag: string | null;
@@ -348,6 +352,7 @@ async function runLocked(
     eventsRejected: 0,
     actorsCreated: 0,
     repositoriesCreated: 0,
+    commitsPending: 0,
     gap: false,
     notModified: false,
     etag: null,
@@ -438,7 +443,7 @@ async function fetchPages(
     const { stored, result: counted } = await storePage(
       deps.db,
       mapped,
-      { sourceId: source.id, runId: state.runId },
+      { sourceId: source.id, runId: state.runId, commitEmails: deps.config.commits.emails },
       async (trx, stored) => {
         const next: RunState = {
           ...state,
@@ -449,6 +454,7 @@ async function fetchPages(
           eventsRejected: state.eventsRejected + stored.rejected,
           actorsCreated: state.actorsCreated + stored.newActors,
           repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
+          commitsPending: state.commitsPending + stored.commitsPending,
         };
         await trx
           .updateTable('ingestion_runs')
@@ -527,6 +533,7 @@ function summaryOf(
     requestsSpent: state.requestsSpent,
     gap: state.gap,
     newPending: { actor: state.actorsCreated, repository: state.repositoriesCreated },
+    commitsPending: state.commitsPending,
     nextPollAt,
   };
 }

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { forgetCommitsTargets } from '../commits/targets.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { EventSource, GithubMode, SourceKind } from '../db/schema.ts';
@@ -165,7 +166,10 @@ export async function addSource(
     .onConflict((oc) => oc.doNothing())
     .returningAll()
     .executeTakeFirst();
-  if (inserted) return { source: inserted, created: true };
+  if (inserted) {
+    forgetCommitsTargets(db);
+    return { source: inserted, created: true };
+  }
   const existing = await findSource(db, spec, mode);
   if (!existing)
     throw new Error(
@@ -209,6 +213,23 @@ export async function setSourceEnabled(db: Db, id: number, enabled: boolean): Pr
     .returningAll()
     .executeTakeFirst();
   if (!updated) throw new NotFound('source', id);
+  forgetCommitsTargets(db);
+  return updated;
+}
+
+/**
+ * Turns commits on or off for a source (ADR 0070): from now on, pushes it targets are
+ * stored `pending` (fetched) or `skipped`. Pushes already stored keep their state.
+ */
+export async function setSourceCommits(db: Db, id: number, on: boolean): Promise<EventSource> {
+  const updated = await db
+    .updateTable('event_sources')
+    .set({ commits_enabled: on, updated_at: sql`now()` })
+    .where('id', '=', String(id))
+    .returningAll()
+    .executeTakeFirst();
+  if (!updated) throw new NotFound('source', id);
+  forgetCommitsTargets(db);
   return updated;
 }
 

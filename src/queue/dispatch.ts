@@ -1,5 +1,6 @@
 import type { PgBoss } from 'pg-boss';
 import type { App } from '../app.ts';
+import { hintCommits } from '../commits/hint.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import type { EntityClass } from '../github/types.ts';
 import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
@@ -92,7 +93,11 @@ export interface CommitsCycleJobData {
   run_id?: number;
 }
 
-/** One fetch-commits cycle (stately: a null id means one is already queued, which is success). */
+/**
+ * One fetch-commits cycle (stately: a null id means one is already queued, which is
+ * success): the reconciler's and a capped cycle's successor. Store paths send theirs with
+ * hintCommits (src/commits/hint.ts), which never throws.
+ */
 export async function sendCommitsCycle(
   boss: PgBoss,
   data: CommitsCycleJobData,
@@ -102,42 +107,14 @@ export async function sendCommitsCycle(
   return { queue, jobId, status: jobId ? 'sent' : 'already_queued' };
 }
 
-/**
- * The post-commit hint for pushes stored `pending` (ADR 0071): ONE fetch-commits cycle
- * however many, sent after the transaction that stored them committed. A process killed
- * before this call loses the hint, never the work: the reconciler finds the pushes. Returns
- * null (and sends nothing) when there were none.
- */
-export async function dispatchCommitsHint(
-  boss: PgBoss,
-  log: Logger,
-  info: { newPending: number; runId?: number | null; origin?: string },
-): Promise<SendResult | null> {
-  if (info.newPending <= 0) return null;
-  const runId = info.runId ?? null;
-  const sent = await sendCommitsCycle(boss, {
-    reason: 'hint',
-    ...(runId === null ? {} : { run_id: runId }),
-  });
-  log.info(
-    {
-      event: 'commits.dispatched',
-      reason: 'hint',
-      run_id: runId,
-      origin: info.origin ?? null,
-      new_pending: info.newPending,
-      status: sent.status,
-      commits_job_id: sent.jobId,
-    },
-    `commits hint: ${info.newPending} pushes pending, ${sent.status === 'sent' ? 'cycle sent' : 'cycle already queued'}`,
-  );
-  return sent;
-}
-
-/** dispatchHints as the ingestion runner's afterRun hook. */
+/** dispatchHints (and the commits hint, ADR 0070) as the ingestion runner's afterRun hook. */
 export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
   return async (summary) => {
     await dispatchHints(boss, log, summary);
+    await hintCommits(boss, log, summary.commitsPending ?? 0, {
+      cause: `run ${summary.runId}`,
+      runId: summary.runId,
+    });
   };
 }
 

@@ -1,6 +1,7 @@
 import type { PgBoss } from 'pg-boss';
 import { fillGaps } from '../backfill/fill.ts';
 import { type CommitsCycleSummary, fetchCycle } from '../commits/fetch.ts';
+import { hintCommits } from '../commits/hint.ts';
 import type { Deps } from '../deps.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
 import { jobFaultPoint } from '../fault.ts';
@@ -116,6 +117,10 @@ export function handlePollSources(ctx: JobContext, job: JobLike) {
       // After the run committed and its lock was released (the runner's contract).
       afterRun: async (summary) => {
         await dispatchHints(ctx.boss, log, summary);
+        await hintCommits(ctx.boss, log, summary.commitsPending ?? 0, {
+          cause: `run ${summary.runId}`,
+          runId: summary.runId,
+        });
       },
     });
     return {

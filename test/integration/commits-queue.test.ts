@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { hintCommits } from '../../src/commits/hint.ts';
 import { createBoss } from '../../src/queue/boss.ts';
-import { dispatchCommitsHint } from '../../src/queue/dispatch.ts';
 import { handleFetchCommits, type JobContext } from '../../src/queue/handlers.ts';
 import { QUEUES } from '../../src/queue/names.ts';
 import { reconcile } from '../../src/reconcile/reconciler.ts';
@@ -48,13 +48,11 @@ async function queued(): Promise<number> {
 }
 
 describe('fetch-commits hints', () => {
-  it('sends one cycle however many hints arrive, and nothing for no pending push', async () => {
-    expect(await dispatchCommitsHint(boss, log.logger, { newPending: 0 })).toBeNull();
+  it('one cycle however many hints arrive, and nothing for no pending push', async () => {
+    expect(await hintCommits(boss, log.logger, 0, { cause: 'test' })).toBeNull();
     expect(await queued()).toBe(0);
-    const first = await dispatchCommitsHint(boss, log.logger, { newPending: 3, runId: 9 });
-    const second = await dispatchCommitsHint(boss, log.logger, { newPending: 5 });
-    expect(first).toMatchObject({ queue: 'fetch-commits', status: 'sent' });
-    expect(second).toMatchObject({ status: 'already_queued', jobId: null });
+    expect(await hintCommits(boss, log.logger, 3, { cause: 'run 9', runId: 9 })).toBe('sent');
+    expect(await hintCommits(boss, log.logger, 5, { cause: 'run 10' })).toBe('already_queued');
     expect(await queued()).toBe(1);
     expect(log.events('commits.dispatched')).toHaveLength(2);
   });
