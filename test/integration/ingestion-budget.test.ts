@@ -195,7 +195,7 @@ describe('only requests that reached GitHub count', () => {
     expect(err.code).toBe('GITHUB_UNREACHABLE');
     const rows = await t.db.selectFrom('github_requests').selectAll().execute();
     expect(rows).toMatchObject([{ outcome: 'error', status: null, counted: false }]);
-    expect((await github.budget()).spent).toEqual({ poll: 0, enrich: 0 });
+    expect((await github.budget()).spent).toEqual({ poll: 0, enrich: 0, commits: 0 });
   });
 
   it('a DNS failure: bin/ingest, /status, bin/status and /metrics agree nothing was spent', async () => {
@@ -222,12 +222,12 @@ describe('only requests that reached GitHub count', () => {
 
     const status = await runBin('status', ['--json'], env);
     expect(status.code, status.err).toBe(0);
-    expect(JSON.parse(status.out).budget.spent).toEqual({ poll: 0, enrich: 0 });
+    expect(JSON.parse(status.out).budget.spent).toEqual({ poll: 0, enrich: 0, commits: 0 });
 
     const github = clients.make({ apiUrl: env.GITHUB_API_URL, token });
     const config = testConfig(t, { apiUrl: env.GITHUB_API_URL, token });
     const report = await readStatus({ config, db: t.db, github });
-    expect(report.budget!.spent).toEqual({ poll: 0, enrich: 0 });
+    expect(report.budget!.spent).toEqual({ poll: 0, enrich: 0, commits: 0 });
     const text = await createMetrics({ db: t.db, config, github }).scrape();
     expect(text).toMatch(/^gpi_github_budget_spent\{purpose="poll"\} 0$/m);
   });
