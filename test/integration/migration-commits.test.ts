@@ -7,6 +7,9 @@ import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-
 // holds sources, pushes and a ledger: taken down, filled with rows of the old shape, then
 // brought up again as a deployment upgrading would.
 const MIGRATION = '2026-12-01T1000_commits';
+// Its status indexes follow it (same prefix); they go down and up with it.
+const STATUS_INDEXES = '2026-12-01T1000_commits_status';
+const BEFORE = '2026-11-30T1200_gaps_backfill';
 let s: ScratchDatabase;
 
 async function insertPush(head: string) {
@@ -17,9 +20,9 @@ async function insertPush(head: string) {
 
 beforeAll(async () => {
   s = await createScratchDatabase();
-  const down = await createMigrator(s.db).migrateDown();
+  const down = await createMigrator(s.db).migrateTo(BEFORE);
   expect(down.error).toBeUndefined();
-  expect(down.results?.map((r) => r.migrationName)).toEqual([MIGRATION]);
+  expect(down.results?.map((r) => r.migrationName)).toEqual([STATUS_INDEXES, MIGRATION]);
   await sql`
     INSERT INTO event_sources (kind, target, mode) VALUES
       ('public', NULL, 'live'), ('repo', 'octo/cat', 'live'), ('org', 'octo', 'live'),
@@ -30,7 +33,10 @@ beforeAll(async () => {
   );
   const up = await createMigrator(s.db).migrateToLatest();
   expect(up.error).toBeUndefined();
-  expect(up.results?.map((r) => [r.migrationName, r.status])).toEqual([[MIGRATION, 'Success']]);
+  expect(up.results?.map((r) => [r.migrationName, r.status])).toEqual([
+    [MIGRATION, 'Success'],
+    [STATUS_INDEXES, 'Success'],
+  ]);
 });
 
 afterAll(async () => {
@@ -130,7 +136,7 @@ describe('migration 2026-12-01T1000_commits', () => {
   });
 
   it('goes down again cleanly and comes back up', async () => {
-    const down = await createMigrator(s.db).migrateDown();
+    const down = await createMigrator(s.db).migrateTo(BEFORE);
     expect(down.error).toBeUndefined();
     const cols = await sql<{ n: number }>`
       SELECT count(*)::int AS n FROM information_schema.columns
