@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
@@ -302,6 +302,31 @@ describe('polled events', () => {
     expect(await commitsOf(repoIdOf(cut))).toEqual([]);
     expect((await pushOf(repoIdOf(switchedOff))).commits_state).toBe('skipped');
     expect((await pushOf(repoIdOf(stranger))).commits_state).toBe('skipped');
+  });
+
+  it("docs/commits.md's psql recipes run and answer from the stored commits", async () => {
+    const doc = readFileSync(path.resolve(import.meta.dirname, '../../docs/commits.md'), 'utf8');
+    const recipes = [...doc.matchAll(/```sql\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(recipes).toHaveLength(4);
+    const ev = ghesPush({ size: 3, repo: 'recipe-owner/recipe' });
+    await poll([ev]);
+    await sql`INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at,
+      payload, commits_state, commits_next_attempt_at)
+      VALUES (1, 424242, 'refs/heads/x', 'h', 'b', now(), '{}', 'pending', now())`.execute(t.db);
+    const [ofPush, topAuthors, waiting, byState] = recipes.map((text) =>
+      text.replace('45000000001', ev.id).replace("'octocat/Hello-World'", "'recipe-owner/recipe'"),
+    );
+    const rows = async (text: string) =>
+      (await sql<Record<string, unknown>>`${sql.raw(text.replace(/;\s*$/, ''))}`.execute(t.db))
+        .rows;
+    expect((await rows(ofPush!)).map((r) => r.position)).toEqual([0, 1, 2]);
+    const top = await rows(topAuthors!);
+    expect(top).toHaveLength(3);
+    expect(top.every((r) => Number(r.commits) === 1)).toBe(true);
+    expect((await rows(waiting!)).map((r) => r.repository_id)).toEqual(['424242']);
+    expect(await rows(byState!)).toEqual(
+      expect.arrayContaining([{ commits_state: 'complete', count: '1' }]),
+    );
   });
 
   it('a public source never targets anybody', async () => {
