@@ -13,6 +13,7 @@ import { storePage } from '../../src/ingestion/page-store.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
 import { createLogger } from '../../src/log.ts';
 import { createBoss } from '../../src/queue/boss.ts';
+import { hintDispatcher } from '../../src/queue/dispatch.ts';
 import { FETCH_COMMITS_QUEUE } from '../../src/queue/names.ts';
 import { gzipLines } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -327,6 +328,37 @@ describe('polled events', () => {
     expect(await rows(byState!)).toEqual(
       expect.arrayContaining([{ commits_state: 'complete', count: '1' }]),
     );
+  });
+
+  it("a poll run that stored pending pushes sends one fetch-commits hint after it (the worker's afterRun)", async () => {
+    const { logger, lines } = memoryLogger('info');
+    const afterRun = hintDispatcher(boss, logger);
+    const summary = {
+      runId: 7,
+      sourceId: 1,
+      source: 'repo a/b',
+      outcome: 'completed' as const,
+      eventsSeen: 2,
+      eventsCreated: 2,
+      eventsRejected: 0,
+      pagesFetched: 1,
+      requestsSpent: 1,
+      gap: false,
+      newPending: { actor: 0, repository: 0 },
+      nextPollAt: new Date(),
+      error: null,
+    };
+    await afterRun({ ...summary, commitsPending: 0 });
+    expect(await hints()).toBe(0);
+    await afterRun({ ...summary, commitsPending: 2 });
+    await afterRun({ ...summary, runId: 8, commitsPending: 1 });
+    // Stately: one queued, the second hint is "already queued".
+    expect(await hints()).toBe(1);
+    const sent = lines.map((l) => JSON.parse(l)).filter((l) => l.event === 'commits.dispatched');
+    expect(sent.map((l) => [l.run_id, l.new_pending, l.status])).toEqual([
+      [7, 2, 'sent'],
+      [8, 1, 'already_queued'],
+    ]);
   });
 
   it('a public source never targets anybody', async () => {
