@@ -3,6 +3,7 @@ import type { Deps } from '../deps.ts';
 import { type Backlog, backlog } from '../enrichment/due.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
+import { type CommitsStatus, commitsStatus } from './commits.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
 import {
   type LastReconcile,
@@ -25,6 +26,8 @@ export interface StatusReport {
   /** Recorded gaps by state, pushes recovered from the archive, the last backfill. */
   gaps: GapStatus;
   enrichment: Backlog;
+  /** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
+  commits: CommitsStatus;
   /** The pool's total (one credential: that credential); null with budgetError when unreadable. */
   budget: BudgetSnapshot | null;
   budgetError?: string;
@@ -80,6 +83,7 @@ export async function readStatus(deps: StatusDeps): Promise<StatusReport> {
     activity: await ingestActivity(db, now),
     gaps: await gapStatus(db),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
+    commits: await commitsStatus(db, now),
     budget: null,
     credentials: [],
     queues: null,

@@ -1,3 +1,4 @@
+import { COMMITS_STATES } from './commits.ts';
 import { count, duration, nextPoll, relative } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { sourceLabel } from './sources.ts';
@@ -49,6 +50,17 @@ function credentialsTable(report: StatusReport): string[] {
         : 'no',
     ]),
   ).map((line) => `  ${line}`);
+}
+
+/** Pushes by commits_state, then the fetch backlog and rate and what is stored (ADR 0070). */
+function commitsLines(report: StatusReport): string[] {
+  const c = report.commits;
+  return [
+    ...table([...COMMITS_STATES], [COMMITS_STATES.map((s) => count(c.byState[s]))]).map(
+      (l) => `  ${l}`,
+    ),
+    `  ${count(c.pendingDue)} pushes due for fetching, ${count(c.requestsLastHour)} commits requests in the last hour, ${c.storedEstimated ? '~' : ''}${count(c.stored)} commits stored`,
+  ];
 }
 
 export function renderText(report: StatusReport): string {
@@ -106,6 +118,8 @@ export function renderText(report: StatusReport): string {
   for (const s of report.sources) {
     if (s.lastError) out.push(`  source ${s.id} last error: ${s.lastError}`);
   }
+
+  out.push('', 'Commits', ...commitsLines(report));
 
   out.push('', 'Enrichment backlog');
   out.push(

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
@@ -13,6 +13,7 @@ import { storePage } from '../../src/ingestion/page-store.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
 import { createLogger } from '../../src/log.ts';
 import { createBoss } from '../../src/queue/boss.ts';
+import { hintDispatcher } from '../../src/queue/dispatch.ts';
 import { FETCH_COMMITS_QUEUE } from '../../src/queue/names.ts';
 import { gzipLines } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -302,6 +303,62 @@ describe('polled events', () => {
     expect(await commitsOf(repoIdOf(cut))).toEqual([]);
     expect((await pushOf(repoIdOf(switchedOff))).commits_state).toBe('skipped');
     expect((await pushOf(repoIdOf(stranger))).commits_state).toBe('skipped');
+  });
+
+  it("docs/commits.md's psql recipes run and answer from the stored commits", async () => {
+    const doc = readFileSync(path.resolve(import.meta.dirname, '../../docs/commits.md'), 'utf8');
+    const recipes = [...doc.matchAll(/```sql\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(recipes).toHaveLength(4);
+    const ev = ghesPush({ size: 3, repo: 'recipe-owner/recipe' });
+    await poll([ev]);
+    await sql`INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at,
+      payload, commits_state, commits_next_attempt_at)
+      VALUES (1, 424242, 'refs/heads/x', 'h', 'b', now(), '{}', 'pending', now())`.execute(t.db);
+    const [ofPush, topAuthors, waiting, byState] = recipes.map((text) =>
+      text.replace('45000000001', ev.id).replace("'octocat/Hello-World'", "'recipe-owner/recipe'"),
+    );
+    const rows = async (text: string) =>
+      (await sql<Record<string, unknown>>`${sql.raw(text.replace(/;\s*$/, ''))}`.execute(t.db))
+        .rows;
+    expect((await rows(ofPush!)).map((r) => r.position)).toEqual([0, 1, 2]);
+    const top = await rows(topAuthors!);
+    expect(top).toHaveLength(3);
+    expect(top.every((r) => Number(r.commits) === 1)).toBe(true);
+    expect((await rows(waiting!)).map((r) => r.repository_id)).toEqual(['424242']);
+    expect(await rows(byState!)).toEqual(
+      expect.arrayContaining([{ commits_state: 'complete', count: '1' }]),
+    );
+  });
+
+  it("a poll run that stored pending pushes sends one fetch-commits hint after it (the worker's afterRun)", async () => {
+    const { logger, lines } = memoryLogger('info');
+    const afterRun = hintDispatcher(boss, logger);
+    const summary = {
+      runId: 7,
+      sourceId: 1,
+      source: 'repo a/b',
+      outcome: 'completed' as const,
+      eventsSeen: 2,
+      eventsCreated: 2,
+      eventsRejected: 0,
+      pagesFetched: 1,
+      requestsSpent: 1,
+      gap: false,
+      newPending: { actor: 0, repository: 0 },
+      nextPollAt: new Date(),
+      error: null,
+    };
+    await afterRun({ ...summary, commitsPending: 0 });
+    expect(await hints()).toBe(0);
+    await afterRun({ ...summary, commitsPending: 2 });
+    await afterRun({ ...summary, runId: 8, commitsPending: 1 });
+    // Stately: one queued, the second hint is "already queued".
+    expect(await hints()).toBe(1);
+    const sent = lines.map((l) => JSON.parse(l)).filter((l) => l.event === 'commits.dispatched');
+    expect(sent.map((l) => [l.run_id, l.new_pending, l.status])).toEqual([
+      [7, 2, 'sent'],
+      [8, 1, 'already_queued'],
+    ]);
   });
 
   it('a public source never targets anybody', async () => {
