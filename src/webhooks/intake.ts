@@ -202,13 +202,14 @@ export async function receiveDelivery(
     receivedAt,
   });
 
-  // Who gets commits: the process's cached targets, read outside the transaction.
-  const commits =
-    verdict.kind === 'push'
-      ? { targets: await commitsTargets(deps.db), emails: deps.commitEmails ?? 'hash' }
-      : undefined;
   let outcome: Outcome;
   try {
+    // Who gets commits: the process's cached targets, read before the transaction (and
+    // inside this try: a database that cannot answer is the same 500 as a failed store).
+    const commits =
+      verdict.kind === 'push'
+        ? { targets: await commitsTargets(deps.db), emails: deps.commitEmails ?? 'hash' }
+        : undefined;
     outcome = await deps.db.transaction().execute(async (trx): Promise<Outcome> => {
       const provisional =
         verdict.kind === 'push'
