@@ -61,12 +61,12 @@ async function seedSources(db: Db, now: Date): Promise<void> {
   // next_poll_at spread over the coming hour, 36 s of it already past: ~1% due.
   await sql`
     INSERT INTO event_sources (kind, target, mode, enabled, poll_interval_seconds, next_poll_at,
-      last_polled_at, recent_event_ids, etag)
+      last_polled_at, recent_event_ids, etag, commits_enabled)
     SELECT 'repo', 'owner-' || g || '/repo-' || g, 'live', g % 20 <> 0, 60,
       ${now}::timestamptz + ((g % 3600) - 36) * interval '1 second',
       ${now}::timestamptz - interval '1 hour',
       ARRAY(SELECT g::bigint * 1000 + x FROM generate_series(0, 299) x),
-      'W/"' || md5(g::text) || '"'
+      'W/"' || md5(g::text) || '"', true
     FROM generate_series(1, ${SOURCES}::int) g`.execute(db);
 }
 

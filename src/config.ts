@@ -155,6 +155,19 @@ const share = z.string().transform((raw, ctx) => {
   return n;
 });
 
+/** A fraction from 0 to 1 inclusive (COMMITS_SHARE: both ends mean something). */
+const fraction = z.string().transform((raw, ctx) => {
+  const n = raw.trim() === '' ? Number.NaN : Number(raw);
+  if (!Number.isFinite(n) || n < 0 || n > 1) {
+    ctx.addIssue({ code: 'custom', message: `must be a number from 0 to 1 (got "${raw}")` });
+    return z.NEVER;
+  }
+  return n;
+});
+
+export const COMMIT_EMAIL_MODES = ['hash', 'keep', 'drop'] as const;
+export type CommitEmailMode = (typeof COMMIT_EMAIL_MODES)[number];
+
 export const envSchema = z.object({
   DATABASE_URL: postgresUrl.optional(),
   GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
@@ -208,6 +221,12 @@ export const envSchema = z.object({
   ARCHIVE_MIN_RATE: positiveInt(1_000_000_000).default(16_384),
   ARCHIVE_RATE_WINDOW: duration('duration', 3600, '1h').default(60),
   ARCHIVE_DEADLINE: duration('duration', 86400, '1d').default(3600),
+  // Commits (ADR 0070): what a commit's e-mail addresses become, and how many commits a
+  // fetched push may keep (one compare answer holds at most 250).
+  COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
+  COMMITS_MAX_PER_PUSH: positiveInt(10_000).default(250),
+  // commits-fetch (ADR 0071): commits' part of the background allowance while enrichment waits.
+  COMMITS_SHARE: fraction.default(0.5),
 });
 
 /** Names of every variable the config knows (README and compose checks use this). */
@@ -262,6 +281,13 @@ export interface Config {
       readonly rateWindowMs: number;
       readonly deadlineMs: number;
     };
+  };
+  readonly commits: {
+    /** hash: 'sha256:<hex>' of the trimmed lower-cased address; keep: as given; drop: NULL. */
+    readonly emails: CommitEmailMode;
+    readonly maxPerPush: number;
+    /** COMMITS_SHARE: ceil(background × share) is what commits take while enrichment waits. */
+    readonly share: number;
   };
 }
 
@@ -336,6 +362,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         rateWindowMs: e.ARCHIVE_RATE_WINDOW * 1000,
         deadlineMs: e.ARCHIVE_DEADLINE * 1000,
       },
+    },
+    commits: {
+      emails: e.COMMIT_EMAILS,
+      maxPerPush: e.COMMITS_MAX_PER_PUSH,
+      share: e.COMMITS_SHARE,
     },
   });
 }

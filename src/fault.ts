@@ -16,6 +16,9 @@ export const FAULT_POINTS = [
   'enrich.after_response',
   'enrich.after_apply',
   'webhook.after_delivery_insert',
+  'commits.after_claim',
+  'commits.after_response',
+  'commits.after_store',
 ] as const;
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];

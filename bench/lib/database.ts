@@ -43,6 +43,9 @@ const BUSINESS_TABLES = [
   'webhook_deliveries',
   'backfill_files',
   'gaps',
+  'commits',
+  'push_commits',
+  'commit_fetch_turns',
 ];
 
 function withDatabase(url: string, database: string): string {

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import type { CommitEmailMode } from '../config.ts';
 import { isContentRefusal } from '../db/errors.ts';
 import {
   type BulkStoreResult,
@@ -26,7 +27,7 @@ export async function storeIsolating(
   from: number,
   to: number,
   target: ImportTarget,
-  mode: { expectNew: boolean },
+  mode: { expectNew: boolean; emails: CommitEmailMode },
   retried: boolean,
 ): Promise<ChunkOutcome> {
   await client.query('SAVEPOINT gpi_chunk');
@@ -35,7 +36,7 @@ export async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      { sourceId: target.sourceId, expectNew: mode.expectNew },
+      { sourceId: target.sourceId, expectNew: mode.expectNew, emails: mode.emails },
       from,
       to,
     );
@@ -54,7 +55,7 @@ export async function storeIsolating(
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     if (to - from === 1) {
       return {
-        stored: { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 },
+        stored: { created: 0, newActors: 0, newRepositories: 0, commitsPending: 0, idsFilledIn: 0 },
         refused: [{ index: from, reason: (err as Error).message }],
       };
     }
@@ -66,6 +67,7 @@ export async function storeIsolating(
         created: a.stored.created + b.stored.created,
         newActors: a.stored.newActors + b.stored.newActors,
         newRepositories: a.stored.newRepositories + b.stored.newRepositories,
+        commitsPending: a.stored.commitsPending + b.stored.commitsPending,
         idsFilledIn: a.stored.idsFilledIn + b.stored.idsFilledIn,
       },
       refused: [...a.refused, ...b.refused],

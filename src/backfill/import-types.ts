@@ -53,6 +53,8 @@ export interface ImportResult {
   counts: CheckpointCounts;
   newActors: number;
   newRepositories: number;
+  /** Pushes this attempt stored with commits_state 'pending'. */
+  commitsPending: number;
   /** Every attempt's counts: what the checkpoint row holds. */
   totals: CheckpointCounts;
   /**
@@ -65,4 +67,6 @@ export interface ImportResult {
   error: { code: string; message: string } | null;
 }
 
-export type ImportDeps = Pick<Deps, 'pool' | 'logger' | 'workerId' | 'clock'>;
+/** db and config say who gets commits and what addresses become (absent: nobody, hashed). */
+export type ImportDeps = Pick<Deps, 'pool' | 'logger' | 'workerId' | 'clock'> &
+  Partial<Pick<Deps, 'db' | 'config'>>;

@@ -65,6 +65,7 @@ export async function importFile(
     counts: { ...ZERO_COUNTS },
     newActors: 0,
     newRepositories: 0,
+    commitsPending: 0,
     totals: { ...ZERO_COUNTS },
     quarantined: 0,
     bytes: 0,

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { commitsTargets, NO_TARGETS } from '../commits/targets.ts';
 import { kyselyOn } from '../db/session.ts';
 import { AppError } from '../errors.ts';
 import { dropStage, insertStagedEntities, prepareStage } from '../ingestion/bulk-store.ts';
@@ -209,7 +210,11 @@ export async function readAndStore(
       checkpoint.counts.kept === 0 &&
       target.gapId === null &&
       !(await readFromAnotherMirror(client, key)),
+    emails: deps.config?.commits.emails ?? 'hash',
   };
+  // Who gets commits, read once for the file (ADR 0070): a pre-2025-10 line's inline
+  // commits are stored, a targeted push without them is left pending for the fetcher.
+  const targets = deps.db ? await commitsTargets(deps.db) : NO_TARGETS;
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
   // inserted just before, on the second connection (ADR 0040).
   const store = async (
@@ -222,6 +227,7 @@ export async function readAndStore(
   ) => {
     await client.query('BEGIN');
     let firstSeen: QuarantineRow[] = [];
+    let pendingCommits = 0;
     try {
       // Asynchronous commit: the chunk and its checkpoint commit together, so a database
       // crash that loses the last commits loses both, and the import re-reads those lines.
@@ -242,6 +248,7 @@ export async function readAndStore(
       }
       if (aside.length > 0) firstSeen = (await quarantineEvents(session, aside)).firstSeen;
       counts.created += outcome.stored.created;
+      pendingCommits = outcome.stored.commitsPending;
       await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
       await client.query('COMMIT');
     } catch (err) {
@@ -253,6 +260,7 @@ export async function readAndStore(
     result.quarantined += aside.length;
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
+    result.commitsPending += pendingCommits;
     known.remember(batch);
     result.lines = upTo - checkpoint.linesDone;
     result.counts = addCounts(result.counts, counts);
@@ -331,7 +339,7 @@ export async function readAndStore(
             const at = row.createdAt.getTime();
             if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
             delta.kept++;
-            pending.add(row, known);
+            pending.add(row, known, targets);
           }
         }
         // A chunk is full of pushes, of lines set aside, or of lines (a narrow scope keeps

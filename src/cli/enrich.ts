@@ -58,7 +58,8 @@ export interface EnrichRunSummary {
 
 /** What the enrich allowance still has in this window (never more than GitHub says remains). */
 export function budgetLeft(b: BudgetSnapshot): number {
-  const left = Math.max(0, b.allowance.enrich - b.spent.enrich);
+  // The background allowance is shared with commit fetching (ADR 0071).
+  const left = Math.max(0, b.allowance.enrich - b.spent.enrich - b.spent.commits);
   return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
 }
 

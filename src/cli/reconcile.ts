@@ -59,6 +59,17 @@ export function formatReport(report: ReconcileReport, due: Record<string, number
         break;
     }
   }
+  const k = report.commits;
+  const action: Record<typeof k.action, string> = {
+    dispatched: `cycle sent (job ${k.jobId})`,
+    already_queued: 'a cycle was queued meanwhile; nothing sent',
+    live_job: 'a cycle is queued or running; nothing sent',
+    nothing_due: 'nothing to do',
+    budget_wait: 'the background budget is spent or blocked; nothing sent',
+  };
+  lines.push(
+    `commits: ${k.due ? 'pushes due' : 'none due'}, ${k.liveJobs} live job(s) → ${action[k.action]}`,
+  );
   return lines;
 }
 

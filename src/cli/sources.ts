@@ -6,6 +6,7 @@ import {
   describeSource,
   InvalidSource,
   listSources,
+  setSourceCommits,
   setSourceEnabled,
   sourceSpec,
 } from '../ingestion/sources.ts';
@@ -23,6 +24,8 @@ Usage:
   bin/sources enable ID             poll it again (clears its failure backoff, due now)
   bin/sources disable ID            stop polling it (its data stays)
   bin/sources import FILE|-         many at once, one a line (see bin/sources import --help)
+  bin/sources commits ID on|off     fetch the commits of the pushes it targets, or not
+                                    (on by default for repo, org and user; off for public)
 
 KIND TARGET may also be one word, as SOURCES writes it: bin/sources add repo:OWNER/NAME.
 Sources are added in this process's GITHUB_MODE (live unless GITHUB_MODE=fixture); a
@@ -80,6 +83,7 @@ function toJson(s: EventSource) {
     consecutive_failures: s.consecutive_failures,
     last_polled_at: s.last_polled_at?.toISOString() ?? null,
     last_error: s.last_error,
+    commits_enabled: s.commits_enabled,
   };
 }
 
@@ -89,13 +93,24 @@ function printList(sources: EventSource[]): void {
     return;
   }
   const now = new Date();
-  const header = ['ID', 'KIND', 'TARGET', 'MODE', 'ENABLED', 'NEXT POLL', 'FAILURES', 'LAST ERROR'];
+  const header = [
+    'ID',
+    'KIND',
+    'TARGET',
+    'MODE',
+    'ENABLED',
+    'COMMITS',
+    'NEXT POLL',
+    'FAILURES',
+    'LAST ERROR',
+  ];
   const rows = sources.map((s) => [
     String(s.id),
     s.kind,
     s.target ?? '-',
     s.mode,
     s.enabled ? 'yes' : 'no',
+    s.commits_enabled ? 'on' : 'off',
     s.enabled ? untilText(s.next_poll_at, now) : '-',
     String(s.consecutive_failures),
     s.last_error
@@ -168,6 +183,31 @@ export async function main(argv: string[]): Promise<number> {
         try {
           const source = await setSourceEnabled(app.db, id, command === 'enable');
           line(`source ${source.id} ${command}d: ${describeSource(source)} (${source.mode})`);
+          return 0;
+        } catch (err) {
+          if (!(err instanceof NotFound)) throw err;
+          process.stderr.write(`sources: no source with id ${id} (see bin/sources list)\n`);
+          return 1;
+        }
+      });
+    }
+    case 'commits': {
+      if (rest.length > 2) throw usage(`unexpected argument "${rest[2]}"`);
+      const id = parseId(rest[0]);
+      const setting = rest[1];
+      if (setting !== 'on' && setting !== 'off') {
+        throw usage(
+          setting === undefined
+            ? 'commits needs on or off'
+            : `commits takes on or off (got "${setting}")`,
+        );
+      }
+      return withApp(async (app) => {
+        try {
+          const source = await setSourceCommits(app.db, id, setting === 'on');
+          line(
+            `source ${source.id} commits ${setting}: ${describeSource(source)} (${source.mode}); applies to pushes stored from now on`,
+          );
           return 0;
         } catch (err) {
           if (!(err instanceof NotFound)) throw err;

@@ -43,6 +43,19 @@ export type PushOrigin = 'poll' | 'webhook' | 'archive';
 export type GapState = 'open' | 'filled' | 'unavailable';
 /** 'missing': the mirror has no such hour (404/410). */
 export type BackfillFileState = 'running' | 'completed' | 'failed' | 'missing';
+/**
+ * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
+ * fetcher), complete / partial (stored, all or some), none (deleted ref or tag: no commits),
+ * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up).
+ */
+export type CommitsState =
+  | 'pending'
+  | 'complete'
+  | 'partial'
+  | 'none'
+  | 'skipped'
+  | 'gone'
+  | 'failed';
 
 export interface EventSourcesTable {
   id: Generated<BigId>;
@@ -59,6 +72,8 @@ export interface EventSourcesTable {
   recent_event_ids: ColumnType<string[], string[] | undefined, string[]>;
   /** Expected quota-counted requests per poll: a weighted mean of recent polls (0 = all 304s). */
   poll_cost: Generated<number>;
+  /** Whether pushes this source targets get their commits (migration 2026-12-01T1000; no default). */
+  commits_enabled: boolean;
   created_at: Generated<Timestamp>;
   updated_at: Generated<Timestamp>;
 }
@@ -180,6 +195,52 @@ export interface PushEventsTable {
   source_id: BigId | null;
   run_id: BigId | null;
   ingested_at: Generated<Timestamp>;
+  // Commits (migration 2026-12-01T1000, ADR 0070).
+  /** How many commits the push has; NULL while unknown. */
+  commit_count: number | null;
+  commits_state: Generated<CommitsState>;
+  commits_attempts: Generated<number>;
+  /** When a pending push may be fetched; never NULL while pending (a CHECK says so). */
+  commits_next_attempt_at: NullableTimestamp;
+  commits_claimed_until: NullableTimestamp;
+  commits_error: string | null;
+}
+
+/** One commit of a repository; content never changes (inserts ON CONFLICT DO NOTHING). */
+export interface CommitsTable {
+  repository_id: BigId;
+  sha: string;
+  author_name: string | null;
+  /** Per COMMIT_EMAILS: 'sha256:<hex>' (hash), as given (keep) or NULL (drop). */
+  author_email: string | null;
+  author_id: BigId | null;
+  author_login: string | null;
+  committer_name: string | null;
+  committer_email: string | null;
+  committer_id: BigId | null;
+  committed_at: NullableTimestamp;
+  message: string | null;
+  authored_at: NullableTimestamp;
+  parents: string[] | null;
+  first_seen_at: Generated<Timestamp>;
+}
+
+/** The commits of one push (keyed by push_events' natural key), position 0 = oldest. */
+export interface PushCommitsTable {
+  repository_id: BigId;
+  ref: string;
+  before: string;
+  head: string;
+  position: number;
+  sha: string;
+  /** NULL when the source does not say. */
+  distinct: boolean | null;
+}
+
+/** When the fetcher last served each repository (migration 2026-12-01T1010, ADR 0071). */
+export interface CommitFetchTurnsTable {
+  repository_id: BigId;
+  served_at: Timestamp;
 }
 
 export interface GithubRequestsTable {
@@ -348,6 +409,9 @@ export interface Database {
   actors: ActorsTable;
   repositories: RepositoriesTable;
   push_events: PushEventsTable;
+  commits: CommitsTable;
+  push_commits: PushCommitsTable;
+  commit_fetch_turns: CommitFetchTurnsTable;
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
   github_endpoint_pace: GithubEndpointPaceTable;
@@ -364,6 +428,8 @@ export type Actor = Selectable<ActorsTable>;
 export type Repository = Selectable<RepositoriesTable>;
 export type EnrichmentAttempt = Selectable<EnrichmentAttemptsTable>;
 export type PushEvent = Selectable<PushEventsTable>;
+export type Commit = Selectable<CommitsTable>;
+export type PushCommit = Selectable<PushCommitsTable>;
 export type GithubRequest = Selectable<GithubRequestsTable>;
 export type WebhookDelivery = Selectable<WebhookDeliveriesTable>;
 export type Gap = Selectable<GapsTable>;

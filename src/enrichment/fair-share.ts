@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { enrichmentShare } from '../commits/share.ts';
 import type { Db } from '../db/pool.ts';
 import { windowFloor, windowStartSql } from '../github/budget-state.ts';
 import { defaultQuota } from '../github/credential.ts';
@@ -63,12 +64,24 @@ function classWindowStatement(
     ) x`;
 }
 
+/**
+ * `commitsShare` (COMMITS_SHARE, default 0.5 when absent): the background allowance is also
+ * split with commit fetching first (src/commits/share.ts, ADR 0071), the same
+ * work-conserving way; within enrichment's part, the classes split it by halves.
+ */
 export async function fairShare(
   db: Db,
   github: Pick<GitHubClient, 'credentials'>,
   cls: EntityClass,
-  opts: { now: Date; ttlSeconds: number; share: number },
+  opts: { now: Date; ttlSeconds: number; share: number; commitsShare?: number },
 ): Promise<ShareDecision> {
+  const split = await enrichmentShare(db, github, {
+    ...opts,
+    commitsShare: opts.commitsShare ?? 0.5,
+  });
+  if (!split.allowed) {
+    return { allowed: false, allowance: split.allowance, spent: split.enrich, half: split.cap };
+  }
   const r = await classWindowStatement(github.credentials, cls, opts.share, opts.now).execute(db);
   const { allowance, spent } = r.rows[0]!;
   const half = Math.ceil(allowance / 2);

@@ -131,6 +131,7 @@ export async function enrichOnce(
       now: clock.now(),
       ttlSeconds,
       share: config.enrichment.share,
+      commitsShare: config.commits.share,
     });
     if (share.allowed) {
       reason = 'budget';

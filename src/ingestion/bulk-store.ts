@@ -1,5 +1,13 @@
 import { CompiledQuery } from 'kysely';
 import type pg from 'pg';
+import {
+  type CommitsContext,
+  DEFAULT_COMMITS,
+  inlineCommitRows,
+  planCommits,
+} from '../commits/inline.ts';
+import { storeCommits, storeCommitsOn } from '../commits/store.ts';
+import type { CommitEmailMode } from '../config.ts';
 import { copyFrom } from '../db/copy.ts';
 import type { Db } from '../db/pool.ts';
 import type { PushOrigin } from '../db/schema.ts';
@@ -43,6 +51,7 @@ export interface BulkStoreOptions {
   origin: PushOrigin;
   sourceId?: number | null;
   runId?: number | null;
+  commits?: CommitsContext;
 }
 
 /** bulkStoreStaged's options: the staged path stores archive pushes only. */
@@ -54,6 +63,8 @@ export interface StagedStoreOptions {
    * transaction that must then be rolled back to before the call).
    */
   expectNew?: boolean;
+  /** Addresses of inline commits (the targets were applied when the batch was staged). */
+  emails?: CommitEmailMode;
 }
 
 export interface BulkStoreResult extends StoreResult {
@@ -65,7 +76,7 @@ export interface BulkStoreResult extends StoreResult {
 const STAGE_COLUMNS = `
   id bigint, actor_id bigint, repository_id bigint,
   push_id bigint, ref text, head text, before text, created_at timestamptz,
-  payload text, size integer, distinct_size integer`;
+  payload text, size integer, distinct_size integer, commit_count integer, commits_state text`;
 
 /** Creates this session's staging table (idempotent; call outside or inside a transaction). */
 export async function prepareStage(client: pg.ClientBase): Promise<void> {
@@ -112,12 +123,12 @@ type MergeSource = 'stage' | 'values';
 
 const VALUES_CTE = `v AS MATERIALIZED (
       SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
-        head, before, created_at, payload, size, distinct_size
+        head, before, created_at, payload, size, distinct_size, commit_count, commits_state
       FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
         $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::text[], $15::int[],
-        $16::int[])
+        $16::int[], $17::int[], $18::text[])
         AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
-          created_at, payload, size, distinct_size)
+          created_at, payload, size, distinct_size, commit_count, commits_state)
     ),`;
 
 /**
@@ -136,18 +147,20 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
   const entities = from === 'values';
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
-        created_at, payload, size, distinct_size, origin, source_id, run_id)
+        created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
+        commits_state, commits_next_attempt_at)
       SELECT id, actor_id, repository_id, push_id, ref, head, before, created_at,
-        payload::jsonb, size, distinct_size, $1::text, $2::bigint, $3::bigint
+        payload::jsonb, size, distinct_size, $1::text, $2::bigint, $3::bigint, commit_count,
+        commits_state, CASE WHEN commits_state = 'pending' THEN now() END
       FROM ${src}
       ORDER BY repository_id, ref, before, head`;
   const pushes = expectNew
     ? `p AS (${insert}
-      RETURNING 1
+      RETURNING commits_state
     )`
     : `p AS (${insert}
       ON CONFLICT DO NOTHING
-      RETURNING repository_id, ref, before, head
+      RETURNING repository_id, ref, before, head, commits_state
     ), f AS (
       UPDATE push_events t SET id = s.id
       FROM ${src} s
@@ -170,6 +183,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
     SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
            ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
            (SELECT count(*) FROM p) AS created,
+           (SELECT count(*) FILTER (WHERE commits_state = 'pending') FROM p) AS pending,
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled`;
 }
 
@@ -177,6 +191,7 @@ interface MergeCounts {
   actors: string;
   repositories: string;
   created: string;
+  pending: string;
   filled: string;
 }
 
@@ -185,6 +200,7 @@ function resultOf(row: MergeCounts): BulkStoreResult {
     created: Number(row.created),
     newActors: Number(row.actors),
     newRepositories: Number(row.repositories),
+    commitsPending: Number(row.pending),
     idsFilledIn: Number(row.filled),
   };
 }
@@ -260,9 +276,17 @@ export async function bulkStoreStaged(
   from = 0,
   to = batch.length,
 ): Promise<BulkStoreResult> {
-  if (to <= from) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  if (to <= from)
+    return {
+      created: 0,
+      newActors: 0,
+      newRepositories: 0,
+      commitsPending: 0,
+      idsFilledIn: 0,
+    };
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
+  const commits = batch.commitsOf(from, to);
   const r = await client
     .query<MergeCounts>(statement, ['archive', opts.sourceId ?? null, null])
     .catch((err: { code?: string; constraint?: string }) => {
@@ -275,21 +299,35 @@ export async function bulkStoreStaged(
       }
       throw err;
     });
-  return resultOf(r.rows[0]!);
+  const result = resultOf(r.rows[0]!);
+  if (commits.length > 0) {
+    await storeCommitsOn(client, commits, { emails: opts.emails ?? DEFAULT_COMMITS.emails });
+  }
+  return result;
 }
 
 /**
  * The bulk merge for a page (a poll page, a webhook's push): one statement, the rows as
- * parameter arrays — no temporary table, no COPY, no transaction of its own needed (a
- * single statement is atomic; inside a caller's transaction it joins it). Same keys,
- * lock order and merge rule (renaming) as storePushes.
+ * parameter arrays — no temporary table, no COPY. With inline commits a second statement
+ * stores them (src/commits/store.ts): call inside a transaction. Same keys, lock order and
+ * merge rule (renaming) as storePushes.
  */
 export async function bulkStorePage(
   db: Db,
   pushes: readonly PushRow[],
   opts: BulkStoreOptions,
 ): Promise<BulkStoreResult> {
-  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0, idsFilledIn: 0 };
+  if (pushes.length === 0)
+    return {
+      created: 0,
+      newActors: 0,
+      newRepositories: 0,
+      commitsPending: 0,
+      idsFilledIn: 0,
+    };
+  const ctx = opts.commits ?? DEFAULT_COMMITS;
+  const fromWebhook = opts.origin === 'webhook';
+  const plans = pushes.map((p) => planCommits(p, ctx.targets, fromWebhook));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
   const r = await db.executeQuery<MergeCounts>(
     CompiledQuery.raw(MERGE_VALUES_RENAMING, [
@@ -309,7 +347,11 @@ export async function bulkStorePage(
       col((p) => JSON.stringify(p.payload)),
       col((p) => p.size),
       col((p) => p.distinctSize),
+      plans.map((c) => c.count),
+      plans.map((c) => c.state),
     ]),
   );
+  const commits = inlineCommitRows(pushes, plans);
+  if (commits.length > 0) await storeCommits(db, commits, { emails: ctx.emails });
   return resultOf(r.rows[0]!);
 }

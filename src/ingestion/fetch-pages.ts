@@ -90,7 +90,7 @@ export async function fetchPages(
     const { stored, result: counted } = await storePage(
       deps.db,
       mapped,
-      { sourceId: source.id, runId: state.runId },
+      { sourceId: source.id, runId: state.runId, commitEmails: deps.config.commits.emails },
       async (trx, stored) => {
         const next: RunState = {
           ...state,
@@ -101,6 +101,7 @@ export async function fetchPages(
           eventsRejected: state.eventsRejected + stored.rejected,
           actorsCreated: state.actorsCreated + stored.newActors,
           repositoriesCreated: state.repositoriesCreated + stored.newRepositories,
+          commitsPending: state.commitsPending + stored.commitsPending,
         };
         await trx
           .updateTable('ingestion_runs')

@@ -1,3 +1,5 @@
+import { commitsTargets } from '../commits/targets.ts';
+import type { CommitEmailMode } from '../config.ts';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
 import { inSavepoint } from '../db/savepoint.ts';
@@ -18,6 +20,8 @@ import type { StoreResult } from './store.ts';
 export interface PageContext {
   sourceId: string | number | null;
   runId: number | null;
+  /** COMMIT_EMAILS for inline commits (GHES-shaped events); default hash. */
+  commitEmails?: CommitEmailMode;
 }
 
 export interface StoredPage extends StoreResult {
@@ -56,6 +60,8 @@ export async function storePage<T>(
     origin: 'poll' as const,
     sourceId: ctx.sourceId === null ? null : Number(ctx.sourceId),
     runId: ctx.runId,
+    // Who gets commits: read once per batch (cached), never per push (ADR 0070).
+    commits: { targets: await commitsTargets(db), emails: ctx.commitEmails ?? 'hash' },
   };
   const rejected = page.rejected.map(({ eventId, eventType, reason, message, raw }) =>
     quarantineRow(ctx, { eventId, eventType, reason, message, raw }),
@@ -76,6 +82,7 @@ export async function storePage<T>(
       created: 0,
       newActors: 0,
       newRepositories: 0,
+      commitsPending: 0,
       rejected: 0,
       firstSeen: [],
     };
@@ -86,6 +93,7 @@ export async function storePage<T>(
         stored.created += r.ok.created;
         stored.newActors += r.ok.newActors;
         stored.newRepositories += r.ok.newRepositories;
+        stored.commitsPending += r.ok.commitsPending;
       } else {
         refusedRows.push(
           quarantineRow(ctx, {

@@ -14,6 +14,7 @@ export interface RunState {
   eventsRejected: number;
   actorsCreated: number;
   repositoriesCreated: number;
+  commitsPending: number;
   gap: boolean;
   notModified: boolean;
   etag: string | null;
@@ -34,6 +35,7 @@ export function newRunState(runId: number, startedAt: Date): RunState {
     eventsRejected: 0,
     actorsCreated: 0,
     repositoriesCreated: 0,
+    commitsPending: 0,
     gap: false,
     notModified: false,
     etag: null,
@@ -72,6 +74,7 @@ export function summaryOf(
     requestsSpent: state.requestsSpent,
     gap: state.gap,
     newPending: { actor: state.actorsCreated, repository: state.repositoriesCreated },
+    commitsPending: state.commitsPending,
     nextPollAt,
   };
 }

@@ -26,6 +26,8 @@ export interface RunSummary {
   gap: boolean;
   /** Actors / repositories created 'pending' by this run: what enrichment hints are for. */
   newPending: { actor: number; repository: number };
+  /** Pushes this run stored with commits_state 'pending': what a fetch-commits hint is for. */
+  commitsPending?: number;
   nextPollAt: Date | null;
   error: { code: string; message: string } | null;
   /** For 'skipped': why (disabled, other mode, not due yet); for 'deferred': what the budget said. */
@@ -64,6 +66,7 @@ export function emptySummary(source: EventSource, outcome: RunOutcome): RunSumma
     requestsSpent: 0,
     gap: false,
     newPending: { actor: 0, repository: 0 },
+    commitsPending: 0,
     nextPollAt: null,
     error: null,
   };

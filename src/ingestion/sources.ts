@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { forgetCommitsTargets } from '../commits/targets.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { EventSource, GithubMode, SourceKind } from '../db/schema.ts';
@@ -94,6 +95,15 @@ export function parseSourcesList(raw: string): SourceSpec[] {
   return specs;
 }
 
+/**
+ * Whether a new source asks for its pushes' commits (ADR 0070): a repository, organisation
+ * or user is followed on purpose; the public timeline is strangers' pushes, whose commits
+ * would spend the background allowance for nobody, so it starts off.
+ */
+export function commitsEnabledFor(kind: SourceKind): boolean {
+  return kind !== 'public';
+}
+
 function targetOf(spec: SourceSpec): string | null {
   return spec.kind === 'public' ? null : spec.target;
 }
@@ -148,11 +158,19 @@ export async function addSource(
 ): Promise<{ source: EventSource; created: boolean }> {
   const inserted = await db
     .insertInto('event_sources')
-    .values({ kind: spec.kind, target: targetOf(spec), mode })
+    .values({
+      kind: spec.kind,
+      target: targetOf(spec),
+      mode,
+      commits_enabled: commitsEnabledFor(spec.kind),
+    })
     .onConflict((oc) => oc.doNothing())
     .returningAll()
     .executeTakeFirst();
-  if (inserted) return { source: inserted, created: true };
+  if (inserted) {
+    forgetCommitsTargets(db);
+    return { source: inserted, created: true };
+  }
   const existing = await findSource(db, spec, mode);
   if (!existing)
     throw new Error(
@@ -196,6 +214,23 @@ export async function setSourceEnabled(db: Db, id: number, enabled: boolean): Pr
     .returningAll()
     .executeTakeFirst();
   if (!updated) throw new NotFound('source', id);
+  forgetCommitsTargets(db);
+  return updated;
+}
+
+/**
+ * Turns commits on or off for a source (ADR 0070): from now on, pushes it targets are
+ * stored `pending` (fetched) or `skipped`. Pushes already stored keep their state.
+ */
+export async function setSourceCommits(db: Db, id: number, on: boolean): Promise<EventSource> {
+  const updated = await db
+    .updateTable('event_sources')
+    .set({ commits_enabled: on, updated_at: sql`now()` })
+    .where('id', '=', String(id))
+    .returningAll()
+    .executeTakeFirst();
+  if (!updated) throw new NotFound('source', id);
+  forgetCommitsTargets(db);
   return updated;
 }
 

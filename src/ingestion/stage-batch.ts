@@ -1,3 +1,6 @@
+import { planCommits } from '../commits/inline.ts';
+import type { PushCommits } from '../commits/store.ts';
+import { type CommitsTargets, NO_TARGETS } from '../commits/targets.ts';
 import { copyField } from '../db/copy.ts';
 import type { PushRow } from './mapping.ts';
 
@@ -49,6 +52,8 @@ export class StageBatch {
   /** Entities not known to exist, each once with its newest name in the batch: id → [name, at]. */
   readonly newActors = new Map<string, [string, number]>();
   readonly newRepositories = new Map<string, [string, number]>();
+  /** Inline commits (pre-2025-10 archive lines), with the row each belongs to. */
+  readonly commits: { row: number; push: PushCommits }[] = [];
 
   constructor(capacityBytes = 1 << 20) {
     this.#buf = Buffer.allocUnsafe(capacityBytes);
@@ -63,8 +68,18 @@ export class StageBatch {
    * is left out of newActors / newRepositories, so insertStagedEntities does not even
    * probe it; `known` may lag what is committed (a chunk in flight), never lead it.
    */
-  add(p: PushRow, known: KnownEntities | null = null): void {
-    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\n`;
+  add(p: PushRow, known: KnownEntities | null = null, targets: CommitsTargets = NO_TARGETS): void {
+    const plan = planCommits(p, targets, false);
+    if (plan.commits.length > 0) {
+      this.commits.push({
+        row: this.offsets.length,
+        push: {
+          push: { repositoryId: p.repository.id, ref: p.ref, before: p.before, head: p.head },
+          commits: plan.commits,
+        },
+      });
+    }
+    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\t${num(plan.count)}\t${plan.state}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
@@ -83,6 +98,11 @@ export class StageBatch {
       newest(this.newRepositories, p.repository.id, p.repository.fullName, at);
   }
 
+  /** The inline commits of rows [from, to). */
+  commitsOf(from = 0, to = this.length): PushCommits[] {
+    return this.commits.filter((c) => c.row >= from && c.row < to).map((c) => c.push);
+  }
+
   /** The COPY data of rows [from, to). */
   bytes(from = 0, to = this.length): Buffer {
     const end = to < this.length ? this.offsets[to]! : this.#end;
@@ -98,6 +118,7 @@ export class StageBatch {
     this.repositoryIds.length = 0;
     this.newActors.clear();
     this.newRepositories.clear();
+    this.commits.length = 0;
   }
 }
 

@@ -1,4 +1,11 @@
 import { sql } from 'kysely';
+import {
+  type CommitsContext,
+  DEFAULT_COMMITS,
+  inlineCommitRows,
+  planCommits,
+} from '../commits/inline.ts';
+import { storeCommits } from '../commits/store.ts';
 import type { Db } from '../db/pool.ts';
 import { compareIds } from '../json/exact.ts';
 import type { PushRow } from './mapping.ts';
@@ -16,6 +23,8 @@ export interface StoreOptions {
   origin: 'poll' | 'webhook';
   sourceId?: number | null;
   runId?: number | null;
+  /** Who gets commits and what addresses become (ADR 0070); absent: nobody, hashed. */
+  commits?: CommitsContext;
 }
 
 export interface StoreResult {
@@ -24,6 +33,8 @@ export interface StoreResult {
   /** Actors / repositories inserted (state 'pending': they need enriching). */
   newActors: number;
   newRepositories: number;
+  /** Pushes this call inserted with commits_state 'pending' (a fetch-commits hint after COMMIT). */
+  commitsPending: number;
 }
 
 export interface NamedEntity {
@@ -121,7 +132,8 @@ export async function storePushes(
   pushes: PushRow[],
   opts: StoreOptions,
 ): Promise<StoreResult> {
-  if (pushes.length === 0) return { created: 0, newActors: 0, newRepositories: 0 };
+  if (pushes.length === 0)
+    return { created: 0, newActors: 0, newRepositories: 0, commitsPending: 0 };
   // Oldest first, so the newest login/full_name seen in this batch is the one kept.
   const chronological = [...pushes].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
   const { newActors, newRepositories } = await upsertActorsAndRepositories(
@@ -130,10 +142,12 @@ export async function storePushes(
     chronological.map((p) => ({ id: p.repository.id, name: p.repository.fullName })),
   );
   const ordered = [...pushes].sort(naturalKeyOrder);
+  const ctx = opts.commits ?? DEFAULT_COMMITS;
+  const plans = ordered.map((p) => planCommits(p, ctx.targets, opts.origin === 'webhook'));
   const inserted = await trx
     .insertInto('push_events')
     .values(
-      ordered.map((p) => ({
+      ordered.map((p, i) => ({
         id: p.id,
         actor_id: p.actor.id,
         repository_id: p.repository.id,
@@ -148,12 +162,15 @@ export async function storePushes(
         origin: opts.origin,
         source_id: opts.sourceId ?? null,
         run_id: opts.runId ?? null,
+        commit_count: plans[i]!.count,
+        commits_state: plans[i]!.state,
+        commits_next_attempt_at: plans[i]!.state === 'pending' ? sql<Date>`now()` : null,
       })),
     )
     // Either key may conflict: the natural key (held already, by any origin) or the
     // event id (held already under another key would be GitHub's bug, not ours to fix).
     .onConflict((oc) => oc.doNothing())
-    .returning('id')
+    .returning(['id', 'commits_state'])
     .execute();
   if (opts.origin === 'poll' && inserted.length < ordered.length) {
     // Only a push the insert skipped can be a webhook copy waiting for its id; in a page
@@ -164,5 +181,12 @@ export async function storePushes(
       ordered.filter((p) => !added.has(p.id)),
     );
   }
-  return { created: inserted.length, newActors, newRepositories };
+  const commits = inlineCommitRows(ordered, plans);
+  if (commits.length > 0) await storeCommits(trx, commits, { emails: ctx.emails });
+  return {
+    created: inserted.length,
+    newActors,
+    newRepositories,
+    commitsPending: inserted.filter((r) => r.commits_state === 'pending').length,
+  };
 }

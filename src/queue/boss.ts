@@ -52,7 +52,7 @@ export interface QueueDefinition extends Omit<Queue, 'name'> {
 }
 
 /**
- * The six queues and their policies. Every queue is `stately` (at most one job queued and
+ * The seven queues and their policies. Every queue is `stately` (at most one job queued and
  * one active): a hint arriving while a cycle runs is kept, further ones collapse, and a slow
  * poll never has ticks piling up behind it. The tick queues are also sent throttled (one
  * job per TICK_SECONDS slot, see scheduler), so several schedulers never double a tick.
@@ -104,6 +104,7 @@ export function queueDefinitions(config: Config): QueueDefinition[] {
       expireInSeconds: BACKFILL_MAX_SECONDS + 3000,
       why: 'tick: fills open gaps from GH Archive, one download at a time (stately)',
     },
+    { name: QUEUES.fetchCommits, ...cycle, why: 'one commits cycle queued + one active' },
   ];
 }
 

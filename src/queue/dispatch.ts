@@ -1,11 +1,12 @@
 import type { PgBoss } from 'pg-boss';
 import type { App } from '../app.ts';
+import { hintCommits } from '../commits/hint.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import type { EntityClass } from '../github/types.ts';
 import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
 import type { Logger } from '../log.ts';
 import { createBoss } from './boss.ts';
-import { enrichQueue, type QueueName } from './names.ts';
+import { enrichQueue, QUEUES, type QueueName } from './names.ts';
 
 /**
  * Sending enrichment cycles. A cycle job carries no entity id — the runner picks the next
@@ -87,10 +88,33 @@ export async function dispatchHints(
   return report;
 }
 
-/** dispatchHints as the ingestion runner's afterRun hook. */
+export interface CommitsCycleJobData {
+  reason: CycleReason;
+  run_id?: number;
+}
+
+/**
+ * One fetch-commits cycle (stately: a null id means one is already queued, which is
+ * success): the reconciler's and a capped cycle's successor. Store paths send theirs with
+ * hintCommits (src/commits/hint.ts), which never throws.
+ */
+export async function sendCommitsCycle(
+  boss: PgBoss,
+  data: CommitsCycleJobData,
+): Promise<SendResult> {
+  const queue = QUEUES.fetchCommits;
+  const jobId = await boss.send(queue, data);
+  return { queue, jobId, status: jobId ? 'sent' : 'already_queued' };
+}
+
+/** dispatchHints (and the commits hint, ADR 0070) as the ingestion runner's afterRun hook. */
 export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
   return async (summary) => {
     await dispatchHints(boss, log, summary);
+    await hintCommits(boss, log, summary.commitsPending ?? 0, {
+      cause: `run ${summary.runId}`,
+      runId: summary.runId,
+    });
   };
 }
 

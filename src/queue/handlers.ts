@@ -1,5 +1,7 @@
 import type { PgBoss } from 'pg-boss';
 import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
+import { type CommitsCycleSummary, fetchCycle } from '../commits/fetch.ts';
+import { hintCommits } from '../commits/hint.ts';
 import type { Deps } from '../deps.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
 import { jobFaultPoint } from '../fault.ts';
@@ -14,7 +16,7 @@ import {
   CYCLE_MAX_SECONDS,
   MAINTENANCE_MAX_SECONDS,
 } from './boss.ts';
-import { dispatchHints, sendCycle } from './dispatch.ts';
+import { dispatchHints, sendCommitsCycle, sendCycle } from './dispatch.ts';
 import { enrichQueue, QUEUES, type QueueName } from './names.ts';
 
 /**
@@ -117,6 +119,10 @@ export function handlePollSources(ctx: JobContext, job: JobLike) {
       // After the run committed and its lock was released (the runner's contract).
       afterRun: async (summary) => {
         await dispatchHints(ctx.boss, log, summary);
+        await hintCommits(ctx.boss, log, summary.commitsPending ?? 0, {
+          cause: `run ${summary.runId}`,
+          runId: summary.runId,
+        });
       },
     });
     return {
@@ -191,17 +197,105 @@ export function handleEnrichCycle(
   });
 }
 
+export interface CommitsJobResult extends JobResult {
+  outcome: CommitsCycleSummary['stoppedBy'];
+  processed: number;
+  requests: number;
+  outcomes: CommitsCycleSummary['outcomes'];
+  continued: boolean;
+}
+
+/**
+ * fetch-commits: fetch due pending pushes (fair across repositories) until nothing is due,
+ * the share or budget says no, GitHub rate-limits us, or the cycle's cap; like an
+ * enrichment cycle, one cut short by its cap queues its successor. New branches that wait
+ * for their repository's default branch prompt one enrich-repository cycle.
+ */
+export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<CommitsJobResult> {
+  const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
+  return runJob(ctx, QUEUES.fetchCommits, job, async (log, domain) => {
+    const deadline = Date.now() + limits.cycleMaxSeconds * 1000;
+    let timedOut = false;
+    const summary = await fetchCycle(domain, {
+      jobId: job.id,
+      maxPushes: limits.cycleMaxEntities,
+      signal: job.signal,
+      shouldStop: () => {
+        if (ctx.isStopping()) return true;
+        timedOut = Date.now() >= deadline;
+        return timedOut;
+      },
+    });
+    if (summary.newActors > 0) {
+      const sent = await sendCycle(ctx.boss, 'actor', { reason: 'hint' });
+      log.info(
+        {
+          event: 'enrichment.dispatched',
+          class: 'actor',
+          reason: 'commit_authors',
+          new_pending: summary.newActors,
+          status: sent.status,
+          enrich_job_id: sent.jobId,
+        },
+        `${summary.newActors} commit authors to enrich`,
+      );
+    }
+    if (summary.outcomes.waiting > 0) {
+      const sent = await sendCycle(ctx.boss, 'repository', { reason: 'hint' });
+      log.info(
+        {
+          event: 'enrichment.dispatched',
+          class: 'repository',
+          reason: 'commits_wait',
+          status: sent.status,
+          enrich_job_id: sent.jobId,
+        },
+        `${summary.outcomes.waiting} new branches wait for their repository's default branch`,
+      );
+    }
+    const shortByCap =
+      summary.stoppedBy === 'cap' ||
+      (summary.stoppedBy === 'stopped' && timedOut && !ctx.isStopping());
+    let continued = false;
+    if (shortByCap && !job.signal?.aborted) {
+      const sent = await sendCommitsCycle(ctx.boss, { reason: 'continue' });
+      continued = sent.status === 'sent';
+      log.info(
+        {
+          event: 'commits.dispatched',
+          reason: 'continue',
+          status: sent.status,
+          commits_job_id: sent.jobId,
+        },
+        `commits cycle reached its cap with work left; ${continued ? 'next cycle sent' : 'a cycle is already queued'}`,
+      );
+    }
+    return {
+      outcome: summary.stoppedBy,
+      processed: summary.processed,
+      requests: summary.requests,
+      new_actors: summary.newActors,
+      outcomes: summary.outcomes,
+      continued,
+      ...(summary.retryAt ? { retry_at: summary.retryAt.toISOString() } : {}),
+    };
+  });
+}
+
 /** reconcile: see src/reconcile/reconciler.ts. */
 export function handleReconcile(ctx: JobContext, job: JobLike) {
   return runJob(ctx, QUEUES.reconcile, job, async (log) => {
     const report = await reconcile({ ...ctx.deps, logger: log, boss: ctx.boss });
-    const dispatched = report.classes.filter((c) => c.action === 'dispatched');
+    const dispatched = [
+      ...report.classes.filter((c) => c.action === 'dispatched').map((c) => c.class),
+      ...(report.commits.action === 'dispatched' ? ['commits'] : []),
+    ];
     return {
       outcome:
         dispatched.length > 0 || report.interruptedRuns.length > 0 || report.orphanedJobs.length > 0
           ? 'repaired'
           : 'nothing_to_do',
-      dispatched: dispatched.map((c) => c.class),
+      dispatched,
       orphaned_jobs: report.orphanedJobs.map((j) => `${j.queue}:${j.id}`),
       interrupted_runs: report.interruptedRuns.map((r) => r.runId),
       settled_reservations: report.settledReservations,
@@ -339,6 +433,7 @@ export async function registerHandlers(
     [QUEUES.reconcile, (job) => handleReconcile(ctx, job)],
     [QUEUES.maintenance, (job) => handleMaintenance(ctx, job)],
     [QUEUES.backfill, (job) => handleBackfill(ctx, job)],
+    [QUEUES.fetchCommits, (job) => handleFetchCommits(ctx, job)],
   ];
   for (const [queue, handle] of handlers) await boss.work(queue, options, each(queue, handle));
 }

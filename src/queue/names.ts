@@ -8,7 +8,15 @@ export const QUEUES = {
   reconcile: 'reconcile',
   maintenance: 'maintenance',
   backfill: 'backfill',
+  /** Hinted after a transaction stored pending pushes (ADR 0070); handler: src/commits (ADR 0071). */
+  fetchCommits: 'fetch-commits',
 } as const;
+
+/**
+ * Commit fetching's queue (ADR 0070/0071). Hinted after pushes were stored `pending`; its
+ * definition and handler come with the fetcher (commits-fetch), which moves it into QUEUES.
+ */
+export const FETCH_COMMITS_QUEUE = 'fetch-commits';
 
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
 

@@ -1,6 +1,7 @@
 import type { PgBoss } from 'pg-boss';
 import { type DeadImport, interruptDeadImports } from '../backfill/checkpoints.ts';
 import { systemClock } from '../clock.ts';
+import { hasDueCommits } from '../commits/due.ts';
 import type { Deps } from '../deps.ts';
 import { hasDueWork } from '../enrichment/due.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
@@ -8,7 +9,7 @@ import { snapshotRefuses } from '../github/budget.ts';
 import { settleAbandonedReservations } from '../github/ledger.ts';
 import type { EntityClass } from '../github/types.ts';
 import { attemptWorstCaseSeconds } from '../queue/boss.ts';
-import { sendCycle } from '../queue/dispatch.ts';
+import { sendCommitsCycle, sendCycle } from '../queue/dispatch.ts';
 import { enrichQueue, QUEUES, type QueueName } from '../queue/names.ts';
 import { liveJobCounts } from './live-jobs.ts';
 import { failOrphanedJobs, type OrphanedJob, type OrphanSweep } from './orphaned-jobs.ts';
@@ -39,8 +40,17 @@ export interface ClassReconcile {
   jobId: string | null;
 }
 
+/** The same question for commit fetching (ADR 0071): due pending pushes and no live cycle. */
+export interface CommitsReconcile {
+  due: boolean;
+  liveJobs: number;
+  action: ReconcileAction;
+  jobId: string | null;
+}
+
 export interface ReconcileReport {
   classes: ClassReconcile[];
+  commits: CommitsReconcile;
   orphanedJobs: OrphanedJob[];
   /** An unlocked active job too young to judge: sweep again then (see orphaned-jobs.ts). */
   recheckAt: Date | null;
@@ -133,7 +143,7 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
 
   const settledReservations = await settleAbandonedReservations(db, abandonedAfterSeconds(deps));
 
-  const queues = ENTITY_CLASSES.map(enrichQueue);
+  const queues = [...ENTITY_CLASSES.map(enrichQueue), QUEUES.fetchCommits];
   const live = await liveJobCounts(db, config.pgbossSchema, queues);
   const classes: ClassReconcile[] = [];
   // Asked once, and only if some class would get a cycle: a cycle the budget refuses
@@ -184,12 +194,54 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
         : `${cls}: due work; a cycle was queued meanwhile`,
     );
   }
+  const commits = await reconcileCommits(deps, now, live[QUEUES.fetchCommits] ?? 0);
   return {
     classes,
+    commits,
     orphanedJobs: orphans.failed,
     recheckAt: orphans.recheckAt,
     interruptedRuns,
     interruptedImports,
     settledReservations,
+  };
+}
+
+/**
+ * Pending pushes due and no live fetch-commits job: send one cycle (a lost hint loses
+ * nothing). Not while the background budget would refuse a commits request anyway.
+ */
+async function reconcileCommits(
+  deps: ReconcileDeps,
+  now: Date,
+  liveJobs: number,
+): Promise<CommitsReconcile> {
+  const due = await hasDueCommits(deps.db, now);
+  if (!due || liveJobs > 0) {
+    return { due, liveJobs, action: due ? 'live_job' : 'nothing_due', jobId: null };
+  }
+  if (deps.github && snapshotRefuses(await deps.github.budget(), 'commits')) {
+    deps.logger.debug(
+      { event: 'reconcile.budget_wait', queue: QUEUES.fetchCommits },
+      'commits: due pushes, but the background budget would refuse a cycle; none sent',
+    );
+    return { due, liveJobs, action: 'budget_wait', jobId: null };
+  }
+  const sent = await sendCommitsCycle(deps.boss, { reason: 'reconcile' });
+  deps.logger.info(
+    {
+      event: 'reconcile.dispatched',
+      queue: QUEUES.fetchCommits,
+      status: sent.status,
+      commits_job_id: sent.jobId,
+    },
+    sent.status === 'sent'
+      ? 'commits: due pushes and no live job; cycle sent'
+      : 'commits: due pushes; a cycle was queued meanwhile',
+  );
+  return {
+    due,
+    liveJobs,
+    action: sent.status === 'sent' ? 'dispatched' : 'already_queued',
+    jobId: sent.jobId,
   };
 }

@@ -5,6 +5,7 @@ import { authBlocks } from '../github/auth-blocks.ts';
 import type { AuthBlock } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
+import { type CommitsStatus, commitsStatus } from './commits.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
 import {
   type LastReconcile,
@@ -40,6 +41,8 @@ export interface StatusReport {
   /** Recorded gaps by state, pushes recovered from the archive, the last backfill. */
   gaps: GapStatus;
   enrichment: Backlog;
+  /** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
+  commits: CommitsStatus;
   /** The pool's total (one credential: that credential); null with budgetError when unreadable. */
   budget: BudgetSnapshot | null;
   budgetError?: string;
@@ -113,6 +116,7 @@ export async function readStatus(
     activity: await ingestActivity(db, now),
     gaps: await gapStatus(db),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
+    commits: await commitsStatus(db, now),
     budget: null,
     credentials: [],
     queues: null,

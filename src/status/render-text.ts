@@ -1,3 +1,4 @@
+import { COMMITS_STATES } from './commits.ts';
 import { count, duration, nextPoll, relative } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { type SourceStatus, sourceLabel } from './sources.ts';
@@ -125,6 +126,17 @@ function sourcesText(report: StatusReport): string[] {
   return out;
 }
 
+/** Pushes by commits_state, then the fetch backlog and rate and what is stored (ADR 0070). */
+function commitsLines(report: StatusReport): string[] {
+  const c = report.commits;
+  return [
+    ...table([...COMMITS_STATES], [COMMITS_STATES.map((s) => count(c.byState[s]))]).map(
+      (l) => `  ${l}`,
+    ),
+    `  ${count(c.pendingDue)} pushes due for fetching, ${count(c.requestsLastHour)} commits requests in the last hour, ${c.storedEstimated ? '~' : ''}${count(c.stored)} commits stored`,
+  ];
+}
+
 export function renderText(report: StatusReport): string {
   const now = report.generatedAt;
   const out: string[] = [`github-push-ingestor status at ${now.toISOString()}`, ''];
@@ -149,6 +161,8 @@ export function renderText(report: StatusReport): string {
     '',
     ...sourcesText(report),
   );
+
+  out.push('', 'Commits', ...commitsLines(report));
 
   out.push('', 'Enrichment backlog');
   out.push(

@@ -5,6 +5,7 @@ import type { Db } from '../db/pool.ts';
 import { backlog } from '../enrichment/due.ts';
 import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
+import { COMMITS_STATES, commitsStatus } from '../status/commits.ts';
 import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 import { routingLabel } from '../webhooks/events.ts';
@@ -353,6 +354,21 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     }
     dueGauge.set({ class: cls }, b.due);
   }
+
+  const commits = await commitsStatus(db, now);
+  const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state (ADR 0070)', ['state']);
+  for (const state of COMMITS_STATES) byState.set({ state }, commits.byState[state]);
+  gauge('gpi_commits_pending_due', 'Pushes pending their commits whose fetch is due now').set(
+    commits.pendingDue,
+  );
+  gauge(
+    'gpi_commits_requests_last_hour',
+    'Requests of purpose commits reserved in the last hour (the fetch rate)',
+  ).set(commits.requestsLastHour);
+  gauge(
+    'gpi_commits_stored',
+    'Rows in commits (Postgres estimate once the table holds 200,000 or more)',
+  ).set(commits.stored);
 
   const rejected = counter(
     'gpi_events_rejected_total',

@@ -1,3 +1,4 @@
+import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
@@ -121,6 +122,19 @@ function gapsCard(report: StatusReport): string {
     ],
     'gaps-card',
   );
+}
+
+/** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
+function commitsCard(report: StatusReport): string {
+  const c = report.commits;
+  return card('Commits', `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`, [
+    ['pending (due now)', `${count(c.byState.pending)} (${count(c.pendingDue)})`],
+    ['requests (1h)', count(c.requestsLastHour)],
+    ...COMMITS_STATES.filter((s) => s !== 'pending').map((s): [string, string] => [
+      `${s} pushes`,
+      count(c.byState[s]),
+    ]),
+  ]);
 }
 
 function sourceRow(s: SourceStatus, now: Date): string {
@@ -264,6 +278,7 @@ export function renderPage(
       ...Object.entries(a.rejected.byReason).map(([k, v]): [string, string] => [k, count(v)]),
     ]),
     gapsCard(report),
+    commitsCard(report),
     b
       ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
           ['resets', relative(b.resetAt, now)],

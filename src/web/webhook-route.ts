@@ -120,7 +120,14 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
 
     try {
       const result = await receiveDelivery(
-        { db: deps.db, logger: deps.logger, clock: deps.clock, secret, boss: deps.boss },
+        {
+          db: deps.db,
+          logger: deps.logger,
+          clock: deps.clock,
+          secret,
+          boss: deps.boss,
+          commitEmails: deps.config.commits.emails,
+        },
         {
           deliveryId,
           event: header(req, 'x-github-event'),

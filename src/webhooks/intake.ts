@@ -1,6 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
+import { hintCommits } from '../commits/hint.ts';
+import { commitsTargets } from '../commits/targets.ts';
+import type { CommitEmailMode } from '../config.ts';
 import { sqlState } from '../db/errors.ts';
 import { inSavepoint } from '../db/savepoint.ts';
 import type { Deps } from '../deps.ts';
@@ -51,6 +54,8 @@ export type IntakeDeps = Pick<Deps, 'db' | 'logger' | 'clock'> & {
   secret: string;
   /** Absent: no hints are sent; the reconciler finds the new rows on its next tick. */
   boss?: PgBoss;
+  /** COMMIT_EMAILS for the delivery's commits (default hash). */
+  commitEmails?: CommitEmailMode;
 };
 
 const DELIVERY_ID = /^[\w.:-]{1,100}$/;
@@ -147,6 +152,8 @@ interface Outcome {
   mismatch: boolean;
   reprocessed: boolean;
   newPending: Record<EntityClass, number>;
+  /** 1 when the push was stored pending its commits (a fetch-commits hint after COMMIT). */
+  commitsPending?: number;
 }
 
 const NONE = { actor: 0, repository: 0 };
@@ -202,6 +209,12 @@ export async function receiveDelivery(
 
   let outcome: Outcome;
   try {
+    // Who gets commits: the process's cached targets, read before the transaction (and
+    // inside this try: a database that cannot answer is the same 500 as a failed store).
+    const commits =
+      verdict.kind === 'push'
+        ? { targets: await commitsTargets(deps.db), emails: deps.commitEmails ?? 'hash' }
+        : undefined;
     outcome = await deps.db.transaction().execute(async (trx): Promise<Outcome> => {
       const provisional =
         verdict.kind === 'push'
@@ -236,7 +249,7 @@ export async function receiveDelivery(
       if (verdict.kind === 'other')
         return { ...base, status: 200, routing: provisional, detail: null };
       const attempt = await inSavepoint(trx, () =>
-        storePushes(trx, [verdict.push], { origin: 'webhook' }),
+        storePushes(trx, [verdict.push], { origin: 'webhook', commits }),
       );
       if ('refused' in attempt) {
         // The database refused the push itself, for a reason the rules did not foresee: the
@@ -258,6 +271,7 @@ export async function receiveDelivery(
         routing: final,
         detail: null,
         newPending: { actor: stored.newActors, repository: stored.newRepositories },
+        commitsPending: stored.commitsPending,
       };
     });
   } catch (err) {
@@ -315,6 +329,10 @@ async function answer(
     `webhook delivery ${deliveryId} (${event}) recorded: ${o.routing}`,
   );
   await dispatchHints(deps, deliveryId, o.newPending);
+  await hintCommits(deps.boss, deps.logger, o.commitsPending ?? 0, {
+    cause: `webhook delivery ${deliveryId}`,
+    deliveryId,
+  });
   if (o.status === 202) {
     return {
       status: 202,

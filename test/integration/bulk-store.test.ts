@@ -86,6 +86,7 @@ describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
       created: 2,
       newActors: 1,
       newRepositories: 2,
+      commitsPending: 0,
       idsFilledIn: 0,
     });
     expect(await store([b, a])).toMatchObject({

@@ -557,6 +557,7 @@ describe('pollDueSources', () => {
       requestsSpent: 1,
       gap: false,
       newPending: { actor: 4, repository: 4 },
+      commitsPending: 0,
       nextPollAt: expect.any(Date),
       error: null,
     });

@@ -60,11 +60,12 @@ describe('bin/sources', () => {
     expect(table.code).toBe(0);
     const lines = table.out.trimEnd().split('\n');
     expect(lines[0]).toMatch(
-      /^ID\s+KIND\s+TARGET\s+MODE\s+ENABLED\s+NEXT POLL\s+FAILURES\s+LAST ERROR$/,
+      /^ID\s+KIND\s+TARGET\s+MODE\s+ENABLED\s+COMMITS\s+NEXT POLL\s+FAILURES\s+LAST ERROR$/,
     );
     expect(lines.find((l) => l.includes('octocat/Hello-World'))).toMatch(
-      /repo\s+octocat\/Hello-World\s+live\s+yes\s+due\s+0\s+-/,
+      /repo\s+octocat\/Hello-World\s+live\s+yes\s+on\s+due\s+0\s+-/,
     );
+    expect(lines.find((l) => l.includes('public'))).toMatch(/public\s+-\s+live\s+yes\s+off\s+/);
 
     const json = JSON.parse((await run(['list', '--json'])).out) as {
       id: number;
@@ -72,6 +73,10 @@ describe('bin/sources', () => {
       enabled: boolean;
     }[];
     expect(json.map((s) => s.kind)).toEqual(['public', 'repo', 'org', 'user']);
+    // Commits are on for the sources followed on purpose, off for the public timeline.
+    expect(json.map((s) => (s as unknown as { commits_enabled: boolean }).commits_enabled)).toEqual(
+      [false, true, true, true],
+    );
     expect(json[0]).toMatchObject({
       id: expect.any(Number),
       enabled: true,
@@ -89,7 +94,7 @@ describe('bin/sources', () => {
     const id = String(src!.id);
     expect((await run(['disable', id])).out).toBe(`source ${id} disabled: org github (live)\n`);
     expect((await run(['list'])).out.split('\n').find((l) => l.includes('github '))).toMatch(
-      /org\s+github\s+live\s+no\s+-/,
+      /org\s+github\s+live\s+no\s+on\s+-/,
     );
     expect((await run(['enable', id])).out).toBe(`source ${id} enabled: org github (live)\n`);
     const row = await t.db
@@ -100,8 +105,39 @@ describe('bin/sources', () => {
     expect(row.enabled).toBe(true);
   });
 
+  it('turns commits off and on by id, and says it applies from now on', async () => {
+    const [src] = await t.db
+      .selectFrom('event_sources')
+      .select('id')
+      .where('kind', '=', 'repo')
+      .execute();
+    const id = String(src!.id);
+    const commitsOf = async () =>
+      (
+        await t.db
+          .selectFrom('event_sources')
+          .select('commits_enabled')
+          .where('id', '=', id)
+          .executeTakeFirstOrThrow()
+      ).commits_enabled;
+    expect((await run(['commits', id, 'off'])).out).toBe(
+      `source ${id} commits off: repo octocat/Hello-World (live); applies to pushes stored from now on\n`,
+    );
+    expect(await commitsOf()).toBe(false);
+    expect((await run(['list'])).out.split('\n').find((l) => l.includes('Hello-World'))).toMatch(
+      /live\s+yes\s+off\s+/,
+    );
+    expect((await run(['commits', id, 'on'])).code).toBe(0);
+    expect(await commitsOf()).toBe(true);
+  });
+
   it('refuses an unknown id with exit 1 and a clear message', async () => {
     expect(await run(['enable', '424242'])).toEqual({
+      code: 1,
+      out: '',
+      err: 'sources: no source with id 424242 (see bin/sources list)\n',
+    });
+    expect(await run(['commits', '424242', 'on'])).toEqual({
       code: 1,
       out: '',
       err: 'sources: no source with id 424242 (see bin/sources list)\n',
@@ -123,6 +159,12 @@ describe('bin/sources', () => {
     [['disable', 'x1'], /positive integer/],
     [['add', 'public', '--json'], /--json applies to "list" only/],
     [['list', '--color'], /Unknown option '--color'/],
+    [['commits'], /missing source ID/],
+    [['commits', '0', 'on'], /positive integer/],
+    [['commits', '2'], /commits needs on or off/],
+    [['commits', '2', 'yes'], /commits takes on or off \(got "yes"\)/],
+    [['commits', '2', 'on', 'now'], /unexpected argument "now"/],
+    [['commits', '2', 'on', '--json'], /--json applies to "list" only/],
   ])('refuses %j with usage', async (argv, says) => {
     const before = await t.db.selectFrom('event_sources').select('id').execute();
     const err = await main(argv as string[]).catch((e: unknown) => e);
@@ -142,6 +184,9 @@ describe('bin/sources', () => {
     expect(bad.code).toBe(2);
     expect(bad.err).toMatch(/^sources: repo "no-slash" is not OWNER\/NAME/);
     expect(bad.err).toContain('Usage:');
+    const badCommits = await spawnSources(['commits', '1', 'maybe']);
+    expect(badCommits.code).toBe(2);
+    expect(badCommits.err).toMatch(/^sources: commits takes on or off \(got "maybe"\)/);
     const unknown = await spawnSources(['disable', '999999']);
     expect(unknown).toMatchObject({
       code: 1,

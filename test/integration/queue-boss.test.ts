@@ -77,13 +77,18 @@ describe('pg-boss installation', () => {
 
   it('is idempotent: a second install creates nothing and converges only what differs', async () => {
     const { logger } = captureLogger('silent');
-    // This config's GATE_WAIT_SECONDS (2, not the template's default 10) changes the enrich
-    // queues' expiry, and nothing else.
+    // This config's GATE_WAIT_SECONDS (2, not the template's default 10) changes the cycle
+    // queues' expiry (enrichment and fetch-commits), and nothing else.
     const again = await installPgBoss(t.url, config, logger);
     expect(again.created).toEqual([]);
-    expect([...again.updated].sort()).toEqual(['enrich-actor', 'enrich-repository']);
+    expect([...again.updated].sort()).toEqual([
+      'enrich-actor',
+      'enrich-repository',
+      'fetch-commits',
+    ]);
     const expiry = await sql<{ name: string; expire_seconds: number }>`
-      SELECT name, expire_seconds FROM pgboss.queue WHERE name LIKE 'enrich-%'`.execute(t.db);
+      SELECT name, expire_seconds FROM pgboss.queue
+      WHERE name LIKE 'enrich-%' OR name = 'fetch-commits'`.execute(t.db);
     for (const q of expiry.rows) {
       const def = queueDefinitions(config).find((d) => d.name === q.name)!;
       expect(q.expire_seconds).toBe(def.expireInSeconds);

@@ -40,6 +40,7 @@ describe('bin/reconcile', () => {
       'reservations: 0 abandoned reservation(s) settled',
       expect.stringMatching(/^actor: 2 due, 0 live job\(s\) → cycle sent \(job [0-9a-f-]{36}\)$/),
       'repository: 0 due, 0 live job(s) → nothing to do',
+      'commits: none due, 0 live job(s) → nothing to do',
     ]);
     const jobs = await sql<{ name: string }>`SELECT name FROM pgboss.job`.execute(t.db);
     expect(jobs.rows).toEqual([{ name: 'enrich-actor' }]);

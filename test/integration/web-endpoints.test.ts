@@ -169,6 +169,7 @@ describe('GET /', () => {
         target: 'x<script>alert(1)</script>',
         mode: 'fixture',
         enabled: false,
+        commits_enabled: true,
       })
       .execute();
     const html = (await get('/')).text;

@@ -76,6 +76,7 @@ describe('a worker killed mid-job', () => {
         QUEUES.pollSources,
         QUEUES.reconcile,
         QUEUES.backfill,
+        QUEUES.fetchCommits,
       ].sort(),
     );
   });
@@ -90,6 +91,18 @@ describe('a worker killed mid-job', () => {
         fake.reset();
         seedPushes(fake, 2, 3000 + i * 10);
         await addSource(scratch.db, sourceSpec('public'), 'live');
+        if (queue === QUEUES.fetchCommits) {
+          // A public source targets no push for commits: one pending push, as a repo source's
+          // poll would leave it, gives the reconciler a fetch-commits cycle to send.
+          await sql`INSERT INTO repositories (id, full_name) VALUES (4242, 'orphan/commits')`.execute(
+            scratch.db,
+          );
+          await sql`
+            INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at,
+              payload, commits_state, commits_next_attempt_at)
+            VALUES (1, 4242, 'refs/heads/main', repeat('a', 40), repeat('b', 40), now(), '{}',
+              'pending', now())`.execute(scratch.db);
+        }
         const env = {
           DATABASE_URL: scratch.url,
           GITHUB_MODE: 'live',

@@ -177,13 +177,20 @@ describe('multi-process stress', () => {
     expect(intervals.rows[0]!.shortest).toBeGreaterThanOrEqual(60);
 
     // No entity fetched twice: every profile path answered once (a 304 would be a refresh).
-    const profiles = fake.requests.filter((r) => !r.path.endsWith('/events') && r.status !== 304);
+    const profiles = fake.requests.filter(
+      (r) => !r.path.endsWith('/events') && !r.path.includes('/compare/') && r.status !== 304,
+    );
     const byPath = new Map<string, number>();
     for (const r of profiles) byPath.set(r.path, (byPath.get(r.path) ?? 0) + 1);
     expect([...byPath.keys()].sort(), 'every actor and repository fetched').toEqual(
       [...logins.map((l) => `/users/${l}`), ...repoNames.map((n) => `/repos/${n}`)].sort(),
     );
     expect([...byPath.entries()].filter(([, n]) => n > 1)).toEqual([]);
+    // The repo and org sources target their pushes for commits: no push compared twice.
+    const compares = new Map<string, number>();
+    for (const r of fake.requests)
+      if (r.path.includes('/compare/')) compares.set(r.path, (compares.get(r.path) ?? 0) + 1);
+    expect([...compares.entries()].filter(([, n]) => n > 1)).toEqual([]);
 
     // Every event once; every request the fake saw is exactly one ledger row.
     const stored = await sql<{ id: string }>`SELECT id::text FROM push_events ORDER BY id`.execute(

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { routeTemplate } from '../../src/github/pacing.ts';
+import { commitGraphs, type FakeCommit } from './fake-compare.ts';
 import {
   type FakeAppOptions,
   fakeApps,
@@ -23,6 +24,11 @@ import type { GitHubEvent, Json } from './github-factories.ts';
  *
  * Profiles: /users/{login} (`[bot]` logins arrive as %5Bbot%5D), /repos/{o}/{n},
  * /repositories/{id}; a renamed repository's old path answers 301 to /repositories/{id}.
+ *
+ * Commits: `addCommits(repo, commits)` and `setBranch(repo, name, sha)` build a repository's
+ * graph; /repos/{o}/{n}/compare/{base}...{head} answers as GitHub documents it (the newest
+ * 250 without paging, chronological pages with `page`/`per_page`, 404 for an unknown
+ * commit or branch): see fake-compare.ts.
  *
  * Quota: x-ratelimit-* on every response; one bucket per credential (anonymous: 60/h,
  * with an Authorization header: 5000/h; a GitHub App installation: its own, see
@@ -135,6 +141,9 @@ export interface FakeGitHub {
   removeRepo(fullName: string): void;
   renameRepo(oldFullName: string, newFullName: string): void;
   setPollInterval(feed: FeedKey, seconds: number): void;
+  /** Commits of a repository, parents first (see fake-compare.ts). */
+  addCommits(fullName: string, commits: FakeCommit[]): void;
+  setBranch(fullName: string, branch: string, sha: string): void;
   /**
    * Without `token`/`installation`: every bucket now and every new one; with one: that
    * token's (or installation's) bucket.
@@ -226,6 +235,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     return times.length;
   };
   const apps = fakeApps();
+  const graphs = commitGraphs();
   const hanging = new Set<http.ServerResponse>();
 
   const feedOf = (key: string) => {
@@ -374,6 +384,10 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     if (segs.length === 2 && a === 'users') {
       const u = users.get(b!.toLowerCase());
       return u ? conditional(req, u) : notFound();
+    }
+    if (segs.length >= 5 && a === 'repos' && d === 'compare') {
+      const answer = graphs.compare(`${b}/${c}`, segs.slice(4).join('/'), url, fake.url);
+      return answer ? json(answer.status, answer.body, answer.headers) : notFound();
     }
     if (segs.length === 3 && a === 'repos') {
       const name = `${b}/${c}`.toLowerCase();
@@ -653,6 +667,8 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     setPollInterval(feed, seconds) {
       pollIntervals.set(feed.toLowerCase(), seconds);
     },
+    addCommits: (fullName, commits) => graphs.addCommits(fullName, commits),
+    setBranch: (fullName, branch, sha) => graphs.setBranch(fullName, branch, sha),
     setRateLimit(setting, o = {}) {
       const apply = (b: Bucket) => {
         if (setting.limit !== undefined) b.limit = setting.limit;
@@ -691,6 +707,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       secondaryLimitHits = 0;
       endpointTimes.clear();
       apps.reset();
+      graphs.reset();
       fake.onRequest = null;
     },
     async close() {

@@ -49,6 +49,13 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['ARCHIVE_MIN_RATE', '16k', /integer from 1 to/],
   ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
   ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],
+  ['COMMIT_EMAILS', 'clear', /one of hash, keep, drop.*"clear"/],
+  ['COMMITS_MAX_PER_PUSH', '0', /integer from 1 to 10000/],
+  ['COMMITS_MAX_PER_PUSH', '10001', /integer from 1 to 10000/],
+  ['COMMITS_MAX_PER_PUSH', '-1', /integer from 1 to 10000/],
+  ['COMMITS_SHARE', '1.5', /number from 0 to 1.*"1.5"/],
+  ['COMMITS_SHARE', '-0.1', /number from 0 to 1/],
+  ['COMMITS_SHARE', 'half', /number from 0 to 1/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -124,6 +131,20 @@ describe('config: defaults and parsing', () => {
       mirrors: ['https://data.gharchive.org'],
       download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
     });
+    expect(c.commits).toEqual({ emails: 'hash', maxPerPush: 250, share: 0.5 });
+  });
+
+  it('takes each COMMIT_EMAILS mode and a COMMITS_MAX_PER_PUSH within its bound', () => {
+    for (const mode of ['hash', 'keep', 'drop'] as const) {
+      expect(loadConfig({ COMMIT_EMAILS: mode }).commits.emails).toBe(mode);
+    }
+    expect(loadConfig({ COMMITS_MAX_PER_PUSH: '10000' }).commits.maxPerPush).toBe(10_000);
+  });
+
+  it('takes COMMITS_SHARE from 0 to 1, both ends included', () => {
+    expect(loadConfig({ COMMITS_SHARE: '0' }).commits.share).toBe(0);
+    expect(loadConfig({ COMMITS_SHARE: '1' }).commits.share).toBe(1);
+    expect(loadConfig({ COMMITS_SHARE: '0.25' }).commits.share).toBe(0.25);
   });
 
   it('takes a GH Archive mirror over HTTP or as a file:// directory', () => {

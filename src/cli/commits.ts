@@ -1,0 +1,216 @@
+import { type App, createApp } from '../app.ts';
+import { type FetchOutcome, type FetchResult, fetchOnce } from '../commits/fetch.ts';
+import { UsageError } from '../errors.ts';
+import type { BudgetSnapshot } from '../github/types.ts';
+import { jsonInteger, type RawJson } from '../json/exact.ts';
+import { bar, terminal } from '../terminal.ts';
+import { parseCli, positiveIntFlag } from './args.ts';
+
+const USAGE = `
+Usage: bin/commits --limit N [--json]
+
+Fetches the commits of up to N due pending pushes now (GitHub's compare endpoint, one
+request each, a few for a push paged past 250 commits), the repositories served in turn
+so that one busy repository cannot hold up the others. Runs beside a live worker: pushes
+are claimed under a lease, so no two processes fetch the same one, and every request
+spends the background allowance shared with enrichment (COMMITS_SHARE, ADR 0071).
+
+  --limit N    at most N pushes (required, a positive integer)
+  --json       print one JSON summary instead of progress
+
+Prints one line per push and a summary (stdout): fetched, complete, partial, gone, failed
+and requests; on a terminal, a progress bar under them (stderr).
+Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
+1 an error; 2 bad arguments or configuration.
+`;
+
+export type StopReason = 'limit' | 'nothing_due' | 'budget' | 'rate_limited' | 'interrupted';
+
+type Counted = Exclude<FetchOutcome, 'idle' | 'budget_exhausted'>;
+
+export interface CommitsRunSummary {
+  limit: number;
+  /** Pushes worked on (whatever their outcome). */
+  fetched: number;
+  /** Requests sent. */
+  requests: number;
+  stoppedBy: StopReason;
+  outcomes: Record<Counted, number>;
+  /** What the background allowance (enrichment and commits) still has in this window. */
+  budgetLeft: number | null;
+  pushes: {
+    /** GitHub's id: a JSON number with every digit (64-bit ids do not fit a double). */
+    repository_id: RawJson;
+    repo: string | null;
+    ref: string;
+    before: string;
+    head: string;
+    outcome: FetchOutcome;
+    commit_count: number | null;
+    stored: number | null;
+    status: number | null;
+  }[];
+}
+
+/** The background allowance left in this window (never more than GitHub says remains). */
+export function backgroundLeft(b: BudgetSnapshot): number {
+  const left = Math.max(0, b.allowance.enrich - b.spent.enrich - b.spent.commits);
+  return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
+}
+
+export interface RunOptions {
+  limit: number;
+  shouldStop?: () => boolean;
+  onPush?: (r: FetchResult, summary: CommitsRunSummary) => void | Promise<void>;
+}
+
+function emptyOutcomes(): Record<Counted, number> {
+  return {
+    complete: 0,
+    partial: 0,
+    gone: 0,
+    none: 0,
+    retry: 0,
+    failed: 0,
+    waiting: 0,
+    rate_limited: 0,
+  };
+}
+
+/** fetchOnce up to `limit` times; nothing due, the share or budget, or a rate limit stops it. */
+export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRunSummary> {
+  const summary: CommitsRunSummary = {
+    limit: opts.limit,
+    fetched: 0,
+    requests: 0,
+    stoppedBy: 'nothing_due',
+    outcomes: emptyOutcomes(),
+    budgetLeft: null,
+    pushes: [],
+  };
+  for (;;) {
+    if (summary.fetched >= opts.limit) {
+      summary.stoppedBy = 'limit';
+      break;
+    }
+    if (opts.shouldStop?.()) {
+      summary.stoppedBy = 'interrupted';
+      break;
+    }
+    const r = await fetchOnce(app);
+    summary.requests += r.requests;
+    if (r.outcome === 'idle') break;
+    if (r.outcome === 'budget_exhausted') {
+      summary.stoppedBy = 'budget';
+      break;
+    }
+    summary.fetched += 1;
+    summary.outcomes[r.outcome] += 1;
+    summary.pushes.push({
+      repository_id: jsonInteger(r.push!.repositoryId),
+      repo: r.repo ?? null,
+      ref: r.push!.ref,
+      before: r.push!.before,
+      head: r.push!.head,
+      outcome: r.outcome,
+      commit_count: r.commitCount ?? null,
+      stored: r.stored ?? null,
+      status: r.status ?? null,
+    });
+    await opts.onPush?.(r, summary);
+    if (r.outcome === 'rate_limited') {
+      summary.stoppedBy = 'rate_limited';
+      break;
+    }
+  }
+  summary.budgetLeft = backgroundLeft(await app.github.budget());
+  return summary;
+}
+
+const STOP_TEXT: Record<StopReason, string> = {
+  limit: 'limit reached',
+  nothing_due: 'nothing more is due',
+  budget: 'the commits share or the background budget says no for now',
+  rate_limited: 'GitHub rate-limited us; fetching resumes after the reset',
+  interrupted: 'interrupted',
+};
+
+export function formatPush(r: FetchResult): string {
+  const where = `${r.repo ?? r.push?.repositoryId} ${r.push?.ref} ${r.push?.before.slice(0, 7)}...${r.push?.head.slice(0, 7)}`;
+  const count = r.commitCount === undefined ? '' : ` ${r.stored}/${r.commitCount} commits`;
+  const status = r.status ? ` (${r.status})` : '';
+  const detail =
+    r.detail && (r.outcome === 'retry' || r.outcome === 'failed' || r.outcome === 'waiting')
+      ? `: ${r.detail}`
+      : '';
+  return `${where}: ${r.outcome}${count}${status}${detail}`;
+}
+
+function formatCounts(s: CommitsRunSummary): string {
+  const o = s.outcomes;
+  const extra = [
+    o.none ? `none ${o.none}` : '',
+    o.retry ? `retry ${o.retry}` : '',
+    o.waiting ? `waiting ${o.waiting}` : '',
+    o.rate_limited ? `rate limited ${o.rate_limited}` : '',
+  ].filter(Boolean);
+  return [
+    `complete ${o.complete}`,
+    `partial ${o.partial}`,
+    `gone ${o.gone}`,
+    `failed ${o.failed}`,
+    ...extra,
+    `requests ${s.requests}`,
+  ].join(', ');
+}
+
+export function formatSummary(s: CommitsRunSummary): string {
+  const budget = s.budgetLeft === null ? '' : `; background budget left ${s.budgetLeft}`;
+  return `commits: ${s.fetched}/${s.limit} fetched (${formatCounts(s)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const parsed = parseCli(argv, USAGE, {
+    limit: { type: 'string' },
+    json: { type: 'boolean' },
+  });
+  if (!parsed) return 0;
+  const limit = positiveIntFlag('limit', parsed.values.limit, USAGE);
+  if (limit === undefined) throw new UsageError(`--limit N is required\n\n${USAGE}`);
+
+  const app = await createApp({ role: 'commits', poolMax: 3 });
+  let interrupted = false;
+  const onSignal = () => {
+    interrupted = true;
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  // Progress on stderr's last line (a TTY only); results on stdout above it.
+  const showBar = !parsed.values.json && process.stderr.isTTY === true;
+  try {
+    const summary = await runCommits(app, {
+      limit,
+      shouldStop: () => interrupted,
+      onPush: (r, s) => {
+        if (parsed.values.json) return;
+        terminal.write(process.stdout, `${formatPush(r)}\n`);
+        if (showBar) {
+          terminal.setStatus(
+            process.stderr,
+            `${bar(s.fetched / s.limit)} ${s.fetched}/${s.limit} (${formatCounts(s)})`,
+          );
+        }
+      },
+    });
+    terminal.clearStatus();
+    process.stdout.write(
+      parsed.values.json ? `${JSON.stringify(summary, null, 2)}\n` : `${formatSummary(summary)}\n`,
+    );
+    return 0;
+  } finally {
+    terminal.clearStatus();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await app.close();
+  }
+}

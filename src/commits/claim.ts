@@ -1,0 +1,170 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { EnrichmentState } from '../db/schema.ts';
+
+/**
+ * Claiming the next pending push to fetch commits for, under a lease (ADR 0071), like an
+ * entity claim (ADR 0006): `commits_claimed_until` is the only thing a claim writes on the
+ * push, so a fetcher that dies mid-request leaves a lease that simply expires.
+ *
+ * The policy is fair ACROSS repositories: among the repositories with a due push, the one
+ * served least recently (commit_fetch_turns; never served first), then the one whose
+ * oldest due push is oldest; within it, its oldest due push. A repository pushing 10,000
+ * times is one candidate among the others, so it gets one turn in N, not the budget.
+ */
+
+/** The push's natural key (push_events_natural_key), as stored. */
+export interface PushKey {
+  /** Decimal string: 64-bit. */
+  repositoryId: string;
+  ref: string;
+  before: string;
+  head: string;
+}
+
+export interface CommitsClaim extends PushKey {
+  attempts: number;
+  /** The repository's full name and default branch as stored when claimed (null: unknown). */
+  fullName: string | null;
+  defaultBranch: string | null;
+  repositoryState: EnrichmentState | null;
+  /** The lease as Postgres text (microseconds kept): what proves the claim is still ours. */
+  lease: string;
+  previousLease: string | null;
+}
+
+export interface CommitsClaimOptions {
+  now: Date;
+  leaseSeconds: number;
+}
+
+// How many repositories the claim orders before locking: enough that a few claimers at once
+// each find an unlocked push (SKIP LOCKED) without walking every candidate's pushes.
+const CANDIDATES = 8;
+
+interface ClaimRow {
+  repository_id: string;
+  ref: string;
+  before: string;
+  head: string;
+  attempts: number;
+  lease: string;
+  prev_until: string | null;
+  full_name: string | null;
+  default_branch: string | null;
+  enrichment_state: EnrichmentState | null;
+}
+
+/** Due, and free: the same predicate in every part of the statement and in due.ts. */
+export function dueSql(alias: string, now: Date) {
+  const p = sql.ref(alias);
+  return sql`${p}.commits_state = 'pending' AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
+    AND (${p}.commits_claimed_until IS NULL OR ${p}.commits_claimed_until <= ${now}::timestamptz)`;
+}
+
+/**
+ * The repositories that have pending pushes, one index probe each however many pushes
+ * they hold (a skip scan of push_events_commits_pending_repo).
+ */
+export function pendingRepositoriesCte() {
+  return sql`
+    repos (repository_id) AS (
+      (SELECT repository_id FROM push_events WHERE commits_state = 'pending'
+       ORDER BY repository_id LIMIT 1)
+      UNION ALL
+      SELECT (SELECT p.repository_id FROM push_events p
+              WHERE p.commits_state = 'pending' AND p.repository_id > r.repository_id
+              ORDER BY p.repository_id LIMIT 1)
+      FROM repos r WHERE r.repository_id IS NOT NULL
+    )`;
+}
+
+/** The claim as a statement (exported so a test can EXPLAIN it). */
+export function claimStatement(opts: CommitsClaimOptions) {
+  const leaseUntil = new Date(opts.now.getTime() + opts.leaseSeconds * 1000);
+  return sql<ClaimRow>`
+    WITH RECURSIVE ${pendingRepositoriesCte()},
+    cand AS (
+      SELECT r.repository_id, d.next_at, t.served_at
+      FROM repos r
+      CROSS JOIN LATERAL (
+        SELECT p.commits_next_attempt_at AS next_at FROM push_events p
+        WHERE p.repository_id = r.repository_id AND ${dueSql('p', opts.now)}
+        ORDER BY p.commits_next_attempt_at LIMIT 1
+      ) d
+      LEFT JOIN commit_fetch_turns t ON t.repository_id = r.repository_id
+      WHERE r.repository_id IS NOT NULL
+      ORDER BY t.served_at NULLS FIRST, d.next_at, r.repository_id
+      LIMIT ${CANDIDATES}
+    ),
+    pick AS (
+      SELECT x.* FROM cand CROSS JOIN LATERAL (
+        SELECT p.repository_id, p.ref, p.before, p.head,
+               p.commits_claimed_until::text AS prev_until
+        FROM push_events p
+        WHERE p.repository_id = cand.repository_id AND ${dueSql('p', opts.now)}
+        ORDER BY p.commits_next_attempt_at, p.created_at
+        LIMIT 1
+        FOR UPDATE OF p SKIP LOCKED
+      ) x
+      ORDER BY cand.served_at NULLS FIRST, cand.next_at, cand.repository_id
+      LIMIT 1
+    ),
+    claimed AS (
+      UPDATE push_events t
+      -- A random sub-millisecond part makes each lease unique: it is the claim's identity.
+      SET commits_claimed_until = ${leaseUntil}::timestamptz
+            + make_interval(secs => floor(random() * 1000) / 1000000.0)
+      FROM pick
+      WHERE t.repository_id = pick.repository_id AND t.ref = pick.ref
+        AND t.before = pick.before AND t.head = pick.head
+      RETURNING t.repository_id, t.ref, t.before, t.head, t.commits_attempts AS attempts,
+        t.commits_claimed_until::text AS lease, pick.prev_until
+    ),
+    turn AS (
+      INSERT INTO commit_fetch_turns (repository_id, served_at)
+      SELECT repository_id, ${opts.now}::timestamptz FROM claimed
+      ON CONFLICT (repository_id) DO UPDATE SET served_at = EXCLUDED.served_at
+    )
+    SELECT claimed.repository_id::text AS repository_id, claimed.ref, claimed.before,
+      claimed.head, claimed.attempts, claimed.lease, claimed.prev_until,
+      repo.full_name, repo.default_branch, repo.enrichment_state
+    FROM claimed LEFT JOIN repositories repo ON repo.id = claimed.repository_id`;
+}
+
+/** Claims the next due pending push by the fair policy, or returns null when none is due. */
+export async function claimNextPush(
+  db: Db,
+  opts: CommitsClaimOptions,
+): Promise<CommitsClaim | null> {
+  const r = await claimStatement(opts).execute(db);
+  const row = r.rows[0];
+  if (!row) return null;
+  return {
+    repositoryId: row.repository_id,
+    ref: row.ref,
+    before: row.before,
+    head: row.head,
+    attempts: row.attempts,
+    fullName: row.full_name,
+    defaultBranch: row.default_branch,
+    repositoryState: row.enrichment_state,
+    lease: row.lease,
+    previousLease: row.prev_until,
+  };
+}
+
+/** The WHERE that proves a claim is still ours: the push, still pending, under our lease. */
+export function stillOurs(claim: CommitsClaim) {
+  return sql`repository_id = ${claim.repositoryId}::bigint AND ref = ${claim.ref}
+    AND before = ${claim.before} AND head = ${claim.head} AND commits_state = 'pending'
+    AND commits_claimed_until = ${claim.lease}::timestamptz`;
+}
+
+/** Gives a claim back untouched (the budget said no). False when the lease was no longer ours. */
+export async function releasePush(db: Db, claim: CommitsClaim): Promise<boolean> {
+  const r = await sql`
+    UPDATE push_events SET commits_claimed_until = ${claim.previousLease}::timestamptz
+    WHERE ${stillOurs(claim)}`.execute(db);
+  return Number(r.numAffectedRows ?? 0) === 1;
+}

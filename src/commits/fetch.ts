@@ -1,0 +1,512 @@
+import { systemClock } from '../clock.ts';
+import type { Deps } from '../deps.ts';
+import { redact } from '../enrichment/attempts.ts';
+import { faultPoint } from '../fault.ts';
+import {
+  BudgetExhausted,
+  FixtureMiss,
+  GateTimeout,
+  GitHubRequestFailed,
+  GitHubUnavailable,
+  MalformedResponse,
+  RateLimited,
+} from '../github/errors.ts';
+import type { Reservation } from '../github/types.ts';
+import { type CommitsClaim, claimNextPush, type PushKey, releasePush } from './claim.ts';
+import {
+  COMPARE_PAGE_MAX,
+  COMPARE_UNPAGED_MAX,
+  type CompareAnswer,
+  CompareInvalid,
+  comparePath,
+  type FetchedCommit,
+  parseCompare,
+  ZERO_SHA,
+} from './compare.ts';
+import { commitsShare } from './share.ts';
+import { bumpRepository, deferPush, markFailedAttempt, markGone, markNone } from './state.ts';
+import { storeFetched } from './store-fetched.ts';
+
+/**
+ * The commits fetcher: one pending push per fetchOnce call — claim (lease, fair across
+ * repositories), base (the push's `before`, or the default branch for a new branch),
+ * reserve (the share, then the budget), compare, store. Safe to run in any number of
+ * processes at once: Postgres (SKIP LOCKED, the lease, the ledger) is the coordinator,
+ * and every write is idempotent (ON CONFLICT DO NOTHING), so a retry after a crash stores
+ * nothing twice. See ADR 0071.
+ */
+
+export type FetchDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;
+
+export type FetchOutcome =
+  | 'idle'
+  | 'complete'
+  | 'partial'
+  | 'gone'
+  /** A deleted ref or a tag that was pending anyway: no commits, no request. */
+  | 'none'
+  | 'retry'
+  | 'failed'
+  /** A new branch whose repository has no default branch yet: its enrichment was made due. */
+  | 'waiting'
+  | 'rate_limited'
+  | 'budget_exhausted';
+
+export interface FetchResult {
+  outcome: FetchOutcome;
+  push?: PushKey;
+  repo?: string | null;
+  /** The push's true number of commits (total_commits), when an answer said it. */
+  commitCount?: number;
+  /** push_commits rows the answer gave (may be fewer than commitCount: partial). */
+  stored?: number;
+  /** Commit authors and committers new to `actors` (pending enrichment). */
+  newActors?: number;
+  /** Requests sent for this push (a paged fetch sends several). */
+  requests: number;
+  status?: number | null;
+  /** The ledger row of the last request. */
+  requestId?: number | null;
+  /** Why budget_exhausted: the budget said no, commits used their share, or the gate stayed busy. */
+  reason?: 'budget' | 'share' | 'gate_timeout';
+  retryAt?: Date;
+  detail?: string;
+}
+
+const GONE_STATUSES = new Set([404, 410, 451]);
+/** A new branch waits this long for its repository's profile before it is tried again. */
+export const WAIT_FOR_REPOSITORY_SECONDS = 60;
+
+function isTransient(err: unknown): err is Error {
+  return (
+    err instanceof GitHubUnavailable ||
+    err instanceof MalformedResponse ||
+    err instanceof GitHubRequestFailed ||
+    err instanceof CompareInvalid ||
+    err instanceof FixtureMiss
+  );
+}
+
+function errorStatus(err: unknown): number | null {
+  const status = (err as { status?: unknown }).status;
+  return typeof status === 'number' ? status : null;
+}
+
+class Refused {
+  readonly reason: 'budget' | 'share';
+  readonly retryAt: Date | undefined;
+  constructor(reason: 'budget' | 'share', retryAt?: Date) {
+    this.reason = reason;
+    this.retryAt = retryAt;
+  }
+}
+
+interface Sent {
+  answer: CompareAnswer;
+  /** Position of answer.commits[0] in the push (0 = oldest). */
+  firstPosition: number;
+  requests: number;
+  requestId: number;
+}
+
+interface Ctx {
+  deps: FetchDeps;
+  claim: CommitsClaim;
+  jobId: string | null;
+  base: string;
+  requests: number;
+  requestId: number | null;
+  status: number | null;
+}
+
+async function reserveOne(ctx: Ctx, path: string): Promise<Reservation> {
+  const { db, github, config } = ctx.deps;
+  const now = (ctx.deps.clock ?? systemClock).now();
+  const share = await commitsShare(db, github, {
+    now,
+    share: config.enrichment.share,
+    commitsShare: config.commits.share,
+    ttlSeconds: config.enrichment.ttlSeconds,
+  });
+  if (!share.allowed) throw new Refused('share');
+  const d = await github.tryReserve('commits', { jobId: ctx.jobId, path });
+  if (!d.ok) throw new Refused('budget', d.retryAt);
+  return d.reservation;
+}
+
+async function send(ctx: Ctx, path: string, maxCommits: number): Promise<CompareAnswer | null> {
+  const reservation = await reserveOne(ctx, path);
+  ctx.requests += 1;
+  const response = await ctx.deps.github.request({
+    purpose: 'commits',
+    path,
+    reservation,
+    jobId: ctx.jobId,
+  });
+  faultPoint('commits.after_response');
+  ctx.requestId = response.requestId;
+  ctx.status = response.status;
+  if (GONE_STATUSES.has(response.status)) return null;
+  if (response.status !== 200) {
+    throw new GitHubRequestFailed(path, response.status, 'unexpected status');
+  }
+  return parseCompare(response.data, path, maxCommits);
+}
+
+/**
+ * Up to COMMITS_MAX_PER_PUSH commits of the range. Within 250: one request without paging
+ * (the newest 250 and the true count). Above: pages of 100 from the oldest, one
+ * reservation each, until the cap or the range ends. null: GitHub says the range is gone.
+ */
+async function fetchRange(ctx: Ctx): Promise<Sent | null> {
+  const { claim } = ctx;
+  const cap = ctx.deps.config.commits.maxPerPush;
+  const fullName = claim.fullName!;
+  if (cap <= COMPARE_UNPAGED_MAX) {
+    const answer = await send(
+      ctx,
+      comparePath(fullName, ctx.base, claim.head),
+      COMPARE_UNPAGED_MAX,
+    );
+    if (!answer) return null;
+    const kept = answer.commits.slice(-cap);
+    return {
+      answer: { totalCommits: answer.totalCommits, commits: kept },
+      firstPosition: Math.max(0, answer.totalCommits - kept.length),
+      requests: ctx.requests,
+      requestId: ctx.requestId!,
+    };
+  }
+  const commits: FetchedCommit[] = [];
+  let total = 0;
+  for (let page = 1; ; page++) {
+    const path = comparePath(fullName, ctx.base, claim.head, { page, perPage: COMPARE_PAGE_MAX });
+    const answer = await send(ctx, path, COMPARE_PAGE_MAX);
+    if (!answer) return null;
+    total = answer.totalCommits;
+    commits.push(...answer.commits);
+    const want = Math.min(total, cap);
+    if (commits.length >= want || answer.commits.length < COMPARE_PAGE_MAX) break;
+  }
+  return {
+    answer: { totalCommits: total, commits: commits.slice(0, cap) },
+    firstPosition: 0,
+    requests: ctx.requests,
+    requestId: ctx.requestId!,
+  };
+}
+
+/** The base of the comparison: the push's `before`, or for a new branch the default branch. */
+async function baseOf(deps: FetchDeps, claim: CommitsClaim): Promise<string | FetchResult> {
+  if (ZERO_SHA.test(claim.head) || claim.ref.startsWith('refs/tags/')) {
+    // Store time makes these `none`; a row that is pending anyway still never costs a request.
+    await markNone(deps.db, claim);
+    return {
+      outcome: 'none',
+      push: keyOf(claim),
+      repo: claim.fullName,
+      requests: 0,
+      commitCount: 0,
+    };
+  }
+  if (!ZERO_SHA.test(claim.before)) return claim.before;
+  if (claim.defaultBranch) return claim.defaultBranch;
+  const now = (deps.clock ?? systemClock).now();
+  const push = keyOf(claim);
+  if (claim.repositoryState === 'gone') {
+    const detail = 'the repository is gone: no default branch to compare a new branch with';
+    await markGone(deps.db, claim, detail);
+    return { outcome: 'gone', push, repo: claim.fullName, requests: 0, detail };
+  }
+  if (claim.repositoryState === 'failed' || claim.repositoryState === null) {
+    const detail =
+      claim.repositoryState === null
+        ? 'no repository row: the default branch is unknown'
+        : 'the repository profile could not be fetched: the default branch is unknown';
+    const r = await markFailedAttempt(
+      deps.db,
+      claim,
+      detail,
+      now,
+      deps.config.enrichment.maxAttempts,
+    );
+    return {
+      outcome: r.terminal ? 'failed' : 'retry',
+      push,
+      repo: claim.fullName,
+      requests: 0,
+      detail,
+      retryAt: r.terminal ? undefined : r.nextAttemptAt,
+    };
+  }
+  await bumpRepository(deps.db, claim.repositoryId, now);
+  const retryAt = new Date(now.getTime() + WAIT_FOR_REPOSITORY_SECONDS * 1000);
+  const detail = "a new branch: waiting for the repository's default branch (enrichment)";
+  await deferPush(deps.db, claim, retryAt, detail);
+  return { outcome: 'waiting', push, repo: claim.fullName, requests: 0, retryAt, detail };
+}
+
+function keyOf(c: CommitsClaim): PushKey {
+  return { repositoryId: c.repositoryId, ref: c.ref, before: c.before, head: c.head };
+}
+
+export interface FetchOptions {
+  jobId?: string | null;
+  signal?: AbortSignal;
+}
+
+export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promise<FetchResult> {
+  const { db, config } = deps;
+  const clock = deps.clock ?? systemClock;
+  const jobId = opts.jobId ?? null;
+  const log = jobId ? deps.logger.child({ job_id: jobId }) : deps.logger;
+  opts.signal?.throwIfAborted();
+
+  const claim = await claimNextPush(db, {
+    now: clock.now(),
+    leaseSeconds: config.enrichment.leaseSeconds,
+  });
+  if (!claim) return { outcome: 'idle', requests: 0 };
+  faultPoint('commits.after_claim');
+  const push = keyOf(claim);
+
+  const base = await baseOf(deps, claim);
+  if (typeof base !== 'string') {
+    logResult(log, base);
+    return base;
+  }
+
+  const ctx: Ctx = { deps, claim, jobId, base, requests: 0, requestId: null, status: null };
+  let sent: Sent | null;
+  try {
+    sent = await fetchRange(ctx);
+  } catch (err) {
+    return settleError(ctx, err, log);
+  }
+  const now = clock.now();
+  const common = {
+    push,
+    repo: claim.fullName,
+    requests: ctx.requests,
+    status: ctx.status,
+    requestId: ctx.requestId,
+  };
+  if (!sent) {
+    const detail = `GitHub answered ${ctx.status} for the comparison ${ctx.base}...${claim.head}`;
+    const applied = await markGone(db, claim, detail);
+    const result: FetchResult = applied
+      ? { ...common, outcome: 'gone', detail }
+      : { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
+    logResult(log, result);
+    return result;
+  }
+  const stored = await storeFetched(db, claim, sent.answer, {
+    firstPosition: sent.firstPosition,
+    emails: config.commits.emails,
+    now,
+  });
+  faultPoint('commits.after_store');
+  const result: FetchResult = stored.applied
+    ? {
+        ...common,
+        outcome: stored.state,
+        commitCount: sent.answer.totalCommits,
+        stored: sent.answer.commits.length,
+        newActors: stored.newActors,
+      }
+    : { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
+  logResult(log, result);
+  return result;
+}
+
+async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Promise<FetchResult> {
+  const { deps, claim } = ctx;
+  const { db } = deps;
+  const now = (deps.clock ?? systemClock).now();
+  const base = {
+    push: keyOf(claim),
+    repo: claim.fullName,
+    requests: ctx.requests,
+    requestId: ctx.requestId,
+  };
+  if (err instanceof Refused) {
+    await releasePush(db, claim);
+    log.debug(
+      { event: 'commits.deferred', repository_id: claim.repositoryId, reason: err.reason },
+      'budget says no',
+    );
+    return { ...base, outcome: 'budget_exhausted', reason: err.reason, retryAt: err.retryAt };
+  }
+  const status = errorStatus(err);
+  const message = redact((err as Error)?.message ?? String(err));
+
+  if (err instanceof RateLimited) {
+    // A budget event, never data: no attempt counted, and the cycle stops.
+    await deferPush(db, claim, err.retryAt);
+    log.warn(
+      {
+        event: 'commits.deferred',
+        repository_id: claim.repositoryId,
+        status: err.status,
+        retry_at: err.retryAt,
+      },
+      'rate limited: commit fetching waits for the reset',
+    );
+    return { ...base, outcome: 'rate_limited', status: err.status, retryAt: err.retryAt };
+  }
+  if (err instanceof GitHubRequestFailed && GONE_STATUSES.has(err.status)) {
+    const applied = await markGone(db, claim, message);
+    const result: FetchResult = { ...base, outcome: applied ? 'gone' : 'retry', status };
+    logResult(log, { ...result, detail: message });
+    return { ...result, detail: message };
+  }
+  if (err instanceof GitHubRequestFailed && err.status === 422) {
+    // GitHub cannot compare the two (no common history, or a ref it does not know): the
+    // same question gets the same answer, so asking again would only spend the budget.
+    const r = await markFailedAttempt(db, claim, message, now, 1);
+    const result: FetchResult = {
+      ...base,
+      outcome: r.applied ? 'failed' : 'retry',
+      status,
+      detail: message,
+    };
+    logResult(log, result);
+    return result;
+  }
+  if (isTransient(err)) {
+    const max = deps.config.enrichment.maxAttempts;
+    const r = await markFailedAttempt(db, claim, message, now, max);
+    const result: FetchResult = {
+      ...base,
+      outcome: r.terminal && r.applied ? 'failed' : 'retry',
+      status,
+      detail: message,
+      retryAt: r.terminal ? undefined : r.nextAttemptAt,
+    };
+    logResult(log, result);
+    return result;
+  }
+  // Nothing reached GitHub (gate busy, budget closed under us) or the failure is not the
+  // push's (bad credentials, a bug): give the claim back untouched.
+  await releasePush(db, claim);
+  if (err instanceof GateTimeout || err instanceof BudgetExhausted) {
+    return {
+      ...base,
+      outcome: 'budget_exhausted',
+      reason: err instanceof GateTimeout ? 'gate_timeout' : 'budget',
+    };
+  }
+  log.error(
+    { event: 'commits.failed', repository_id: claim.repositoryId, ref: claim.ref, err },
+    `commits of a push to ${claim.fullName ?? claim.repositoryId} stopped by an error`,
+  );
+  throw err;
+}
+
+/** `log` is already bound to the job (job_id), when a job runs this. */
+function logResult(log: FetchDeps['logger'], r: FetchResult): void {
+  const fields = {
+    repo: r.repo ?? null,
+    repository_id: r.push?.repositoryId,
+    ref: r.push?.ref,
+    before: r.push?.before,
+    head: r.push?.head,
+    count: r.commitCount ?? null,
+    stored: r.stored ?? null,
+    state: r.outcome,
+    status: r.status ?? null,
+    request_id: r.requestId ?? null,
+    requests: r.requests,
+  };
+  const what = `${r.repo ?? r.push?.repositoryId} ${r.push?.ref} ${r.push?.before.slice(0, 7)}...${r.push?.head.slice(0, 7)}`;
+  if (r.outcome === 'retry' || r.outcome === 'failed') {
+    log.warn(
+      {
+        event: 'commits.failed',
+        ...fields,
+        will_retry: r.outcome === 'retry',
+        retry_at: r.retryAt,
+        detail: r.detail,
+      },
+      `commits of ${what}: ${r.detail}`,
+    );
+  } else {
+    log.info(
+      { event: 'commits.fetched', ...fields, detail: r.detail },
+      `commits of ${what}: ${r.outcome}${r.commitCount === undefined ? '' : ` (${r.stored}/${r.commitCount})`}`,
+    );
+  }
+}
+
+export interface CommitsCycleOptions {
+  jobId?: string | null;
+  maxPushes?: number;
+  shouldStop?: () => boolean;
+  signal?: AbortSignal;
+}
+
+export interface CommitsCycleSummary {
+  processed: number;
+  requests: number;
+  /** Commit authors new to `actors`: the job hints an enrich-actor cycle for them. */
+  newActors: number;
+  outcomes: Record<FetchOutcome, number>;
+  stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
+  retryAt?: Date;
+}
+
+export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
+  return {
+    idle: 0,
+    complete: 0,
+    partial: 0,
+    gone: 0,
+    none: 0,
+    retry: 0,
+    failed: 0,
+    waiting: 0,
+    rate_limited: 0,
+    budget_exhausted: 0,
+  };
+}
+
+/** One cycle (the fetch-commits job): fetchOnce until idle, told no, rate-limited, the cap, or stop. */
+export async function fetchCycle(
+  deps: FetchDeps,
+  opts: CommitsCycleOptions = {},
+): Promise<CommitsCycleSummary> {
+  const summary: CommitsCycleSummary = {
+    processed: 0,
+    requests: 0,
+    newActors: 0,
+    outcomes: emptyFetchOutcomes(),
+    stoppedBy: 'idle',
+  };
+  const cap = opts.maxPushes ?? Number.POSITIVE_INFINITY;
+  for (;;) {
+    if (summary.processed >= cap) {
+      summary.stoppedBy = 'cap';
+      break;
+    }
+    if (opts.shouldStop?.() || opts.signal?.aborted) {
+      summary.stoppedBy = 'stopped';
+      break;
+    }
+    const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
+    summary.outcomes[r.outcome] += 1;
+    summary.requests += r.requests;
+    summary.newActors += r.newActors ?? 0;
+    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') {
+      summary.stoppedBy = r.outcome;
+      summary.retryAt = r.retryAt;
+      break;
+    }
+    summary.processed += 1;
+    if (r.outcome === 'rate_limited') {
+      summary.stoppedBy = 'rate_limited';
+      summary.retryAt = r.retryAt;
+      break;
+    }
+  }
+  return summary;
+}

@@ -1,0 +1,105 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import { backoffSeconds } from '../enrichment/state.ts';
+import { type CommitsClaim, stillOurs } from './claim.ts';
+
+/**
+ * A pending push's fetch ladder (ADR 0071), the entity ladder's twin (ADR 0006). Every
+ * transition that ends an attempt clears the lease, and applies only while the lease is
+ * still ours: a fetcher whose lease expired mid-request must not overwrite the next owner.
+ *
+ *   pending ──200, all commits──► complete        pending ──404/410/451──► gone (terminal)
+ *   pending ──200, over the cap──► partial        pending ──403/429──► pending (no penalty)
+ *   pending ──5xx/timeout/malformed/422──► pending (attempts+1, backoff) … ► failed
+ *   pending ──new branch, default branch unknown──► pending (waits for the repository)
+ */
+
+async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
+  const r = await sql`
+    UPDATE push_events SET ${set}, commits_claimed_until = NULL
+    WHERE ${stillOurs(claim)}`.execute(db);
+  return Number(r.numAffectedRows ?? 0) === 1;
+}
+
+/** Stored: complete (every commit of the range) or partial (the true count, fewer rows). */
+export function markFetched(
+  db: Db,
+  claim: CommitsClaim,
+  result: { state: 'complete' | 'partial'; commitCount: number },
+): Promise<boolean> {
+  return transition(
+    db,
+    claim,
+    sql`commits_state = ${result.state}, commit_count = ${result.commitCount},
+        commits_attempts = ${claim.attempts + 1}, commits_error = NULL`,
+  );
+}
+
+/** A deleted ref or a tag: no commits, no request (store time sets it; this is the fetcher's guard). */
+export function markNone(db: Db, claim: CommitsClaim): Promise<boolean> {
+  return transition(db, claim, sql`commits_state = 'none', commit_count = 0, commits_error = NULL`);
+}
+
+/** GitHub no longer has the range (404): terminal, never retried. */
+export function markGone(db: Db, claim: CommitsClaim, detail: string): Promise<boolean> {
+  return transition(
+    db,
+    claim,
+    sql`commits_state = 'gone', commits_attempts = ${claim.attempts + 1}, commits_error = ${detail}`,
+  );
+}
+
+/**
+ * A transient failure: one more attempt spent; below the limit the push waits on the
+ * backoff ladder, at the limit it is `failed` (terminal: a broken range costs at most
+ * maxAttempts requests, never a loop).
+ */
+export async function markFailedAttempt(
+  db: Db,
+  claim: CommitsClaim,
+  detail: string,
+  now: Date,
+  maxAttempts: number,
+): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
+  const attempts = claim.attempts + 1;
+  const terminal = attempts >= maxAttempts;
+  const nextAttemptAt = new Date(now.getTime() + backoffSeconds(attempts) * 1000);
+  const applied = await transition(
+    db,
+    claim,
+    sql`commits_state = ${terminal ? 'failed' : 'pending'}, commits_attempts = ${attempts},
+        commits_error = ${detail}, commits_next_attempt_at = ${nextAttemptAt}`,
+  );
+  return { applied, terminal, nextAttemptAt };
+}
+
+/** Not the push's fault (403/429, or its repository is not profiled yet): no attempt counted. */
+export function deferPush(
+  db: Db,
+  claim: CommitsClaim,
+  until: Date,
+  detail: string | null = null,
+): Promise<boolean> {
+  return transition(
+    db,
+    claim,
+    sql`commits_next_attempt_at = ${until}, commits_error = ${detail ?? sql`commits_error`}`,
+  );
+}
+
+/**
+ * A new branch is compared against the repository's default branch, which only its
+ * profile knows: make the repository's enrichment due now (a pending one moves up; a
+ * profiled one without a default branch is fetched again). Returns false when there is
+ * no row to bump.
+ */
+export async function bumpRepository(db: Db, repositoryId: string, now: Date): Promise<boolean> {
+  const r = await sql`
+    UPDATE repositories SET
+      enrichment_state = 'pending',
+      next_attempt_at = LEAST(next_attempt_at, ${now}::timestamptz),
+      updated_at = ${now}
+    WHERE id = ${repositoryId}::bigint AND default_branch IS NULL
+      AND enrichment_state IN ('pending', 'enriched')`.execute(db);
+  return Number(r.numAffectedRows ?? 0) === 1;
+}

@@ -1,0 +1,43 @@
+import type { CommitEmailMode } from '../config.ts';
+import type { Db } from '../db/pool.ts';
+import type { CommitsClaim } from './claim.ts';
+import type { CompareAnswer } from './compare.ts';
+import { markFetched } from './state.ts';
+import { storeCommits } from './store.ts';
+
+/**
+ * A compare answer into the tables, in ONE transaction: the push's state (only while the
+ * lease is still ours; otherwise nothing at all is written), its commits and its
+ * push_commits rows. Both inserts are ON CONFLICT DO NOTHING, so a fetch repeated after a
+ * crash between the answer and this commit adds no row twice.
+ */
+export async function storeFetched(
+  db: Db,
+  claim: CommitsClaim,
+  answer: CompareAnswer,
+  opts: { firstPosition: number; emails: CommitEmailMode; now: Date },
+): Promise<{
+  applied: boolean;
+  state: 'complete' | 'partial';
+  newCommits: number;
+  newActors: number;
+}> {
+  const n = answer.commits.length;
+  const state = n >= answer.totalCommits ? 'complete' : 'partial';
+  return db.transaction().execute(async (trx) => {
+    const applied = await markFetched(trx, claim, { state, commitCount: answer.totalCommits });
+    if (!applied) return { applied, state, newCommits: 0, newActors: 0 };
+    const push = {
+      repositoryId: claim.repositoryId,
+      ref: claim.ref,
+      before: claim.before,
+      head: claim.head,
+    };
+    const stored = await storeCommits(
+      trx,
+      [{ push, commits: answer.commits, firstPosition: opts.firstPosition }],
+      { emails: opts.emails },
+    );
+    return { applied, state, newCommits: stored.commits, newActors: stored.newActors };
+  });
+}

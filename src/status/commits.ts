@@ -1,0 +1,74 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import type { CommitsState } from '../db/schema.ts';
+
+/**
+ * Commits as an operator sees them (ADR 0070): pushes by commits_state, the fetch backlog
+ * (pending pushes due now), the fetch rate (commits requests reserved in the last hour,
+ * from the ledger) and the commits stored. Each count reads an index
+ * (migration 2026-12-01T1000_commits_status); the total of a big commits table is
+ * Postgres's estimate, said so by storedEstimated.
+ */
+export interface CommitsStatus {
+  byState: Record<CommitsState, number>;
+  /** Pending pushes whose next attempt has come. */
+  pendingDue: number;
+  /** Requests of purpose 'commits' reserved in the last hour. */
+  requestsLastHour: number;
+  stored: number;
+  /** true: `stored` is pg_class.reltuples (the table is too big to count on every status). */
+  storedEstimated: boolean;
+}
+
+export const COMMITS_STATES: readonly CommitsState[] = [
+  'pending',
+  'complete',
+  'partial',
+  'none',
+  'skipped',
+  'gone',
+  'failed',
+];
+
+/** Below this estimate the commits are counted exactly. */
+const EXACT_BELOW = 200_000;
+
+export function commitsStateCounts() {
+  return sql<{ commits_state: CommitsState; n: string }>`
+    SELECT commits_state, count(*) AS n FROM push_events GROUP BY commits_state`;
+}
+
+export function commitsBacklogStatement(now: Date) {
+  return sql<{ due: string; requests: string }>`
+    SELECT (SELECT count(*) FROM push_events
+            WHERE commits_state = 'pending' AND commits_next_attempt_at <= ${now}) AS due,
+           (SELECT count(*) FROM github_requests
+            WHERE purpose = 'commits' AND reserved_at > ${new Date(now.getTime() - 3_600_000)}) AS requests`;
+}
+
+export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
+  const out: CommitsStatus = {
+    byState: Object.fromEntries(COMMITS_STATES.map((s) => [s, 0])) as Record<CommitsState, number>,
+    pendingDue: 0,
+    requestsLastHour: 0,
+    stored: 0,
+    storedEstimated: false,
+  };
+  for (const row of (await commitsStateCounts().execute(db)).rows) {
+    out.byState[row.commits_state] = Number(row.n);
+  }
+  const b = (await commitsBacklogStatement(now).execute(db)).rows[0]!;
+  out.pendingDue = Number(b.due);
+  out.requestsLastHour = Number(b.requests);
+  const estimate = await sql<{ n: number }>`
+    SELECT reltuples::float8 AS n FROM pg_class WHERE oid = 'commits'::regclass`.execute(db);
+  const n = estimate.rows[0]?.n ?? -1;
+  if (n >= EXACT_BELOW) {
+    out.stored = Math.round(n);
+    out.storedEstimated = true;
+  } else {
+    const exact = await sql<{ n: string }>`SELECT count(*) AS n FROM commits`.execute(db);
+    out.stored = Number(exact.rows[0]!.n);
+  }
+  return out;
+}

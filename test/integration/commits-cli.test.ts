@@ -1,0 +1,95 @@
+import { sql } from 'kysely';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { type Exit, runBin } from '../support/cli.ts';
+import { chain, insertPushes, insertRepository, newSha } from '../support/commit-world.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
+
+const t = useTestDatabase();
+const fake = useFakeGitHub();
+
+/** The real executable, as an operator runs it (no TTY: one line per push). */
+function spawnCommits(argv: string[], env: Record<string, string> = {}): Promise<Exit> {
+  return runBin('commits', argv, {
+    DATABASE_URL: t.url,
+    GITHUB_API_URL: fake.url,
+    GITHUB_MODE: 'live',
+    LOG_LEVEL: 'warn',
+    GITHUB_TOKEN: undefined,
+    ...env,
+  });
+}
+
+beforeEach(async () => {
+  fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
+  await sql`TRUNCATE push_events, push_commits, commits, commit_fetch_turns, actors, repositories,
+    github_requests, github_rate_limits`.execute(t.db);
+});
+
+async function states(): Promise<Record<string, number>> {
+  const r = await sql<{ s: string; n: number }>`
+    SELECT commits_state AS s, count(*)::int AS n FROM push_events GROUP BY 1`.execute(t.db);
+  return Object.fromEntries(r.rows.map((x) => [x.s, x.n]));
+}
+
+describe('bin/commits', () => {
+  it('--limit 3 fetches exactly 3 pushes and prints a line each and a summary', async () => {
+    await insertRepository(t.db, 60, 'cli/repo');
+    const shas = chain(fake, 'cli/repo', 6);
+    await insertPushes(
+      t.db,
+      shas.slice(1).map((head, i) => ({ repositoryId: 60, before: shas[i]!, head })),
+    );
+    const r = await spawnCommits(['--limit', '3']);
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    expect(fake.countedRequests).toBe(3);
+    expect(await states()).toEqual({ complete: 3, pending: 2 });
+    const lines = r.out.trim().split('\n');
+    expect(lines, r.out).toHaveLength(4);
+    for (const line of lines.slice(0, 3)) {
+      expect(line).toMatch(
+        /^cli\/repo refs\/heads\/main [0-9a-f]{7}\.\.\.[0-9a-f]{7}: complete 1\/1 commits \(200\)$/,
+      );
+    }
+    expect(lines[3]).toMatch(
+      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 3\) — stopped: limit reached; background budget left \d+$/,
+    );
+  });
+
+  it('--json prints one document; nothing due stops normally', async () => {
+    await insertRepository(t.db, 61, 'cli/json');
+    const shas = chain(fake, 'cli/json', 2);
+    await insertPushes(t.db, [
+      { repositoryId: 61, ref: 'refs/heads/a', before: shas[0]!, head: shas[1]! },
+      { repositoryId: 61, ref: 'refs/heads/b', before: shas[0]!, head: newSha() },
+    ]);
+    const r = await spawnCommits(['--limit', '10', '--json']);
+    expect(r.code).toBe(0);
+    const doc = JSON.parse(r.out);
+    expect(doc).toMatchObject({
+      limit: 10,
+      fetched: 2,
+      requests: 2,
+      stoppedBy: 'nothing_due',
+      outcomes: { complete: 1, gone: 1, partial: 0, failed: 0 },
+    });
+    expect(doc.pushes.map((p: { outcome: string }) => p.outcome).sort()).toEqual([
+      'complete',
+      'gone',
+    ]);
+    expect(doc.pushes[0].repository_id).toBe(61);
+  });
+
+  it('rejects a missing or bad --limit with exit 2 and says why; --help exits 0', async () => {
+    const none = await spawnCommits([]);
+    expect(none.code).toBe(2);
+    expect(none.err).toContain('--limit N is required');
+    const bad = await spawnCommits(['--limit', '-1']);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toMatch(/--limit/);
+    const help = await spawnCommits(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.out).toContain('Usage: bin/commits --limit N [--json]');
+  });
+});

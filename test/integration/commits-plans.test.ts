@@ -1,0 +1,51 @@
+import { type RawBuilder, sql } from 'kysely';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { claimStatement } from '../../src/commits/claim.ts';
+import { commitsDueStatement } from '../../src/commits/due.ts';
+import { useTestDatabase } from '../support/db.ts';
+
+/**
+ * The fetcher's two per-request questions stay index scans on a big push_events: the
+ * claim (a skip scan over the repositories with pending pushes, then each one's oldest
+ * due push) and "anything due?" (one probe of the partial index). Plans, no timings.
+ */
+
+const t = useTestDatabase();
+
+async function plan(statement: RawBuilder<unknown>): Promise<string> {
+  const compiled = statement.compile(t.db);
+  const r = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
+  return (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
+}
+
+beforeAll(async () => {
+  // 200,000 pushes long settled, and 20,000 pending: 10,000 in one repository, the rest
+  // spread over 100 others.
+  await sql`
+    INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+      commits_state, commit_count)
+    SELECT 1, g % 5000, 'refs/heads/main', md5(g::text), md5((g + 1)::text), now(), '{}',
+      'complete', 1
+    FROM generate_series(1, 200000) g`.execute(t.db);
+  await sql`
+    INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+      commits_state, commits_next_attempt_at)
+    SELECT 1, CASE WHEN g <= 10000 THEN 999999 ELSE 900000 + g % 100 END, 'refs/heads/p' || g,
+      md5(g::text), md5((g + 7)::text), now(), '{}', 'pending', now() - g * interval '1 second'
+    FROM generate_series(1, 20000) g`.execute(t.db);
+  await sql`VACUUM (ANALYZE) push_events`.execute(t.db);
+});
+
+describe('commits fetch plans', () => {
+  it('the claim never scans push_events whole', async () => {
+    const p = await plan(claimStatement({ now: new Date(), leaseSeconds: 60 }));
+    expect(p).not.toMatch(/Seq Scan on push_events/);
+    expect(p).toMatch(/push_events_commits_pending_repo/);
+  });
+
+  it('"anything due?" is one probe of the partial index', async () => {
+    const p = await plan(commitsDueStatement(new Date()));
+    expect(p).not.toMatch(/Seq Scan on push_events/);
+    expect(p).toMatch(/push_events_commits_(due|pending_repo)/);
+  });
+});

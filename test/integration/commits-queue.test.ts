@@ -1,0 +1,133 @@
+import { sql } from 'kysely';
+import type { PgBoss } from 'pg-boss';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { hintCommits } from '../../src/commits/hint.ts';
+import { createBoss } from '../../src/queue/boss.ts';
+import { handleFetchCommits, type JobContext } from '../../src/queue/handlers.ts';
+import { QUEUES } from '../../src/queue/names.ts';
+import { reconcile } from '../../src/reconcile/reconciler.ts';
+import { captureLogger } from '../recovery/helpers.ts';
+import { liveDeps, type TestDeps } from '../recovery/world.ts';
+import { chain, insertPushes, insertRepository, pushState } from '../support/commit-world.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
+
+/**
+ * The fetch-commits queue (ADR 0071): one hint per stored batch (stately: one queued), the
+ * job that drains due pushes, and the reconciler that finds them when a hint was lost.
+ */
+
+const t = useTestDatabase();
+const log = captureLogger('info');
+let fake: FakeGitHub;
+let deps: TestDeps;
+let boss: PgBoss;
+
+beforeAll(async () => {
+  fake = await startFakeGitHub();
+  deps = liveDeps(t, fake, log.logger, { GITHUB_TOKEN: 'ghp_commitsqueue0000000000' });
+  boss = createBoss(t.url, deps.config, log.logger, { supervise: false, max: 2 });
+  await boss.start();
+});
+afterAll(async () => {
+  await boss?.stop({ graceful: false });
+  await deps?.close();
+  await fake?.close();
+});
+beforeEach(async () => {
+  await sql`TRUNCATE pgboss.job, push_events, push_commits, commits, commit_fetch_turns,
+    repositories, actors`.execute(t.db);
+  log.lines.length = 0;
+});
+
+async function queued(): Promise<number> {
+  const r = await sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM pgboss.job WHERE name = ${QUEUES.fetchCommits}
+      AND state = 'created'`.execute(t.db);
+  return r.rows[0]!.n;
+}
+
+describe('fetch-commits hints', () => {
+  it('one cycle however many hints arrive, and nothing for no pending push', async () => {
+    expect(await hintCommits(boss, log.logger, 0, { cause: 'test' })).toBeNull();
+    expect(await queued()).toBe(0);
+    expect(await hintCommits(boss, log.logger, 3, { cause: 'run 9', runId: 9 })).toBe('sent');
+    expect(await hintCommits(boss, log.logger, 5, { cause: 'run 10' })).toBe('already_queued');
+    expect(await queued()).toBe(1);
+    expect(log.events('commits.dispatched')).toHaveLength(2);
+  });
+});
+
+describe('the fetch-commits job', () => {
+  it('fetches the due pushes and closes with job.completed', async () => {
+    await insertRepository(t.db, 40, 'job/repo');
+    const shas = chain(fake, 'job/repo', 3);
+    await insertPushes(t.db, [{ repositoryId: 40, before: shas[0]!, head: shas[2]! }]);
+    const ctx: JobContext = { deps, boss, isStopping: () => false };
+    const r = await handleFetchCommits(ctx, { id: 'job-1' });
+    expect(r).toMatchObject({ outcome: 'idle', processed: 1, requests: 1, continued: false });
+    expect(r.outcomes.complete).toBe(1);
+    expect((await pushState(t.db, shas[2]!)).commits_state).toBe('complete');
+    const done = log.events('job.completed');
+    expect(done).toHaveLength(1);
+    expect(done[0]).toMatchObject({ queue: 'fetch-commits', job_id: 'job-1', outcome: 'idle' });
+    const fetched = log.events('commits.fetched');
+    expect(fetched[0]).toMatchObject({ job_id: 'job-1', state: 'complete', count: 2 });
+    // the commit authors became actors: one enrich-actor cycle is hinted for them
+    expect(r.new_actors).toBeGreaterThan(0);
+    const enrich = await sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'enrich-actor'`.execute(t.db);
+    expect(enrich.rows[0]!.n).toBe(1);
+  });
+
+  it('a cycle cut short by its cap sends its successor', async () => {
+    await insertRepository(t.db, 41, 'job/capped');
+    const shas = chain(fake, 'job/capped', 4);
+    await insertPushes(t.db, [
+      { repositoryId: 41, ref: 'refs/heads/a', before: shas[0]!, head: shas[1]! },
+      { repositoryId: 41, ref: 'refs/heads/b', before: shas[1]!, head: shas[2]! },
+      { repositoryId: 41, ref: 'refs/heads/c', before: shas[2]!, head: shas[3]! },
+    ]);
+    const ctx: JobContext = {
+      deps,
+      boss,
+      isStopping: () => false,
+      limits: { cycleMaxEntities: 2 },
+    };
+    const r = await handleFetchCommits(ctx, { id: 'job-2' });
+    expect(r).toMatchObject({ outcome: 'cap', processed: 2, continued: true });
+    expect(await queued()).toBe(1);
+  });
+});
+
+describe('reconciling commits', () => {
+  it('a lost hint loses nothing: due pending pushes and no live job get one cycle', async () => {
+    await insertRepository(t.db, 42, 'rec/repo');
+    const shas = chain(fake, 'rec/repo', 2);
+    expect((await reconcile({ ...deps, boss })).commits).toMatchObject({
+      due: false,
+      action: 'nothing_due',
+    });
+    await insertPushes(t.db, [{ repositoryId: 42, before: shas[0]!, head: shas[1]! }]);
+    const report = await reconcile({ ...deps, boss, github: deps.github });
+    expect(report.commits).toMatchObject({ due: true, action: 'dispatched' });
+    expect(await queued()).toBe(1);
+    // a second pass sees the queued cycle and sends nothing more
+    expect((await reconcile({ ...deps, boss })).commits.action).toBe('live_job');
+    expect(await queued()).toBe(1);
+  });
+
+  it('a leased push is not due until its lease expires', async () => {
+    await insertRepository(t.db, 43, 'rec/leased');
+    const shas = chain(fake, 'rec/leased', 2);
+    await insertPushes(t.db, [{ repositoryId: 43, before: shas[0]!, head: shas[1]! }]);
+    await sql`UPDATE push_events SET commits_claimed_until = now() + interval '1 minute'`.execute(
+      t.db,
+    );
+    expect((await reconcile({ ...deps, boss })).commits.action).toBe('nothing_due');
+    await sql`UPDATE push_events SET commits_claimed_until = now() - interval '1 second'`.execute(
+      t.db,
+    );
+    expect((await reconcile({ ...deps, boss })).commits.action).toBe('dispatched');
+  });
+});

@@ -1,0 +1,140 @@
+import { sql } from 'kysely';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { fixedClock } from '../../src/clock.ts';
+import { type FetchDeps, fetchOnce } from '../../src/commits/fetch.ts';
+import { splitOf } from '../../src/commits/share.ts';
+import { loadConfig } from '../../src/config.ts';
+import { enrichOnce } from '../../src/enrichment/runner.ts';
+import { createGitHubClient } from '../../src/github/client.ts';
+import type { GitHubClient } from '../../src/github/types.ts';
+import { createLogger } from '../../src/log.ts';
+import { chain, insertPushes, insertRepository } from '../support/commit-world.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { userProfile } from '../support/github-factories.ts';
+import { useFakeGitHub } from '../support/use-fake-github.ts';
+import { insertPending } from './enrichment-fixtures.ts';
+
+/**
+ * Commits beside enrichment (ADR 0071): one background allowance, floor(60 × 2/3) = 40 for
+ * an unauthenticated credential, split by COMMITS_SHARE while both sides have due work,
+ * whole to either side while the other has none; polls keep their 20; never a 403.
+ */
+
+const t = useTestDatabase();
+const fake = useFakeGitHub();
+const clients: GitHubClient[] = [];
+
+beforeEach(async () => {
+  await sql`TRUNCATE push_events, push_commits, commits, commit_fetch_turns, actors, repositories,
+    enrichment_attempts, github_requests, github_rate_limits`.execute(t.db);
+  // Half-way through GitHub's hour, as a running system would be.
+  fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
+});
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+});
+
+function deps(env: Record<string, string> = {}): FetchDeps {
+  const config = loadConfig({
+    DATABASE_URL: t.url,
+    GITHUB_API_URL: fake.url,
+    LOG_LEVEL: 'silent',
+    ...env,
+  });
+  const logger = createLogger('silent');
+  const clock = fixedClock(new Date());
+  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger, clock });
+  clients.push(github);
+  return { config, db: t.db, github, logger, workerId: 'share-test', clock };
+}
+
+async function pendingActors(n: number): Promise<void> {
+  const ids = await insertPending(t.db, 'actor', n, { firstId: 500 });
+  for (const id of ids) fake.setUser(userProfile({ id, login: `user-${id}` }));
+}
+
+async function pendingPushes(n: number): Promise<void> {
+  await insertRepository(t.db, 77, 'share/repo');
+  const shas = chain(fake, 'share/repo', 2);
+  await insertPushes(
+    t.db,
+    Array.from({ length: n }, (_, i) => ({
+      repositoryId: 77,
+      ref: `refs/heads/b${i}`,
+      before: shas[0]!,
+      head: shas[1]!,
+    })),
+  );
+}
+
+/** Both sides in turn until each is told no (or has nothing left): what each spent. */
+async function runBoth(d: FetchDeps) {
+  const spent = { commits: 0, enrich: 0 };
+  let commitsOpen = true;
+  let enrichOpen = true;
+  while (commitsOpen || enrichOpen) {
+    if (commitsOpen) {
+      const r = await fetchOnce(d);
+      if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') commitsOpen = false;
+      else spent.commits += r.requests;
+    }
+    if (enrichOpen) {
+      const r = await enrichOnce(d, 'actor');
+      if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') enrichOpen = false;
+      else spent.enrich += 1;
+    }
+  }
+  return spent;
+}
+
+const forbidden = () => fake.requests.filter((r) => r.status === 403 || r.status === 429);
+
+describe('the share', () => {
+  it('splits ceil(background × COMMITS_SHARE) for commits, the rest for enrichment', () => {
+    expect(splitOf(40, 0.5)).toEqual({ commits: 20, enrich: 20 });
+    expect(splitOf(3333, 0.5)).toEqual({ commits: 1667, enrich: 1666 });
+    expect(splitOf(40, 0)).toEqual({ commits: 0, enrich: 40 });
+    expect(splitOf(40, 1)).toEqual({ commits: 40, enrich: 0 });
+  });
+
+  it('both sides busy: each takes its part, 0 × 403, and polls keep theirs', async () => {
+    const d = deps(); // token-less: 60 an hour, 40 background
+    await pendingActors(30);
+    await pendingPushes(30);
+    expect(await runBoth(d)).toEqual({ commits: 20, enrich: 20 });
+    expect(forbidden()).toHaveLength(0);
+    const b = await d.github.budget();
+    expect(b.spent).toEqual({ poll: 0, enrich: 20, commits: 20 });
+    expect((await d.github.tryReserve('poll')).ok).toBe(true);
+  });
+
+  it('COMMITS_SHARE 0.25 gives commits a quarter while enrichment waits', async () => {
+    const d = deps({ COMMITS_SHARE: '0.25' });
+    await pendingActors(40);
+    await pendingPushes(40);
+    expect(await runBoth(d)).toEqual({ commits: 10, enrich: 30 });
+    expect(forbidden()).toHaveLength(0);
+  });
+
+  it('a side with nothing due leaves its part: commits alone take the whole 40', async () => {
+    const d = deps();
+    await pendingPushes(50);
+    expect(await runBoth(d)).toEqual({ commits: 40, enrich: 0 });
+    expect(forbidden()).toHaveLength(0);
+    expect((await d.github.tryReserve('poll')).ok).toBe(true);
+  });
+
+  it('and enrichment alone takes the whole 40', async () => {
+    const d = deps();
+    await pendingActors(50);
+    expect(await runBoth(d)).toEqual({ commits: 0, enrich: 40 });
+    expect(forbidden()).toHaveLength(0);
+  });
+
+  it('when enrichment runs dry, commits take what it left', async () => {
+    const d = deps();
+    await pendingActors(5);
+    await pendingPushes(50);
+    expect(await runBoth(d)).toEqual({ commits: 35, enrich: 5 });
+  });
+});

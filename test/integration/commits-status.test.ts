@@ -1,0 +1,160 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { type RawBuilder, sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { commitsBacklogStatement, commitsStateCounts } from '../../src/status/commits.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
+import { startTestWeb, type TestWeb } from '../support/web.ts';
+
+// Commits made visible (issue 18 item 7): pushes by commits_state, the fetch backlog (pending
+// and due), the fetch rate (commits requests in the last hour) and commits stored, the same
+// numbers in GET /status, bin/status (text and --json), the HTML page and /metrics.
+
+const t = useTestDatabase();
+let web: TestWeb;
+const BIN = path.resolve(import.meta.dirname, '../../bin/status');
+const run = promisify(execFile);
+
+// 3 pending (2 due, 1 later), 4 complete, 1 partial, 2 none, 5 skipped, 1 gone, 1 failed.
+const SEEDED: [state: string, n: number, later?: boolean][] = [
+  ['pending', 2],
+  ['pending', 1, true],
+  ['complete', 4],
+  ['partial', 1],
+  ['none', 2],
+  ['skipped', 5],
+  ['gone', 1],
+  ['failed', 1],
+];
+
+beforeAll(async () => {
+  let seq = 0;
+  for (const [state, n, later] of SEEDED) {
+    for (let i = 0; i < n; i++) {
+      seq++;
+      await sql`
+        INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at, payload,
+          commits_state, commits_next_attempt_at)
+        VALUES (1, ${seq}, 'refs/heads/main', ${`h${seq}`}, ${`b${seq}`}, now(), '{}', ${state},
+          CASE WHEN ${state} = 'pending' THEN now() + ${later ? '1 hour' : '-1 minute'}::interval END)`.execute(
+        t.db,
+      );
+    }
+  }
+  await sql`
+    INSERT INTO commits (repository_id, sha) SELECT 1, 'c' || g FROM generate_series(1, 7) g`.execute(
+    t.db,
+  );
+  // Three commits requests in the last hour, one older, one enrich request.
+  await sql`
+    INSERT INTO github_requests (credential, purpose, path, reserved_at) VALUES
+      ('fixture', 'commits', '/repos/a/b/compare/x...y', now() - interval '1 minute'),
+      ('fixture', 'commits', '/repos/a/b/compare/x...y', now() - interval '10 minutes'),
+      ('fixture', 'commits', '/repos/a/b/compare/x...y', now() - interval '59 minutes'),
+      ('fixture', 'commits', '/repos/a/b/compare/x...y', now() - interval '2 hours'),
+      ('fixture', 'enrich', '/users/x', now() - interval '1 minute')`.execute(t.db);
+  web = await startTestWeb(t);
+});
+afterAll(async () => {
+  await web?.close();
+});
+
+const BY_STATE = {
+  pending: 3,
+  complete: 4,
+  partial: 1,
+  none: 2,
+  skipped: 5,
+  gone: 1,
+  failed: 1,
+};
+
+describe('commits status', () => {
+  it('GET /status reports pushes by state, the due backlog, the fetch rate and commits stored', async () => {
+    const res = await fetch(`${web.url}/status`);
+    const report = (await res.json()) as { commits: unknown };
+    expect(report.commits).toEqual({
+      byState: BY_STATE,
+      pendingDue: 2,
+      requestsLastHour: 3,
+      stored: 7,
+      storedEstimated: false,
+    });
+  });
+
+  it('bin/status prints them, and --json is the same report', async () => {
+    const env = {
+      ...process.env,
+      DATABASE_URL: t.url,
+      GITHUB_MODE: 'fixture',
+      LOG_LEVEL: 'silent',
+    };
+    const { stdout } = await run(process.execPath, [BIN], { env });
+    expect(stdout).toMatch(/^Commits$/m);
+    expect(stdout).toMatch(/^\s+pending\s+complete\s+partial\s+none\s+skipped\s+gone\s+failed$/m);
+    expect(stdout).toMatch(/^\s+3\s+4\s+1\s+2\s+5\s+1\s+1$/m);
+    expect(stdout).toContain(
+      '2 pushes due for fetching, 3 commits requests in the last hour, 7 commits stored',
+    );
+    const json = JSON.parse((await run(process.execPath, [BIN, '--json'], { env })).stdout);
+    expect(json.commits).toMatchObject({ byState: BY_STATE, pendingDue: 2, requestsLastHour: 3 });
+  });
+
+  it('the HTML page has a commits card', async () => {
+    const html = await (await fetch(`${web.url}/`)).text();
+    const card = html.match(/<div class="card"><h2>Commits<\/h2>.*?<\/dl><\/div>/s)?.[0];
+    expect(card).toBeDefined();
+    expect(card).toContain('<div class="big">7 stored</div>');
+    expect(card).toContain('<dt>pending (due now)</dt><dd>3 (2)</dd>');
+    expect(card).toContain('<dt>requests (1h)</dt><dd>3</dd>');
+    expect(card).toContain('<dt>skipped pushes</dt><dd>5</dd>');
+  });
+
+  it('/metrics has the same numbers', async () => {
+    const m = parsePrometheusText(await (await fetch(`${web.url}/metrics`)).text());
+    for (const [state, n] of Object.entries(BY_STATE)) {
+      expect(sampleValue(m, 'gpi_push_commits_state', { state })).toBe(n);
+    }
+    expect(sampleValue(m, 'gpi_commits_pending_due')).toBe(2);
+    expect(sampleValue(m, 'gpi_commits_requests_last_hour')).toBe(3);
+    expect(sampleValue(m, 'gpi_commits_stored')).toBe(7);
+  });
+});
+
+describe('commits status plans', () => {
+  async function plan(statement: RawBuilder<unknown>): Promise<string> {
+    const compiled = statement.compile(t.db);
+    const r = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
+    return (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
+  }
+
+  it('counts by state, the due backlog and the fetch rate from their indexes', async () => {
+    // Enough rows that a sequential scan would be the planner's choice without the indexes,
+    // committed durably and vacuumed so the pages are all-visible (as in hot-path-plans).
+    await t.db.transaction().execute(async (trx) => {
+      await sql`SET LOCAL synchronous_commit = on`.execute(trx);
+      await sql`
+        INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at, payload,
+          commits_state, commits_next_attempt_at)
+        SELECT 1, 1000000 + g, 'refs/heads/main', 'h' || g, 'b' || g, now(), '{}',
+          CASE WHEN g % 100 = 0 THEN 'pending' ELSE 'skipped' END,
+          CASE WHEN g % 100 = 0 THEN now() END
+        FROM generate_series(1, 60000) g`.execute(trx);
+      await sql`
+        INSERT INTO github_requests (credential, purpose, path, reserved_at)
+        SELECT 'fixture', CASE WHEN g % 10 = 0 THEN 'commits' ELSE 'poll' END, '/x',
+          now() - g * interval '1 second'
+        FROM generate_series(1, 60000) g`.execute(trx);
+    });
+    await sql`VACUUM (ANALYZE) push_events`.execute(t.db);
+    await sql`VACUUM (ANALYZE) github_requests`.execute(t.db);
+    const states = await plan(commitsStateCounts());
+    expect(states).toMatch(/Index Only Scan using push_events_commits_state/);
+    const backlog = await plan(commitsBacklogStatement(new Date()));
+    expect(backlog).toMatch(/Index (Only )?Scan using push_events_commits_due/);
+    expect(backlog).toMatch(/(Index|Bitmap Index) (Only )?Scan (using|on) github_requests_commits/);
+    expect(backlog).not.toMatch(/Seq Scan/);
+  });
+});

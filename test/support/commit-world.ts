@@ -1,0 +1,120 @@
+import { sql } from 'kysely';
+import type { Db } from '../../src/db/pool.ts';
+import type { FakeCommit } from './fake-compare.ts';
+import type { FakeGitHub } from './fake-github.ts';
+
+/** Commit graphs in the fake GitHub and pending pushes in the database (not a test file). */
+
+let seq = 0;
+
+/** A fresh, unique 40-hex sha. */
+export function newSha(): string {
+  seq++;
+  return (0xc0ffee00000 + seq).toString(16).padStart(40, '0');
+}
+
+export const ZERO = '0'.repeat(40);
+
+/**
+ * `n` commits in a line on top of `parent` (null: a root), filed in the fake under
+ * `fullName`; returns their shas oldest first. Every third one is linked to no account.
+ */
+export function chain(
+  fake: FakeGitHub,
+  fullName: string,
+  n: number,
+  parent: string | null = null,
+  o: { branch?: string; author?: (i: number) => FakeCommit['account'] } = {},
+): string[] {
+  const commits: FakeCommit[] = [];
+  let prev = parent;
+  for (let i = 0; i < n; i++) {
+    const sha = newSha();
+    commits.push({
+      sha,
+      parents: prev ? [prev] : [],
+      message: `change ${i}\n\nbody of ${sha}`,
+      author: {
+        name: `Dev ${i % 5}`,
+        email: ` Dev${i % 5}@Example.com `,
+        date: '2026-11-30T10:00:00Z',
+      },
+      account: o.author ? o.author(i) : { id: 7000 + (i % 5), login: `dev${i % 5}` },
+    });
+    prev = sha;
+  }
+  fake.addCommits(fullName, commits);
+  if (o.branch && prev) fake.setBranch(fullName, o.branch, prev);
+  return commits.map((c) => c.sha);
+}
+
+export async function insertRepository(
+  db: Db,
+  id: number,
+  fullName: string,
+  o: { defaultBranch?: string | null; state?: 'pending' | 'enriched' | 'failed' | 'gone' } = {},
+): Promise<void> {
+  const state = o.state ?? 'enriched';
+  await db
+    .insertInto('repositories')
+    .values({
+      id: String(id),
+      full_name: fullName,
+      default_branch: o.defaultBranch === undefined ? 'main' : o.defaultBranch,
+      enrichment_state: state,
+      enriched_at: state === 'enriched' ? new Date() : null,
+      next_attempt_at: new Date(Date.now() + 3600_000),
+    })
+    .execute();
+}
+
+export interface PushSeed {
+  repositoryId: number;
+  ref?: string;
+  before: string;
+  head: string;
+  state?: 'pending' | 'none' | 'skipped';
+  /** When the push became due (default: a minute ago). */
+  dueAt?: Date;
+}
+
+export async function insertPushes(db: Db, seeds: PushSeed[]): Promise<void> {
+  const rows = seeds.map((s) => ({
+    actor_id: '1',
+    repository_id: String(s.repositoryId),
+    ref: s.ref ?? 'refs/heads/main',
+    before: s.before,
+    head: s.head,
+    created_at: s.dueAt ?? new Date(Date.now() - 60_000),
+    payload: JSON.stringify({ ref: s.ref ?? 'refs/heads/main', before: s.before, head: s.head }),
+    commits_state: s.state ?? 'pending',
+    commits_next_attempt_at:
+      (s.state ?? 'pending') === 'pending' ? (s.dueAt ?? new Date(Date.now() - 60_000)) : null,
+  }));
+  for (let i = 0; i < rows.length; i += 2000) {
+    await db
+      .insertInto('push_events')
+      .values(rows.slice(i, i + 2000))
+      .execute();
+  }
+}
+
+export async function pushState(db: Db, head: string, ref = 'refs/heads/main') {
+  const r = await sql<{
+    commits_state: string;
+    commit_count: number | null;
+    commits_attempts: number;
+    commits_claimed_until: Date | null;
+    commits_error: string | null;
+  }>`SELECT commits_state, commit_count, commits_attempts, commits_claimed_until, commits_error
+     FROM push_events WHERE head = ${head} AND ref = ${ref}`.execute(db);
+  return r.rows[0]!;
+}
+
+/** The push's commits in position order. */
+export async function pushShas(db: Db, head: string, ref = 'refs/heads/main') {
+  const r = await sql<{ position: number; sha: string }>`
+    SELECT position, sha FROM push_commits WHERE head = ${head} AND ref = ${ref}
+    ORDER BY position`.execute(db);
+  return r.rows;
+}

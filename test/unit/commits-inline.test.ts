@@ -1,0 +1,92 @@
+import { describe, expect, it } from 'vitest';
+import { inlineCommits, MAX_INLINE_COMMITS, planCommits } from '../../src/commits/inline.ts';
+import { emailFor } from '../../src/commits/store.ts';
+import { NO_TARGETS } from '../../src/commits/targets.ts';
+
+const SHA = (n: number) => n.toString(16).padStart(40, '0');
+
+function push(payload: Record<string, unknown>, size: number | null = null) {
+  return {
+    actor: { login: 'mona' },
+    repository: { fullName: 'octo/cat' },
+    ref: 'refs/heads/main',
+    head: 'f'.repeat(40),
+    size,
+    payload,
+  };
+}
+
+describe('inline commits from a hostile payload', () => {
+  it('reads at most 2,048 entries however many are given', () => {
+    const commits = Array.from({ length: 5000 }, (_, i) => ({ sha: SHA(i + 1) }));
+    const r = inlineCommits({ commits })!;
+    expect(r.given).toBe(5000);
+    expect(r.commits).toHaveLength(MAX_INLINE_COMMITS);
+    expect(planCommits(push({ commits }, 5000), NO_TARGETS, false)).toMatchObject({
+      state: 'partial',
+      count: 5000,
+    });
+  });
+
+  it('leaves out entries without a well-formed sha, so the push is partial, not complete', () => {
+    const commits = [
+      { sha: SHA(1) },
+      { sha: 'not-a-sha' },
+      { sha: 'A'.repeat(40) },
+      null,
+      [SHA(5)],
+      { id: SHA(6) },
+    ];
+    const plan = planCommits(push({ commits }, 6), NO_TARGETS, false);
+    expect(plan.state).toBe('partial');
+    expect(plan.commits.map((c) => c.sha)).toEqual([SHA(1), SHA(6)]);
+  });
+
+  it('drops an over-long name or address, cuts an over-long message, ignores non-strings', () => {
+    const [c] = inlineCommits({
+      commits: [
+        {
+          sha: SHA(1),
+          author: { name: 'n'.repeat(1025), email: 42 },
+          message: 'm'.repeat(70_000),
+          distinct: 'yes',
+        },
+      ],
+    })!.commits;
+    expect(c).toEqual({
+      sha: SHA(1),
+      authorName: null,
+      authorEmail: null,
+      message: 'm'.repeat(65_536),
+      distinct: null,
+    });
+  });
+
+  it('a payload whose commits are not an array carries none', () => {
+    expect(inlineCommits({ commits: { 0: { sha: SHA(1) } } })).toBeNull();
+    expect(planCommits(push({ commits: 'x' }, 1), NO_TARGETS, false).state).toBe('skipped');
+  });
+
+  it('a webhook array below the cap is the whole push; at the cap the count is unknown', () => {
+    const commits = (n: number) => Array.from({ length: n }, (_, i) => ({ sha: SHA(i + 1) }));
+    expect(planCommits(push({ commits: commits(0) }), NO_TARGETS, true)).toMatchObject({
+      state: 'complete',
+      count: 0,
+    });
+    expect(planCommits(push({ commits: commits(2048) }), NO_TARGETS, true)).toMatchObject({
+      state: 'partial',
+      count: null,
+    });
+  });
+});
+
+describe('emailFor', () => {
+  it('hashes the trimmed lower-cased address; an empty one is NULL', () => {
+    expect(emailFor(' A@B.org ', 'hash')).toBe(emailFor('a@b.org', 'hash'));
+    expect(emailFor('a@b.org', 'hash')).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(emailFor('   ', 'hash')).toBeNull();
+    expect(emailFor(' A@B.org ', 'keep')).toBe(' A@B.org ');
+    expect(emailFor('a@b.org', 'drop')).toBeNull();
+    expect(emailFor(null, 'keep')).toBeNull();
+  });
+});
