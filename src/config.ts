@@ -6,7 +6,7 @@ import { parseSourcesList } from './ingestion/sources.ts';
 /**
  * Every environment variable the project reads, parsed once into a frozen Config.
  * A bad value stops the process with one line naming the variable (see bin/_main.ts).
- * The keys of ENV_VARS are the public list: README, docker-compose and the compose test
+ * The keys of ENV_VARS are the public list: docs/configuration.md, docker-compose and the compose test
  * check against it.
  */
 
@@ -180,7 +180,7 @@ export const envSchema = z.object({
   GHARCHIVE_URL: archiveUrl.default('https://data.gharchive.org'),
 });
 
-/** Names of every variable the config knows (README and compose checks use this). */
+/** Names of every variable the config knows (the docs drift test and the compose check use this). */
 export const ENV_VARS = Object.keys(envSchema.shape) as (keyof typeof envSchema.shape)[];
 
 export type Env = z.output<typeof envSchema>;
