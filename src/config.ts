@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.ts';
 import { type AppCredentials, parseCredentials } from './github/credential-config.ts';
-import { parseSourcesList } from './ingestion/sources.ts';
+import { parseSourcesList } from './ingestion/source-spec.ts';
 
 /**
  * Every environment variable the project reads, parsed once into a frozen Config.
