@@ -1,12 +1,12 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.ts';
 import { type AppCredentials, parseCredentials } from './github/credential-config.ts';
-import { parseSourcesList } from './ingestion/sources.ts';
+import { parseSourcesList } from './ingestion/source-spec.ts';
 
 /**
  * Every environment variable the project reads, parsed once into a frozen Config.
  * A bad value stops the process with one line naming the variable (see bin/_main.ts).
- * The keys of ENV_VARS are the public list: README, docker-compose and the compose test
+ * The keys of ENV_VARS are the public list: docs/configuration.md, docker-compose and the compose test
  * check against it.
  */
 
@@ -229,7 +229,7 @@ export const envSchema = z.object({
   COMMITS_SHARE: fraction.default(0.5),
 });
 
-/** Names of every variable the config knows (README and compose checks use this). */
+/** Names of every variable the config knows (the docs drift test and the compose check use this). */
 export const ENV_VARS = Object.keys(envSchema.shape) as (keyof typeof envSchema.shape)[];
 
 export type Env = z.output<typeof envSchema>;

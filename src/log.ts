@@ -165,7 +165,7 @@ export function logDestination(
 
 /**
  * The root logger: pino JSON (stderr unless another destination is given). Every line
- * that matters carries an `event` field from the vocabulary in README "Log events".
+ * that matters carries an `event` field from the vocabulary in docs/observability.md "Log events".
  * Authorization headers, tokens and secrets are redacted wherever they appear.
  */
 export function createLogger(

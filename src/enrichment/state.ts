@@ -4,7 +4,7 @@ import { type Claim, stillOurs } from './claim.ts';
 import { ENTITY_TABLES, type EntityClass } from './entity.ts';
 
 /**
- * The entity state machine (README "Enrichment", ADR 0006). Every transition that ends
+ * The entity state machine (docs/sources-and-budget.md "Enrichment", ADR 0006). Every transition that ends
  * an attempt also clears the lease, and only applies while the lease is still ours: a
  * worker whose lease expired mid-request must not overwrite the row's next owner.
  *

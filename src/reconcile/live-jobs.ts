@@ -9,7 +9,7 @@ export const LIVE_STATES = ['created', 'retry', 'active'] as const;
  * Live jobs per queue, read from pg-boss's job table directly. pg-boss's own counts
  * (getQueues / getQueueStats) are served from a cache refreshed about once a minute, which
  * would hide a truncated or drained queue from the reconciler for a tick; this is one
- * indexed read of committed state, the same question the README's `psql` recipe asks.
+ * indexed read of committed state, the same question docs/operations.md's `psql` recipe asks.
  */
 export async function liveJobCounts(
   db: Db,

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 
 /**
- * SQL views for people at a `psql` prompt (README "Operating it"). They are not a
+ * SQL views for people at a `psql` prompt (docs/schema.md "Views for psql"). They are not a
  * migration because queue_overview reads the pg-boss schema, whose name is configurable
  * (PGBOSS_SCHEMA) and which exists only once bin/setup has installed pg-boss; so setup
  * (re)creates all three after the queue install. Drop-and-create in one transaction:

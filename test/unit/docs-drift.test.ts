@@ -1,0 +1,73 @@
+import { readdirSync, statSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { ENV_VARS } from '../../src/config.ts';
+import { ROOT, runBin } from '../support/cli.ts';
+import { docPage, emittedLogEvents, firstCellNames, section } from '../support/docs.ts';
+
+/**
+ * The manual cannot drift from the code (issue 21): every variable the config parses is in
+ * docs/configuration.md and nothing else is; every executable in bin/ and every flag its
+ * --help lists is in docs/cli.md, and the page names no command that does not exist; every
+ * log event the code emits is in docs/observability.md, and the page lists none it does not.
+ * (Tables, views and metrics need a database: test/integration/docs-drift.test.ts.)
+ */
+
+const executables = readdirSync(`${ROOT}bin`).filter((f) => statSync(`${ROOT}bin/${f}`).isFile());
+
+describe('docs/configuration.md', () => {
+  const names = firstCellNames(docPage('configuration.md'));
+
+  it('documents every environment variable the config reads', () => {
+    expect(ENV_VARS.filter((v) => !names.includes(v))).toEqual([]);
+  });
+
+  it('names no variable the config does not read', () => {
+    const known = new Set<string>(ENV_VARS);
+    expect(names.filter((n) => /^[A-Z][A-Z0-9_]+$/.test(n) && !known.has(n))).toEqual([]);
+  });
+});
+
+describe('docs/cli.md', () => {
+  const page = docPage('cli.md');
+  const rows = page.split('\n').filter((l) => l.startsWith('| '));
+
+  it.each(executables)('has bin/%s and every flag of its --help in its row', async (name) => {
+    const mine = rows.filter((l) => new RegExp(`bin/${name}\\b`).test(l.split('|')[1] ?? ''));
+    expect(mine, `docs/cli.md has no row for bin/${name}`).not.toHaveLength(0);
+    const help = await runBin(name, ['--help'], {});
+    expect(help.code, help.err).toBe(0);
+    const flags = [...new Set(help.out.match(/--[a-z][a-z-]+/g) ?? [])].filter(
+      (f) => f !== '--help',
+    );
+    for (const flag of flags) expect(mine.join('\n'), `bin/${name} ${flag}`).toContain(flag);
+  });
+
+  it('names no command that bin/ does not have', () => {
+    const named = [...new Set([...page.matchAll(/\bbin\/([a-z][a-z-]*)/g)].map((m) => m[1]!))];
+    expect(named.filter((n) => n !== 'lib' && !executables.includes(n))).toEqual([]);
+  });
+});
+
+describe('docs/observability.md', () => {
+  const page = docPage('observability.md');
+  const documented = firstCellNames(section(page, 'Log events')).flatMap((cell) =>
+    cell.split(/\s*\/\s*|,\s*/).filter((n) => /^[a-z][a-z0-9_]*\.[a-z0-9_.*]+$/.test(n)),
+  );
+  const { literal, patterns } = emittedLogEvents();
+
+  it('lists every log event the code emits', () => {
+    const missing = [...literal].filter((e) => !documented.includes(e)).sort();
+    expect(missing).toEqual([]);
+    for (const p of patterns) {
+      expect(
+        documented.some((d) => p.test(d)),
+        `no documented event matches ${p}`,
+      ).toBe(true);
+    }
+  });
+
+  it('lists no log event the code does not emit', () => {
+    const emitted = (name: string) => literal.has(name) || patterns.some((p) => p.test(name));
+    expect(documented.filter((d) => !emitted(d))).toEqual([]);
+  });
+});
