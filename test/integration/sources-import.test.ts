@@ -106,7 +106,7 @@ describe('bin/sources import', () => {
     const echoed = r.out.split('\n').find((l) => l.startsWith('  line 8: '))!;
     expect(echoed).not.toContain('\u001b');
     expect(echoed.length).toBeLessThan(ECHO_LINE_MAX);
-    expect(echoed).toMatch(/: repo owner "x{40}…" is not a GitHub login/);
+    expect(echoed).toMatch(/: repo owner "x{40}…"(…\(\d+ characters\))? is not a GitHub login/);
     expect((await sources()).map((s) => [s.kind, s.target])).toEqual([
       ['repo', 'octocat/Hello-World'],
       ['org', 'github'],
