@@ -39,6 +39,10 @@ function deps(env: Record<string, string> = {}): FetchDeps {
     DATABASE_URL: t.url,
     GITHUB_API_URL: fake.url,
     LOG_LEVEL: 'silent',
+    // The clock below never moves, so secondary-limit pacing measured against it would wait
+    // out a full spacing in real time per request; pacing has its own tests
+    // (github-pacing.test.ts), this file counts shares.
+    GITHUB_ENDPOINT_RATE_PER_MINUTE: '0',
     ...env,
   });
   const logger = createLogger('silent');

@@ -7,10 +7,11 @@ import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-
 // holds sources, pushes and a ledger: taken down, filled with rows of the old shape, then
 // brought up again as a deployment upgrading would.
 const MIGRATION = '2026-12-01T1000_commits';
-// Its status indexes follow it (same prefix); they go down and up with it, and so do the
+// The migration right before it in name order is BEFORE. Its status indexes follow it (same
+// prefix); they go down and up with it, and so do the
 // migrations after them (commits-fetch's 2026-12-01T1010).
 const STATUS_INDEXES = '2026-12-01T1000_commits_status';
-const BEFORE = '2026-11-30T1200_gaps_backfill';
+const BEFORE = '2026-12-01T0920_auth_block_reason';
 let s: ScratchDatabase;
 
 async function insertPush(head: string) {

@@ -149,9 +149,10 @@ describe('/status at 10,000 sources', () => {
 
 /**
  * 22 when written: sources take 6 (count, page, counts by state, failing, overdue, latest), the rest of
- * the report the others. A statement per source would be 10,000.
+ * the report the others; the commits section (issue 18) adds its own 5, none per source
+ * (27). A statement per source would be 10,000.
  */
-const STATEMENTS_MAX = 25;
+const STATEMENTS_MAX = 30;
 
 describe('bin/status at 10,000 sources', () => {
   const env = () => ({ DATABASE_URL: t.url, GITHUB_MODE: 'live', LOG_LEVEL: 'silent' });

@@ -15,11 +15,11 @@ export async function seedManySources(
   runsPerSource = 1,
 ): Promise<void> {
   await sql`
-    INSERT INTO event_sources (kind, target, mode, enabled, poll_interval_seconds, next_poll_at,
+    INSERT INTO event_sources (kind, target, mode, enabled, commits_enabled, poll_interval_seconds, next_poll_at,
       consecutive_failures, last_error, last_polled_at)
     SELECT CASE WHEN g % 100 = 0 THEN 'org' ELSE 'repo' END,
       CASE WHEN g % 100 = 0 THEN 'org-' || g ELSE 'owner-' || g || '/repo-' || g END,
-      'live', g % 50 <> 7, 60,
+      'live', g % 50 <> 7, true, 60,
       CASE WHEN g % 61 = 5 THEN ${now}::timestamptz - interval '10 minutes' - g * interval '10 seconds'
            ELSE ${now}::timestamptz + (g % 60) * interval '1 second' END,
       CASE WHEN g % 97 = 3 THEN g % 20 + 1 ELSE 0 END,
