@@ -299,3 +299,18 @@ export async function interruptDeadImports(db: Db): Promise<DeadImport[]> {
   }
   return dead;
 }
+
+/** The checkpoint of reading `source` (one file, from one mirror) for `target`'s scope. */
+export function checkpointKeyFor(
+  source: { key: string; mirror: string; hour: Date | null },
+  target: { scope: string; sourceId: number | null; gapId: number | null },
+): CheckpointKey {
+  return {
+    file: source.key,
+    scope: target.scope,
+    mirror: source.mirror,
+    hour: source.hour,
+    sourceId: target.sourceId,
+    gapId: target.gapId,
+  };
+}

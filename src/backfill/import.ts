@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { systemClock } from '../clock.ts';
 import { LockSpace, unlockSession } from '../db/locks.ts';
 import type { ByteSource } from './archive.ts';
-import { type CheckpointKey, fileLockKey, readCheckpoint, ZERO_COUNTS } from './checkpoints.ts';
+import { checkpointKeyFor, fileLockKey, readCheckpoint, ZERO_COUNTS } from './checkpoints.ts';
 import { checkDeaths } from './deaths.ts';
 import { FileBusy, lockFile } from './file-lock.ts';
 import type {
@@ -46,14 +46,7 @@ export async function importFile(
   const clock = deps.clock ?? systemClock;
   const started = clock.now().getTime();
   const log = deps.logger.child({ file: source.label, scope: target.scope });
-  const key: CheckpointKey = {
-    file: source.key,
-    scope: target.scope,
-    mirror: source.mirror,
-    hour: source.hour,
-    sourceId: target.sourceId,
-    gapId: target.gapId,
-  };
+  const key = checkpointKeyFor(source, target);
   const result: ImportResult = {
     file: source.key,
     label: source.label,

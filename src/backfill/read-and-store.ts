@@ -18,7 +18,7 @@ import {
   advanceCheckpoint,
   type Checkpoint,
   type CheckpointCounts,
-  type CheckpointKey,
+  checkpointKeyFor,
   failCheckpoint,
   readFromAnotherMirror,
   startCheckpoint,
@@ -58,14 +58,7 @@ export async function readAndStore(
   finish: (o: ImportOutcome) => ImportResult,
   log: Logger,
 ): Promise<ImportResult> {
-  const key: CheckpointKey = {
-    file: source.key,
-    scope: target.scope,
-    mirror: source.mirror,
-    hour: source.hour,
-    sourceId: target.sourceId,
-    gapId: target.gapId,
-  };
+  const key = checkpointKeyFor(source, target);
   const fail = async (err: unknown, outcome: ImportOutcome = 'failed') => {
     const e = readError(source.label, err);
     const code = (e as { code?: string }).code ?? 'ERROR';
