@@ -8,6 +8,8 @@ import { type ArchiveServer, startArchiveServer } from '../support/archive-serve
 import { useTestDatabase } from '../support/db.ts';
 import { pushEvent } from '../support/github-factories.ts';
 
+const minuteAgo = () => new Date(Date.now() - 60_000);
+
 /**
  * The worker's fill runner (ADR 0061) as the backfill job calls it: it starts a child only
  * when a gap is due, gets the child's results over IPC, and turns an error in the child
@@ -54,7 +56,9 @@ describe('childFill', () => {
     const from = new Date(to.getTime() - 20 * 60_000);
     await t.db
       .insertInto('gaps')
-      .values({ source_id: source.id, from_at: from, to_at: to })
+      // Due a minute ago: the column's default, the database's now(), can be microseconds
+      // past the millisecond clock that asks which gaps are due.
+      .values({ source_id: source.id, from_at: from, to_at: to, next_attempt_at: minuteAgo() })
       .execute();
     for (let h = -2; h <= 3; h++)
       archive.setHour(hourOf(new Date(to.getTime() + h * 3_600_000)).name, []);
@@ -76,7 +80,12 @@ describe('childFill', () => {
     const to = hourOf(new Date(Date.now() - 4 * 86_400_000)).start;
     await t.db
       .insertInto('gaps')
-      .values({ source_id: source.id, from_at: new Date(to.getTime() - 60_000), to_at: to })
+      .values({
+        source_id: source.id,
+        from_at: new Date(to.getTime() - 60_000),
+        to_at: to,
+        next_attempt_at: minuteAgo(),
+      })
       .execute();
     // A database the child cannot reach (the parent's probe used its own pool).
     const failed = childFill('postgres://postgres@127.0.0.1:1/nowhere')(deps(), pass());
