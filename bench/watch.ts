@@ -120,9 +120,9 @@ export async function benchWatch(database: BenchDatabase, results: ResultLog): P
     const etag = probe.headers.get('etag');
     fake.reset();
     await sql`
-      INSERT INTO event_sources (kind, target, mode, etag, poll_interval_seconds, next_poll_at,
-        last_polled_at)
-      SELECT 'repo', 'watch-org/repo-' || g, 'live', ${etag}, ${POLL_INTERVAL_SECONDS},
+      INSERT INTO event_sources (kind, target, mode, commits_enabled, etag, poll_interval_seconds,
+        next_poll_at, last_polled_at)
+      SELECT 'repo', 'watch-org/repo-' || g, 'live', true, ${etag}, ${POLL_INTERVAL_SECONDS},
         CASE WHEN g <= ${ROUND}::int THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END,
         now() - interval '1 minute'
       FROM generate_series(1, ${SOURCES}::int) g`.execute(database.db);
@@ -215,8 +215,8 @@ export async function benchWatch(database: BenchDatabase, results: ResultLog): P
       );
     }
     await sql`
-      INSERT INTO event_sources (kind, target, mode, next_poll_at)
-      SELECT 'repo', 'watch-org/page-' || g, 'live', now() - interval '1 minute'
+      INSERT INTO event_sources (kind, target, mode, commits_enabled, next_poll_at)
+      SELECT 'repo', 'watch-org/page-' || g, 'live', true, now() - interval '1 minute'
       FROM generate_series(1, ${PAGE_SOURCES}::int) g`.execute(database.db);
     const paged = await pollRound(database, fake.url, tokens);
     const pages = paged.summaries.reduce((n, s) => n + s.pagesFetched, 0);
