@@ -55,16 +55,18 @@ export async function finalizeSuccess(
   const interval = state.pollInterval ?? source.poll_interval_seconds;
   // The next poll by this source's expected counted cost (ADR 0081): an idle feed at its
   // X-Poll-Interval, a busy one within its share of the poll allowance.
-  const plan = await planSourcePoll(
-    deps,
-    source,
-    { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
-    now,
-  );
-  const nextPollAt = plan.nextPollAt;
   const status = state.notModified ? 'not_modified' : 'completed';
-  const gap = await lock.db.transaction().execute(async (trx) => {
+  const { gap, plan } = await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
+    // Planned in the finalize's own transaction: its reads (the pool's poll allowance, the
+    // fleet's costs) cost no commit of their own on the path every 304 takes.
+    const plan = await planSourcePoll(
+      { ...deps, db: trx },
+      source,
+      { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
+      now,
+    );
+    const nextPollAt = plan.nextPollAt;
     await trx
       .updateTable('ingestion_runs')
       .set({ ...runCounters(state), status, finished_at: now })
@@ -91,8 +93,8 @@ export async function finalizeSuccess(
       .execute();
     // The window this run could not read, for the archive to fill (ADR 0041). In the same
     // transaction as the run's completion: a completed run with a gap always has its row.
-    return state.gap
-      ? recordGap(trx, {
+    const gap = state.gap
+      ? await recordGap(trx, {
           sourceId: Number(source.id),
           runId: state.runId,
           heldIds: source.recent_event_ids,
@@ -102,7 +104,9 @@ export async function finalizeSuccess(
           now,
         })
       : null;
+    return { gap, plan };
   });
+  const nextPollAt = plan.nextPollAt;
   faultPoint('ingest.after_finalize');
   if (gap) logGapsRecorded(log, gap, ids);
   const summary = summaryOf(source, state, status, nextPollAt);
