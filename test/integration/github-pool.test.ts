@@ -305,6 +305,13 @@ describe('polling through the pool', () => {
     for (let i = 0; i < n; i++) {
       const target = `pool-${tag}-${i}/feed`;
       const { source } = await addSource(t.db, { kind: 'repo', target }, 'live');
+      // Due a minute ago: the column's default, the database's now(), can be microseconds
+      // past the millisecond clock that asks which sources are due.
+      await t.db
+        .updateTable('event_sources')
+        .set({ next_poll_at: new Date(Date.now() - 60_000) })
+        .where('id', '=', source.id)
+        .execute();
       fake.addEvents(`repo:${target}`, [pushEvent()]);
       ids.push(Number(source.id));
     }
