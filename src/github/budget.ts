@@ -24,6 +24,7 @@ import {
 } from './budget-types.ts';
 import { defaultQuota } from './credential.ts';
 import { ASYNC_COMMIT, type ReservationRow, UNSPECIFIED_PATH } from './ledger.ts';
+import { routeTemplate } from './pacing.ts';
 
 export {
   allowanceFor,
@@ -117,13 +118,22 @@ async function pickAndLock(
   purpose: RequestPurpose,
   now: Date,
   exclude: ReadonlySet<string>,
+  path: string | undefined,
 ) {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
+  // The endpoint's next pacing slot on each credential (ADR 0082): a free request (a 304
+  // leaves the room unchanged) must not keep going to the credential with the most room while
+  // it waits for its slot and the others idle.
+  const endpoint = path && path !== UNSPECIFIED_PATH ? routeTemplate(path) : null;
   const r = await sql<StateRow & { picked: string | null }>`
     WITH ${stateCtes(candidates, now)},
     pick AS (
-      SELECT st.credential, st.lock_key FROM st WHERE ${allowsSql(purpose, policy.share, now)}
-      ORDER BY st.open, ${roomSql(purpose, policy.share)} DESC, random() LIMIT 1
+      SELECT st.credential, st.lock_key FROM st
+      LEFT JOIN github_endpoint_pace pace
+        ON pace.credential = st.credential AND pace.endpoint = ${endpoint}::text
+      WHERE ${allowsSql(purpose, policy.share, now)}
+      ORDER BY st.open, GREATEST(pace.next_at, ${now}::timestamptz),
+        ${roomSql(purpose, policy.share)} DESC, random() LIMIT 1
     ),
     locked AS (
       SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l FROM pick
@@ -178,7 +188,14 @@ export async function reserve(
   const refused: Refusal[] = [];
   for (;;) {
     const out = await within(async (trx) => {
-      const { picked, refusals } = await pickAndLock(trx, policy, purpose, meta.now, lost);
+      const { picked, refusals } = await pickAndLock(
+        trx,
+        policy,
+        purpose,
+        meta.now,
+        lost,
+        meta.path,
+      );
       if (!picked) return { final: true, d: poolRefusal([...refused, ...refusals]) } as const;
       const d = await reserveOn(trx, picked, share, purpose, meta);
       return { final: d.ok, d } as const;

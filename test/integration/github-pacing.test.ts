@@ -24,20 +24,30 @@ afterEach(async () => {
 const resetAt = () => String(Math.floor(Date.parse('2026-01-01T02:00:00Z') / 1000));
 
 function world(
-  o: { env?: Record<string, string>; answer?: (n: number) => RawResponse | null } = {},
+  o: {
+    env?: Record<string, string>;
+    answer?: (n: number) => RawResponse | null;
+    /** The quota GitHub reports for a request's Authorization header (default 5,000). */
+    quotaOf?: (authorization: string | null) => number;
+  } = {},
 ) {
   const clock = fixedClock('2026-01-01T00:00:00Z');
-  const sent: { at: number; path: string }[] = [];
+  const sent: { at: number; path: string; authorization: string | null }[] = [];
   const transport: Transport = {
     async send(req) {
-      sent.push({ at: clock.now().getTime(), path: req.path });
+      sent.push({
+        at: clock.now().getTime(),
+        path: req.path,
+        authorization: req.authorization ?? null,
+      });
       const custom = o.answer?.(sent.length);
       if (custom) return custom;
+      const quota = String(o.quotaOf?.(req.authorization ?? null) ?? 5000);
       return {
         status: 304,
         headers: {
-          'x-ratelimit-limit': '5000',
-          'x-ratelimit-remaining': '5000',
+          'x-ratelimit-limit': quota,
+          'x-ratelimit-remaining': quota,
           'x-ratelimit-reset': resetAt(),
         },
         body: null,
@@ -46,7 +56,11 @@ function world(
     },
   };
   const gh = createGitHubClient({
-    config: testConfig(t, { apiUrl: 'https://api.github.test', env: o.env }),
+    config: testConfig(t, {
+      apiUrl: 'https://api.github.test',
+      env: o.env,
+      ...(o.env?.GITHUB_TOKENS ? { token: null } : {}),
+    }),
     db: t.db,
     databaseUrl: t.url,
     logger: createLogger('silent'),
@@ -89,6 +103,37 @@ describe('route templates', () => {
     expect(routeTemplate('/repos/a/b/commits/main')).toBe('/repos/{owner}/{repo}/commits/{ref}');
     expect(routeTemplate('/events?per_page=100')).toBe('/events');
     expect(routeTemplate('/')).toBe('/');
+  });
+});
+
+describe('pacing a pool', () => {
+  it('free requests go to the credential whose slot comes first, not to the one with the most room', async () => {
+    // One token reports a far larger quota, so it always has the most room; 304s never spend
+    // it. Choosing by room alone sent every poll to it, one spacing apart: a quarter of the
+    // pool's rate (the watch bench's 45 polls/s on 16 tokens).
+    const tokens = ['big', 'a', 'b', 'c'].map((k) => `ghp_pace_${k}_${Math.random()}`);
+    const { gh, sent } = world({
+      env: { GITHUB_TOKENS: tokens.join(',') },
+      quotaOf: (auth) => (auth?.includes('ghp_pace_big') ? 10_000_000 : 5000),
+    });
+    const n = 200;
+    for (let i = 0; i < n; i++) {
+      await gh.request({ purpose: 'poll', path: `/repos/o/r${i}/events?per_page=100&page=1` });
+    }
+    const spacing = 60_000 / 900;
+    // Four credentials, each paced on its own: n requests take about n / 4 spacings.
+    const span = sent.at(-1)!.at - sent[0]!.at;
+    expect(span).toBeLessThanOrEqual((n / tokens.length) * spacing + 1_000);
+    const byToken = new Map<string, number>();
+    for (const s of sent) byToken.set(s.authorization!, (byToken.get(s.authorization!) ?? 0) + 1);
+    expect(byToken.size).toBe(tokens.length);
+    for (const count of byToken.values())
+      expect(count).toBeGreaterThanOrEqual(n / tokens.length - 5);
+    // Still within the limit on each credential.
+    for (const token of tokens) {
+      const mine = sent.filter((s) => s.authorization?.includes(token));
+      expect(busiestMinute(mine, '/repos/{owner}/{repo}/events')).toBeLessThanOrEqual(900);
+    }
   });
 });
 
