@@ -170,6 +170,8 @@ export async function reserve(
    * transaction): the budget locks are held, and the row committed, with it.
    */
   inTransaction = false,
+  /** Credentials not to choose (a pool only; never all of them). */
+  skip: ReadonlySet<string> = new Set(),
 ): Promise<BudgetDecision> {
   const { credentials, share } = policy;
   const within = <T>(fn: (trx: Trx) => Promise<T>): Promise<T> =>
@@ -184,7 +186,7 @@ export async function reserve(
       return reserveOn(trx, cred, share, purpose, meta);
     });
   }
-  const lost = new Set<string>();
+  const lost = new Set<string>(skip);
   const refused: Refusal[] = [];
   for (;;) {
     const out = await within(async (trx) => {
@@ -204,7 +206,7 @@ export async function reserve(
     // Another process took the chosen credential's last request first: try the others.
     lost.add(out.d.credential);
     refused.push(out.d);
-    if (lost.size >= credentials.length) return poolRefusal(refused);
+    if (lost.size >= credentials.length) return poolRefusal(refused.length ? refused : [out.d]);
   }
 }
 

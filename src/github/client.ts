@@ -1,5 +1,7 @@
+import { sql } from 'kysely';
 import { type Clock, systemClock } from '../clock.ts';
 import type { Config } from '../config.ts';
+import { int4Key, LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
@@ -44,9 +46,13 @@ import {
   TransportFailure,
 } from './transport.ts';
 import type {
+  GateHolder,
   GitHubClient,
   GitHubRequest,
   GitHubResponse,
+  HeldAnswer,
+  HeldDecision,
+  HeldRequest,
   PoolDecision,
   PoolRefusal,
   Reservation,
@@ -393,29 +399,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
               `github_requests ${id} is not an open reservation (already used, released or swept)`,
             );
           }
-          // Marked sent (it may spend quota from here on), not sent yet.
-          faultPoint('github.after_sent');
-          // Spread within the secondary limit: this endpoint's slot on this credential.
-          const wait = slot.getTime() - clock.now().getTime();
-          if (wait > 0) await sleep(wait);
-          // The header right before sending, once the gate is ours: an installation token is
-          // checked (and replaced when due) after any wait for the gate, never before it.
-          let auth: Authorization;
-          try {
-            auth = await cred.authorize();
-          } catch (err) {
-            return { unauthorized: err };
-          }
-          const started = Date.now();
-          let raw: RawResponse | null = null;
-          let retried = false;
-          let failure: unknown = null;
-          try {
-            ({ raw, retried } = await sendAs(cred, auth, { path, etag: req.etag ?? null }));
-          } catch (err) {
-            failure = err;
-          }
-          return conclude<T>(path, id, credential, raw, failure, retried, started);
+          return sendOnce<T>(cred, path, id, slot, req.etag ?? null);
         },
         {
           // Marked sent (and its pacing slot taken) in the lock's own statement.
@@ -443,7 +427,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       // No token, so nothing was sent: the reservation went back unspent.
       throw await authorizationFailed(cred, path, outcome.unauthorized);
     }
-    const { answer, settlement, durationMs, rateLimit, retried, result, accepted } = outcome;
+    const { answer, settlement, rateLimit, result, accepted } = outcome;
     let { error } = outcome;
     const now = settlement.now;
     // A 403/429 blocks the credential for every process until GitHub's retry-after/reset;
@@ -470,6 +454,21 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       await clearAuthFailures(db, credential);
     }
 
+    logRequest(req, path, id, credential, outcome, error);
+    if (error) throw error;
+    return result!;
+  }
+
+  /** The debug line every answered request writes (github.request). */
+  function logRequest(
+    req: { purpose: RequestPurpose; jobId?: string | null },
+    path: string,
+    id: number,
+    credential: string,
+    o: Sent<unknown>,
+    error: unknown,
+  ) {
+    const { answer, settlement, durationMs, rateLimit, retried } = o;
     (req.jobId ? logger.child({ job_id: req.jobId }) : logger).debug(
       {
         event: 'github.request',
@@ -487,8 +486,212 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       },
       `GET ${path} → ${answer?.status ?? 'no answer'}`,
     );
-    if (error) throw error;
-    return result!;
+  }
+
+  /**
+   * Send with the credential's header, once the gate is held and the row marked sent: what
+   * came back, or that no header could be had (nothing sent). Shared by the gate path and the
+   * held one.
+   */
+  async function sendOnce<T>(
+    cred: Credential,
+    path: string,
+    id: number,
+    slot: Date,
+    etag: string | null,
+  ): Promise<Sent<T> | Unauthorized> {
+    // Marked sent (it may spend quota from here on), not sent yet.
+    faultPoint('github.after_sent');
+    // Spread within the secondary limit: this endpoint's slot on this credential.
+    const wait = slot.getTime() - clock.now().getTime();
+    if (wait > 0) await sleep(wait);
+    // The header right before sending, once the gate is ours: an installation token is
+    // checked (and replaced when due) after any wait for the gate, never before it.
+    let auth: Authorization;
+    try {
+      auth = await cred.authorize();
+    } catch (err) {
+      return { unauthorized: err };
+    }
+    const started = Date.now();
+    let raw: RawResponse | null = null;
+    let retried = false;
+    let failure: unknown = null;
+    try {
+      ({ raw, retried } = await sendAs(cred, auth, { path, etag }));
+    } catch (err) {
+      failure = err;
+    }
+    return conclude<T>(path, id, cred.label, raw, failure, retried, started);
+  }
+
+  /** What a held answer carries for settleHeld. */
+  interface HeldInternal {
+    cred: Credential;
+    outcome: Sent<unknown> | Unauthorized;
+    purpose: RequestPurpose;
+    jobId: string | null;
+  }
+
+  /**
+   * Reserve in `trx` and hold the chosen credential's gate. When that gate is busy (another
+   * poll chose the same credential from the same snapshot), the reservation is taken back in
+   * the same transaction and another credential tried, twice at most; then the last
+   * reservation is kept unheld, for request() to send through the gate as usual.
+   */
+  async function reserveHeld(
+    purpose: RequestPurpose,
+    holder: GateHolder,
+    trx: Db,
+    meta: { path: string; jobId?: string | null; runId?: number | null },
+  ): Promise<HeldDecision> {
+    const path = encodePath(meta.path);
+    const busy = new Set<string>();
+    for (;;) {
+      const d = await reserve(
+        trx,
+        policy,
+        purpose,
+        { path, jobId: meta.jobId, runId: meta.runId, now: clock.now() },
+        true,
+        busy,
+      );
+      if (!d.ok) {
+        // Everyone else refuses: the busy credentials still have room; wait for one's gate.
+        if (busy.size > 0) return reserveHeldWithout(purpose, trx, path, meta);
+        return explain(d);
+      }
+      const held = await hold(holder, trx, d.reservation, meta);
+      if (held || busy.size >= 2 || busy.size + 1 >= pool.length) {
+        return { ok: true, reservation: d.reservation, held };
+      }
+      busy.add(d.reservation.credential);
+      await sql`DELETE FROM github_requests WHERE id = ${String(d.reservation.id)}
+        AND outcome = 'reserved'`.execute(trx);
+    }
+  }
+
+  /** A plain reservation (no gate held), for reserveHeld once the credentials it tried were busy. */
+  async function reserveHeldWithout(
+    purpose: RequestPurpose,
+    trx: Db,
+    path: string,
+    meta: { jobId?: string | null; runId?: number | null },
+  ): Promise<HeldDecision> {
+    const d = await tryReserve(purpose, { path, jobId: meta.jobId, runId: meta.runId, trx });
+    return d.ok ? { ok: true, reservation: d.reservation, held: null } : d;
+  }
+
+  async function hold(
+    holder: GateHolder,
+    trx: Db,
+    reservation: Reservation,
+    meta: { path: string; jobId?: string | null; runId?: number | null },
+  ): Promise<HeldRequest | null> {
+    if (!byLabel.has(reservation.credential)) return null;
+    const path = encodePath(meta.path);
+    const gateKey = int4Key(reservation.credential);
+    // A session holds one gate at a time: advisory locks are re-entrant, so a second take of
+    // the same one would "succeed" and put two requests in flight.
+    if (holder.gates.size > 0) return null;
+    // Recorded before the try: should the statement fail after taking it, the holder still
+    // knows to release it.
+    holder.gates.add(gateKey);
+    const r = await sentStatement(
+      sql`locked AS (SELECT 1 AS l WHERE pg_try_advisory_lock(${LockSpace.gate}, ${gateKey}))`,
+      reservation.id,
+      {
+        credential: reservation.credential,
+        path,
+        method: 'GET',
+        now: clock.now(),
+        spacingMs: spacing,
+        jobId: meta.jobId,
+        runId: meta.runId,
+      },
+    ).execute(trx);
+    if (r.rows.length === 0) {
+      holder.gates.delete(gateKey);
+      return null;
+    }
+    const slot = r.rows[0]!.slot;
+    if (!slot) throw new Error(`github_requests ${reservation.id} is not an open reservation`);
+    return { reservation, path, slot: new Date(slot), gateKey };
+  }
+
+  async function sendHeld<T>(
+    held: HeldRequest,
+    req: { etag?: string | null; jobId?: string | null },
+  ): Promise<HeldAnswer<T>> {
+    const cred = byLabel.get(held.reservation.credential)!;
+    const id = held.reservation.id;
+    const outcome = await sendOnce<T>(cred, held.path, id, held.slot, req.etag ?? null);
+    const internal: HeldInternal = {
+      cred,
+      outcome: outcome as Sent<unknown> | Unauthorized,
+      purpose: held.reservation.purpose,
+      jobId: req.jobId ?? null,
+    };
+    if ('unauthorized' in outcome)
+      return { held, response: null, error: outcome.unauthorized, internal };
+    return {
+      held,
+      response: outcome.error ? null : outcome.result!,
+      error: outcome.error,
+      internal,
+    };
+  }
+
+  async function settleHeld<T>(
+    holder: GateHolder,
+    trx: Db,
+    answer: HeldAnswer<T>,
+  ): Promise<{ response: GitHubResponse<T>; error: null } | { response: null; error: unknown }> {
+    const { held } = answer;
+    const { cred, outcome, purpose, jobId } = answer.internal as HeldInternal;
+    const id = held.reservation.id;
+    const credential = cred.label;
+    const path = held.path;
+    const unlock = sql`pg_advisory_unlock(${LockSpace.gate}, ${held.gateKey})`;
+    const released = () => holder.gates.delete(held.gateKey);
+    if ('unauthorized' in outcome) {
+      await unsendAndUnlock(
+        id,
+        (outcome.unauthorized as Error).message,
+        clock.now(),
+        unlock,
+      ).execute(trx);
+      released();
+      return { response: null, error: await authorizationFailed(cred, path, outcome.unauthorized) };
+    }
+    const { settlement, accepted, rateLimit, answer: raw } = outcome;
+    let error = outcome.error;
+    if (error instanceof RateLimited) {
+      await settle(trx, id, settlement, credential);
+      await recordBlock(trx, credential, error.retryAt, cred.defaultQuota);
+      await sql`SELECT ${unlock}`.execute(trx);
+    } else if (error instanceof GitHubAuthFailed) {
+      cred.invalidate();
+      await settle(trx, id, settlement, credential);
+      const said = errorMessage(raw?.body ?? null) || 'Bad credentials';
+      const block = await recordAuthFailure(
+        trx,
+        credential,
+        settlement.now,
+        cred.defaultQuota,
+        `HTTP 401: ${said}`,
+      );
+      await sql`SELECT ${unlock}`.execute(trx);
+      error = new GitHubAuthFailed(path, block, credential);
+    } else {
+      await settleAndUnlock(trx, id, settlement, credential, accepted, unlock).execute(trx);
+      if (accepted && !rateLimit) await clearAuthFailures(trx, credential);
+    }
+    released();
+    logRequest({ purpose, jobId }, path, id, credential, outcome, error);
+    return error
+      ? { response: null, error }
+      : { response: outcome.result as GitHubResponse<T>, error: null };
   }
 
   return {
@@ -500,6 +703,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       return d.ok ? d.reservation : null;
     },
     tryReserve,
+    reserveHeld,
+    hold,
+    sendHeld,
+    settleHeld,
     async release(reservation) {
       await releaseReservation(db, reservation.id, 'released unused', clock.now());
     },

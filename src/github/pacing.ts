@@ -66,7 +66,8 @@ export function spacingMs(ratePerMinute: number): number {
  * ledger row `id` sent and, with pacing on, takes the credential's next slot for the
  * request's endpoint (`now` or later, one spacing after the slot before it) as its sent_at
  * — one round trip, one transaction, once the gate is held. Selects `slot`: null when `id`
- * was not an open reservation (a slot taken then is only a little more spacing).
+ * was not an open reservation (a slot taken then is only a little more spacing). No row at
+ * all when `locked` has none (a try-lock that failed): nothing is written then.
  */
 export function sentStatement(
   locked: RawBuilder<unknown>,
@@ -105,7 +106,7 @@ export function sentStatement(
       SET outcome = 'sent', path = ${at.path}, method = ${at.method}, sent_at = ${slot},
           job_id = COALESCE(${at.jobId ?? null}::text, job_id),
           run_id = COALESCE(${at.runId ?? null}::bigint, run_id)
-      WHERE id = ${String(id)} AND outcome = 'reserved'
+      WHERE id = ${String(id)} AND outcome = 'reserved' AND EXISTS (SELECT 1 FROM locked)
       RETURNING sent_at
     )
     SELECT (SELECT sent_at FROM sent) AS slot FROM locked`;

@@ -58,6 +58,44 @@ export type PoolRefusal = BudgetRefusal & { rejected?: readonly AuthBlock[] };
 
 export type PoolDecision = Extract<BudgetDecision, { ok: true }> | PoolRefusal;
 
+/**
+ * A request reserved in the caller's transaction whose credential's gate the caller's
+ * session now holds, marked sent with its pacing slot in that same transaction (ADR 0082):
+ * once it commits, the request may leave at `slot`. Its answer is settled, and the gate
+ * released, by a later transaction of the same session (settleHeld).
+ */
+export interface HeldRequest {
+  reservation: Reservation;
+  /** The path as sent (encoded). */
+  path: string;
+  /** When it may leave (the endpoint's pacing slot on this credential). */
+  slot: Date;
+  /** The gate's advisory lock key, held by the caller's session until settleHeld. */
+  gateKey: number;
+}
+
+/** reserveHeld's answer: refused, reserved and held, or reserved only (the gate was busy). */
+export type HeldDecision =
+  | PoolRefusal
+  | { ok: true; reservation: Reservation; held: HeldRequest | null };
+
+/** What came back for a held request, not yet written anywhere (settleHeld writes it). */
+export interface HeldAnswer<T = unknown> {
+  readonly held: HeldRequest;
+  /** The response, when the answer is one (2xx, 304, 404, 410, 422); else null. */
+  readonly response: GitHubResponse<T> | null;
+  /** The error the answer stands for (5xx, 401, 403/429, timeout, no token...), else null. */
+  readonly error: unknown;
+  /** @internal what settleHeld needs */
+  readonly internal: unknown;
+}
+
+/** The session a held request's gate lives on: the keys it may hold (ADR 0082). */
+export interface GateHolder {
+  db: Db;
+  gates: Set<number>;
+}
+
 export interface GitHubClient {
   /** The first credential's label: with a single credential (the usual case), the one. */
   readonly credential: string;
@@ -103,6 +141,45 @@ export interface GitHubClient {
    * is left to try: PoolRejected), FixtureMiss (fixture mode).
    */
   request<T = unknown>(req: GitHubRequest): Promise<GitHubResponse<T>>;
+  /**
+   * tryReserve() in `holder`'s transaction `trx` and, when the chosen credential's gate is
+   * free, take it on that session and mark the request sent with its pacing slot — so a poll's
+   * first transaction also carries its request's sent mark (ADR 0082). The gate is a session
+   * lock: it outlives the transaction, and `holder.gates` records it before it is taken.
+   * `held: null`: the gate was busy; send the reservation with request() as usual.
+   */
+  reserveHeld(
+    purpose: RequestPurpose,
+    holder: GateHolder,
+    trx: Db,
+    meta: { path: string; jobId?: string | null; runId?: number | null },
+  ): Promise<HeldDecision>;
+  /**
+   * The second half of reserveHeld, for a reservation made earlier in the same transaction
+   * (a poll reserves, opens its run, then holds): null when the gate is busy, or when the
+   * holder already holds one.
+   */
+  hold(
+    holder: GateHolder,
+    trx: Db,
+    reservation: Reservation,
+    meta: { path: string; jobId?: string | null; runId?: number | null },
+  ): Promise<HeldRequest | null>;
+  /** Send a held request once its transaction committed: waits for its slot; writes nothing. */
+  sendHeld<T = unknown>(
+    held: HeldRequest,
+    req: { etag?: string | null; jobId?: string | null },
+  ): Promise<HeldAnswer<T>>;
+  /**
+   * Write a held request's answer in `trx` (a transaction of the holder's session): the ledger
+   * row, the rate-limit row, any block; and release its gate in the same statement. Nothing
+   * is thrown for the answer itself: `error` is what request() would have thrown.
+   */
+  settleHeld<T>(
+    holder: GateHolder,
+    trx: Db,
+    answer: HeldAnswer<T>,
+  ): Promise<{ response: GitHubResponse<T>; error: null } | { response: null; error: unknown }>;
   /** The pool's total (BudgetSnapshot fields) and each credential's budget (`credentials`). */
   budget(): Promise<PoolBudget>;
   close(): Promise<void>;

@@ -1,7 +1,13 @@
 import type { EventSource } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
-import { GitHubRequestFailed } from '../github/errors.ts';
-import type { Reservation } from '../github/types.ts';
+import { BudgetExhausted, GitHubAuthFailed, GitHubRequestFailed } from '../github/errors.ts';
+import type {
+  GitHubRequest,
+  GitHubResponse,
+  HeldRequest,
+  PoolRefusal,
+  Reservation,
+} from '../github/types.ts';
 import type { Logger } from '../log.ts';
 import { logRejected } from '../quarantine/rejected-events.ts';
 import { heldBefore } from './horizon.ts';
@@ -9,6 +15,7 @@ import { mapEventsPage } from './mapping.ts';
 import { storePage } from './page-store.ts';
 import { type RunState, runCounters } from './run-state.ts';
 import type { IngestionDeps, PollOptions } from './run-summary.ts';
+import { type Opened, type SourceSession, settlePending } from './source-session.ts';
 import { feedPath } from './sources.ts';
 
 /**
@@ -29,12 +36,55 @@ function isWindowEnd(page: number, status: number): boolean {
   return page > 1 && status === 422;
 }
 
+/**
+ * One page's request. Held (ADR 0082): sent on the gate its reservation's transaction took;
+ * an answer that is data (200, a 304, the feed's end) is written by the next transaction of
+ * the poll's session — the page's store or the finalize — and anything else at once, in a
+ * transaction of its own. Not held (the gate was busy, or a later page): request() as before.
+ */
+async function requestPage(
+  deps: IngestionDeps,
+  lock: SourceSession,
+  req: GitHubRequest,
+  held: HeldRequest | null,
+  page: number,
+  log: Logger,
+): Promise<GitHubResponse> {
+  if (!held) return deps.github.request(req);
+  const answer = await deps.github.sendHeld(held, req);
+  const status = answer.response?.status;
+  if (status === 200 || status === 304 || (status !== undefined && isWindowEnd(page, status))) {
+    lock.unsettled = answer;
+    return answer.response!;
+  }
+  const { response, error } = await lock.db
+    .transaction()
+    .execute((trx) => deps.github.settleHeld(lock, trx, answer));
+  faultPoint('github.after_settle');
+  if (error instanceof GitHubAuthFailed && deps.github.credentials.length > 1) {
+    // As request() does in a pool: that credential is blocked, the same page goes to another.
+    log.warn(
+      {
+        event: 'github.credential_rejected',
+        credential: error.credential,
+        path: req.path,
+        retry_at: error.retryAt?.toISOString() ?? null,
+      },
+      `GitHub rejected ${error.credential} (401) on ${req.path}; it is blocked until ${error.retryAt?.toISOString()}, trying another credential`,
+    );
+    return deps.github.request({ ...req, reservation: undefined });
+  }
+  if (error) throw error;
+  return response!;
+}
+
 export async function fetchPages(
   deps: IngestionDeps,
+  lock: SourceSession,
   source: EventSource,
   state: RunState,
   opts: PollOptions,
-  firstPage: Reservation,
+  opened: Pick<Opened, 'firstPage' | 'firstHeld'>,
   log: Logger,
 ): Promise<void> {
   const horizon = new Set(source.recent_event_ids);
@@ -43,19 +93,32 @@ export async function fetchPages(
   const hasHorizon = horizon.size > 0 || source.last_polled_at !== null;
   let reachedHorizon = false;
   let feedEnded = false;
+  // The next page's request, reserved (and held when its gate was free) in the store of the
+  // page before it.
+  let next: { reservation: Reservation; held: HeldRequest | null } | null = {
+    reservation: opened.firstPage,
+    held: opened.firstHeld,
+  };
 
   for (let page = 1; page <= MAX_PAGES; page++) {
     const path = pagePath(source, page);
-    let res: Awaited<ReturnType<typeof deps.github.request>>;
+    let res: GitHubResponse;
     try {
-      res = await deps.github.request({
-        purpose: 'poll',
-        path,
-        etag: page === 1 ? source.etag : null,
-        ...(page === 1 ? { reservation: firstPage } : {}),
-        jobId: opts.jobId ?? null,
-        runId: state.runId,
-      });
+      res = await requestPage(
+        deps,
+        lock,
+        {
+          purpose: 'poll',
+          path,
+          etag: page === 1 ? source.etag : null,
+          ...(next ? { reservation: next.reservation } : {}),
+          jobId: opts.jobId ?? null,
+          runId: state.runId,
+        },
+        next?.held ?? null,
+        page,
+        log,
+      );
     } catch (err) {
       if (err instanceof GitHubRequestFailed && isWindowEnd(page, err.status)) {
         feedEnded = true;
@@ -63,6 +126,7 @@ export async function fetchPages(
       }
       throw err;
     }
+    next = null;
     if (res.counted) state.requestsSpent++;
     if (page === 1) {
       state.pollInterval = res.pollInterval;
@@ -85,14 +149,20 @@ export async function fetchPages(
     const held = hasHorizon
       ? await heldBefore(deps.db, Number(source.id), horizon, mapped.eventIds)
       : new Set<string>();
+    // Known before the store: whether another page follows (its reservation rides in it).
+    const wantsNext = held.size === 0 && mapped.size >= PER_PAGE && page < MAX_PAGES;
+    let refused: PoolRefusal | null = null;
 
     // Counters advance only once the page is committed, so a failed page is not counted.
+    // On the poll's own session (ADR 0082): the page's answer is settled, its gate released,
+    // and the next page reserved (and held) in the page's own transaction.
     const { stored, result: counted } = await storePage(
-      deps.db,
+      lock.db,
       mapped,
       { sourceId: source.id, runId: state.runId, commitEmails: deps.config.commits.emails },
       async (trx, stored) => {
-        const next: RunState = {
+        await settlePending(deps, lock, trx);
+        const after: RunState = {
           ...state,
           pagesFetched: state.pagesFetched + 1,
           eventsSeen: state.eventsSeen + mapped.size,
@@ -105,12 +175,26 @@ export async function fetchPages(
         };
         await trx
           .updateTable('ingestion_runs')
-          .set(runCounters(next))
+          .set(runCounters(after))
           .where('id', '=', String(state.runId))
           .execute();
-        return next;
+        next = null;
+        refused = null;
+        if (wantsNext) {
+          // Last, so the credential's budget lock is held only from here to the commit.
+          const d = await deps.github.reserveHeld('poll', lock, trx, {
+            path: pagePath(source, page + 1),
+            jobId: opts.jobId ?? null,
+            runId: state.runId,
+          });
+          if (d.ok) next = { reservation: d.reservation, held: d.held };
+          else refused = d;
+        }
+        return after;
       },
     );
+    lock.unsettled = null;
+    faultPoint('github.after_settle');
     Object.assign(state, counted);
     state.eventIds.push(...mapped.eventIds);
     logRejected(log, stored.firstSeen, { job_id: opts.jobId ?? undefined });
@@ -135,6 +219,10 @@ export async function fetchPages(
     if (mapped.size < PER_PAGE) {
       feedEnded = true;
       break;
+    }
+    if (refused) {
+      const no: PoolRefusal = refused;
+      throw new BudgetExhausted('poll', no.retryAt, no.reason, no.blockReason, no.rejected);
     }
   }
   state.gap = hasHorizon && !reachedHorizon && !feedEnded;

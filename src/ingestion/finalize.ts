@@ -10,24 +10,16 @@ import { classifyFailure } from './failures.ts';
 import { mergeRecentIds } from './horizon.ts';
 import { type RunState, runCounters, summaryOf } from './run-state.ts';
 import type { IngestionDeps, RunSummary } from './run-summary.ts';
-import { planSourcePoll } from './schedule.ts';
+import { type FleetCache, planSourcePoll } from './schedule.ts';
+import { type SourceSession, settlePending } from './source-session.ts';
+
+export type { SourceSession } from './source-session.ts';
 
 /**
  * The end of a run: the run row and the source's schedule, in one transaction on the
  * session that holds the source lock, which hands the lock over to that transaction's commit
  * — the next poller can take it only once the schedule it must read is committed.
  */
-
-/** The session a poll holds its source lock on (src/ingestion/poll-source.ts). */
-export interface SourceSession {
-  /** Kysely on the lock's own connection. */
-  db: Db;
-  sourceId: number;
-  /** The session took the source lock. */
-  held: boolean;
-  /** A finalize released it (at its commit, or it rolled back without it): do not unlock again. */
-  handedOver: boolean;
-}
 
 /**
  * The transaction's first statement: take the source lock again at transaction level (the
@@ -50,6 +42,7 @@ export async function finalizeSuccess(
   state: RunState,
   log: Logger,
   ids: Record<string, unknown>,
+  fleet?: FleetCache,
 ): Promise<RunSummary> {
   const now = (deps.clock ?? systemClock).now();
   const interval = state.pollInterval ?? source.poll_interval_seconds;
@@ -58,6 +51,9 @@ export async function finalizeSuccess(
   const status = state.notModified ? 'not_modified' : 'completed';
   const { gap, plan } = await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
+    // A 304 (or the feed's end) of a held request is written here: its gate, ledger row and
+    // rate-limit row ride in the finalize's commit (ADR 0082).
+    await settlePending(deps, lock, trx);
     // Planned in the finalize's own transaction: its reads (the pool's poll allowance, the
     // fleet's costs) cost no commit of their own on the path every 304 takes.
     const plan = await planSourcePoll(
@@ -65,6 +61,7 @@ export async function finalizeSuccess(
       source,
       { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
       now,
+      fleet,
     );
     const nextPollAt = plan.nextPollAt;
     await trx
@@ -107,6 +104,7 @@ export async function finalizeSuccess(
     return { gap, plan };
   });
   const nextPollAt = plan.nextPollAt;
+  lock.unsettled = null;
   faultPoint('ingest.after_finalize');
   if (gap) logGapsRecorded(log, gap, ids);
   const summary = summaryOf(source, state, status, nextPollAt);
@@ -145,6 +143,7 @@ export async function finalizeFailure(
   const failure = classifyFailure(err, source, now);
   await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
+    await settlePending(deps, lock, trx);
     await trx
       .updateTable('ingestion_runs')
       .set({
@@ -166,6 +165,7 @@ export async function finalizeFailure(
       .where('id', '=', source.id)
       .execute();
   });
+  lock.unsettled = null;
   faultPoint('ingest.after_finalize');
   log.warn(
     {

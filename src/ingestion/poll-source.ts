@@ -1,14 +1,12 @@
 import { sql } from 'kysely';
 import { systemClock } from '../clock.ts';
 import { LockSpace, unlockSession } from '../db/locks.ts';
-import type { EventSource } from '../db/schema.ts';
 import { kyselyOn } from '../db/session.ts';
 import { faultPoint } from '../fault.ts';
-import type { Reservation } from '../github/types.ts';
 import type { Logger } from '../log.ts';
 import { deferralOf, deferSources, logDeferral } from './deferral.ts';
 import { fetchPages, pagePath } from './fetch-pages.ts';
-import { finalizeFailure, finalizeSuccess, type SourceSession } from './finalize.ts';
+import { finalizeFailure, finalizeSuccess } from './finalize.ts';
 import { newRunState } from './run-state.ts';
 import {
   deferredSummary,
@@ -18,6 +16,7 @@ import {
   type RunSummary,
 } from './run-summary.ts';
 import { notDueReason } from './schedule.ts';
+import type { Opened, SourceSession } from './source-session.ts';
 import { describeSource, getSource } from './sources.ts';
 
 /**
@@ -45,7 +44,14 @@ export async function pollSource(
   // The lock is a session lock: it needs its own connection for the whole run, and dies
   // with that session if this process does.
   const client = await deps.pool.connect();
-  const lock: SourceSession = { db: kyselyOn(client), sourceId, held: false, handedOver: false };
+  const lock: SourceSession = {
+    db: kyselyOn(client),
+    sourceId,
+    held: false,
+    handedOver: false,
+    gates: new Set(),
+    unsettled: null,
+  };
   let broken: Error | undefined;
   let summary: RunSummary;
   try {
@@ -60,6 +66,13 @@ export async function pollSource(
     if (lock.held && !lock.handedOver && !broken) {
       await unlockSession(client, LockSpace.source, sourceId).catch((err: Error) => {
         broken = err; // destroy the connection: its session (and the lock) ends with it
+      });
+    }
+    // A gate still held (a finalize that could not run): released, or with the session.
+    for (const key of lock.gates) {
+      if (broken) break;
+      await unlockSession(client, LockSpace.gate, key).catch((err: Error) => {
+        broken = err;
       });
     }
     client.release(broken);
@@ -77,13 +90,6 @@ export async function pollSource(
     }
   }
   return summary;
-}
-
-interface Opened {
-  source: EventSource;
-  firstPage: Reservation;
-  runId: number;
-  startedAt: Date;
 }
 
 /**
@@ -112,16 +118,7 @@ async function openRun(
     const source = await getSource(trx, sourceId);
     const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
     if (reason) return { kind: 'skipped', source, reason } as const;
-    const decision = await deps.github.tryReserve('poll', {
-      path: pagePath(source, 1),
-      jobId: opts.jobId ?? null,
-      trx,
-    });
-    if (!decision.ok) {
-      const d = deferralOf(decision);
-      const [row] = await deferSources(trx, [sourceId], d, clock.now());
-      return { kind: 'deferred', summary: deferredSummary(row ?? source, d), d } as const;
-    }
+    // The run first: its id goes on the reservation's ledger row. Put off, it is taken back.
     const startedAt = clock.now();
     const run = await trx
       .insertInto('ingestion_runs')
@@ -134,9 +131,25 @@ async function openRun(
       })
       .returning('id')
       .executeTakeFirstOrThrow();
+    const runId = Number(run.id);
+    // Page 1 reserved, its gate taken on this session when free and its sent mark (with its
+    // pacing slot) written, all in this commit (ADR 0082): a 304 then costs only the
+    // finalize's commit more.
+    const decision = await deps.github.reserveHeld('poll', lock, trx, {
+      path: pagePath(source, 1),
+      jobId: opts.jobId ?? null,
+      runId,
+    });
+    if (!decision.ok) {
+      await trx.deleteFrom('ingestion_runs').where('id', '=', String(runId)).execute();
+      const d = deferralOf(decision);
+      const [row] = await deferSources(trx, [sourceId], d, clock.now());
+      return { kind: 'deferred', summary: deferredSummary(row ?? source, d), d } as const;
+    }
+    const firstHeld = decision.held;
     return {
       kind: 'open',
-      opened: { source, firstPage: decision.reservation, runId: Number(run.id), startedAt },
+      opened: { source, firstPage: decision.reservation, firstHeld, runId, startedAt },
     } as const;
   });
   if (out.kind === 'busy') {
@@ -175,8 +188,8 @@ async function runOpened(
     `run ${state.runId} started for source ${sourceId} (${describeSource(source)})`,
   );
   try {
-    await fetchPages(deps, source, state, opts, opened.firstPage, log);
-    return await finalizeSuccess(deps, lock, source, state, log, ids);
+    await fetchPages(deps, lock, source, state, opts, opened, log);
+    return await finalizeSuccess(deps, lock, source, state, log, ids, opts.fleet);
   } catch (err) {
     return finalizeFailure(deps, lock, source, state, err, log, ids);
   }

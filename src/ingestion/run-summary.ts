@@ -2,6 +2,7 @@ import type { EventSource } from '../db/schema.ts';
 import type { Deps } from '../deps.ts';
 import type { Deferral } from './deferral.ts';
 import { describeDeferral } from './deferral.ts';
+import type { FleetCache } from './schedule.ts';
 import { describeSource } from './sources.ts';
 
 /** What a poll of one source reports (src/ingestion/poll-source.ts), and what it needs. */
@@ -46,6 +47,8 @@ export interface PollOptions {
   afterRun?: AfterRun;
   /** pollDueSources logs one line for every source a refusal put off, not one per source. */
   logDeferral?: boolean;
+  /** The round's fleet sums, read once for every poll of a pollDueSources round (ADR 0082). */
+  fleet?: FleetCache;
 }
 
 export type IngestionDeps = Pick<

@@ -9,6 +9,7 @@ import {
   type PollOptions,
   type RunSummary,
 } from './run-summary.ts';
+import { newFleetCache } from './schedule.ts';
 import { getSource } from './sources.ts';
 
 /**
@@ -79,6 +80,8 @@ export async function pollDueSources(
   const now = clock.now();
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
   const summaries: RunSummary[] = new Array(due.length);
+  // Every plan of this round reads the fleet's sums once (ADR 0082).
+  const fleet = pollOpts.fleet ?? newFleetCache();
   let next = 0;
   let failure: { err: unknown } | null = null;
   // Once the budget refuses one source, it refuses them all (the refusal means every
@@ -96,6 +99,7 @@ export async function pollDueSources(
       try {
         summaries[i] = await pollSource(deps, Number(due[i]!.id), {
           ...pollOpts,
+          fleet,
           logDeferral: false,
         });
         deferral ??= summaries[i]!.deferral ?? null;

@@ -222,29 +222,87 @@ export async function fleetSums(
  * The runner's one call (after a successful run, before its finalize transaction): the
  * source's new poll_cost and when it polls next.
  */
+/**
+ * The fleet's sums as one round of polls read them once (ADR 0082): fleetSums scans every
+ * enabled source, which at 10,000 sources cost more than the poll itself. Within a round each
+ * plan takes the round's sums and moves only its own source's term.
+ */
+export interface FleetCache {
+  entries: Map<string, { quotaBudget: number; sums: { quota: FillSums; requests: FillSums } }>;
+}
+
+export function newFleetCache(): FleetCache {
+  return { entries: new Map() };
+}
+
+/** `sums` with one source's rate moved from `before` to `after` (same water-filling share). */
+function moveTerm(sums: FillSums, before: number, after: number): FillSums {
+  const share = sums.budget / Math.max(1, sums.n);
+  let { lowRate, lowN } = sums;
+  if (before <= share) {
+    lowRate -= before;
+    lowN -= 1;
+  }
+  if (after <= share) {
+    lowRate += after;
+    lowN += 1;
+  }
+  return { ...sums, lowRate: Math.max(0, lowRate), lowN: Math.max(0, Math.min(sums.n, lowN)) };
+}
+
 export async function planSourcePoll(
   deps: Pick<Deps, 'db' | 'github' | 'config'>,
-  source: Pick<EventSource, 'id' | 'kind' | 'poll_cost'>,
+  source: Pick<EventSource, 'id' | 'kind' | 'poll_cost' | 'poll_interval_seconds'>,
   run: { requestsSpent: number; pollIntervalSeconds: number },
   now: Date,
+  fleet?: FleetCache,
 ): Promise<PollPlan & { cost: number }> {
   const cost = nextPollCost(source.poll_cost, run.requestsSpent);
   const credentials = deps.github.credentials;
-  const quotaBudget = await pollAllowancePerSecond(
-    deps.db,
-    credentials,
-    deps.config.enrichment.share,
-  );
   // GITHUB_ENDPOINT_RATE_PER_MINUTE=0 turns pacing off: no secondary limit to plan within.
   const perMinute = deps.config.github.endpointRatePerMinute || 1_000_000_000;
   const requestBudget = (Math.max(1, credentials.length) * perMinute) / 60;
-  const sums = await fleetSums(deps.db, {
-    mode: deps.config.github.mode,
-    kind: source.kind,
-    quotaBudget,
-    requestBudget,
-    self: { id: String(source.id), cost, interval: run.pollIntervalSeconds },
-  });
+  const mode = deps.config.github.mode;
+  const self = { id: String(source.id), cost, interval: run.pollIntervalSeconds };
+  let sums: { quota: FillSums; requests: FillSums };
+  const key = `${mode}:${source.kind}`;
+  if (fleet) {
+    let entry = fleet.entries.get(key);
+    if (!entry) {
+      const quotaBudget = await pollAllowancePerSecond(
+        deps.db,
+        credentials,
+        deps.config.enrichment.share,
+      );
+      // No source has id 0: the fleet as it stands, every source at its stored term.
+      const raw = await fleetSums(deps.db, {
+        mode,
+        kind: source.kind,
+        quotaBudget,
+        requestBudget,
+        self: { id: '0', cost: 0, interval: 1 },
+      });
+      entry = { quotaBudget, sums: raw };
+      fleet.entries.set(key, entry);
+    }
+    const oldInterval = Math.max(1, source.poll_interval_seconds);
+    const newInterval = Math.max(1, self.interval);
+    sums = {
+      quota: moveTerm(entry.sums.quota, source.poll_cost / oldInterval, cost / newInterval),
+      requests: moveTerm(
+        entry.sums.requests,
+        Math.max(1, source.poll_cost) / oldInterval,
+        Math.max(1, cost) / newInterval,
+      ),
+    };
+  } else {
+    const quotaBudget = await pollAllowancePerSecond(
+      deps.db,
+      credentials,
+      deps.config.enrichment.share,
+    );
+    sums = await fleetSums(deps.db, { mode, kind: source.kind, quotaBudget, requestBudget, self });
+  }
   const plan = planNextPoll(
     {
       pollIntervalSeconds: run.pollIntervalSeconds,
