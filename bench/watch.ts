@@ -36,6 +36,11 @@ const PAGE_SOURCES = Number(process.env.BENCH_WATCH_PAGE_SOURCES ?? 300);
 const CREDENTIALS = 16;
 const RATE_PER_MINUTE = 900;
 const POLL_INTERVAL_SECONDS = 60;
+/**
+ * Committed transactions a round makes once, whatever its size: the due-source pre-filter and
+ * one more (rounds of 20, 200 and 2,000 polls committed 43, 402 and 4,002: 2 a poll plus 2-3).
+ */
+const ROUND_READS = 2;
 
 async function committed(database: BenchDatabase): Promise<number> {
   const r = await sql<{ n: string }>`
@@ -50,6 +55,13 @@ async function settledCommits(database: BenchDatabase): Promise<number> {
   await sql`SELECT pg_stat_force_next_flush()`.execute(database.db);
   await new Promise((r) => setTimeout(r, 1_500));
   return committed(database);
+}
+
+/** What settledCommits, the staleness read and settledCommits again commit with nothing between. */
+async function measuringCommits(database: BenchDatabase): Promise<number> {
+  const before = await settledCommits(database);
+  await sql`SELECT max(last_polled_at) AS at FROM event_sources`.execute(database.db);
+  return (await settledCommits(database)) - before;
 }
 
 interface Round {
@@ -98,8 +110,8 @@ async function pollRound(
     summaries,
     seconds,
     cpuMs: (cpu.user + cpu.system) / 1000,
-    // Less the two statements settledCommits itself commits.
-    transactions: transactions - 2,
+    // Less what the measuring itself commits (the same reads around no round at all).
+    transactions: transactions - (await measuringCommits(database)),
     stalestSeconds: ((last.rows[0]!.at?.getTime() ?? dueAt) - dueAt) / 1000,
   };
 }
@@ -173,13 +185,14 @@ export async function benchWatch(database: BenchDatabase, results: ResultLog): P
       unit: '403s',
       target: { op: '==', value: 0 },
     });
+    // What a round commits once (ROUND_READS) is the round's, not a 304's.
     results.record({
       bench: 'watch',
       metric: 'committed transactions per 304',
-      value: round.transactions / polls,
+      value: (round.transactions - ROUND_READS) / polls,
       unit: 'xacts',
       target: { op: '<=', value: 2 },
-      detail: { transactions: round.transactions, polls },
+      detail: { transactions: round.transactions, roundReads: ROUND_READS, polls },
     });
     results.record({
       bench: 'watch',

@@ -101,6 +101,12 @@ interface Unauthorized {
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);
 
+/**
+ * How many busy gates reserveHeld steps past before it keeps a reservation unheld: each try
+ * costs a statement in the caller's transaction, a fallback two commits of the gate's own.
+ */
+const MAX_BUSY_RETRIES = 4;
+
 /** A 401 on an installation token younger than this is GitHub's replication lag, not a verdict. */
 const FRESH_TOKEN_MS = 5_000;
 /** How long to let a new token reach every GitHub front end before the one retry. */
@@ -536,7 +542,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   /**
    * Reserve in `trx` and hold the chosen credential's gate. When that gate is busy (another
    * poll chose the same credential from the same snapshot), the reservation is taken back in
-   * the same transaction and another credential tried, twice at most; then the last
+   * the same transaction and another credential tried, MAX_BUSY_RETRIES times at most; then the last
    * reservation is kept unheld, for request() to send through the gate as usual.
    */
   async function reserveHeld(
@@ -562,7 +568,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         return explain(d);
       }
       const held = await hold(holder, trx, d.reservation, meta);
-      if (held || busy.size >= 2 || busy.size + 1 >= pool.length) {
+      if (held || busy.size >= MAX_BUSY_RETRIES || busy.size + 1 >= pool.length) {
         return { ok: true, reservation: d.reservation, held };
       }
       busy.add(d.reservation.credential);

@@ -159,7 +159,12 @@ export async function fetchPages(
     const { stored, result: counted } = await storePage(
       lock.db,
       mapped,
-      { sourceId: source.id, runId: state.runId, commitEmails: deps.config.commits.emails },
+      {
+        sourceId: source.id,
+        runId: state.runId,
+        commitEmails: deps.config.commits.emails,
+        targetsFrom: deps.db,
+      },
       async (trx, stored) => {
         await settlePending(deps, lock, trx);
         const after: RunState = {

@@ -22,6 +22,11 @@ export interface PageContext {
   runId: number | null;
   /** COMMIT_EMAILS for inline commits (GHES-shaped events); default hash. */
   commitEmails?: CommitEmailMode;
+  /**
+   * Where to read (and cache) who gets commits, when the page is stored on a connection of
+   * its own: the cache is per Kysely instance, and a poll's session is a new one each run.
+   */
+  targetsFrom?: Db;
 }
 
 export interface StoredPage extends StoreResult {
@@ -61,7 +66,10 @@ export async function storePage<T>(
     sourceId: ctx.sourceId === null ? null : Number(ctx.sourceId),
     runId: ctx.runId,
     // Who gets commits: read once per batch (cached), never per push (ADR 0070).
-    commits: { targets: await commitsTargets(db), emails: ctx.commitEmails ?? 'hash' },
+    commits: {
+      targets: await commitsTargets(ctx.targetsFrom ?? db),
+      emails: ctx.commitEmails ?? 'hash',
+    },
   };
   const rejected = page.rejected.map(({ eventId, eventType, reason, message, raw }) =>
     quarantineRow(ctx, { eventId, eventType, reason, message, raw }),
