@@ -54,8 +54,9 @@ export const MAX_CONCURRENT_POLLS = 3;
 /**
  * How many sources to poll at once. The gate still sends one request at a time per
  * credential; concurrency lets one source's page be stored (and its run bookkeeping
- * written) while another's request is in flight. Each poll holds two pool connections at
- * worst (its source lock's session, and a transaction or ledger statement), so the pool
+ * written) while another's request is in flight. A poll whose request is held (ADR 0082)
+ * does everything on its source lock's session; one whose gate was busy also reads and gives
+ * back through the pool, so each poll may hold two pool connections at worst, and the pool
  * must have room for every poll's pair plus one spare for everything else — a poll that
  * holds its lock client and waits for a second connection must always get one.
  */
