@@ -211,7 +211,10 @@ describe('enrichOnce outcomes', () => {
     ['timeout', { hang: true }],
     ['malformed body', { status: 200, body: '{"id": 5, "login": "trunc' }],
   ])('%s → retry: attempts + 1, next attempt on the backoff ladder', async (_, fault) => {
-    await insertEntities(t.db, 'actor', [{ id: 5, name: 'flaky' }]);
+    // Due a second ago by the JS clock: the database's now() default can be microseconds past
+    // the millisecond the runner's fixed clock is created at, and then it is not due yet.
+    const due = new Date(Date.now() - 1000);
+    await insertEntities(t.db, 'actor', [{ id: 5, name: 'flaky', next_attempt_at: due }]);
     fake.setUser(userProfile({ id: 5, login: 'flaky' }));
     fake.fail({ path: '/users/flaky', ...fault });
     const deps = runner();
