@@ -214,7 +214,7 @@ export async function benchHotQueries(
   for (const cls of ENTITY_CLASSES) await seedEntities(db, cls, now);
   await seedSources(db, now);
   await seedLedger(db, token.label, now);
-  for (const c of installations) await seedLedger(db, c.label, now, LEDGER_ROWS / 30);
+  for (const c of installations) await seedLedger(db, c.label, now, Math.floor(LEDGER_ROWS / 30));
   for (const [i, c] of [token, ...installations].entries()) {
     await seedWindow(db, c.label, now, i % 2 === 0);
   }
