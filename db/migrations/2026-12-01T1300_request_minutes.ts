@@ -88,7 +88,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .raw(`
       CREATE FUNCTION github_request_minutes_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        TRUNCATE github_request_minutes;
+        -- DELETE, not TRUNCATE: a TRUNCATE that names both tables still has this one open
+        -- when its triggers fire (and has emptied it already).
+        DELETE FROM github_request_minutes;
         RETURN NULL;
       END $$`)
     .execute(db);

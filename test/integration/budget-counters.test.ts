@@ -442,6 +442,9 @@ describe('the budget from per-minute counters', () => {
     }>`SELECT count(*) AS n FROM github_request_minutes`.execute(t.db);
     expect(before.rows[0]!.n).toBe('1');
     await sql`TRUNCATE github_requests`.execute(t.db);
+    // Naming both, as the bench does.
+    await reserve(t.db, POLICIES[1]!, 'enrich', { now: at(0) });
+    await sql`TRUNCATE github_requests, github_request_minutes`.execute(t.db);
     const after = await sql<{
       n: string;
     }>`SELECT count(*) AS n FROM github_request_minutes`.execute(t.db);
