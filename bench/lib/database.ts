@@ -38,6 +38,7 @@ const BUSINESS_TABLES = [
   'repositories',
   'enrichment_attempts',
   'github_requests',
+  'github_request_minutes',
   'github_rate_limits',
   'github_endpoint_pace',
   'webhook_deliveries',

@@ -290,6 +290,18 @@ export interface GithubEndpointPaceTable {
   next_at: Timestamp;
 }
 
+/**
+ * The ledger's spending rows (SPENDS_QUOTA) reserved in one UTC minute, per purpose: what the
+ * budget window sums (ADR 0083). Written only by the triggers on github_requests; kept 2 h.
+ */
+export interface GithubRequestMinutesTable {
+  credential: string;
+  minute: Timestamp;
+  poll: Generated<number>;
+  enrich: Generated<number>;
+  commits: Generated<number>;
+}
+
 export type BlockReason = 'rate_limit' | 'auth';
 
 /** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
@@ -415,6 +427,7 @@ export interface Database {
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
   github_endpoint_pace: GithubEndpointPaceTable;
+  github_request_minutes: GithubRequestMinutesTable;
   enrichment_attempts: EnrichmentAttemptsTable;
   webhook_deliveries: WebhookDeliveriesTable;
   rejected_events: RejectedEventsTable;

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import { int4Key } from '../db/locks.ts';
 import type { BlockReason, RequestPurpose } from '../db/schema.ts';
 import { isBackground, type Refusal, type StoredRateLimit } from './budget-types.ts';
@@ -129,13 +129,31 @@ export function windowFloor(now: Date): Date {
  * - w: each one's stored rate-limit row and window: GitHub's current hour (reset_at − 1 h −
  *   slack) while the reset is ahead, else the last 60 minutes, starting no earlier than
  *   the last known reset;
- * - c: what each window spent (index-only on github_requests_spend), and how much of it
- *   came after the observation (not yet reflected in its remaining).
+ * - c: what each window spent, without reading the window's rows (ADR 0083): the whole
+ *   minutes from the counters in github_request_minutes (kept exact by triggers on the
+ *   ledger), the first, partial minute counted from github_requests_spend; the oldest spend
+ *   of each purpose by a probe of the first minute that has one; the requests still open from
+ *   github_requests_unfinished; and what came after the rate-limit observation (not yet
+ *   reflected in its remaining) from github_requests_finished. The same numbers the count of
+ *   every row of the window gave (test/integration/budget-counters.test.ts holds that count
+ *   as its oracle).
  */
 export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
   const rows = creds.map(
     (c, i) => sql`(${c.label}::text, ${c.defaultQuota}::int, ${i}::int, ${int4Key(c.label)}::int)`,
   );
+  // Implied by each window's own start (a window never starts earlier), but the planner
+  // cannot see into w: this bound is what makes it choose short range scans.
+  const floor = sql`${windowFloor(now)}::timestamptz`;
+  /** The first spend of `purpose` in the minute `minute` (NULL when that is NULL). */
+  const firstIn = (minute: RawBuilder<unknown>, purpose: RawBuilder<boolean>) => sql`(
+    SELECT g.reserved_at FROM github_requests g
+    WHERE g.credential = w.credential AND g.reserved_at >= ${minute}
+      AND g.reserved_at < ${minute} + interval '1 minute' AND g.reserved_at >= ${floor}
+      AND ${purpose} AND ${SPENDS_QUOTA}
+    ORDER BY g.reserved_at LIMIT 1)`;
+  const poll = sql<boolean>`g.purpose = 'poll'`;
+  const background = sql<boolean>`g.purpose <> 'poll'`;
   return sql`
     creds (credential, default_quota, ord, lock_key) AS (VALUES ${sql.join(rows)}),
     w AS (
@@ -148,27 +166,67 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
       FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
     ),
     c AS (
-      SELECT w.credential, n.* FROM w CROSS JOIN LATERAL (
-        SELECT
-          count(*) FILTER (WHERE purpose = 'poll')::int AS poll,
-          count(*) FILTER (WHERE purpose = 'enrich')::int AS enrich,
-          count(*) FILTER (WHERE purpose = 'commits')::int AS commits,
-          count(*) FILTER (
-            WHERE finished_at IS NULL
-               OR finished_at > CASE WHEN w.fresh THEN w.observed_at ELSE '-infinity' END
-          )::int AS since_observation,
-          -- reserved or sent, no answer yet: in flight, or waiting for the credential's gate
-          count(*) FILTER (WHERE finished_at IS NULL)::int AS open,
-          min(reserved_at) FILTER (WHERE purpose = 'poll') AS oldest_poll,
-          min(reserved_at) FILTER (WHERE purpose <> 'poll') AS oldest_background,
-          min(reserved_at) AS oldest_any
+      SELECT w.credential,
+        m.poll + h.poll AS poll, m.enrich + h.enrich AS enrich, m.commits + h.commits AS commits,
+        CASE WHEN w.fresh THEN o.open + a.answered
+             -- every spend of the window, but one answered at '-infinity' (> '-infinity' is false)
+             ELSE m.poll + h.poll + m.enrich + h.enrich + m.commits + h.commits - z.answered
+        END AS since_observation,
+        o.open, p.oldest_poll, p.oldest_background,
+        LEAST(p.oldest_poll, p.oldest_background) AS oldest_any
+      FROM w
+      -- the window's first whole minute
+      CROSS JOIN LATERAL (
+        SELECT date_trunc('minute', w.window_start, 'UTC') + interval '1 minute' AS first
+      ) b
+      -- the whole minutes, from the counters (no upper bound: nor had the count of rows)
+      CROSS JOIN LATERAL (
+        SELECT COALESCE(sum(n.poll), 0)::int AS poll, COALESCE(sum(n.enrich), 0)::int AS enrich,
+          COALESCE(sum(n.commits), 0)::int AS commits,
+          min(n.minute) FILTER (WHERE n.poll > 0) AS poll_minute,
+          min(n.minute) FILTER (WHERE n.enrich > 0 OR n.commits > 0) AS background_minute
+        FROM github_request_minutes n
+        WHERE n.credential = w.credential AND n.minute >= b.first AND n.minute >= ${floor}
+      ) m
+      -- the partial minute before them, row by row (at most a minute of rows)
+      CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE g.purpose = 'poll')::int AS poll,
+          count(*) FILTER (WHERE g.purpose = 'enrich')::int AS enrich,
+          count(*) FILTER (WHERE g.purpose = 'commits')::int AS commits,
+          min(g.reserved_at) FILTER (WHERE g.purpose = 'poll') AS oldest_poll,
+          min(g.reserved_at) FILTER (WHERE g.purpose <> 'poll') AS oldest_background
         FROM github_requests g
         WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
-          -- Implied by the line above (a window never starts earlier), but the planner cannot
-          -- see into w: this bound is what makes it choose a short range scan.
-          AND g.reserved_at >= ${windowFloor(now)}::timestamptz
-          AND ${SPENDS_QUOTA}
-      ) n
+          AND g.reserved_at < b.first AND g.reserved_at >= ${floor} AND ${SPENDS_QUOTA}
+      ) h
+      -- the oldest spend of each: in the partial minute, else in the first whole minute
+      -- that has one (COALESCE probes only when the partial minute has none)
+      CROSS JOIN LATERAL (
+        SELECT COALESCE(h.oldest_poll, ${firstIn(sql`m.poll_minute`, poll)}) AS oldest_poll,
+          COALESCE(h.oldest_background, ${firstIn(sql`m.background_minute`, background)})
+            AS oldest_background
+        OFFSET 0 -- once each: oldest_any reads them again
+      ) p
+      -- reserved or sent, no answer yet: in flight, or waiting for the credential's gate
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS open FROM github_requests g
+        WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
+          AND g.reserved_at >= ${floor} AND ${SPENDS_QUOTA} AND g.finished_at IS NULL
+      ) o
+      -- answered after the observation, in GitHub's hour. The upper bound is always true;
+      -- with it the planner estimates a range and takes github_requests_finished.
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS answered FROM github_requests g
+        WHERE w.fresh AND g.credential = w.credential AND g.finished_at > w.observed_at
+          AND g.finished_at <= 'infinity' AND g.finished_at IS NOT NULL
+          AND g.reserved_at >= w.window_start AND ${SPENDS_QUOTA}
+      ) a
+      -- past the reset, what the count of rows left out: none but a row answered at '-infinity'
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS answered FROM github_requests g
+        WHERE NOT w.fresh AND g.credential = w.credential AND g.finished_at <= '-infinity'
+          AND g.finished_at IS NOT NULL AND g.reserved_at >= w.window_start AND ${SPENDS_QUOTA}
+      ) z
     ),
     st AS (
       SELECT w.credential, w.ord, w.lock_key, w.rl_quota, w.rl_remaining, w.reset_at,

@@ -13,7 +13,14 @@ import type { Db } from '../db/pool.ts';
  *
  * Each batch walks the primary key from the oldest id, which is also the oldest row, so it
  * stops after `batchSize` matches without scanning the table.
+ *
+ * The budget's per-minute counters (github_request_minutes, ADR 0083) keep 2 hours whatever
+ * RETENTION_DAYS says: a budget window is at most 1 h + 1 min long, so no reader needs an
+ * older minute. A ledger row deleted later than its minute changes no counter.
  */
+
+/** How long the budget's per-minute counters are kept: twice the longest window, rounded up. */
+export const MINUTE_COUNTERS_KEPT_MS = 2 * 3600_000;
 
 export const PRUNE_BATCH_SIZE = 1000;
 
@@ -64,7 +71,7 @@ export interface PruneOptions {
 
 export interface PruneReport {
   cutoff: Date;
-  deleted: Record<PrunedTable, number>;
+  deleted: Record<PrunedTable | 'github_request_minutes', number>;
   /** False when shouldStop cut the pass short. */
   complete: boolean;
 }
@@ -78,7 +85,13 @@ export async function pruneLedgers(db: Db, opts: PruneOptions): Promise<PruneRep
     github_requests: 0,
     enrichment_attempts: 0,
     rejected_events: 0,
+    github_request_minutes: 0,
   };
+  // First, in one short statement (a credential leaves 60 rows an hour), whatever the time box.
+  const minutes = await sql`
+    DELETE FROM github_request_minutes
+    WHERE minute < ${new Date(now.getTime() - MINUTE_COUNTERS_KEPT_MS)}`.execute(db);
+  deleted.github_request_minutes = Number(minutes.numAffectedRows ?? 0);
   for (const table of PRUNED_TABLES) {
     for (;;) {
       if (opts.shouldStop?.()) return { cutoff, deleted, complete: false };
