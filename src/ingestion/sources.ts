@@ -80,6 +80,9 @@ export async function addSource(
       target: targetOf(spec),
       mode,
       commits_enabled: commitsEnabledFor(spec.kind),
+      // Due at once, to the millisecond: now()'s microseconds would leave a new source not
+      // yet due for a process whose (millisecond) clock reads the same millisecond.
+      next_poll_at: sql<Date>`date_trunc('milliseconds', now())`,
     })
     .onConflict((oc) => oc.doNothing())
     .returningAll()
