@@ -14,6 +14,8 @@ import {
   type StateRow,
   stateCtes,
   toState,
+  windowFloor,
+  windowStartSql,
 } from './budget-state.ts';
 import {
   type BudgetDecision,
@@ -23,7 +25,7 @@ import {
   type Refusal,
 } from './budget-types.ts';
 import { defaultQuota } from './credential.ts';
-import { ASYNC_COMMIT, type ReservationRow, UNSPECIFIED_PATH } from './ledger.ts';
+import { ASYNC_COMMIT, type ReservationRow, SPENDS_QUOTA, UNSPECIFIED_PATH } from './ledger.ts';
 import { routeTemplate } from './pacing.ts';
 
 export {
@@ -107,8 +109,10 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
 /**
  * Pick a credential for `purpose` and take its budget lock, in one statement: among those
  * with room, the one with the fewest requests open (in flight or waiting for its gate), then
- * the most room left, then at random — so concurrent requests go to idle gates rather than
- * queue behind one, and the spend stays even (an open reservation counts as spent).
+ * the soonest pacing slot for the endpoint, then the most room left, then at random — so
+ * concurrent requests go to idle gates rather than queue behind one, and the spend stays even
+ * (an open reservation counts as spent). The first in that order whose budget lock is free
+ * wins; only when none is does it wait for the best one's.
  * The choice reads a snapshot taken before the lock, so it is only a choice: the
  * reservation statement after it decides under the lock. Returns every credential's row.
  */
@@ -127,18 +131,30 @@ async function pickAndLock(
   const endpoint = path && path !== UNSPECIFIED_PATH ? routeTemplate(path) : null;
   const r = await sql<StateRow & { picked: string | null }>`
     WITH ${stateCtes(candidates, now)},
-    pick AS (
-      SELECT st.credential, st.lock_key FROM st
+    ordered AS (
+      SELECT st.credential, st.lock_key, row_number() OVER (
+        ORDER BY st.open, GREATEST(pace.next_at, ${now}::timestamptz),
+          ${roomSql(purpose, policy.share)} DESC, random()) AS rank
+      FROM st
       LEFT JOIN github_endpoint_pace pace
         ON pace.credential = st.credential AND pace.endpoint = ${endpoint}::text
       WHERE ${allowsSql(purpose, policy.share, now)}
-      ORDER BY st.open, GREATEST(pace.next_at, ${now}::timestamptz),
-        ${roomSql(purpose, policy.share)} DESC, random() LIMIT 1
     ),
-    locked AS (
-      SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l FROM pick
+    -- The best whose budget lock nobody holds: another reservation in progress on a credential
+    -- read from the same snapshot would take its slot first (ADR 0082). Tried in order, one
+    -- at a time, until one is free.
+    free AS (
+      SELECT o.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) o
+      WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, o.lock_key) LIMIT 1
+    ),
+    -- None free: wait for the best one's.
+    waited AS (
+      SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l
+      FROM ordered WHERE rank = 1 AND NOT EXISTS (SELECT 1 FROM free)
     )
-    SELECT st.*, (SELECT credential FROM locked) AS picked, ${ASYNC_COMMIT} AS async_commit
+    SELECT st.*,
+      COALESCE((SELECT credential FROM free), (SELECT credential FROM waited)) AS picked,
+      ${ASYNC_COMMIT} AS async_commit
     FROM st ORDER BY st.ord`.execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now));
@@ -149,6 +165,83 @@ async function pickAndLock(
     picked: candidates.find((c) => c.label === picked) ?? null,
     refusals: refusals.filter((x): x is Refusal => x !== null),
   };
+}
+
+/**
+ * The pick from what is cheap to read (ADR 0082): each candidate's whole-minute counters from
+ * the first minute its window touches (so at most a minute more than the window: it only
+ * errs toward less room), its open requests, its rate-limit row and its pacing slot — not the
+ * exact window the reservation statement reads. The same order as pickAndLock's, the same
+ * try-then-wait on the budget lock. Only a choice: reserveOn decides, exactly, under the lock;
+ * when no candidate seems to have room, pickAndLock reads them exactly (and explains a no).
+ */
+async function quickPickAndLock(
+  trx: Trx,
+  policy: BudgetPolicy,
+  purpose: RequestPurpose,
+  now: Date,
+  exclude: ReadonlySet<string>,
+  path: string | undefined,
+): Promise<CredentialPolicy | null> {
+  const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
+  if (candidates.length === 0) return null;
+  const endpoint = path && path !== UNSPECIFIED_PATH ? routeTemplate(path) : null;
+  const rows = candidates.map(
+    (c, i) => sql`(${c.label}::text, ${c.defaultQuota}::int, ${i}::int, ${int4Key(c.label)}::int)`,
+  );
+  const floor = sql`${windowFloor(now)}::timestamptz`;
+  const background = sql`floor(ap.quota * ${policy.share}::float8)`;
+  const left = isBackground(purpose)
+    ? sql`(${background} - ap.background)`
+    : sql`(ap.quota - ${background} - ap.poll)`;
+  const r = await sql<{ picked: string | null }>`
+    WITH creds (credential, default_quota, ord, lock_key) AS (VALUES ${sql.join(rows)}),
+    w AS (
+      SELECT creds.credential, creds.lock_key, rl.remaining AS rl_remaining, rl.blocked_until,
+        rl.quota AS rl_quota, COALESCE(rl.reset_at > ${now}::timestamptz, false) AS fresh,
+        COALESCE(rl.quota, creds.default_quota) AS quota, ${windowStartSql(now)} AS window_start
+      FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
+    ),
+    ap AS (
+      SELECT w.*, m.poll, m.background, o.open FROM w
+      CROSS JOIN LATERAL (
+        SELECT COALESCE(sum(n.poll), 0)::int AS poll,
+          COALESCE(sum(n.enrich + n.commits), 0)::int AS background
+        FROM github_request_minutes n
+        WHERE n.credential = w.credential
+          AND n.minute >= date_trunc('minute', w.window_start, 'UTC') AND n.minute >= ${floor}
+      ) m
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS open FROM github_requests g
+        WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
+          AND g.reserved_at >= ${floor} AND ${SPENDS_QUOTA} AND g.finished_at IS NULL
+      ) o
+    ),
+    ordered AS (
+      SELECT ap.credential, ap.lock_key, row_number() OVER (
+        ORDER BY ap.open, GREATEST(pace.next_at, ${now}::timestamptz), ${left} DESC, random()
+      ) AS rank
+      FROM ap
+      LEFT JOIN github_endpoint_pace pace
+        ON pace.credential = ap.credential AND pace.endpoint = ${endpoint}::text
+      WHERE (ap.blocked_until IS NULL OR ap.blocked_until <= ${now}::timestamptz)
+        AND (ap.rl_quota IS NULL
+          OR (CASE WHEN ap.fresh THEN ap.rl_remaining - ap.open
+                   ELSE ap.quota - ap.poll - ap.background END) > 0)
+        AND ${left} > 0
+    ),
+    free AS (
+      SELECT o.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) o
+      WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, o.lock_key) LIMIT 1
+    ),
+    waited AS (
+      SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l
+      FROM ordered WHERE rank = 1 AND NOT EXISTS (SELECT 1 FROM free)
+    )
+    SELECT COALESCE((SELECT credential FROM free), (SELECT credential FROM waited)) AS picked,
+      ${ASYNC_COMMIT} AS async_commit`.execute(trx);
+  const picked = r.rows[0]?.picked ?? null;
+  return candidates.find((c) => c.label === picked) ?? null;
 }
 
 /**
@@ -190,14 +283,11 @@ export async function reserve(
   const refused: Refusal[] = [];
   for (;;) {
     const out = await within(async (trx) => {
-      const { picked, refusals } = await pickAndLock(
-        trx,
-        policy,
-        purpose,
-        meta.now,
-        lost,
-        meta.path,
-      );
+      // The cheap choice first; the exact one only when it sees no room anywhere.
+      const quick = await quickPickAndLock(trx, policy, purpose, meta.now, lost, meta.path);
+      const { picked, refusals } = quick
+        ? { picked: quick, refusals: [] }
+        : await pickAndLock(trx, policy, purpose, meta.now, lost, meta.path);
       if (!picked) return { final: true, d: poolRefusal([...refused, ...refusals]) } as const;
       const d = await reserveOn(trx, picked, share, purpose, meta);
       return { final: d.ok, d } as const;

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
+import { int4Key, LockSpace } from '../../src/db/locks.ts';
 import {
   budgetStateStatement,
   pollIntervalFloorSeconds,
@@ -107,6 +108,53 @@ describe('the pool', () => {
     const ids: number[] = [];
     for (let i = 0; i < 20; i++) ids.push((await gh.reserve('enrich'))!.id);
     expect(await reservedOn(ids)).toEqual({ [labels[0]!]: 10, [labels[1]!]: 10 });
+  });
+
+  it("skips a credential whose budget lock another reservation holds; waits only when every one's is held", async () => {
+    const { gh, labels } = pool(2);
+    const [a, b] = labels as [string, string];
+    // a has the most room, so it is the first choice.
+    await spend(b, 'enrich', 10);
+    const other = await t.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT pg_advisory_xact_lock($1, $2)', [LockSpace.budget, int4Key(a)]);
+      // a's lock is held by another transaction: the reservation goes to b at once.
+      expect((await gh.reserve('enrich'))!.credential).toBe(b);
+      await other.query('SELECT pg_advisory_xact_lock($1, $2)', [LockSpace.budget, int4Key(b)]);
+      // Both held: it waits (for the best one, a) until the other transaction ends.
+      let done = false;
+      const waiting = gh.reserve('enrich').then((r) => {
+        done = true;
+        return r;
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(done).toBe(false);
+      await other.query('COMMIT');
+      expect((await waiting)!.credential).toBe(a);
+    } finally {
+      other.release();
+    }
+  });
+
+  it('a credential the cheap choice over-counts (its window starts mid-minute) is still chosen exactly', async () => {
+    const { gh, labels } = pool(2);
+    const [a, b] = labels as [string, string];
+    // b's allowance is spent. a's window starts inside a minute whose earlier part holds
+    // spends that left the window: the whole-minute counters see a as full too, the exact
+    // window does not.
+    await observed(a, { quota: 60, resetInMinutes: 40 });
+    await observed(b, { quota: 60, resetInMinutes: 40 });
+    await spend(b, 'enrich', 40);
+    const aStart = (await gh.budget()).credentials.find((c) => c.credential === a)!;
+    const windowStart = new Date(aStart.resetAt!.getTime() - 3600_000 - 60_000);
+    const before = new Date(
+      Math.max(windowStart.getTime() - 1000, Math.floor(windowStart.getTime() / 60_000) * 60_000),
+    );
+    await spendRows(t.db, a, 'enrich', 40, { ageSeconds: (Date.now() - before.getTime()) / 1000 });
+    const d = await gh.tryReserve('enrich');
+    expect(d.ok).toBe(true);
+    if (d.ok) expect(d.reservation.credential).toBe(a);
   });
 
   it('refuses only when every credential refuses, until the first one frees', async () => {
