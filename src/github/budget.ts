@@ -107,6 +107,26 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
 }
 
 /**
+ * When no candidate's budget lock is free: wait for the best one's — unless the transaction
+ * already holds another budget lock (a second try within it), where waiting could deadlock
+ * with a transaction doing the same the other way round.
+ */
+function waitedCte(wait: boolean) {
+  return wait
+    ? sql`, waited AS (
+      SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l
+      FROM ordered WHERE rank = 1 AND NOT EXISTS (SELECT 1 FROM free)
+    )`
+    : sql``;
+}
+
+function pickedSql(wait: boolean) {
+  return wait
+    ? sql`COALESCE((SELECT credential FROM free), (SELECT credential FROM waited))`
+    : sql`(SELECT credential FROM free)`;
+}
+
+/**
  * Pick a credential for `purpose` and take its budget lock, in one statement: among those
  * with room, the one with the fewest requests open (in flight or waiting for its gate), then
  * the soonest pacing slot for the endpoint, then the most room left, then at random — so
@@ -123,6 +143,7 @@ async function pickAndLock(
   now: Date,
   exclude: ReadonlySet<string>,
   path: string | undefined,
+  wait: boolean,
 ) {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   // The endpoint's next pacing slot on each credential (ADR 0082): a free request (a 304
@@ -146,24 +167,22 @@ async function pickAndLock(
     free AS (
       SELECT o.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) o
       WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, o.lock_key) LIMIT 1
-    ),
-    -- None free: wait for the best one's.
-    waited AS (
-      SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l
-      FROM ordered WHERE rank = 1 AND NOT EXISTS (SELECT 1 FROM free)
     )
-    SELECT st.*,
-      COALESCE((SELECT credential FROM free), (SELECT credential FROM waited)) AS picked,
-      ${ASYNC_COMMIT} AS async_commit
+    ${waitedCte(wait)}
+    SELECT st.*, ${pickedSql(wait)} AS picked, ${ASYNC_COMMIT} AS async_commit
     FROM st ORDER BY st.ord`.execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now));
-  if ((picked === null) !== refusals.every((x) => x !== null)) {
+  const allRefuse = refusals.every((x) => x !== null);
+  // Not waiting, every one with room may have its lock held elsewhere: contended, not a no.
+  const contended = !wait && picked === null && !allRefuse;
+  if (!contended && (picked === null) !== allRefuse) {
     throw new BudgetRuleMismatch({ purpose, picked, decisions: refusals.map((x) => x?.reason) });
   }
   return {
     picked: candidates.find((c) => c.label === picked) ?? null,
     refusals: refusals.filter((x): x is Refusal => x !== null),
+    contended,
   };
 }
 
@@ -182,6 +201,7 @@ async function quickPickAndLock(
   now: Date,
   exclude: ReadonlySet<string>,
   path: string | undefined,
+  wait: boolean,
 ): Promise<CredentialPolicy | null> {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   if (candidates.length === 0) return null;
@@ -233,13 +253,9 @@ async function quickPickAndLock(
     free AS (
       SELECT o.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) o
       WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, o.lock_key) LIMIT 1
-    ),
-    waited AS (
-      SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l
-      FROM ordered WHERE rank = 1 AND NOT EXISTS (SELECT 1 FROM free)
     )
-    SELECT COALESCE((SELECT credential FROM free), (SELECT credential FROM waited)) AS picked,
-      ${ASYNC_COMMIT} AS async_commit`.execute(trx);
+    ${waitedCte(wait)}
+    SELECT ${pickedSql(wait)} AS picked, ${ASYNC_COMMIT} AS async_commit`.execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   return candidates.find((c) => c.label === picked) ?? null;
 }
@@ -279,19 +295,68 @@ export async function reserve(
       return reserveOn(trx, cred, share, purpose, meta);
     });
   }
+  const d = await reservePool(within, policy, purpose, meta, inTransaction, skip, false);
+  // Waiting is allowed on the first try, so only a second try within the caller's transaction
+  // can find every lock held: the pool is not spent, its locks are busy — try again shortly.
+  return d ?? contendedRefusal(policy, meta.now);
+}
+
+/**
+ * reserve() on a pool within the caller's transaction, never waiting for a budget lock (the
+ * transaction holds one already): null when every credential with room has its lock held by
+ * another transaction right now.
+ */
+export function reserveIfFree(
+  trx: Db,
+  policy: BudgetPolicy,
+  purpose: RequestPurpose,
+  meta: Meta,
+  skip: ReadonlySet<string>,
+): Promise<BudgetDecision | null> {
+  return reservePool((fn) => fn(trx as Trx), policy, purpose, meta, true, skip, true);
+}
+
+function contendedRefusal(policy: BudgetPolicy, now: Date): Refusal {
+  return {
+    ok: false,
+    reason: 'allowance',
+    retryAt: new Date(now.getTime() + 1000),
+    credential: policy.credentials[0]!.label,
+  };
+}
+
+async function reservePool(
+  within: <T>(fn: (trx: Trx) => Promise<T>) => Promise<T>,
+  policy: BudgetPolicy,
+  purpose: RequestPurpose,
+  meta: Meta,
+  inTransaction: boolean,
+  skip: ReadonlySet<string>,
+  noWait: boolean,
+): Promise<BudgetDecision | null> {
+  const { credentials, share } = policy;
   const lost = new Set<string>(skip);
   const refused: Refusal[] = [];
   for (;;) {
+    // A later try within one transaction holds the lock of the credential that refused.
+    const wait = !noWait && !(inTransaction && refused.length > 0);
     const out = await within(async (trx) => {
       // The cheap choice first; the exact one only when it sees no room anywhere.
-      const quick = await quickPickAndLock(trx, policy, purpose, meta.now, lost, meta.path);
-      const { picked, refusals } = quick
-        ? { picked: quick, refusals: [] }
-        : await pickAndLock(trx, policy, purpose, meta.now, lost, meta.path);
-      if (!picked) return { final: true, d: poolRefusal([...refused, ...refusals]) } as const;
-      const d = await reserveOn(trx, picked, share, purpose, meta);
+      const quick = await quickPickAndLock(trx, policy, purpose, meta.now, lost, meta.path, wait);
+      const exact = quick
+        ? { picked: quick, refusals: [], contended: false }
+        : await pickAndLock(trx, policy, purpose, meta.now, lost, meta.path, wait);
+      if (exact.contended) return { contended: true } as const;
+      if (!exact.picked) {
+        return { final: true, d: poolRefusal([...refused, ...exact.refusals]) } as const;
+      }
+      const d = await reserveOn(trx, exact.picked, share, purpose, meta);
       return { final: d.ok, d } as const;
     });
+    if ('contended' in out)
+      return refused.length
+        ? { ...poolRefusal(refused), retryAt: new Date(meta.now.getTime() + 1000) }
+        : null;
     if (out.final || out.d.ok) return out.d;
     // Another process took the chosen credential's last request first: try the others.
     lost.add(out.d.credential);

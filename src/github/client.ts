@@ -8,7 +8,13 @@ import { faultPoint } from '../fault.ts';
 import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
 import { authBlocks } from './auth-blocks.ts';
-import { type BudgetPolicy, type BudgetRefusal, budgetSnapshot, reserve } from './budget.ts';
+import {
+  type BudgetPolicy,
+  type BudgetRefusal,
+  budgetSnapshot,
+  reserve,
+  reserveIfFree,
+} from './budget.ts';
 import { type Authorization, buildCredentials, type Credential } from './credentials.ts';
 import {
   BudgetExhausted,
@@ -355,7 +361,9 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       if (!reservation) {
         const d = await tryReserve(req.purpose, { ...req, path });
         if (!d.ok) {
-          if (tried > 0 && d.rejected) throw new PoolRejected(path, d.rejected);
+          if ((tried > 0 || req.afterRejection) && d.rejected) {
+            throw new PoolRejected(path, d.rejected);
+          }
           throw new BudgetExhausted(req.purpose, d.retryAt, d.reason, d.blockReason, d.rejected);
         }
         reservation = d.reservation;
@@ -541,9 +549,11 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
 
   /**
    * Reserve in `trx` and hold the chosen credential's gate. When that gate is busy (another
-   * poll chose the same credential from the same snapshot), the reservation is taken back in
-   * the same transaction and another credential tried, MAX_BUSY_RETRIES times at most; then the last
-   * reservation is kept unheld, for request() to send through the gate as usual.
+   * poll chose the same credential from the same snapshot), another credential is tried, up to
+   * MAX_BUSY_RETRIES times, never waiting for a budget lock (this transaction already holds
+   * one: waiting could deadlock with another doing the same). The one held wins and the
+   * reservations it replaced are taken back in the same transaction; none held, the first is
+   * kept unheld, for request() to send through the gate as usual.
    */
   async function reserveHeld(
     purpose: RequestPurpose,
@@ -552,40 +562,31 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     meta: { path: string; jobId?: string | null; runId?: number | null },
   ): Promise<HeldDecision> {
     const path = encodePath(meta.path);
-    const busy = new Set<string>();
-    for (;;) {
-      const d = await reserve(
-        trx,
-        policy,
-        purpose,
-        { path, jobId: meta.jobId, runId: meta.runId, now: clock.now() },
-        true,
-        busy,
-      );
-      if (!d.ok) {
-        // Everyone else refuses: the busy credentials still have room; wait for one's gate.
-        if (busy.size > 0) return reserveHeldWithout(purpose, trx, path, meta);
-        return explain(d);
+    const row = { path, jobId: meta.jobId, runId: meta.runId };
+    const first = await tryReserve(purpose, { ...row, trx });
+    if (!first.ok) return first;
+    const held = await hold(holder, trx, first.reservation, meta);
+    if (held || pool.length === 1) return { ok: true, reservation: first.reservation, held };
+    const busy = new Set<string>([first.reservation.credential]);
+    const tried: Reservation[] = [];
+    const takeBack = (rs: Reservation[]) =>
+      rs.length === 0
+        ? Promise.resolve()
+        : sql`DELETE FROM github_requests WHERE id = ANY(${rs.map((r) => String(r.id))}::bigint[])
+            AND outcome = 'reserved'`.execute(trx);
+    while (busy.size < Math.min(MAX_BUSY_RETRIES + 1, pool.length)) {
+      const d = await reserveIfFree(trx, policy, purpose, { ...row, now: clock.now() }, busy);
+      if (!d?.ok) break;
+      const next = await hold(holder, trx, d.reservation, meta);
+      if (next) {
+        await takeBack([first.reservation, ...tried]);
+        return { ok: true, reservation: d.reservation, held: next };
       }
-      const held = await hold(holder, trx, d.reservation, meta);
-      if (held || busy.size >= MAX_BUSY_RETRIES || busy.size + 1 >= pool.length) {
-        return { ok: true, reservation: d.reservation, held };
-      }
+      tried.push(d.reservation);
       busy.add(d.reservation.credential);
-      await sql`DELETE FROM github_requests WHERE id = ${String(d.reservation.id)}
-        AND outcome = 'reserved'`.execute(trx);
     }
-  }
-
-  /** A plain reservation (no gate held), for reserveHeld once the credentials it tried were busy. */
-  async function reserveHeldWithout(
-    purpose: RequestPurpose,
-    trx: Db,
-    path: string,
-    meta: { jobId?: string | null; runId?: number | null },
-  ): Promise<HeldDecision> {
-    const d = await tryReserve(purpose, { path, jobId: meta.jobId, runId: meta.runId, trx });
-    return d.ok ? { ok: true, reservation: d.reservation, held: null } : d;
+    await takeBack(tried);
+    return { ok: true, reservation: first.reservation, held: null };
   }
 
   async function hold(
@@ -599,7 +600,9 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     const gateKey = int4Key(reservation.credential);
     // A session holds one gate at a time: advisory locks are re-entrant, so a second take of
     // the same one would "succeed" and put two requests in flight.
-    if (holder.gates.size > 0) return null;
+    if (holder.gates.size > 0) {
+      throw new Error(`a request gate is already held by this session (${[...holder.gates]})`);
+    }
     // Recorded before the try: should the statement fail after taking it, the holder still
     // knows to release it.
     holder.gates.add(gateKey);

@@ -7,6 +7,11 @@ import type { RateLimitState } from './budget-types.ts';
 export type Headers = Record<string, string | undefined>;
 
 /** x-ratelimit-* as GitHub sends them on every response; null when any is missing. */
+/** A whole number a Postgres integer holds, and a count can be. */
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0 && n <= 2_147_483_647;
+}
+
 export function parseRateLimit(headers: Headers): RateLimitState | null {
   const limit = Number(headers['x-ratelimit-limit']);
   const remaining = Number(headers['x-ratelimit-remaining']);
@@ -15,10 +20,12 @@ export function parseRateLimit(headers: Headers): RateLimitState | null {
     headers['x-ratelimit-limit'] === undefined ||
     headers['x-ratelimit-remaining'] === undefined ||
     headers['x-ratelimit-reset'] === undefined ||
-    !Number.isFinite(limit) ||
-    !Number.isFinite(remaining) ||
-    !Number.isFinite(reset)
+    !isCount(limit) ||
+    !isCount(remaining) ||
+    !Number.isSafeInteger(reset) ||
+    Number.isNaN(new Date(reset * 1000).getTime())
   ) {
+    // Absent, or nothing our integer columns can hold (1.5, 1e10, -1): no observation.
     return null;
   }
   return { limit, remaining, resetAt: new Date(reset * 1000) };

@@ -34,6 +34,11 @@ export interface GitHubRequest {
   jobId?: string | null;
   runId?: number | null;
   entity?: { class: EntityClass; id: string | number };
+  /**
+   * GitHub already rejected this request on another credential (a held request's 401): a
+   * pool then refused for auth blocks is PoolRejected, as on request()'s own retries.
+   */
+  afterRejection?: boolean;
 }
 
 export interface GitHubResponse<T = unknown> {

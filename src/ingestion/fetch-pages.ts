@@ -72,7 +72,7 @@ async function requestPage(
       },
       `GitHub rejected ${error.credential} (401) on ${req.path}; it is blocked until ${error.retryAt?.toISOString()}, trying another credential`,
     );
-    return deps.github.request({ ...req, reservation: undefined });
+    return deps.github.request({ ...req, reservation: undefined, afterRejection: true });
   }
   if (error) throw error;
   return response!;

@@ -143,7 +143,7 @@ export async function finalizeFailure(
   const failure = classifyFailure(err, source, now);
   await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
-    await settlePending(deps, lock, trx);
+    await settlePending(deps, lock, trx, true);
     await trx
       .updateTable('ingestion_runs')
       .set({

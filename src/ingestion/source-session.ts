@@ -30,10 +30,32 @@ export async function settlePending(
   deps: IngestionDeps,
   lock: SourceSession,
   trx: Db,
+  /**
+   * A failing run's last transaction: an answer that cannot be written (the database refuses
+   * it) is left `sent` for the sweep, in a savepoint, so the failure itself still commits —
+   * else every later poll would retry the same write and never record the run.
+   */
+  tolerant = false,
 ): Promise<unknown> {
   let error: unknown = null;
   if (lock.unsettled) {
-    ({ error } = await deps.github.settleHeld(lock, trx, lock.unsettled));
+    const answer = lock.unsettled;
+    if (tolerant) {
+      await sql`SAVEPOINT settle_pending`.execute(trx);
+      try {
+        ({ error } = await deps.github.settleHeld(lock, trx, answer));
+        await sql`RELEASE SAVEPOINT settle_pending`.execute(trx);
+      } catch (err) {
+        await sql`ROLLBACK TO SAVEPOINT settle_pending`.execute(trx);
+        deps.logger.warn(
+          { event: 'github.settle_failed', err, request_id: answer.held.reservation.id },
+          `the answer to request ${answer.held.reservation.id} could not be written; it stays sent (counted) for the sweep`,
+        );
+      }
+      lock.unsettled = null;
+    } else {
+      ({ error } = await deps.github.settleHeld(lock, trx, answer));
+    }
   }
   for (const key of lock.gates) {
     await sql`SELECT pg_advisory_unlock(${LockSpace.gate}, ${key})`.execute(trx);

@@ -26,7 +26,14 @@ export async function insertEntities(db: Db, cls: EntityClass, seeds: EntitySeed
   const { table, nameColumn } = ENTITY_TABLES[cls];
   const rows = seeds.map((s) => {
     const { id, name, ...rest } = s;
-    return { id, [nameColumn]: name ?? defaultName(cls, id), ...rest };
+    return {
+      id,
+      [nameColumn]: name ?? defaultName(cls, id),
+      // Due now to the millisecond: the column's now() default can be microseconds past the
+      // millisecond a runner's (JS) clock reads right after, and then it is not due yet.
+      next_attempt_at: sql`date_trunc('milliseconds', now())`,
+      ...rest,
+    };
   });
   await db
     .insertInto(table)

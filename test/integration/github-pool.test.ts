@@ -4,6 +4,7 @@ import { int4Key, LockSpace } from '../../src/db/locks.ts';
 import {
   budgetStateStatement,
   pollIntervalFloorSeconds,
+  reserveIfFree,
   snapshotRefuses,
 } from '../../src/github/budget.ts';
 import { tokenLabel } from '../../src/github/credential.ts';
@@ -132,6 +133,39 @@ describe('the pool', () => {
       expect(done).toBe(false);
       await other.query('COMMIT');
       expect((await waiting)!.credential).toBe(a);
+    } finally {
+      other.release();
+    }
+  });
+
+  it('reserveIfFree never waits: every lock held elsewhere is null, not a no and not a wait', async () => {
+    const { labels } = pool(2);
+    const policy = {
+      credentials: labels.map((label) => ({ label, defaultQuota: 5000 })),
+      share: 2 / 3,
+    };
+    const other = await t.pool.connect();
+    try {
+      await other.query('BEGIN');
+      for (const label of labels) {
+        await other.query('SELECT pg_advisory_xact_lock($1, $2)', [
+          LockSpace.budget,
+          int4Key(label),
+        ]);
+      }
+      const d = await t.db
+        .transaction()
+        .execute((trx) =>
+          reserveIfFree(trx, policy, 'enrich', { now: new Date(), path: '/users/x' }, new Set()),
+        );
+      expect(d).toBeNull();
+      await other.query('ROLLBACK');
+      const free = await t.db
+        .transaction()
+        .execute((trx) =>
+          reserveIfFree(trx, policy, 'enrich', { now: new Date(), path: '/users/x' }, new Set()),
+        );
+      expect(free?.ok).toBe(true);
     } finally {
       other.release();
     }

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tokenLabel } from '../../src/github/credential.ts';
 import { BudgetExhausted, PoolRejected } from '../../src/github/errors.ts';
+import { recordAuthFailure } from '../../src/github/rate-limit.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
 import { readStatus } from '../../src/status/model.ts';
 import { captureLogger } from '../recovery/helpers.ts';
@@ -220,6 +221,29 @@ describe('bin/ingest with GITHUB_TOKENS=revoked,good', () => {
       [revoked, 401],
       [good, 200],
     ]);
+  });
+
+  it('the last credential left rejected, the others already blocked: PoolRejected, a failure of the source', async () => {
+    const { env, labels } = await bothRevoked();
+    const [first, second] = labels as [string, string];
+    // The second was blocked by an earlier 401: only the first is tried, and it is rejected.
+    await recordAuthFailure(t.db, second, new Date(), 5000, 'HTTP 401: Bad credentials');
+    const { source } = await addSource(t.db, { kind: 'repo', target: 'auth/last' }, 'live');
+    fake.addEvents('repo:auth/last', [pushEvent()]);
+
+    const r = await spawn('ingest', [], env);
+
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(
+      `GITHUB_AUTH_FAILED: GitHub rejected all 2 credentials (401): ${first} since `,
+    );
+    expect(r.out).not.toMatch(/budget/);
+    const row = await t.db
+      .selectFrom('event_sources')
+      .selectAll()
+      .where('id', '=', source.id)
+      .executeTakeFirstOrThrow();
+    expect(row.consecutive_failures).toBe(1);
   });
 
   it('all revoked: the run fails (exit 1) with a line naming every credential', async () => {

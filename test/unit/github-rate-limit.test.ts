@@ -13,6 +13,33 @@ const headers = (remaining: string, extra: Record<string, string> = {}) => ({
 });
 
 describe('parseRateLimit', () => {
+  it('is no observation when a value is nothing an integer column holds', () => {
+    const reset = String(Math.floor(Date.now() / 1000) + 600);
+    for (const [limit, remaining] of [
+      ['5000', '1.5'],
+      ['5000', '1e10'],
+      ['5000', '-1'],
+      ['50.5', '10'],
+      ['3000000000', '10'],
+    ]) {
+      expect(
+        parseRateLimit({
+          'x-ratelimit-limit': limit,
+          'x-ratelimit-remaining': remaining,
+          'x-ratelimit-reset': reset,
+        }),
+        `${limit}/${remaining}`,
+      ).toBeNull();
+    }
+    expect(
+      parseRateLimit({
+        'x-ratelimit-limit': '5000',
+        'x-ratelimit-remaining': '1',
+        'x-ratelimit-reset': '1.5',
+      }),
+    ).toBeNull();
+  });
+
   it('reads x-ratelimit-* and refuses partial or non-numeric sets', () => {
     expect(parseRateLimit(headers('12'))).toEqual({
       limit: 60,
