@@ -357,13 +357,13 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   async function request<T>(req: GitHubRequest): Promise<GitHubResponse<T>> {
     const path = encodePath(req.path);
     let reservation: Reservation | undefined = req.reservation;
-    for (let tried = 0; ; tried++) {
+    // A held request's 401 (settled by its caller) is this request's first rejection.
+    if (req.rejected) logRejected(req, path, req.rejected);
+    for (let tried = req.rejected ? 1 : 0; ; tried++) {
       if (!reservation) {
         const d = await tryReserve(req.purpose, { ...req, path });
         if (!d.ok) {
-          if ((tried > 0 || req.afterRejection) && d.rejected) {
-            throw new PoolRejected(path, d.rejected);
-          }
+          if (tried > 0 && d.rejected) throw new PoolRejected(path, d.rejected);
           throw new BudgetExhausted(req.purpose, d.retryAt, d.reason, d.blockReason, d.rejected);
         }
         reservation = d.reservation;
@@ -374,18 +374,23 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         if (!(err instanceof GitHubAuthFailed) || pool.length === 1 || tried >= pool.length) {
           throw err;
         }
-        (req.jobId ? logger.child({ job_id: req.jobId }) : logger).warn(
-          {
-            event: 'github.credential_rejected',
-            credential: err.credential,
-            path,
-            retry_at: err.retryAt?.toISOString() ?? null,
-          },
-          `GitHub rejected ${err.credential} (401) on ${path}; it is blocked until ${err.retryAt?.toISOString()}, trying another credential`,
-        );
+        logRejected(req, path, err);
         reservation = undefined;
       }
     }
+  }
+
+  /** A credential GitHub rejected (401) for this request; the request goes to another. */
+  function logRejected(req: GitHubRequest, path: string, err: GitHubAuthFailed) {
+    (req.jobId ? logger.child({ job_id: req.jobId }) : logger).warn(
+      {
+        event: 'github.credential_rejected',
+        credential: err.credential,
+        path,
+        retry_at: err.retryAt?.toISOString() ?? null,
+      },
+      `GitHub rejected ${err.credential} (401) on ${path}; it is blocked until ${err.retryAt?.toISOString()}, trying another credential`,
+    );
   }
 
   async function requestOn<T>(
@@ -441,27 +446,11 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       // No token, so nothing was sent: the reservation went back unspent.
       throw await authorizationFailed(cred, path, outcome.unauthorized);
     }
-    const { answer, settlement, rateLimit, result, accepted } = outcome;
+    const { rateLimit, result, accepted } = outcome;
     let { error } = outcome;
-    const now = settlement.now;
-    // A 403/429 blocks the credential for every process until GitHub's retry-after/reset;
-    // a 401 climbs the auth ladder (1, 5, 15, 60 min) so no poll or cycle repeats it every
-    // tick; any other answer proves the credential is accepted and clears that ladder.
-    // Either block is this credential's: the rest of the pool carries on.
-    if (error instanceof RateLimited) {
-      const until = error.retryAt;
-      await db.transaction().execute(async (trx) => {
-        await settle(trx, id, settlement, credential);
-        await recordBlock(trx, credential, until, cred.defaultQuota);
-      });
-    } else if (error instanceof GitHubAuthFailed) {
-      cred.invalidate();
-      const block = await db.transaction().execute(async (trx) => {
-        await settle(trx, id, settlement, credential);
-        const said = errorMessage(answer?.body ?? null) || 'Bad credentials';
-        return recordAuthFailure(trx, credential, now, cred.defaultQuota, `HTTP 401: ${said}`);
-      });
-      error = new GitHubAuthFailed(path, block, credential);
+    if (isBlock(error)) {
+      // Settled with the block, in a transaction after the gate's unlock.
+      error = await db.transaction().execute((trx) => writeBlock(trx, cred, id, path, outcome));
     } else if (accepted && !rateLimit) {
       // Settled with the unlock; an accepted answer without x-ratelimit-* (fixtures, some
       // proxies) still clears the auth ladder.
@@ -471,6 +460,42 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     logRequest(req, path, id, credential, outcome, error);
     if (error) throw error;
     return result!;
+  }
+
+  /** An answer that blocks its credential: a 403/429 rate limit, or a 401. */
+  function isBlock(error: unknown): boolean {
+    return error instanceof RateLimited || error instanceof GitHubAuthFailed;
+  }
+
+  /**
+   * Settle an answer that blocks its credential, with the block, in `trx`. A 403/429 blocks
+   * the credential for every process until GitHub's retry-after or reset; a 401 climbs the
+   * auth ladder (1, 5, 15, 60 min) so no poll or cycle repeats it every tick. Either block is
+   * this credential's: the rest of the pool carries on. Returns the error to throw.
+   */
+  async function writeBlock(
+    trx: Db,
+    cred: Credential,
+    id: number,
+    path: string,
+    o: Sent<unknown>,
+  ): Promise<unknown> {
+    const { settlement, error } = o;
+    await settle(trx, id, settlement, cred.label);
+    if (error instanceof RateLimited) {
+      await recordBlock(trx, cred.label, error.retryAt, cred.defaultQuota);
+      return error;
+    }
+    cred.invalidate();
+    const said = errorMessage(o.answer?.body ?? null) || 'Bad credentials';
+    const block = await recordAuthFailure(
+      trx,
+      cred.label,
+      settlement.now,
+      cred.defaultQuota,
+      `HTTP 401: ${said}`,
+    );
+    return new GitHubAuthFailed(path, block, cred.label);
   }
 
   /** The debug line every answered request writes (github.request). */
@@ -673,25 +698,11 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       released();
       return { response: null, error: await authorizationFailed(cred, path, outcome.unauthorized) };
     }
-    const { settlement, accepted, rateLimit, answer: raw } = outcome;
+    const { settlement, accepted, rateLimit } = outcome;
     let error = outcome.error;
-    if (error instanceof RateLimited) {
-      await settle(trx, id, settlement, credential);
-      await recordBlock(trx, credential, error.retryAt, cred.defaultQuota);
+    if (isBlock(error)) {
+      error = await writeBlock(trx, cred, id, path, outcome);
       await sql`SELECT ${unlock}`.execute(trx);
-    } else if (error instanceof GitHubAuthFailed) {
-      cred.invalidate();
-      await settle(trx, id, settlement, credential);
-      const said = errorMessage(raw?.body ?? null) || 'Bad credentials';
-      const block = await recordAuthFailure(
-        trx,
-        credential,
-        settlement.now,
-        cred.defaultQuota,
-        `HTTP 401: ${said}`,
-      );
-      await sql`SELECT ${unlock}`.execute(trx);
-      error = new GitHubAuthFailed(path, block, credential);
     } else {
       await settleAndUnlock(trx, id, settlement, credential, accepted, unlock).execute(trx);
       if (accepted && !rateLimit) await clearAuthFailures(trx, credential);

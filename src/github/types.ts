@@ -13,7 +13,7 @@ import type {
   RateLimitState,
   Reservation,
 } from './budget-types.ts';
-import type { AuthBlock } from './errors.ts';
+import type { AuthBlock, GitHubAuthFailed } from './errors.ts';
 
 export type {
   BudgetSnapshot,
@@ -35,10 +35,11 @@ export interface GitHubRequest {
   runId?: number | null;
   entity?: { class: EntityClass; id: string | number };
   /**
-   * GitHub already rejected this request on another credential (a held request's 401): a
-   * pool then refused for auth blocks is PoolRejected, as on request()'s own retries.
+   * GitHub already rejected this request on another credential (a held request's 401, settled
+   * by its caller): logged, and counted as request()'s first try, so a pool then refused for
+   * auth blocks is PoolRejected.
    */
-  afterRejection?: boolean;
+  rejected?: GitHubAuthFailed;
 }
 
 export interface GitHubResponse<T = unknown> {

@@ -48,7 +48,6 @@ async function requestPage(
   req: GitHubRequest,
   held: HeldRequest | null,
   page: number,
-  log: Logger,
 ): Promise<GitHubResponse> {
   if (!held) return deps.github.request(req);
   const answer = await deps.github.sendHeld(held, req);
@@ -63,16 +62,7 @@ async function requestPage(
   faultPoint('github.after_settle');
   if (error instanceof GitHubAuthFailed && deps.github.credentials.length > 1) {
     // As request() does in a pool: that credential is blocked, the same page goes to another.
-    log.warn(
-      {
-        event: 'github.credential_rejected',
-        credential: error.credential,
-        path: req.path,
-        retry_at: error.retryAt?.toISOString() ?? null,
-      },
-      `GitHub rejected ${error.credential} (401) on ${req.path}; it is blocked until ${error.retryAt?.toISOString()}, trying another credential`,
-    );
-    return deps.github.request({ ...req, reservation: undefined, afterRejection: true });
+    return deps.github.request({ ...req, reservation: undefined, rejected: error });
   }
   if (error) throw error;
   return response!;
@@ -117,7 +107,6 @@ export async function fetchPages(
         },
         next?.held ?? null,
         page,
-        log,
       );
     } catch (err) {
       if (err instanceof GitHubRequestFailed && isWindowEnd(page, err.status)) {
