@@ -138,10 +138,28 @@ export function windowFloor(now: Date): Date {
  *   every row of the window gave (test/integration/budget-counters.test.ts holds that count
  *   as its oracle).
  */
-export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
+/**
+ * The first two of the state's CTEs, `creds` and `w` (each credential's rate-limit row and
+ * window), also what the pool's cheap pick starts from (src/github/budget.ts).
+ */
+export function windowCtes(creds: readonly CredentialPolicy[], now: Date) {
   const rows = creds.map(
     (c, i) => sql`(${c.label}::text, ${c.defaultQuota}::int, ${i}::int, ${int4Key(c.label)}::int)`,
   );
+  return sql`
+    creds (credential, default_quota, ord, lock_key) AS (VALUES ${sql.join(rows)}),
+    w AS (
+      SELECT creds.credential, creds.ord, creds.lock_key,
+        rl.quota AS rl_quota, rl.remaining AS rl_remaining, rl.reset_at,
+        rl.blocked_until, rl.block_reason, rl.auth_failures, rl.observed_at,
+        COALESCE(rl.reset_at > ${now}::timestamptz, false) AS fresh,
+        COALESCE(rl.quota, creds.default_quota) AS quota,
+        ${windowStartSql(now)} AS window_start
+      FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
+    )`;
+}
+
+export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
   // Implied by each window's own start (a window never starts earlier), but the planner
   // cannot see into w: this bound is what makes it choose short range scans.
   const floor = sql`${windowFloor(now)}::timestamptz`;
@@ -155,16 +173,7 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
   const poll = sql<boolean>`g.purpose = 'poll'`;
   const background = sql<boolean>`g.purpose <> 'poll'`;
   return sql`
-    creds (credential, default_quota, ord, lock_key) AS (VALUES ${sql.join(rows)}),
-    w AS (
-      SELECT creds.credential, creds.ord, creds.lock_key,
-        rl.quota AS rl_quota, rl.remaining AS rl_remaining, rl.reset_at,
-        rl.blocked_until, rl.block_reason, rl.auth_failures, rl.observed_at,
-        COALESCE(rl.reset_at > ${now}::timestamptz, false) AS fresh,
-        COALESCE(rl.quota, creds.default_quota) AS quota,
-        ${windowStartSql(now)} AS window_start
-      FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
-    ),
+    ${windowCtes(creds, now)},
     c AS (
       SELECT w.credential,
         m.poll + h.poll AS poll, m.enrich + h.enrich AS enrich, m.commits + h.commits AS commits,

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import { int4Key, LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
@@ -14,8 +14,8 @@ import {
   type StateRow,
   stateCtes,
   toState,
+  windowCtes,
   windowFloor,
-  windowStartSql,
 } from './budget-state.ts';
 import {
   type BudgetDecision,
@@ -107,23 +107,52 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
 }
 
 /**
- * When no candidate's budget lock is free: wait for the best one's — unless the transaction
- * already holds another budget lock (a second try within it), where waiting could deadlock
- * with a transaction doing the same the other way round.
+ * The candidates of CTE `from` (credential, lock_key) for which `allows` holds, in the pick's
+ * order — fewest open requests, soonest pacing slot for the endpoint (a 304 leaves the room
+ * unchanged: free requests must not all go to the credential with the most room while it waits
+ * for its slot), most `room`, then chance — and the first of them whose budget lock nobody
+ * holds (ADR 0082: another reservation in progress on a credential read from the same snapshot
+ * would take its slot first), tried one at a time. None free: wait for the best one's, unless
+ * `wait` is false (the transaction already holds a budget lock: waiting for another could
+ * deadlock with a transaction doing the same the other way round).
+ * CTEs `ordered` and `free` (and `waited`); `picked` is the chosen credential, or NULL.
  */
-function waitedCte(wait: boolean) {
-  return wait
-    ? sql`, waited AS (
+function lockInOrder(o: {
+  from: 'st' | 'ap';
+  open: RawBuilder<unknown>;
+  room: RawBuilder<unknown>;
+  allows: RawBuilder<unknown>;
+  path: string | undefined;
+  now: Date;
+  wait: boolean;
+}) {
+  const endpoint = o.path && o.path !== UNSPECIFIED_PATH ? routeTemplate(o.path) : null;
+  const from = sql.table(o.from);
+  const ctes = sql`ordered AS (
+      SELECT ${from}.credential, ${from}.lock_key, row_number() OVER (
+        ORDER BY ${o.open}, GREATEST(pace.next_at, ${o.now}::timestamptz), ${o.room} DESC, random()
+      ) AS rank
+      FROM ${from}
+      LEFT JOIN github_endpoint_pace pace
+        ON pace.credential = ${from}.credential AND pace.endpoint = ${endpoint}::text
+      WHERE ${o.allows}
+    ),
+    free AS (
+      SELECT f.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) f
+      WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, f.lock_key) LIMIT 1
+    )${
+      o.wait
+        ? sql`,
+    waited AS (
       SELECT credential, pg_advisory_xact_lock(${LockSpace.budget}, lock_key)::text AS l
       FROM ordered WHERE rank = 1 AND NOT EXISTS (SELECT 1 FROM free)
     )`
-    : sql``;
-}
-
-function pickedSql(wait: boolean) {
-  return wait
+        : sql``
+    }`;
+  const picked = o.wait
     ? sql`COALESCE((SELECT credential FROM free), (SELECT credential FROM waited))`
     : sql`(SELECT credential FROM free)`;
+  return { ctes, picked };
 }
 
 /**
@@ -146,30 +175,18 @@ async function pickAndLock(
   wait: boolean,
 ) {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
-  // The endpoint's next pacing slot on each credential (ADR 0082): a free request (a 304
-  // leaves the room unchanged) must not keep going to the credential with the most room while
-  // it waits for its slot and the others idle.
-  const endpoint = path && path !== UNSPECIFIED_PATH ? routeTemplate(path) : null;
+  const order = lockInOrder({
+    from: 'st',
+    open: sql`st.open`,
+    room: roomSql(purpose, policy.share),
+    allows: allowsSql(purpose, policy.share, now),
+    path,
+    now,
+    wait,
+  });
   const r = await sql<StateRow & { picked: string | null }>`
-    WITH ${stateCtes(candidates, now)},
-    ordered AS (
-      SELECT st.credential, st.lock_key, row_number() OVER (
-        ORDER BY st.open, GREATEST(pace.next_at, ${now}::timestamptz),
-          ${roomSql(purpose, policy.share)} DESC, random()) AS rank
-      FROM st
-      LEFT JOIN github_endpoint_pace pace
-        ON pace.credential = st.credential AND pace.endpoint = ${endpoint}::text
-      WHERE ${allowsSql(purpose, policy.share, now)}
-    ),
-    -- The best whose budget lock nobody holds: another reservation in progress on a credential
-    -- read from the same snapshot would take its slot first (ADR 0082). Tried in order, one
-    -- at a time, until one is free.
-    free AS (
-      SELECT o.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) o
-      WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, o.lock_key) LIMIT 1
-    )
-    ${waitedCte(wait)}
-    SELECT st.*, ${pickedSql(wait)} AS picked, ${ASYNC_COMMIT} AS async_commit
+    WITH ${stateCtes(candidates, now)}, ${order.ctes}
+    SELECT st.*, ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit
     FROM st ORDER BY st.ord`.execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now));
@@ -188,9 +205,10 @@ async function pickAndLock(
 
 /**
  * The pick from what is cheap to read (ADR 0082): each candidate's whole-minute counters from
- * the first minute its window touches (so at most a minute more than the window: it only
- * errs toward less room), its open requests, its rate-limit row and its pacing slot — not the
- * exact window the reservation statement reads. The same order as pickAndLock's, the same
+ * the first minute its window touches, its open requests, its rate-limit row and its pacing
+ * slot — not the exact window the reservation statement reads. It may err either way (a
+ * minute too much; only the open requests taken off the observed remaining): a wrong choice
+ * costs one refusal of reserveOn and another try, never a spend. The same order as pickAndLock's, the same
  * try-then-wait on the budget lock. Only a choice: reserveOn decides, exactly, under the lock;
  * when no candidate seems to have room, pickAndLock reads them exactly (and explains a no).
  */
@@ -205,23 +223,26 @@ async function quickPickAndLock(
 ): Promise<CredentialPolicy | null> {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   if (candidates.length === 0) return null;
-  const endpoint = path && path !== UNSPECIFIED_PATH ? routeTemplate(path) : null;
-  const rows = candidates.map(
-    (c, i) => sql`(${c.label}::text, ${c.defaultQuota}::int, ${i}::int, ${int4Key(c.label)}::int)`,
-  );
   const floor = sql`${windowFloor(now)}::timestamptz`;
   const background = sql`floor(ap.quota * ${policy.share}::float8)`;
   const left = isBackground(purpose)
     ? sql`(${background} - ap.background)`
     : sql`(ap.quota - ${background} - ap.poll)`;
+  const order = lockInOrder({
+    from: 'ap',
+    open: sql`ap.open`,
+    room: left,
+    allows: sql`(ap.blocked_until IS NULL OR ap.blocked_until <= ${now}::timestamptz)
+      AND (ap.rl_quota IS NULL
+        OR (CASE WHEN ap.fresh THEN ap.rl_remaining - ap.open
+                 ELSE ap.quota - ap.poll - ap.background END) > 0)
+      AND ${left} > 0`,
+    path,
+    now,
+    wait,
+  });
   const r = await sql<{ picked: string | null }>`
-    WITH creds (credential, default_quota, ord, lock_key) AS (VALUES ${sql.join(rows)}),
-    w AS (
-      SELECT creds.credential, creds.lock_key, rl.remaining AS rl_remaining, rl.blocked_until,
-        rl.quota AS rl_quota, COALESCE(rl.reset_at > ${now}::timestamptz, false) AS fresh,
-        COALESCE(rl.quota, creds.default_quota) AS quota, ${windowStartSql(now)} AS window_start
-      FROM creds LEFT JOIN github_rate_limits rl ON rl.credential = creds.credential
-    ),
+    WITH ${windowCtes(candidates, now)},
     ap AS (
       SELECT w.*, m.poll, m.background, o.open FROM w
       CROSS JOIN LATERAL (
@@ -237,25 +258,8 @@ async function quickPickAndLock(
           AND g.reserved_at >= ${floor} AND ${SPENDS_QUOTA} AND g.finished_at IS NULL
       ) o
     ),
-    ordered AS (
-      SELECT ap.credential, ap.lock_key, row_number() OVER (
-        ORDER BY ap.open, GREATEST(pace.next_at, ${now}::timestamptz), ${left} DESC, random()
-      ) AS rank
-      FROM ap
-      LEFT JOIN github_endpoint_pace pace
-        ON pace.credential = ap.credential AND pace.endpoint = ${endpoint}::text
-      WHERE (ap.blocked_until IS NULL OR ap.blocked_until <= ${now}::timestamptz)
-        AND (ap.rl_quota IS NULL
-          OR (CASE WHEN ap.fresh THEN ap.rl_remaining - ap.open
-                   ELSE ap.quota - ap.poll - ap.background END) > 0)
-        AND ${left} > 0
-    ),
-    free AS (
-      SELECT o.credential FROM (SELECT * FROM ordered ORDER BY rank OFFSET 0) o
-      WHERE pg_try_advisory_xact_lock(${LockSpace.budget}, o.lock_key) LIMIT 1
-    )
-    ${waitedCte(wait)}
-    SELECT ${pickedSql(wait)} AS picked, ${ASYNC_COMMIT} AS async_commit`.execute(trx);
+    ${order.ctes}
+    SELECT ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit`.execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   return candidates.find((c) => c.label === picked) ?? null;
 }
