@@ -162,8 +162,7 @@ export async function pollAllowancePerSecond(
 /**
  * Both water-filling sums in one statement over the enabled sources of `mode`: the quota's
  * (every kind) and the secondary limit's (the sources of `kind`, which share its endpoint).
- * `self` is the polled source with its new cost and interval (written after, in the
- * finalize transaction).
+ * Every source at its stored term; planSourcePoll moves the polled one's (moveTerm).
  */
 export async function fleetSums(
   db: Db,
@@ -172,10 +171,8 @@ export async function fleetSums(
     kind: SourceKind;
     quotaBudget: number;
     requestBudget: number;
-    self: { id: string; cost: number; interval: number };
   },
 ): Promise<{ quota: FillSums; requests: FillSums }> {
-  const { self } = opts;
   const r = await sql<{
     n: string;
     ne: string;
@@ -186,12 +183,8 @@ export async function fleetSums(
   }>`
     WITH s AS (
       SELECT kind = ${opts.kind} AS same,
-             CASE WHEN id = ${self.id}::bigint THEN ${self.cost}::float8 ELSE poll_cost END
-               / greatest(1, CASE WHEN id = ${self.id}::bigint THEN ${self.interval}::int
-                                  ELSE poll_interval_seconds END) AS q,
-             greatest(1, CASE WHEN id = ${self.id}::bigint THEN ${self.cost}::float8 ELSE poll_cost END)
-               / greatest(1, CASE WHEN id = ${self.id}::bigint THEN ${self.interval}::int
-                                  ELSE poll_interval_seconds END) AS rq
+             poll_cost::float8 / greatest(1, poll_interval_seconds) AS q,
+             greatest(1, poll_cost::float8) / greatest(1, poll_interval_seconds) AS rq
       FROM event_sources WHERE enabled AND mode = ${opts.mode}
     ),
     n AS (SELECT count(*) AS n, count(*) FILTER (WHERE same) AS ne FROM s)
@@ -228,7 +221,7 @@ export async function fleetSums(
  * plan takes the round's sums and moves only its own source's term.
  */
 export interface FleetCache {
-  entries: Map<string, { quotaBudget: number; sums: { quota: FillSums; requests: FillSums } }>;
+  entries: Map<string, { quota: FillSums; requests: FillSums }>;
 }
 
 export function newFleetCache(): FleetCache {
@@ -263,46 +256,30 @@ export async function planSourcePoll(
   const perMinute = deps.config.github.endpointRatePerMinute || 1_000_000_000;
   const requestBudget = (Math.max(1, credentials.length) * perMinute) / 60;
   const mode = deps.config.github.mode;
-  const self = { id: String(source.id), cost, interval: run.pollIntervalSeconds };
-  let sums: { quota: FillSums; requests: FillSums };
+  // Outside a round (bin/ingest --source) the cache is this plan's alone.
+  const cache = fleet ?? newFleetCache();
   const key = `${mode}:${source.kind}`;
-  if (fleet) {
-    let entry = fleet.entries.get(key);
-    if (!entry) {
-      const quotaBudget = await pollAllowancePerSecond(
-        deps.db,
-        credentials,
-        deps.config.enrichment.share,
-      );
-      // No source has id 0: the fleet as it stands, every source at its stored term.
-      const raw = await fleetSums(deps.db, {
-        mode,
-        kind: source.kind,
-        quotaBudget,
-        requestBudget,
-        self: { id: '0', cost: 0, interval: 1 },
-      });
-      entry = { quotaBudget, sums: raw };
-      fleet.entries.set(key, entry);
-    }
-    const oldInterval = Math.max(1, source.poll_interval_seconds);
-    const newInterval = Math.max(1, self.interval);
-    sums = {
-      quota: moveTerm(entry.sums.quota, source.poll_cost / oldInterval, cost / newInterval),
-      requests: moveTerm(
-        entry.sums.requests,
-        Math.max(1, source.poll_cost) / oldInterval,
-        Math.max(1, cost) / newInterval,
-      ),
-    };
-  } else {
+  let fleetNow = cache.entries.get(key);
+  if (!fleetNow) {
     const quotaBudget = await pollAllowancePerSecond(
       deps.db,
       credentials,
       deps.config.enrichment.share,
     );
-    sums = await fleetSums(deps.db, { mode, kind: source.kind, quotaBudget, requestBudget, self });
+    fleetNow = await fleetSums(deps.db, { mode, kind: source.kind, quotaBudget, requestBudget });
+    cache.entries.set(key, fleetNow);
   }
+  // The polled source's term moves from what is stored to what this run learned.
+  const oldInterval = Math.max(1, source.poll_interval_seconds);
+  const newInterval = Math.max(1, run.pollIntervalSeconds);
+  const sums = {
+    quota: moveTerm(fleetNow.quota, source.poll_cost / oldInterval, cost / newInterval),
+    requests: moveTerm(
+      fleetNow.requests,
+      Math.max(1, source.poll_cost) / oldInterval,
+      Math.max(1, cost) / newInterval,
+    ),
+  };
   const plan = planNextPoll(
     {
       pollIntervalSeconds: run.pollIntervalSeconds,
