@@ -1,5 +1,10 @@
 import { type App, createApp } from '../app.ts';
-import { type FetchOutcome, type FetchResult, fetchOnce } from '../commits/fetch.ts';
+import {
+  emptyFetchOutcomes,
+  type FetchOutcome,
+  type FetchResult,
+  fetchOnce,
+} from '../commits/fetch.ts';
 import { UsageError } from '../errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
@@ -64,17 +69,10 @@ export interface RunOptions {
   onPush?: (r: FetchResult, summary: CommitsRunSummary) => void | Promise<void>;
 }
 
+/** The fetch outcomes a run counts: all but the two that end it without a push. */
 function emptyOutcomes(): Record<Counted, number> {
-  return {
-    complete: 0,
-    partial: 0,
-    gone: 0,
-    none: 0,
-    retry: 0,
-    failed: 0,
-    waiting: 0,
-    rate_limited: 0,
-  };
+  const { idle: _idle, budget_exhausted: _exhausted, ...counted } = emptyFetchOutcomes();
+  return counted;
 }
 
 /** fetchOnce up to `limit` times; nothing due, the share or budget, or a rate limit stops it. */
