@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import { backoffSeconds } from '../enrichment/state.ts';
+import { failedAttempt } from '../enrichment/state.ts';
 import { type CommitsClaim, stillOurs } from './claim.ts';
 
 /**
@@ -61,9 +61,7 @@ export async function markFailedAttempt(
   now: Date,
   maxAttempts: number,
 ): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
-  const attempts = claim.attempts + 1;
-  const terminal = attempts >= maxAttempts;
-  const nextAttemptAt = new Date(now.getTime() + backoffSeconds(attempts) * 1000);
+  const { attempts, terminal, nextAttemptAt } = failedAttempt(claim.attempts, now, maxAttempts);
   const applied = await transition(
     db,
     claim,

@@ -20,6 +20,23 @@ export function backoffSeconds(failures: number): number {
   return Math.min(60 * 4 ** Math.max(0, failures - 1), 6 * 3600);
 }
 
+/**
+ * One more failed attempt on the ladder (entities and commit fetches alike): how many now,
+ * whether that was the last one allowed, and when the next may run.
+ */
+export function failedAttempt(
+  previous: number,
+  now: Date,
+  maxAttempts: number,
+): { attempts: number; terminal: boolean; nextAttemptAt: Date } {
+  const attempts = previous + 1;
+  return {
+    attempts,
+    terminal: attempts >= maxAttempts,
+    nextAttemptAt: new Date(now.getTime() + backoffSeconds(attempts) * 1000),
+  };
+}
+
 /** How many enriched rows one sweep turns back into pending refreshes (keeps it short). */
 export const AGE_OUT_BATCH = 200;
 
@@ -115,9 +132,7 @@ export async function markFailedAttempt(
   now: Date,
   maxAttempts: number,
 ): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
-  const attempts = claim.attempts + 1;
-  const terminal = attempts >= maxAttempts;
-  const nextAttemptAt = new Date(now.getTime() + backoffSeconds(attempts) * 1000);
+  const { attempts, terminal, nextAttemptAt } = failedAttempt(claim.attempts, now, maxAttempts);
   const applied = await transition(
     db,
     claim,
