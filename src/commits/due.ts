@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import type { CommitsState } from '../db/schema.ts';
+import { COMMITS_STATES, type CommitsState } from '../db/schema.ts';
 import { dueSql } from './claim.ts';
 
 /**
@@ -27,15 +27,7 @@ export async function countDueCommits(db: Db, now: Date = new Date()): Promise<n
 
 /** Pushes per commits_state (reads the whole table: a status page, not a hot path). */
 export async function commitsByState(db: Db): Promise<Record<CommitsState, number>> {
-  const out: Record<CommitsState, number> = {
-    pending: 0,
-    complete: 0,
-    partial: 0,
-    none: 0,
-    skipped: 0,
-    gone: 0,
-    failed: 0,
-  };
+  const out = Object.fromEntries(COMMITS_STATES.map((s) => [s, 0])) as Record<CommitsState, number>;
   const r = await sql<{ state: CommitsState; n: string }>`
     SELECT commits_state AS state, count(*) AS n FROM push_events GROUP BY 1`.execute(db);
   for (const row of r.rows) out[row.state] = Number(row.n);

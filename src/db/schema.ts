@@ -32,30 +32,50 @@ type Generated<S> = [S] extends [ColumnType<infer Sel, infer Ins, infer Upd>]
   ? ColumnType<Sel, Ins | undefined, Upd>
   : KyselyGenerated<S>;
 
-export type SourceKind = 'public' | 'repo' | 'org' | 'user';
+export const SOURCE_KINDS = ['public', 'repo', 'org', 'user'] as const;
+export type SourceKind = (typeof SOURCE_KINDS)[number];
 export type GithubMode = 'live' | 'fixture';
-export type RunStatus = 'running' | 'completed' | 'not_modified' | 'failed' | 'interrupted';
-export type EnrichmentState = 'pending' | 'enriched' | 'failed' | 'gone';
-export type RequestPurpose = 'poll' | 'enrich' | 'commits';
+export const RUN_STATUSES = [
+  'running',
+  'completed',
+  'not_modified',
+  'failed',
+  'interrupted',
+] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+export const ENRICHMENT_STATES = ['pending', 'enriched', 'failed', 'gone'] as const;
+export type EnrichmentState = (typeof ENRICHMENT_STATES)[number];
+/**
+ * Every enumeration below is one list, and the type is derived from it: a status page, a
+ * metric or a chart that walks purposes, states or origins walks the list (or a
+ * Record<…> keyed by the type, which the compiler holds complete), never its own copy.
+ */
+export const REQUEST_PURPOSES = ['poll', 'enrich', 'commits'] as const;
+export type RequestPurpose = (typeof REQUEST_PURPOSES)[number];
 export type RequestOutcome = 'reserved' | 'sent' | 'completed' | 'error' | 'abandoned';
 /** How a push first arrived: polled, delivered by webhook, or read from a GH Archive file. */
-export type PushOrigin = 'poll' | 'webhook' | 'archive';
-export type GapState = 'open' | 'filled' | 'unavailable';
+export const PUSH_ORIGINS = ['poll', 'webhook', 'archive'] as const;
+export type PushOrigin = (typeof PUSH_ORIGINS)[number];
+export const GAP_STATES = ['open', 'filled', 'unavailable'] as const;
+export type GapState = (typeof GAP_STATES)[number];
 /** 'missing': the mirror has no such hour (404/410). */
-export type BackfillFileState = 'running' | 'completed' | 'failed' | 'missing';
+export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing'] as const;
+export type BackfillFileState = (typeof BACKFILL_FILE_STATES)[number];
 /**
  * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
  * fetcher), complete / partial (stored, all or some), none (deleted ref or tag: no commits),
  * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up).
  */
-export type CommitsState =
-  | 'pending'
-  | 'complete'
-  | 'partial'
-  | 'none'
-  | 'skipped'
-  | 'gone'
-  | 'failed';
+export const COMMITS_STATES = [
+  'pending',
+  'complete',
+  'partial',
+  'none',
+  'skipped',
+  'gone',
+  'failed',
+] as const;
+export type CommitsState = (typeof COMMITS_STATES)[number];
 
 export interface EventSourcesTable {
   id: Generated<BigId>;
@@ -302,7 +322,8 @@ export interface GithubRequestMinutesTable {
   commits: Generated<number>;
 }
 
-export type BlockReason = 'rate_limit' | 'auth';
+export const BLOCK_REASONS = ['rate_limit', 'auth'] as const;
+export type BlockReason = (typeof BLOCK_REASONS)[number];
 
 /** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
 export interface WebhookDeliveriesTable {

@@ -1,4 +1,4 @@
-import type { SourceKind } from '../db/schema.ts';
+import { SOURCE_KINDS, type SourceKind } from '../db/schema.ts';
 import { AppError, ConfigError } from '../errors.ts';
 import { quoted } from '../quote.ts';
 
@@ -12,7 +12,7 @@ export type SourceSpec =
   | { kind: 'public' }
   | { kind: Exclude<SourceKind, 'public'>; target: string };
 
-export const SOURCE_KINDS: readonly SourceKind[] = ['public', 'repo', 'org', 'user'];
+export { SOURCE_KINDS };
 
 /** A source description that is not what GitHub would accept. */
 export class InvalidSource extends AppError {

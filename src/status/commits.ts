@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import type { CommitsState } from '../db/schema.ts';
+import { COMMITS_STATES, type CommitsState } from '../db/schema.ts';
 
 /**
  * Commits as an operator sees them (ADR 0070): pushes by commits_state, the fetch backlog
@@ -20,15 +20,7 @@ export interface CommitsStatus {
   storedEstimated: boolean;
 }
 
-export const COMMITS_STATES: readonly CommitsState[] = [
-  'pending',
-  'complete',
-  'partial',
-  'none',
-  'skipped',
-  'gone',
-  'failed',
-];
+export { COMMITS_STATES };
 
 /** Below this estimate the commits are counted exactly. */
 const EXACT_BELOW = 200_000;

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import type { BackfillFileState, GapState } from '../db/schema.ts';
+import { type BackfillFileState, GAP_STATES, type GapState } from '../db/schema.ts';
 
 /** Gaps and archive backfill as an operator sees them (status page, bin/status, /status). */
 export interface GapStatus {
@@ -30,7 +30,7 @@ export interface GapStatus {
   } | null;
 }
 
-export const GAP_STATES: readonly GapState[] = ['open', 'filled', 'unavailable'];
+export { GAP_STATES };
 
 export async function gapStatus(db: Db): Promise<GapStatus> {
   const states = await sql<{ state: GapState; n: string; recovered: string; next: Date | null }>`

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 
 /**
  * Per-minute counts over the last hours for the status page charts. Both reads are range
@@ -14,7 +15,7 @@ export interface MinuteSeries {
   /** push_events rows ingested (poll or webhook) per minute. */
   eventsIngested: number[];
   /** Requests that spent quota per minute, per purpose (a 304 spends none). */
-  requestsSpent: { poll: number[]; enrich: number[] };
+  requestsSpent: Record<RequestPurpose, number[]>;
 }
 
 export const DEFAULT_SERIES_MINUTES = 180;
@@ -35,7 +36,10 @@ export async function minuteSeries(
     start,
     minutes,
     eventsIngested: zeros(),
-    requestsSpent: { poll: zeros(), enrich: zeros() },
+    requestsSpent: Object.fromEntries(REQUEST_PURPOSES.map((p) => [p, zeros()])) as Record<
+      RequestPurpose,
+      number[]
+    >,
   };
 
   const events = await sql<{ minute: Date; n: string }>`
@@ -47,13 +51,15 @@ export async function minuteSeries(
     if (i >= 0 && i < minutes) out.eventsIngested[i] = Number(row.n);
   }
 
-  const requests = await sql<{ minute: Date; purpose: 'poll' | 'enrich'; n: string }>`
+  const requests = await sql<{ minute: Date; purpose: RequestPurpose; n: string }>`
     SELECT date_trunc('minute', reserved_at) AS minute, purpose, count(*) AS n
     FROM github_requests WHERE reserved_at >= ${start} AND counted
     GROUP BY 1, 2`.execute(db);
   for (const row of requests.rows) {
     const i = minuteIndex(start, row.minute);
-    if (i >= 0 && i < minutes) out.requestsSpent[row.purpose][i] = Number(row.n);
+    // A purpose this build does not know (a newer process's) is left out, not a crash.
+    const perMinute = out.requestsSpent[row.purpose];
+    if (perMinute && i >= 0 && i < minutes) perMinute[i] = Number(row.n);
   }
   return out;
 }

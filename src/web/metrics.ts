@@ -2,6 +2,14 @@ import { sql } from 'kysely';
 import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
+import {
+  BACKFILL_FILE_STATES,
+  BLOCK_REASONS,
+  ENRICHMENT_STATES,
+  PUSH_ORIGINS,
+  REQUEST_PURPOSES,
+  RUN_STATUSES,
+} from '../db/schema.ts';
 import { backlog } from '../enrichment/due.ts';
 import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
@@ -10,6 +18,12 @@ import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import type { ByteBudget } from './body-budget.ts';
+
+/** The allowances a budget reports: polls', and the background one (enrich and commits share it). */
+const ALLOWANCES = [
+  'poll',
+  'enrich',
+] as const satisfies readonly (keyof BudgetSnapshot['allowance'])[];
 
 /**
  * GET /metrics. Every gpi_* value is read from Postgres at scrape time, so whichever web
@@ -123,12 +137,10 @@ function credentialGauges(
   );
   for (const c of credentials) {
     const credential = c.credential;
-    for (const purpose of ['poll', 'enrich'] as const) {
-      spent.set({ credential, purpose }, c.spent[purpose]);
-      allowance.set({ credential, purpose }, c.allowance[purpose]);
-    }
+    for (const purpose of REQUEST_PURPOSES) spent.set({ credential, purpose }, c.spent[purpose]);
+    for (const purpose of ALLOWANCES) allowance.set({ credential, purpose }, c.allowance[purpose]);
     if (c.remaining !== null) remaining.set({ credential }, c.remaining);
-    for (const reason of ['rate_limit', 'auth'] as const) {
+    for (const reason of BLOCK_REASONS) {
       blocked.set(
         { credential, reason },
         c.blockedUntil !== null && c.blockReason === reason ? 1 : 0,
@@ -209,7 +221,7 @@ async function collectGaps(
     SELECT state, count(*) AS n, coalesce(sum(pushes_created), 0) AS created, max(updated_at) AS last
     FROM backfill_files GROUP BY state`.execute(db);
   const byState = gauge('gpi_backfill_files', 'Archive file imports by state', ['state']);
-  for (const state of ['running', 'completed', 'failed', 'missing']) byState.set({ state }, 0);
+  for (const state of BACKFILL_FILE_STATES) byState.set({ state }, 0);
   const stored = counter(
     'gpi_backfill_pushes_stored_total',
     'Pushes stored by archive imports (bin/backfill and gap fills)',
@@ -238,7 +250,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     'Push events stored, by how each push first arrived (poll, webhook or archive)',
     ['origin'],
   );
-  for (const origin of ['poll', 'webhook', 'archive']) pushes.inc({ origin }, 0);
+  for (const origin of PUSH_ORIGINS) pushes.inc({ origin }, 0);
   const byOrigin = await sql<{ origin: string; n: string }>`
     SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
   for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
@@ -246,8 +258,8 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   const runs = counter('gpi_ingestion_runs_total', 'Finished ingestion runs by outcome', [
     'outcome',
   ]);
-  for (const outcome of ['completed', 'not_modified', 'failed', 'interrupted'])
-    runs.inc({ outcome }, 0);
+  // Finished runs: every status but 'running'.
+  for (const outcome of RUN_STATUSES) if (outcome !== 'running') runs.inc({ outcome }, 0);
   for (const { labels, n } of await tallied(
     db,
     'gpi_ingestion_runs_total',
@@ -297,7 +309,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     'GitHub requests reserved or sent and not yet finished, by purpose',
     ['purpose'],
   );
-  for (const purpose of ['poll', 'enrich']) open.set({ purpose }, 0);
+  for (const purpose of REQUEST_PURPOSES) open.set({ purpose }, 0);
   for (const row of inFlight.rows) open.set({ purpose: row.purpose }, Number(row.n));
 
   // One row per credential ('anonymous', 'fixture', 'token:<sha256 prefix>': never a token).
@@ -349,7 +361,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   );
   const dueGauge = gauge('gpi_enrichment_due', 'Entities due for enrichment now', ['class']);
   for (const [cls, b] of Object.entries(await backlog(db, now, config.enrichment.ttlSeconds))) {
-    for (const state of ['pending', 'enriched', 'failed', 'gone'] as const) {
+    for (const state of ENRICHMENT_STATES) {
       backlogGauge.set({ class: cls, state }, b[state]);
     }
     dueGauge.set({ class: cls }, b.due);
@@ -433,10 +445,8 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
       'Requests each purpose may spend per rate-limit window (ENRICH_SHARE of the quota)',
       ['purpose'],
     );
-    for (const purpose of ['poll', 'enrich'] as const) {
-      spent.set({ purpose }, budget.spent[purpose]);
-      allowance.set({ purpose }, budget.allowance[purpose]);
-    }
+    for (const purpose of REQUEST_PURPOSES) spent.set({ purpose }, budget.spent[purpose]);
+    for (const purpose of ALLOWANCES) allowance.set({ purpose }, budget.allowance[purpose]);
     credentialGauges(gauge, budget.credentials);
   }
 }

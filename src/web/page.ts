@@ -1,3 +1,4 @@
+import { REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative } from '../status/format.ts';
@@ -12,6 +13,13 @@ import { escapeHtml as e } from './html.ts';
  * rendered, one request, no script and no external asset (it must work on an air-gapped
  * host and behind any proxy); it refreshes itself every 30 seconds.
  */
+
+/** A colour per request purpose (the Record keeps it complete when a purpose is added). */
+const PURPOSE_COLORS: Record<RequestPurpose, string> = {
+  poll: '#8250df',
+  enrich: '#bf8700',
+  commits: '#1a7f37',
+};
 
 const CSS = `
 :root { --fg:#1d2330; --muted:#667085; --line:#e4e7ec; --bg:#f7f8fa; --ok:#1a7f37; --warn:#9a6700; --bad:#cf222e; }
@@ -336,10 +344,11 @@ ${barChart([{ label: 'push events', color: '#2f81f7', values: series.eventsInges
   start: series.start,
 })}
 ${barChart(
-  [
-    { label: 'poll', color: '#8250df', values: series.requestsSpent.poll },
-    { label: 'enrich', color: '#bf8700', values: series.requestsSpent.enrich },
-  ],
+  REQUEST_PURPOSES.map((purpose) => ({
+    label: purpose,
+    color: PURPOSE_COLORS[purpose],
+    values: series.requestsSpent[purpose],
+  })),
   { title: `Requests spent per minute, last ${hours} h`, start: series.start },
 )}
 </div>`;
