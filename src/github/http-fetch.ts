@@ -7,6 +7,7 @@ import https from 'node:https';
  * and the whole answer (headers and body) within responseTimeoutMs after that.
  * The body is read completely here, so a server that stalls mid-body is a timeout too.
  * Redirects (301/302/307/308) are followed for GET, up to 5; Response.url is the final URL.
+ * A POST (GraphQL) sends its body and is never redirected.
  *
  * Keep-alive: a connection (TCP, and TLS against api.github.com) is reused for the next
  * request instead of being opened for every one. Idle sockets are dropped before the
@@ -68,27 +69,37 @@ interface RawAnswer {
 }
 
 /** One request; a GET whose reused socket turns out to be closed is sent once more. */
+/** What is sent: method, headers and (a POST's) body. */
+interface Outgoing {
+  method: string;
+  headers: Record<string, string>;
+  body: Buffer | null;
+}
+
+/**
+ * One request; one whose reused socket turns out to be closed is sent once more. A POST too:
+ * the reset came before any answer on a socket the server had already closed, so the server
+ * never read it (a GraphQL query is a read either way).
+ */
 async function once(
   url: URL,
-  method: string,
-  headers: Record<string, string>,
+  out: Outgoing,
   o: HttpFetchOptions,
   agents: Agents,
   signal?: AbortSignal | null,
 ): Promise<RawAnswer> {
   try {
-    return await attempt(url, method, headers, o, agents, signal);
+    return await attempt(url, out, o, agents, signal);
   } catch (err) {
     const stale = (err as { staleSocket?: boolean }).staleSocket === true;
-    if (!stale || method !== 'GET' || signal?.aborted) throw err;
-    return attempt(url, method, headers, o, agents, signal, false);
+    if (!stale || signal?.aborted) throw err;
+    return attempt(url, out, o, agents, signal, false);
   }
 }
 
 function attempt(
   url: URL,
-  method: string,
-  headers: Record<string, string>,
+  { method, headers, body }: Outgoing,
   o: HttpFetchOptions,
   agents: Agents,
   signal?: AbortSignal | null,
@@ -163,8 +174,16 @@ function attempt(
         resolve({ status: res.statusCode ?? 0, headers: h, body: Buffer.concat(chunks) });
       });
     });
-    req.end();
+    req.end(body ?? undefined);
   });
+}
+
+/** The request body as bytes (Octokit hands a string; a stream is not something we send). */
+async function outgoingBody(body: RequestInit['body']): Promise<Buffer | null> {
+  if (body == null) return null;
+  if (typeof body === 'string') return Buffer.from(body, 'utf8');
+  if (body instanceof Uint8Array) return Buffer.from(body);
+  return Buffer.from(await new Response(body).arrayBuffer());
 }
 
 export function createHttpFetch(o: HttpFetchOptions): typeof fetch {
@@ -174,8 +193,10 @@ export function createHttpFetch(o: HttpFetchOptions): typeof fetch {
     let url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
     const method = (init.method ?? 'GET').toUpperCase();
     const headers = Object.fromEntries(new Headers(init.headers).entries());
+    const body = await outgoingBody(init.body);
+    if (body) headers['content-length'] = String(body.length);
     for (let hop = 0; ; hop++) {
-      const answer = await once(url, method, headers, o, agents, init.signal);
+      const answer = await once(url, { method, headers, body }, o, agents, init.signal);
       const location = answer.headers.get('location');
       if (REDIRECTS.has(answer.status) && location && method === 'GET' && hop < maxRedirects) {
         const next = new URL(location, url);

@@ -4,6 +4,7 @@ import { Octokit } from '@octokit/rest';
 import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
 import { FixtureMiss } from './errors.ts';
 import { isRequestNotSent } from './http-fetch.ts';
+import type { RequestMethod } from './request-kind.ts';
 
 /**
  * How a request reaches "GitHub": over HTTP with Octokit (live), or from files
@@ -32,9 +33,11 @@ export class TransportFailure extends Error {
 }
 
 export interface TransportRequest {
-  method: 'GET';
+  method: RequestMethod;
   path: string;
   etag: string | null;
+  /** A POST's body (GraphQL: the JSON of `{ query, variables }`); never logged. */
+  body?: string | null;
   /** The credential's Authorization header (`token …`), or null: sent as is, never logged. */
   authorization?: string | null;
 }
@@ -71,12 +74,19 @@ export function liveTransport(o: {
     },
   });
   return {
-    async send({ method, path: p, etag, authorization }) {
+    async send({ method, path: p, etag, authorization, body: sent }) {
       const headers: Record<string, string> = {};
       if (etag) headers['if-none-match'] = etag;
       if (authorization) headers.authorization = authorization;
+      if (sent != null) headers['content-type'] = 'application/json; charset=utf-8';
       try {
-        const res = await octokit.request({ method, url: p, headers });
+        // `data` is the body as is: a string is sent verbatim, never re-serialised.
+        const res = await octokit.request({
+          method,
+          url: p,
+          headers,
+          ...(sent != null ? { data: sent } : {}),
+        });
         // Invalid UTF-8 stays distinguishable (src/json/utf8.ts): the rules set aside an
         // event whose key field holds it instead of storing U+FFFD.
         const body = res.data
