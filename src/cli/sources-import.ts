@@ -2,8 +2,10 @@ import { createReadStream } from 'node:fs';
 import { createApp } from '../app.ts';
 import { UsageError } from '../errors.ts';
 import {
+  checkWholeList,
   ECHO_CHARS,
   echo,
+  ImportRefused,
   type ImportResult,
   ImportTooLarge,
   importSources,
@@ -15,26 +17,32 @@ import {
 import { parseCli } from './args.ts';
 
 export const IMPORT_USAGE = `
-Usage: bin/sources import FILE|- [--disable-missing] [--dry-run] [--json]
+Usage: bin/sources import FILE|- [--disable-missing [--force]] [--dry-run] [--json]
 
-Adds every source FILE lists (- reads standard input), one a line in the SOURCES form:
-  repo:octocat/Hello-World
-  org:github
-  user:torvalds
+Adds every source FILE lists (- reads standard input), one a line, in the SOURCES form or
+as bin/sources add takes it:
+  repo:octocat/Hello-World      repo octocat/Hello-World
+  org:github                    org github
+  user:torvalds                 user torvalds
   public
 Blank lines and # comments are ignored; a source named twice (ignoring case) counts once.
+A bare OWNER/NAME is invalid (it names no kind).
 Idempotent: a source already there is left as it is. Sources are added in this process's
 GITHUB_MODE. Prints how many were added, already there and invalid, with line numbers.
 
   --disable-missing   the file is the whole list: disable every enabled source it does not
-                      name, and enable again the disabled ones it names
+                      name, and enable again the disabled ones it names. Refused (exit 2,
+                      nothing changed) when any line is invalid: that line's source would
+                      be disabled
+  --force             with --disable-missing: go ahead despite invalid lines
   --dry-run           say what would change; write nothing
   --json              the summary as one JSON document
 
 Lines are at most ${MAX_LINE_CHARS} characters (a longer one is invalid), a file at most
 ${MAX_LINES} lines (a longer one is refused whole, nothing written).
 Exit codes: 0 every line was valid; 1 some lines were invalid — the valid ones are still
-added — or the file could not be read; 2 bad arguments or a file refused as too large.
+added — or the file could not be read; 2 bad arguments, a file refused as too large, or
+--disable-missing refused.
 `;
 
 /** How many of a list a terminal summary shows; --json carries up to JSON_LIST_MAX. */
@@ -83,6 +91,31 @@ function toJson(file: string, parsed: ParsedLines, r: ImportResult, dryRun: bool
   };
 }
 
+function more(n: number): void {
+  if (n > SHOWN) line(`  … and ${n - SHOWN} more (--json lists them)`);
+}
+
+function printInvalid(parsed: ParsedLines): void {
+  if (parsed.invalid.length === 0) return;
+  line(`invalid lines: ${parsed.invalid.length}`);
+  for (const i of parsed.invalid.slice(0, SHOWN))
+    line(`  line ${i.line}: "${i.text}": ${i.reason}`);
+  more(parsed.invalid.length);
+}
+
+/** What a refused --disable-missing prints with --json: the lines, and nothing changed. */
+function refusedJson(file: string, parsed: ParsedLines) {
+  const c = capped(parsed.invalid);
+  return {
+    file,
+    lines: parsed.lines,
+    valid_count: parsed.specs.length,
+    invalid: c.items,
+    invalid_count: parsed.invalid.length,
+    invalid_truncated: c.truncated,
+  };
+}
+
 function printSummary(file: string, parsed: ParsedLines, r: ImportResult, dryRun: boolean) {
   const would = dryRun ? 'would be ' : '';
   const where = file === '-' ? 'standard input' : file;
@@ -90,15 +123,7 @@ function printSummary(file: string, parsed: ParsedLines, r: ImportResult, dryRun
   line(
     `${dryRun ? 'dry run of ' : ''}${where}: ${r.added.length} ${would}added, ${r.existing.length} already there${existingDisabled && r.enabled.length === 0 ? ` (${existingDisabled} disabled)` : ''}, ${parsed.invalid.length} invalid${parsed.duplicates.length ? `, ${parsed.duplicates.length} duplicate lines` : ''}`,
   );
-  const more = (n: number) => {
-    if (n > SHOWN) line(`  … and ${n - SHOWN} more (--json lists them)`);
-  };
-  if (parsed.invalid.length) {
-    line('invalid lines:');
-    for (const i of parsed.invalid.slice(0, SHOWN))
-      line(`  line ${i.line}: "${i.text}": ${i.reason}`);
-    more(parsed.invalid.length);
-  }
+  printInvalid(parsed);
   if (parsed.duplicates.length) {
     line('duplicate lines (counted once):');
     for (const d of parsed.duplicates.slice(0, SHOWN))
@@ -125,6 +150,7 @@ export async function main(argv: string[]): Promise<number> {
       json: { type: 'boolean' },
       'disable-missing': { type: 'boolean' },
       'dry-run': { type: 'boolean' },
+      force: { type: 'boolean' },
     },
     { allowPositionals: true },
   );
@@ -138,6 +164,8 @@ export async function main(argv: string[]): Promise<number> {
   const json = cli.values.json ?? false;
   const dryRun = cli.values['dry-run'] ?? false;
   const disableMissing = cli.values['disable-missing'] ?? false;
+  const force = cli.values.force ?? false;
+  if (force && !disableMissing) throw new UsageError('--force applies to --disable-missing only');
 
   let parsed: ParsedLines;
   try {
@@ -157,11 +185,17 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw err;
   }
-  if (disableMissing && parsed.specs.length === 0) {
-    // An empty or all-invalid list would disable everything: surely not what was meant.
-    throw new UsageError(
-      '--disable-missing with no valid source in the file would disable every source; refusing',
-    );
+  if (disableMissing) {
+    try {
+      checkWholeList(parsed, force);
+    } catch (err) {
+      if (!(err instanceof ImportRefused)) throw err;
+      // Which lines, so the operator can fix them; then why nothing happened.
+      if (json) line(JSON.stringify({ ...refusedJson(file, parsed), refused: err.message }));
+      else printInvalid(parsed);
+      process.stderr.write(`sources: ${err.message}\n`);
+      return 2;
+    }
   }
 
   const app = await createApp({ role: 'sources', poolMax: 2 });

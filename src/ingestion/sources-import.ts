@@ -2,11 +2,13 @@ import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { GithubMode, SourceKind } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
+import { escapeUnsafe } from '../quote.ts';
 import { InvalidSource, type SourceSpec, sourceSpec } from './sources.ts';
 
 /**
  * Many sources at once (issue 19 item 4): one source a line in the SOURCES form
- * (`repo:octocat/Hello-World`, `org:github`, `user:torvalds`, `public`), blank lines and
+ * (`repo:octocat/Hello-World`, `org:github`, `user:torvalds`, `public`) or the form
+ * `bin/sources add` takes (`repo octocat/Hello-World`, issue 27 item 3), blank lines and
  * `#` comments ignored. The lines are bounded while they are read (length, count, bytes),
  * judged one by one, and the valid ones written set-based: one INSERT … SELECT FROM unnest
  * for every new source, whatever the file's size.
@@ -19,6 +21,17 @@ export const MAX_LINES = 100_000;
 export const MAX_BYTES = MAX_LINES * 256;
 /** How much of a bad line is echoed back. */
 export const ECHO_CHARS = 80;
+
+/**
+ * `--disable-missing` with a file that has invalid lines (issue 27 item 3): the file is meant
+ * to be the whole list, so a line it failed to name would disable that source. Nothing is
+ * changed unless the operator says --force.
+ */
+export class ImportRefused extends AppError {
+  constructor(message: string, context: Record<string, unknown>) {
+    super('IMPORT_REFUSED', message, context);
+  }
+}
 
 /** The input is refused as a whole (too many lines or bytes): nothing was written. */
 export class ImportTooLarge extends AppError {
@@ -42,14 +55,14 @@ export interface ParsedLines {
   lines: number;
 }
 
-/** What an echo shows of a hostile line: bounded, no terminal escapes, no newlines. */
+/**
+ * What an echo shows of a hostile line: bounded, no terminal escapes, no newlines, no
+ * bidirectional overrides or invisible characters (escapeUnsafe).
+ */
 export function echo(text: string, max = ECHO_CHARS): string {
   const chars = [...text];
   const cut = chars.length > max ? `${chars.slice(0, max).join('')}…` : text;
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: they are what is escaped
-  return cut.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => {
-    return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
-  });
+  return escapeUnsafe(cut);
 }
 
 /** sourceSpec's message quotes the bad value whole: quote no more than 40 characters of it. */
@@ -61,14 +74,45 @@ function keyOf(spec: SourceSpec): string {
   return spec.kind === 'public' ? 'public' : `${spec.kind}:${spec.target.toLowerCase()}`;
 }
 
+/**
+ * The kind is the line's first word; the target follows a colon (SOURCES: `repo:o/n`) or
+ * white space (bin/sources add: `repo o/n`). A bare `owner/name` is no kind: it stays
+ * invalid, with a reason that shows both ways to write it.
+ */
 function parseLine(raw: string): SourceSpec | null {
   const hash = raw.indexOf('#');
   const entry = (hash === -1 ? raw : raw.slice(0, hash)).trim();
   if (entry === '') return null;
-  const colon = entry.indexOf(':');
-  const kind = colon === -1 ? entry : entry.slice(0, colon);
-  const target = colon === -1 ? undefined : entry.slice(colon + 1);
-  return sourceSpec(kind.trim().toLowerCase(), target);
+  const m = /^([^\s:]*)\s*(?::|\s|$)(.*)$/s.exec(entry)!;
+  const word = m[1]!;
+  const target = m[2]!.trim() === '' ? undefined : m[2]!;
+  if (target === undefined && /^[^/]+\/[^/]+$/.test(word)) {
+    const chars = [...word];
+    const name = chars.length > 40 ? `${chars.slice(0, 40).join('')}…` : word;
+    throw new InvalidSource(`no kind: a repository is written repo:${name} or repo ${name}`);
+  }
+  return sourceSpec(word.toLowerCase(), target);
+}
+
+/**
+ * Whether this file may be the whole list (--disable-missing): not when a line could not be
+ * read (it would disable the source it meant to name) unless `force`, and never when it
+ * names nothing (that would disable every source).
+ */
+export function checkWholeList(parsed: ParsedLines, force: boolean): void {
+  if (parsed.specs.length === 0) {
+    throw new ImportRefused(
+      '--disable-missing with no valid source in the file would disable every source; refusing, nothing was changed',
+      { invalid: parsed.invalid.length },
+    );
+  }
+  if (parsed.invalid.length > 0 && !force) {
+    const first = parsed.invalid[0]!;
+    throw new ImportRefused(
+      `--disable-missing refused: ${parsed.invalid.length} invalid line(s) (first: line ${first.line}); nothing was changed. Fix them, or add --force to disable every source the valid lines do not name`,
+      { invalid: parsed.invalid.length, first_line: first.line },
+    );
+  }
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });

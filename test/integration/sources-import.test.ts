@@ -187,10 +187,128 @@ describe('bin/sources import', () => {
       'back-again': true,
       'new/four': true,
     });
-    // A list with nothing valid would disable everything: refused before any change.
-    await expect(run(['--disable-missing', file('# empty\n')])).rejects.toThrow(UsageError);
+    // A list with nothing valid would disable everything: refused before any change, even
+    // with --force.
+    for (const force of [[], ['--force']]) {
+      const empty = await run(['--disable-missing', ...force, file('# empty\n')]);
+      expect(empty.code).toBe(2);
+      expect(empty.err).toMatch(/would disable every source; refusing, nothing was changed/);
+    }
     expect((await sources()).filter((s) => s.enabled)).toHaveLength(3);
+    await expect(run(['--force', list])).rejects.toThrow(UsageError);
   });
+
+  it('--disable-missing refuses a file with one typo (exit 2, nothing changed) unless --force', async () => {
+    await run([file('repo:keep/one\nrepo:keep/two\norg:other\n')]);
+    const before = await sources();
+    const typo = file('repo:keep/one\nrepo:keep/tw o\n'); // line 2 meant keep/two
+    const r = await run(['--disable-missing', typo]);
+    expect(r.code).toBe(2);
+    expect(r.out).toMatch(/invalid lines: 1\n {2}line 2: "repo:keep\/tw o": repo name "tw o"/);
+    expect(r.err).toMatch(
+      /--disable-missing refused: 1 invalid line\(s\) \(first: line 2\); nothing was changed\. Fix them, or add --force/,
+    );
+    expect(await sources()).toEqual(before);
+    // --json says the same as one document.
+    const j = await run(['--disable-missing', '--json', typo]);
+    expect(j.code).toBe(2);
+    expect(JSON.parse(j.out)).toMatchObject({
+      valid_count: 1,
+      invalid_count: 1,
+      invalid: [{ line: 2 }],
+      refused: expect.stringMatching(/nothing was changed/),
+    });
+    expect(await sources()).toEqual(before);
+    // --force: the operator means it; the typo's source and the unnamed one are disabled.
+    const forced = await run(['--disable-missing', '--force', typo]);
+    expect(forced.code).toBe(1);
+    expect(forced.out).toMatch(/disabled \(not in the file\): 2/);
+    expect(Object.fromEntries((await sources()).map((s) => [s.target, s.enabled]))).toEqual({
+      'keep/one': true,
+      'keep/two': false,
+      other: false,
+    });
+  });
+
+  it('takes the bin/sources add form beside the SOURCES form', async () => {
+    const r = await run([
+      '--json',
+      file(
+        [
+          'repo octocat/Hello-World',
+          'org\tgithub # tab-separated',
+          'user   torvalds',
+          'public',
+          'repo :a-b/c.d',
+          'octocat/Spoon-Knife', // no kind: invalid, with a hint
+          'repo octocat hello', // three words
+        ].join('\n'),
+      ),
+    ]);
+    expect(r.code).toBe(1);
+    const j = JSON.parse(r.out);
+    expect(j.added.map((a: { kind: string; target: string }) => [a.kind, a.target])).toEqual([
+      ['repo', 'octocat/Hello-World'],
+      ['org', 'github'],
+      ['user', 'torvalds'],
+      ['public', null],
+      ['repo', 'a-b/c.d'],
+    ]);
+    expect(j.invalid).toEqual([
+      {
+        line: 6,
+        text: 'octocat/Spoon-Knife',
+        reason:
+          'no kind: a repository is written repo:octocat/Spoon-Knife or repo octocat/Spoon-Knife',
+      },
+      { line: 7, text: 'repo octocat hello', reason: expect.stringMatching(/not OWNER\/NAME/) },
+    ]);
+  });
+
+  it('echoes bidirectional overrides and invisible characters escaped, never raw', async () => {
+    const trojan = 'user:evil\u202Eexe.txt\u2066\u200b';
+    const r = await run([file(`${trojan}\n`)]);
+    expect(r.code).toBe(1);
+    expect(r.out).toContain('line 1: "user:evil\\u202eexe.txt\\u2066\\u200b": user "evil\\u202e');
+    expect(r.out).not.toMatch(/[\u202a-\u202e\u2066-\u2069\u200b]/);
+    // bin/sources add quotes its argument the same way in its usage error.
+    const add = await runBin('sources', ['add', 'user', 'evil\u202Eexe'], env());
+    expect(add.code).toBe(2);
+    expect(add.err).toContain('user "evil\\u202eexe" is not a GitHub login');
+    expect(add.err).not.toContain('\u202e');
+  });
+
+  it("the red team's case: 99,990 repositories without the repo: prefix disable nothing", async () => {
+    const seeded = file('repo:keep/one\nrepo:keep/two\norg:github\nuser:torvalds\npublic\n');
+    await run([seeded]);
+    const before = await sources();
+    const names = Array.from({ length: 99_990 }, (_, i) => `owner-${i % 997}/repo-${i}`);
+    const bare = file(`${names.join('\n')}\nrepo:keep/one\n`);
+    const refused = await runBin('sources', ['import', '--disable-missing', bare], env());
+    expect(refused.code).toBe(2);
+    expect(refused.out).toMatch(/^invalid lines: 99990\n {2}line 1: "owner-0\/repo-0": no kind/);
+    expect(refused.err).toMatch(/--disable-missing refused: 99990 invalid line\(s\)/);
+    expect(await sources()).toEqual(before);
+    // The same list written as bin/sources add takes it is the whole list, as meant.
+    const addForm = file(`${names.map((n) => `repo ${n}`).join('\n')}\nrepo keep/one\n`);
+    const ok = await runBin('sources', ['import', '--disable-missing', '--json', addForm], env());
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.out)).toMatchObject({
+      added_count: 99_990,
+      existing_count: 1,
+      invalid_count: 0,
+      disabled_count: 4,
+    });
+    const counts = await t.db
+      .selectFrom('event_sources')
+      .select((eb) => [eb.fn.countAll<string>().as('n'), 'enabled'])
+      .groupBy('enabled')
+      .execute();
+    expect(Object.fromEntries(counts.map((c) => [String(c.enabled), Number(c.n)]))).toEqual({
+      true: 99_991,
+      false: 4,
+    });
+  }, 180_000);
 
   it('10,000 lines: a few statements, not 10,000 round trips; the real bin agrees', async () => {
     const lines = Array.from({ length: 10_000 }, (_, i) => `repo:owner-${i % 97}/repo-${i}`);
