@@ -173,10 +173,18 @@ export function createMetrics(
   if (budget) {
     new Gauge({
       name: 'gpi_webhook_body_bytes_buffered',
-      help: `Request body bytes this process holds in memory right now (capped at ${budget.limit})`,
+      help: `Request body bytes this process holds in memory right now (capped at ${budget.limit}, of which ${budget.reserve} only for bodies up to 1 MiB)`,
       registers: [processRegistry],
       collect() {
         this.set(budget.inUse);
+      },
+    });
+    new Gauge({
+      name: 'gpi_webhook_bodies_reading',
+      help: 'Webhook request bodies being read right now (charged only for bytes received)',
+      registers: [processRegistry],
+      collect() {
+        this.set(budget.reading);
       },
     });
     new Counter({

@@ -1,5 +1,7 @@
 import type http from 'node:http';
-import { receiveDelivery } from '../webhooks/intake.ts';
+import { quoted } from '../quote.ts';
+import { loggableDeliveryId, receiveDelivery } from '../webhooks/intake.ts';
+import { signatureShaped } from '../webhooks/signature.ts';
 import { BodyTimeout, BodyTooLarge, BudgetFull, type HeldBody, readBody } from './body.ts';
 import type { ByteBudget } from './body-budget.ts';
 import { sendJson, type WebDeps } from './respond.ts';
@@ -24,8 +26,8 @@ function header(req: http.IncomingMessage, name: string): string | undefined {
 }
 
 /**
- * Answers 413 (too large), 503 (body budget full; with Retry-After) or 408 (body too slow)
- * and closes the connection. The rest of the body is read and discarded for a short while
+ * Answers 401 (no signature: the body is never read), 413 (too large), 503 (body budget
+ * full; with Retry-After) or 408 (body too slow) and closes the connection. The rest of the body is read and discarded for a short while
  * first (a "lingering close"): closing a socket with unread data sends a reset, which can
  * destroy our answer before the client reads it; after LINGER_MS the connection is cut. Never more than LINGER_MS, whatever it
  * sends; the discarded reads reuse the same small buffers, so they do not grow memory.
@@ -35,11 +37,14 @@ const LINGER_MS = 2_000;
 function refuse(
   res: http.ServerResponse,
   req: http.IncomingMessage,
-  status: 413 | 503 | 408,
+  status: 401 | 413 | 503 | 408,
+  error?: string,
 ): void {
   // No "connection: close": Node would destroy the socket as soon as the answer is written,
   // with the body still arriving — a reset that can destroy the answer in flight.
-  if (status === 503) {
+  if (status === 401) {
+    sendJson(res, 401, { error });
+  } else if (status === 503) {
     res.setHeader('retry-after', String(BUSY_RETRY_AFTER_SECONDS));
     sendJson(res, 503, { error: 'busy: too many request bodies in memory; retry later' });
   } else if (status === 408) {
@@ -56,15 +61,12 @@ function refuse(
 export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
   return async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const deliveryId = header(req, 'x-github-delivery');
+    // Unsigned text reaches no log line: an id that does not look like one is not shown.
+    const shown = loggableDeliveryId(deliveryId);
     const rejected = (status: number, reason: string) =>
       deps.logger.warn(
-        {
-          event: 'webhook.rejected',
-          delivery_id: deliveryId?.slice(0, 100) ?? null,
-          status,
-          reason,
-        },
-        `webhook delivery ${deliveryId?.slice(0, 100) ?? '(no id)'} rejected: ${status} ${reason}`,
+        { event: 'webhook.rejected', delivery_id: shown, status, reason },
+        `webhook delivery ${shown ?? '(no id)'} rejected: ${status} ${reason}`,
       );
 
     const secret = deps.config.webhookSecret;
@@ -83,9 +85,18 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
           ? 'form'
           : null;
     if (!encoding) {
-      rejected(415, `unsupported content type "${mediaType}"`);
+      rejected(415, `unsupported content type ${quoted(mediaType, 100)}`);
       req.resume();
       return sendJson(res, 415, { error: 'content type must be application/json' });
+    }
+
+    // A stranger's request holds no byte of the budget: without a signature that could be
+    // valid, it is refused before its body is read (ADR 0124). The HMAC itself needs the body.
+    const signature = header(req, 'x-hub-signature-256');
+    if (!signatureShaped(signature)) {
+      const reason = signature === undefined ? 'missing signature' : 'bad signature';
+      rejected(401, `${reason} (body not read)`);
+      return refuse(res, req, 401, reason);
     }
 
     const declared = Number(header(req, 'content-length'));
@@ -131,7 +142,7 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
         {
           deliveryId,
           event: header(req, 'x-github-event'),
-          signature: header(req, 'x-hub-signature-256'),
+          signature,
           hookId: header(req, 'x-github-hook-id'),
           rawBody: raw.body,
           encoding,

@@ -60,6 +60,11 @@ export type IntakeDeps = Pick<Deps, 'db' | 'logger' | 'clock'> & {
 
 const DELIVERY_ID = /^[\w.:-]{1,100}$/;
 
+/** The X-GitHub-Delivery header when it looks like one, else null: what a log line may show. */
+export function loggableDeliveryId(raw: string | undefined): string | null {
+  return raw !== undefined && DELIVERY_ID.test(raw) ? raw : null;
+}
+
 function reject(
   deps: IntakeDeps,
   req: Pick<DeliveryRequest, 'deliveryId' | 'event'>,
@@ -69,7 +74,7 @@ function reject(
 ): DeliveryResponse {
   // Never the body or the secret: the delivery id and the reason are what an operator
   // needs to find the delivery in GitHub's "Recent Deliveries".
-  const deliveryId = req.deliveryId && DELIVERY_ID.test(req.deliveryId) ? req.deliveryId : null;
+  const deliveryId = loggableDeliveryId(req.deliveryId);
   const event = req.event && EVENT_NAME.test(req.event) ? req.event : null;
   deps.logger.warn(
     {

@@ -10,7 +10,7 @@ import { type Child, killAll, spawnBin } from './world.ts';
  * Bounded intake (issue 10): forty concurrent 24 MB bodies (each under GitHub's 25 MB
  * limit, none correctly signed) at the real bin/web. Before the body cap they took the
  * process to 1.1 GB RSS and it stayed there. Now bytes buffered at once across all
- * requests are capped (64 MB): the requests past the cap are answered 503 with
+ * requests are capped (64 MB, charged as they arrive): the requests past the cap are answered 503 with
  * Retry-After, the rest 401, none reset or 5xx otherwise; the process's RSS stays within a
  * few hundred MB during the burst, comes back down after it, and a second burst does not
  * add to it. The RSS figures are printed (memory bounds, not timed assertions: the waits
@@ -132,7 +132,7 @@ async function settle(pid: number, below: number, inspectorUrl: string): Promise
 }
 
 describe('body cap', () => {
-  it('40 concurrent 24 MB bodies, twice: 401 or 503 each, RSS bounded, back down, not growing', {
+  it('40 concurrent 24 MB bodies, twice: 401, 503 or 408 each, RSS bounded, back down, not growing', {
     timeout: 180_000,
   }, async () => {
     const web = spawnBin('web', {
@@ -166,7 +166,9 @@ describe('body cap', () => {
 
     for (const { counts } of [first, second]) {
       // Every request got an answer — never a reset, never a 500 for load: 503 past the cap.
-      for (const s of Object.keys(counts)) expect(['401', '503']).toContain(s);
+      // The budget is charged by bytes received (ADR 0124), so many bodies are read at once
+      // and, on a loaded machine, one may not finish within the body timeout: 408, an answer.
+      for (const s of Object.keys(counts)) expect(['401', '503', '408']).toContain(s);
       expect(counts['401']).toBeGreaterThan(0);
       expect(counts['503']).toBeGreaterThan(0);
     }
