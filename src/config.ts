@@ -2,6 +2,8 @@ import { z } from 'zod';
 import { ConfigError } from './errors.ts';
 import { type AppCredentials, parseCredentials } from './github/credential-config.ts';
 import { parseSourcesList } from './ingestion/source-spec.ts';
+import { quoted } from './quote.ts';
+import { hasUserinfo, withoutUserinfo } from './redact.ts';
 
 /**
  * Every environment variable the project reads, parsed once into a frozen Config.
@@ -69,13 +71,27 @@ const countOrOff = (max: number) =>
     return n;
   });
 
+/**
+ * A URL with a userinfo (`user:password@`), as the URL standard serializes it: a raw quote,
+ * space or backslash in the password percent-encoded, so src/redact.ts finds all of it
+ * wherever the URL is shown. Other URLs are kept as written.
+ */
+function serialized(raw: string, u: URL): string {
+  return u.username !== '' || u.password !== '' || hasUserinfo(raw) ? u.href : raw;
+}
+
+/** An outside URL in a configuration error: quoted, bounded, and without its userinfo. */
+function shownUrl(raw: string): string {
+  return quoted(withoutUserinfo(raw));
+}
+
 const url = z.string().transform((raw, ctx) => {
   try {
     const u = new URL(raw);
     if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
-    return raw.replace(/\/+$/, '');
+    return serialized(raw, u).replace(/\/+$/, '');
   } catch {
-    ctx.addIssue({ code: 'custom', message: `must be an http(s) URL (got "${raw}")` });
+    ctx.addIssue({ code: 'custom', message: `must be an http(s) URL (got ${shownUrl(raw)})` });
     return z.NEVER;
   }
 });
@@ -89,20 +105,20 @@ const archiveUrls = z.string().transform((raw, ctx) => {
   const entries = raw.split(',').map((e) => e.trim());
   const urls: string[] = [];
   for (const entry of entries) {
-    const shown = entry.length > 80 ? `${entry.slice(0, 80)}…` : entry;
-    let ok = false;
+    let u: URL | null = null;
     try {
-      ok = ['http:', 'https:', 'file:'].includes(new URL(entry).protocol);
+      u = new URL(entry);
     } catch {}
-    if (!ok) {
+    if (!u || !['http:', 'https:', 'file:'].includes(u.protocol)) {
       ctx.addIssue({
         code: 'custom',
-        message: `each mirror must be an http(s) URL or a file:// directory (got "${shown}")`,
+        message: `each mirror must be an http(s) URL or a file:// directory (got ${shownUrl(entry)})`,
       });
       return z.NEVER;
     }
-    const normal = entry.replace(/\/+$/, '');
-    if (!urls.includes(normal)) urls.push(normal);
+    const normal = serialized(entry, u).replace(/\/+$/, '');
+    // A mirror is known by its redacted form (the checkpoints' key): one entry per mirror.
+    if (!urls.some((m) => withoutUserinfo(m) === withoutUserinfo(normal))) urls.push(normal);
   }
   return urls;
 });

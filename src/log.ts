@@ -1,5 +1,6 @@
 import pino, { type Logger } from 'pino';
 import { formatLogLine } from './log-text.ts';
+import { withoutUserinfo } from './redact.ts';
 import { terminal } from './terminal.ts';
 
 export type { Logger };
@@ -166,7 +167,8 @@ export function logDestination(
 /**
  * The root logger: pino JSON (stderr unless another destination is given). Every line
  * that matters carries an `event` field from the vocabulary in docs/observability.md "Log events".
- * Authorization headers, tokens and secrets are redacted wherever they appear.
+ * Authorization headers, tokens and secrets are redacted wherever they appear, and no URL
+ * keeps its userinfo.
  */
 export function createLogger(
   level: string,
@@ -200,6 +202,9 @@ export function createLogger(
           e instanceof Error ? describeError(e, { withStack: true, lineMessage: undefined }) : e,
       },
       hooks: {
+        // The last word on every line, whatever put a URL in it (a field, a message, an
+        // error's cause): no userinfo (src/redact.ts, issue 27 item 6).
+        streamWrite: withoutUserinfo,
         logMethod(args, method) {
           const [first, msg] = args as unknown[];
           if (first instanceof Error) {

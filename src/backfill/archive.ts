@@ -7,6 +7,7 @@ import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
 import { AppError } from '../errors.ts';
+import { withoutUserinfo } from '../redact.ts';
 import { type ArchiveHour, hourFileName } from './hours.ts';
 
 /**
@@ -86,6 +87,14 @@ export function downloadOptions(config: {
 }
 
 const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
+
+/**
+ * A URL as a message, a label or a table may show it: without its userinfo (issue 27 item
+ * 6). Only the request itself (http.get below) sees the mirror's user and password.
+ */
+function shown(url: URL): string {
+  return withoutUserinfo(url.href);
+}
 const MAX_REDIRECTS = 5;
 
 /**
@@ -107,7 +116,7 @@ function watchDownload(url: URL, req: http.ClientRequest, opts: HttpOptions, sta
     timers.add(t);
   };
   const abandon = (detail: string) => {
-    const err = new ArchiveUnavailable(url.href, detail);
+    const err = new ArchiveUnavailable(shown(url), detail);
     // Once the body has started, its stream carries the error to the importer.
     if (res) res.destroy(err);
     else req.destroy(err);
@@ -189,12 +198,12 @@ function get(
         if (status !== 200) watch.stop();
         if (status === 404 || status === 410) {
           res.resume();
-          reject(new ArchiveHourMissing(url.href, status));
+          reject(new ArchiveHourMissing(shown(url), status));
           return;
         }
         if (status !== 200) {
           res.resume();
-          reject(new ArchiveUnavailable(url.href, `answered ${status}`, status));
+          reject(new ArchiveUnavailable(shown(url), `answered ${status}`, status));
           return;
         }
         watch.body(res);
@@ -206,20 +215,24 @@ function get(
     const watch = watchDownload(url, req, opts, startedAt);
     req.on('timeout', () => {
       const ms = opts.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
-      req.destroy(new ArchiveUnavailable(url.href, `no data for ${ms} ms`));
+      req.destroy(new ArchiveUnavailable(shown(url), `no data for ${ms} ms`));
     });
     req.on('error', (err) => {
       watch.stop();
       reject(
         err instanceof AppError || signal?.aborted
           ? err
-          : new ArchiveUnavailable(url.href, (err as Error).message, null, err),
+          : new ArchiveUnavailable(shown(url), withoutUserinfo((err as Error).message), null, err),
       );
     });
   });
 }
 
-/** An hour of GH Archive at `baseUrl` (http(s) or a file:// directory). */
+/**
+ * An hour of GH Archive at `baseUrl` (http(s) or a file:// directory). The source's label
+ * and mirror (what is logged, printed and stored: the checkpoint's key) have no userinfo;
+ * the request is made with it.
+ */
 export function archiveHourSource(
   baseUrl: string,
   hour: ArchiveHour,
@@ -227,19 +240,20 @@ export function archiveHourSource(
 ): ByteSource {
   const base = baseUrl.replace(/\/+$/, '');
   const url = new URL(`${base}/${hourFileName(hour)}`);
+  const mirror = withoutUserinfo(base);
   if (url.protocol === 'file:') {
     const file = fileURLToPath(url);
     return {
       key: hour.name,
-      label: url.href,
-      mirror: base,
+      label: shown(url),
+      mirror,
       hour: hour.start,
       async open() {
         try {
           return await openLocal(file);
         } catch (err) {
           if ((err as AppError).code === 'FILE_NOT_FOUND')
-            throw new ArchiveHourMissing(url.href, null);
+            throw new ArchiveHourMissing(shown(url), null);
           throw err;
         }
       },
@@ -247,8 +261,8 @@ export function archiveHourSource(
   }
   return {
     key: hour.name,
-    label: url.href,
-    mirror: base,
+    label: shown(url),
+    mirror,
     hour: hour.start,
     open: (signal) => get(url, opts, signal),
   };

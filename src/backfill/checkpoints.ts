@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { int4Key, LockSpace, lockHeldSql } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
 import type { BackfillFileState } from '../db/schema.ts';
+import { withoutUserinfo } from '../redact.ts';
 
 /**
  * backfill_files: one row per (file, scope) import. `lines_done` and the counters move in
@@ -227,7 +228,18 @@ export async function failCheckpoint(
        updated_at = now(), finished_at = now(),
        -- An attempt that failed before its start (the file could not be opened) still counts.
        attempts = backfill_files.attempts + CASE WHEN backfill_files.state = 'running' THEN 0 ELSE 1 END`,
-    [key.file, key.scope, key.sourceId, key.gapId, error, worker, state, key.mirror, key.hour],
+    // The error may quote a URL: stored without its userinfo (src/redact.ts).
+    [
+      key.file,
+      key.scope,
+      key.sourceId,
+      key.gapId,
+      withoutUserinfo(error),
+      worker,
+      state,
+      key.mirror,
+      key.hour,
+    ],
   );
 }
 

@@ -3,6 +3,7 @@ import { systemClock } from '../clock.ts';
 import { AppError } from '../errors.ts';
 import type { FillPass, FillRun, FillRunner } from './fill-run.ts';
 import { dueGaps } from './gaps.ts';
+import { lateMirrorHours } from './mirror-hours.ts';
 
 /**
  * The worker's gap fills in a child process (ADR 0061). The child gets the worker's
@@ -23,9 +24,14 @@ export type ParentMessage = { type: 'start'; pass: Omit<FillPass, 'signal'> } | 
 
 export function childFill(databaseUrl: string): FillRunner {
   return async (deps, pass) => {
-    // The job runs every tick: a process is only worth starting when a gap is due.
-    const due = await dueGaps(deps.db, (deps.clock ?? systemClock).now(), 1);
-    if (due.length === 0) return { results: [], died: null };
+    // The job runs every tick: a process is only worth starting when a gap is due, or an
+    // hour of a filled gap that a mirror lacked is due to be asked again (fillGaps does both).
+    const now = (deps.clock ?? systemClock).now();
+    const due = await dueGaps(deps.db, now, 1);
+    if (due.length === 0) {
+      const late = await lateMirrorHours(deps.db, now, deps.config.archive.mirrors, 1);
+      if (late.length === 0) return { results: [], died: null };
+    }
     return forkFill(databaseUrl, pass);
   };
 }

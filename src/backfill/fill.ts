@@ -193,19 +193,18 @@ async function fillLocked(
     const misses: ImportResult[] = [];
     for (const mirror of deps.config.archive.mirrors) {
       if (opts.signal?.aborted) break;
-      const imported = await importFile(
-        deps,
-        archiveHourSource(mirror, hour, { ...downloadOptions(deps.config), ...opts.http }),
-        target,
-        {
-          client,
-          signal: opts.signal,
-          onProgress: opts.onProgress && ((p) => opts.onProgress!(gap, hour, p)),
-        },
-      );
+      const source = archiveHourSource(mirror, hour, {
+        ...downloadOptions(deps.config),
+        ...opts.http,
+      });
+      const imported = await importFile(deps, source, target, {
+        client,
+        signal: opts.signal,
+        onProgress: opts.onProgress && ((p) => opts.onProgress!(gap, hour, p)),
+      });
       result.hours.push({
         hour: hour.name,
-        mirror,
+        mirror: source.mirror,
         outcome: imported.outcome,
         created: imported.counts.created,
         error: imported.error?.message ?? null,
@@ -339,9 +338,13 @@ async function retryMirrorHour(
       return resultOf(gap, label, 'busy');
     }
     try {
+      const hourSource = archiveHourSource(late.mirror, hour, {
+        ...downloadOptions(deps.config),
+        ...opts.http,
+      });
       const imported = await importFile(
         deps,
-        archiveHourSource(late.mirror, hour, { ...downloadOptions(deps.config), ...opts.http }),
+        hourSource,
         {
           scope: `gap:${late.gapId}`,
           sourceId: Number(gap.source_id),
@@ -361,7 +364,7 @@ async function retryMirrorHour(
       const result = resultOf({ ...gap, events_recovered: recovered }, label, 'mirror_retried');
       result.hours.push({
         hour: hour.name,
-        mirror: late.mirror,
+        mirror: hourSource.mirror,
         outcome: imported.outcome,
         created: imported.counts.created,
         error: imported.error?.message ?? null,
@@ -373,12 +376,12 @@ async function retryMirrorHour(
             event: 'gap.mirror_added',
             gap_id: late.gapId,
             source_id: Number(gap.source_id),
-            mirror: late.mirror,
+            mirror: hourSource.mirror,
             hour: hour.name,
             pushes_added: imported.counts.created,
             events_recovered: recovered,
           },
-          `gap ${late.gapId}: ${late.mirror} now has ${hour.name}: ${imported.counts.created} more pushes (${recovered} in all)`,
+          `gap ${late.gapId}: ${hourSource.mirror} now has ${hour.name}: ${imported.counts.created} more pushes (${recovered} in all)`,
         );
       }
       return result;

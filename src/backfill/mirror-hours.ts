@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { withoutUserinfo } from '../redact.ts';
 import { GIVE_UP_AFTER_MS } from './hours.ts';
 
 /**
@@ -43,6 +44,7 @@ export async function mirrorHours(db: Db, gapId: number): Promise<MirrorHourRow[
 
 export interface LateMirrorHour {
   gapId: number;
+  /** The configured mirror (a GHARCHIVE_URL entry, its userinfo included: it is requested). */
   mirror: string;
   hour: string;
   attempts: number;
@@ -59,18 +61,21 @@ export async function lateMirrorHours(
   mirrors: readonly string[],
   limit: number,
 ): Promise<LateMirrorHour[]> {
+  // Stored mirrors have no userinfo (src/redact.ts): matched to the configured entries by
+  // their redacted form, and answered as configured, so the request has its credentials.
+  const configured = new Map(mirrors.map((m) => [withoutUserinfo(m), m]));
   const r = await sql<{ gap_id: string; mirror: string; file: string; attempts: number }>`
     SELECT b.gap_id, b.mirror, b.file, b.attempts
     FROM backfill_files b JOIN gaps g ON g.id = b.gap_id
     WHERE g.state = 'filled' AND b.state IN ('missing', 'failed')
-      AND b.mirror = ANY(${[...mirrors]}::text[])
+      AND b.mirror = ANY(${[...configured.keys()]}::text[])
       AND b.hour + interval '1 hour' + make_interval(secs => ${GIVE_UP_AFTER_MS / 1000}) > ${now}
       AND b.updated_at + least(interval '1 hour', interval '1 minute' * 2 ^ greatest(0, b.attempts - 1)) <= ${now}
     ORDER BY b.updated_at, b.id
     LIMIT ${limit}`.execute(db);
   return r.rows.map((row) => ({
     gapId: Number(row.gap_id),
-    mirror: row.mirror,
+    mirror: configured.get(row.mirror) ?? row.mirror,
     hour: row.file,
     attempts: row.attempts,
   }));

@@ -1,4 +1,5 @@
 import { sqlState } from '../db/errors.ts';
+import { withoutUserinfo } from '../redact.ts';
 
 /**
  * One line for an error that ends a command: a lost or refused database connection is
@@ -27,7 +28,7 @@ export function isDatabaseConnectionError(err: unknown): boolean {
 /** "the database connection was lost (terminating connection due to …)", or "Name [CODE]: message". */
 export function describeFailure(err: unknown): string {
   const e = err as (Error & { code?: unknown }) | null;
-  const message = (e?.message ?? String(err)).split('\n')[0]!;
+  const message = withoutUserinfo((e?.message ?? String(err)).split('\n')[0]!);
   if (isDatabaseConnectionError(err)) {
     return `the database connection failed (${message}); check that Postgres is up and DATABASE_URL`;
   }

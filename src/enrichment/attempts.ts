@@ -1,5 +1,6 @@
 import type { Db } from '../db/pool.ts';
 import type { EnrichmentOutcome } from '../db/schema.ts';
+import { withoutUserinfo } from '../redact.ts';
 import type { Claim } from './claim.ts';
 
 /**
@@ -13,7 +14,7 @@ const DETAIL_MAX = 500;
 
 /** Error text for the ledger: bounded, and never a credential (tokens, secrets, auth headers). */
 export function redact(text: string): string {
-  return text
+  return withoutUserinfo(text)
     .replace(/\b(gh[pousr]_[A-Za-z0-9_]{10,}|github_pat_[A-Za-z0-9_]{10,})\b/g, '[redacted]')
     .replace(
       /(authorization|token|secret)(["':=\s]+)(bearer\s+|token\s+)?[^\s"',}]+/gi,

@@ -1,6 +1,7 @@
 import type { EventSource } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import { BudgetExhausted, GateTimeout, GitHubAuthFailed, RateLimited } from '../github/errors.ts';
+import { withoutUserinfo } from '../redact.ts';
 import { addSeconds, BACKOFF_BASE_SECONDS, failureBackoffSeconds } from './schedule.ts';
 
 /**
@@ -43,7 +44,8 @@ export function classifyFailure(err: unknown, source: SourceState, now: Date): F
     : err instanceof AppError
       ? err.code
       : 'INTERNAL';
-  const message = err instanceof Error ? err.message : String(err);
+  // Stored and shown: no URL's userinfo (src/redact.ts).
+  const message = withoutUserinfo(err instanceof Error ? err.message : String(err));
   const error = `${code}: ${message}`;
   const unchanged = {
     code,

@@ -13,7 +13,12 @@ export async function startWorkerAndWeb(
   const worker = spawnBin('worker', env);
   const web = spawnBin('web', env);
   children.push(worker, web);
-  const listening = await web.waitForLine((l) => l.event === 'web.listening', 'the web to listen');
+  // A signal; bounded only so a broken start fails (a loaded machine takes its time).
+  const listening = await web.waitForLine(
+    (l) => l.event === 'web.listening',
+    'the web to listen',
+    90_000,
+  );
   return { worker, web, url: String(listening.url) };
 }
 
@@ -46,4 +51,36 @@ export async function allRowsAsText(db: Db): Promise<string> {
     parts.push(r.rows[0]!.t ?? '');
   }
   return parts.join('\n');
+}
+
+/**
+ * A login role with `password`, so a DATABASE_URL can carry a sentinel password that the
+ * server really checks (whatever the harness's authentication). Superuser: the processes
+ * run migrations-free but create pg-boss's queue partitions. `drop` reassigns what it
+ * created and removes it.
+ */
+export async function sentinelRole(
+  db: Db,
+  url: string,
+  password: string,
+): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `gpi_sentinel_${process.pid}_${Math.floor(Math.random() * 1e6)}`;
+  await sql`CREATE ROLE ${sql.id(name)} LOGIN SUPERUSER PASSWORD ${sql.lit(password)}`.execute(db);
+  const u = new URL(url);
+  u.username = name;
+  u.password = password;
+  return {
+    url: u.href,
+    async drop() {
+      const me = (await sql<{ u: string }>`SELECT current_user AS u`.execute(db)).rows[0]!.u;
+      await sql`REASSIGN OWNED BY ${sql.id(name)} TO ${sql.id(me)}`.execute(db);
+      await sql`DROP OWNED BY ${sql.id(name)}`.execute(db);
+      await sql`DROP ROLE ${sql.id(name)}`.execute(db);
+    },
+  };
+}
+
+/** A command's whole output, for the search: exit code, stdout and stderr. */
+export function exitText(name: string, r: { code: number; out: string; err: string }): string {
+  return `== ${name} (exit ${r.code})\n${r.out}\n${r.err}`;
 }

@@ -29,6 +29,8 @@ export interface ArchiveRequest {
   path: string;
   status: number | null;
   at: Date;
+  /** The Authorization header it came with (a mirror behind basic auth), or null. */
+  authorization: string | null;
 }
 
 export interface ArchiveServer {
@@ -40,6 +42,8 @@ export interface ArchiveServer {
   setHour(hour: string, lines: (GitHubEvent | string)[]): void;
   removeHour(hour: string): void;
   fail(hour: string, fault: ArchiveFault): void;
+  /** From now on, a request without this user and password (basic auth) is answered 401. */
+  requireBasicAuth(user: string, password: string): void;
   close(): Promise<void>;
 }
 
@@ -84,10 +88,22 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
   let faults = new Map<string, (ArchiveFault & { left: number })[]>();
   const requests: ArchiveRequest[] = [];
   const hanging = new Set<http.ServerResponse>();
+  let basicAuth: string | null = null;
 
   const server = http.createServer((req, res) => {
-    const rec: ArchiveRequest = { path: req.url ?? '/', status: null, at: new Date() };
+    const rec: ArchiveRequest = {
+      path: req.url ?? '/',
+      status: null,
+      at: new Date(),
+      authorization: req.headers.authorization ?? null,
+    };
     requests.push(rec);
+    if (basicAuth !== null && req.headers.authorization !== basicAuth) {
+      rec.status = 401;
+      res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Basic' });
+      res.end('authentication required\n');
+      return;
+    }
     const m = /^\/(\d{4}-\d{2}-\d{2}-\d{1,2})\.json\.gz$/.exec(req.url ?? '');
     const hour = m?.[1];
     const fault = hour ? faults.get(hour)?.find((f) => f.left > 0) : undefined;
@@ -176,6 +192,9 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
     },
     removeHour(hour) {
       files.delete(hour);
+    },
+    requireBasicAuth(user, password) {
+      basicAuth = `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
     },
     fail(hour, fault) {
       const list = faults.get(hour) ?? [];
