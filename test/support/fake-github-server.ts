@@ -54,7 +54,7 @@ export function seedDemo(fake: FakeGitHub): void {
     world.repo('torvalds/linux', { id: 2325298 }),
     world.repo('github/docs', { id: 3222 }),
   ];
-  for (const r of repos) r.commit(3); // history before the first push
+  for (const r of repos) r.commit(3, { unpushed: true }); // history before the first push
   // Four pushes a repository: first (with its history), linear, a new branch, then
   // that branch merged (on the last repository a force push instead).
   const pushes: { repo: (typeof repos)[number]; push: WorldPush }[] = [];

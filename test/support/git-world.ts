@@ -10,7 +10,7 @@ import { repoProfile } from './github-factories.ts';
  *
  *   const w = gitWorld(fake);
  *   const repo = w.repo('octo/app', { id: 42 });
- *   repo.commit(5);                      // history before the first push
+ *   repo.commit(5, { unpushed: true });  // history before the first push
  *   const first = repo.push('main', 2);  // first push: expected = all 7, oldest first
  *   const topic = repo.push('topic', 3); // new branch off main: its 3
  *   repo.merge('main', 'topic');         // merged before the fetch: topic's push keeps its 3
@@ -44,6 +44,11 @@ export interface CommitOptions {
   on?: string;
   /** Build on this commit instead of the branch's tip (null: a root); the branch moves. */
   from?: string | null;
+  /**
+   * Made but not pushed (a clone's local work): GitHub has the commits but its branch
+   * does not move; the next push of the branch brings them.
+   */
+  unpushed?: boolean;
   message?: (i: number) => string;
   /** The account of commit i (null: an email linked to no account). */
   account?: (i: number) => { id: number; login: string } | null;
@@ -88,13 +93,17 @@ export function gitWorld(fake: FakeGitHub, o: { start?: Date } = {}) {
       throw new Error('git-world: a repository without a profile has the default branch main');
     }
     const graph = () => fake.commitGraph(name);
+    /** The branch on GitHub. */
     const tip = (branch: string) => graph()?.branches.get(branch) ?? null;
+    /** The branch in the clone: ahead of GitHub's by the unpushed commits. */
+    const local = new Map<string, string>();
+    const localTip = (branch: string) => local.get(branch) ?? tip(branch);
     const defaultBranch = () => fake.defaultBranch(name);
 
     /** `n` commits in a line; returns their shas, oldest first. */
     function commit(n: number, c: CommitOptions = {}): string[] {
       const branch = c.on ?? defaultBranch();
-      let parent = c.from !== undefined ? c.from : tip(branch);
+      let parent = c.from !== undefined ? c.from : localTip(branch);
       const made: FakeCommit[] = [];
       for (let i = 0; i < n; i++) {
         const sha = worldSha();
@@ -109,7 +118,8 @@ export function gitWorld(fake: FakeGitHub, o: { start?: Date } = {}) {
         parent = sha;
       }
       fake.addCommits(name, made);
-      if (parent) fake.setBranch(name, branch, parent);
+      if (parent) local.set(branch, parent);
+      if (parent && !c.unpushed) fake.setBranch(name, branch, parent);
       return made.map((m) => m.sha);
     }
 
@@ -143,18 +153,22 @@ export function gitWorld(fake: FakeGitHub, o: { start?: Date } = {}) {
       commit,
 
       /**
-       * `n` commits pushed to `branch`. A new branch starts at `from` (default: the
-       * default branch's tip); the default branch's first push brings its whole history.
+       * `n` commits pushed to `branch`, with any unpushed ones before them. A new branch
+       * starts at `from` (default: its unpushed commits, or the default branch's tip); the
+       * default branch's first push brings its whole history.
        */
-      push(branch: string, n: number, c: Omit<CommitOptions, 'on'> = {}): WorldPush {
+      push(branch: string, n: number, c: Omit<CommitOptions, 'on' | 'unpushed'> = {}): WorldPush {
         const before = tip(branch);
         if (before) {
-          const shas = commit(n, { ...c, on: branch });
-          return pushOf('linear', branch, before, shas.at(-1)!, between(before, shas.at(-1)!));
+          commit(n, { ...c, on: branch });
+          const head = tip(branch)!;
+          if (head === before) throw new Error('git-world: a push needs a commit');
+          return pushOf('linear', branch, before, head, between(before, head));
         }
         const base = tip(defaultBranch());
-        const shas = commit(n, { ...c, on: branch, from: c.from !== undefined ? c.from : base });
-        const head = shas.at(-1) ?? tip(branch);
+        const from = c.from !== undefined ? c.from : (local.get(branch) ?? base);
+        commit(n, { ...c, on: branch, from });
+        const head = tip(branch);
         if (!head) throw new Error('git-world: a first push needs a commit');
         if (!base || branch === defaultBranch()) {
           const history = [...ancestors(graph()!, head)]
@@ -176,6 +190,7 @@ export function gitWorld(fake: FakeGitHub, o: { start?: Date } = {}) {
         if (!before || !side) throw new Error(`git-world: no branch ${before ? from : into}`);
         if (m.fastForward) {
           fake.setBranch(name, into, side);
+          local.set(into, side);
           return pushOf('linear', into, before, side, between(before, side));
         }
         const sha = worldSha();
@@ -192,6 +207,7 @@ export function gitWorld(fake: FakeGitHub, o: { start?: Date } = {}) {
           },
         ]);
         fake.setBranch(name, into, sha);
+        local.set(into, sha);
         return pushOf('merge', into, before, sha, between(before, sha));
       },
 
@@ -205,15 +221,22 @@ export function gitWorld(fake: FakeGitHub, o: { start?: Date } = {}) {
         const shas = commit(f.add, { on: branch, from: base });
         const head = shas.at(-1) ?? base;
         if (!head) throw new Error('git-world: a force push needs a commit to point at');
-        if (shas.length === 0) fake.setBranch(name, branch, head);
+        if (shas.length === 0) {
+          fake.setBranch(name, branch, head);
+          local.set(branch, head);
+        }
         return pushOf('force', branch, before, head, between(before, head));
       },
 
       renameBranch(from: string, to: string): void {
         fake.renameBranch(name, from, to);
+        const mine = local.get(from);
+        local.delete(from);
+        if (mine) local.set(to, mine);
       },
       deleteBranch(branch: string): void {
         fake.deleteBranch(name, branch);
+        local.delete(branch);
       },
       /** Renamed on GitHub: the old name follows (REST 301, GraphQL resolves it). */
       rename(newFullName: string): void {
