@@ -266,9 +266,10 @@ export function commitGraphs() {
       const g = graph(fullName);
       for (const c of commits) {
         if (!FULL_SHA.test(c.sha)) throw new Error(`fake GitHub: ${c.sha} is not a 40-hex sha`);
+        // Parents first, so that the order commits are added in is a topological order.
         for (const p of c.parents) {
-          if (!g.commits.has(p) && !commits.some((x) => x.sha === p))
-            throw new Error(`fake GitHub: ${c.sha}'s parent ${p} is not in ${fullName}`);
+          if (!g.commits.has(p))
+            throw new Error(`fake GitHub: ${c.sha}'s parent ${p} is not (yet) in ${fullName}`);
         }
         const ms = Date.parse(committerOf(c).date);
         if (Number.isNaN(ms)) throw new Error(`fake GitHub: ${c.sha} has an invalid date`);
