@@ -1,4 +1,5 @@
 import { AppError } from '../errors.ts';
+import { withoutUserinfo } from '../redact.ts';
 import { credentialHint } from './credential.ts';
 
 /** A credential GitHub keeps rejecting (401): its block on the auth ladder, and why. */
@@ -127,14 +128,18 @@ export class GitHubUnavailable extends AppError {
  * settles it as not counted.
  */
 export class GitHubUnreachable extends GitHubUnavailable {
-  constructor(path: string, detail: string, cause?: unknown) {
+  /**
+   * `apiUrl`: where the request went (GITHUB_API_URL), named in the message with what to
+   * check — the likeliest causes are a wrong URL (a fake that is not running) and no network.
+   */
+  constructor(path: string, detail: string, cause: unknown, apiUrl: string) {
     super(
       path,
       null,
       detail,
       cause,
       'GITHUB_UNREACHABLE',
-      `could not reach GitHub for ${path}: ${detail}`,
+      `GitHub unreachable at ${withoutUserinfo(apiUrl)} (${path}): ${detail}; check GITHUB_API_URL or the network`,
     );
   }
 }
