@@ -7,6 +7,7 @@ import { assertSetUp } from './db/setup-state.ts';
 import { createGitHubClient } from './github/client.ts';
 import type { GitHubClient } from './github/types.ts';
 import { type Logger, processLogger } from './log.ts';
+import { checkStoredSettings, logRecorded } from './stored-settings.ts';
 
 /**
  * The composition root: the one place that wires config, database pool, GitHub client
@@ -37,6 +38,11 @@ export interface CreateAppOptions {
    * database without it stops the process with "database not set up: run bin/setup".
    */
   requires?: 'none' | 'schema' | 'pgboss';
+  /**
+   * This process writes pushes or commits: its COMMIT_EMAILS and COMMITS_MAX_PER_PUSH must be
+   * the database's (src/stored-settings.ts, ADR 0125), else it stops with exit 2 before work.
+   */
+  writesStoredData?: boolean;
 }
 
 /** Services, whose log should say when the embedded server starts and stops with them. */
@@ -69,6 +75,10 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
   if (requires !== 'none') {
     try {
       await assertSetUp(db, requires === 'pgboss' ? { pgbossSchema: config.pgbossSchema } : {});
+      if (opts.writesStoredData) {
+        const recorded = await checkStoredSettings(db, config, role);
+        if (recorded.length > 0) logRecorded(logger, recorded);
+      }
     } catch (err) {
       await db.destroy().catch(() => {});
       await embedded?.release().catch(() => {});

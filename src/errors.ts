@@ -26,8 +26,8 @@ export class AppError extends Error {
 /** A bad environment variable; the process stops with exit 2. */
 export class ConfigError extends AppError {
   readonly variable: string;
-  constructor(variable: string, problem: string) {
-    super('CONFIG_INVALID', `${variable} ${problem}`, { variable });
+  constructor(variable: string, problem: string, code = 'CONFIG_INVALID') {
+    super(code, `${variable} ${problem}`, { variable });
     this.variable = variable;
   }
 }

@@ -292,7 +292,13 @@ export async function runBackfill(
   const logger = createLogger(config.logLevel, io.logs);
   // Three sessions: the import's (its lock, stage and merges), its entity inserts, and the
   // small reads around them.
-  const app = await createApp({ config, logger, role: 'backfill', poolMax: 3 });
+  const app = await createApp({
+    config,
+    logger,
+    role: 'backfill',
+    poolMax: 3,
+    writesStoredData: true,
+  });
   try {
     if (command.gaps) return await runGaps(app, io, command.json, signal);
     try {

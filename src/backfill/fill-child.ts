@@ -21,7 +21,12 @@ const start = await new Promise<ParentMessage & { type: 'start' }>((resolve) => 
 });
 
 try {
-  const app = await createApp({ role: 'backfill-fill', poolMax: 3, requires: 'schema' });
+  const app = await createApp({
+    role: 'backfill-fill',
+    poolMax: 3,
+    requires: 'schema',
+    writesStoredData: true,
+  });
   try {
     const results = await fillGaps(
       { ...app, logger: app.logger.child({ queue: 'backfill', job_id: start.pass.jobId }) },

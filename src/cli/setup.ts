@@ -3,16 +3,32 @@ import { migrateToLatest, withSetupLock } from '../db/migrate.ts';
 import { describeSource, seedSources } from '../ingestion/sources.ts';
 import { installQueues } from '../queue/boss.ts';
 import { installViews } from '../status/views.ts';
+import {
+  checkStoredSettings,
+  logRecorded,
+  reconfigureStoredSettings,
+  type SettingChange,
+  STORED_SETTINGS,
+  writerSessions,
+} from '../stored-settings.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
-Usage: bin/setup
+Usage: bin/setup [--reconfigure]
 
 Migrates the business schema, installs or migrates the pg-boss schema (PGBOSS_SCHEMA),
 creates the queues and the psql views (ingest_overview, enrichment_backlog,
 queue_overview), and seeds the sources listed in SOURCES (default: public).
 Idempotent; two setups at once run one after the other (advisory lock). Prints what
 it changed (stdout); logs at info only what changed.
+
+It also records, once, the settings that shape stored data (${STORED_SETTINGS.map((s) => s.name).join(', ')}):
+a process whose environment says otherwise refuses to start (exit 2), and so does
+bin/setup itself.
+
+  --reconfigure   make this environment's values of those settings the database's (rows
+                  already stored keep the shape they have); restart every worker and web
+                  with the new values afterwards
 `;
 
 interface SetupReport {
@@ -20,11 +36,17 @@ interface SetupReport {
   queuesCreated: string[];
   queuesUpdated: string[];
   sourcesAdded: string[];
+  /** Stored-data settings recorded for the first time, or changed by --reconfigure. */
+  settings: SettingChange[];
 }
 
 function changed(r: SetupReport): boolean {
   return (
-    r.migrations.length + r.queuesCreated.length + r.queuesUpdated.length + r.sourcesAdded.length >
+    r.migrations.length +
+      r.queuesCreated.length +
+      r.queuesUpdated.length +
+      r.sourcesAdded.length +
+      r.settings.length >
     0
   );
 }
@@ -37,6 +59,10 @@ function formatSetupReport(r: SetupReport): string {
     r.queuesUpdated.length > 0 && `${r.queuesUpdated.length} queue(s) updated`,
     r.sourcesAdded.length > 0 &&
       `${r.sourcesAdded.length} source(s) added (${r.sourcesAdded.join(', ')})`,
+    r.settings.length > 0 &&
+      `stored-data settings ${r.settings
+        .map((c) => (c.from === null ? `${c.name}=${c.to}` : `${c.name} ${c.from} → ${c.to}`))
+        .join(', ')}`,
   ].filter(Boolean);
   return `setup: ${parts.join(', ')}`;
 }
@@ -46,13 +72,22 @@ function formatSetupReport(r: SetupReport): string {
  * Each step logs at info when it changed something and at debug when it did not, so a
  * setup that finds everything in place says nothing at the default level.
  */
-export async function runSetup(app: App): Promise<SetupReport> {
+export async function runSetup(
+  app: App,
+  opts: { reconfigure?: boolean } = {},
+): Promise<SetupReport> {
   const report = await withSetupLock(app.pool, async () => {
     const migrations = await migrateToLatest(app.db);
     app.logger[migrations.length > 0 ? 'info' : 'debug'](
       { event: 'setup.migrated', applied: migrations },
       `business schema: ${migrations.length} migration(s) applied`,
     );
+    // Before anything else is touched: a setup whose environment disagrees with the
+    // database's stored-data settings refuses (exit 2), as a worker would.
+    const settings = opts.reconfigure
+      ? await reconfigure(app)
+      : await checkStoredSettings(app.db, app.config, 'setup');
+    if (!opts.reconfigure && settings.length > 0) logRecorded(app.logger, settings);
     const queues = await installQueues(app);
     // After the queue install: queue_overview reads the pg-boss schema. Recreated every
     // time from the same definitions, so not a change worth an info line.
@@ -71,6 +106,7 @@ export async function runSetup(app: App): Promise<SetupReport> {
       queuesCreated: queues.created,
       queuesUpdated: queues.updated,
       sourcesAdded: seeded,
+      settings,
     };
   });
   // The steps above said what changed; bin/setup prints this summary as its result.
@@ -81,11 +117,28 @@ export async function runSetup(app: App): Promise<SetupReport> {
   return report;
 }
 
+/** --reconfigure: the changes, logged at warn (mixed rows from here on are on purpose). */
+async function reconfigure(app: App): Promise<SettingChange[]> {
+  const changes = await reconfigureStoredSettings(app.db, app.config, 'setup --reconfigure');
+  if (changes.length === 0) return changes;
+  const sessions = await writerSessions(app.db);
+  app.logger.warn(
+    {
+      event: 'setup.reconfigured',
+      changes: changes.map((c) => ({ setting: c.name, from: c.from, to: c.to })),
+      writer_sessions: sessions,
+    },
+    `stored-data settings changed: ${changes.map((c) => `${c.name} ${c.from ?? '(none)'} → ${c.to}`).join(', ')}; rows stored before keep their shape${sessions > 0 ? `; ${sessions} database session(s) of a worker or web are connected: restart them with the new values` : ''}`,
+  );
+  return changes;
+}
+
 export async function main(argv: string[]): Promise<number> {
-  if (!parseCli(argv, USAGE, {})) return 0;
+  const cli = parseCli(argv, USAGE, { reconfigure: { type: 'boolean' } });
+  if (!cli) return 0;
   const app = await createApp({ role: 'setup', poolMax: 3, requires: 'none' });
   try {
-    const report = await runSetup(app);
+    const report = await runSetup(app, { reconfigure: cli.values.reconfigure ?? false });
     process.stdout.write(`${formatSetupReport(report)}\n`);
     return 0;
   } finally {

@@ -1,6 +1,8 @@
 import type { PgBoss } from 'pg-boss';
 import { createApp } from '../app.ts';
+import { isNotSetUpError } from '../db/setup-state.ts';
 import { startHintSender } from '../queue/dispatch.ts';
+import { checkStoredSettings, logRecorded } from '../stored-settings.ts';
 import { startWebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';
 import { shutdownSignal } from './shutdown.ts';
@@ -20,9 +22,31 @@ Run as many replicas as you like: everything it shows or stores is in Postgres.
 SIGTERM/SIGINT stops gracefully; a second signal exits at once.
 `;
 
+/**
+ * With WEBHOOK_SECRET set the web stores pushes and their inline commits: its COMMIT_EMAILS
+ * must be the database's, like a worker's (ADR 0125), or it refuses to start (exit 2).
+ * Without it the web only reads and shows, and starts whatever its settings; before bin/setup
+ * it starts too, and answers 503 until the database is set up.
+ */
+async function checkWebhookSettings(app: Awaited<ReturnType<typeof createApp>>): Promise<void> {
+  if (!app.config.webhookSecret) return;
+  try {
+    const recorded = await checkStoredSettings(app.db, app.config, 'web');
+    if (recorded.length > 0) logRecorded(app.logger, recorded);
+  } catch (err) {
+    if (!isNotSetUpError(err)) throw err;
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
   const app = await createApp({ role: 'web', poolMax: 6, requires: 'none' });
+  try {
+    await checkWebhookSettings(app);
+  } catch (err) {
+    await app.close();
+    throw err;
+  }
   const stopRequested = shutdownSignal(app.logger, { forceAfterMs: 15_000 });
   let boss: PgBoss | undefined;
   let server: Awaited<ReturnType<typeof startWebServer>> | undefined;

@@ -433,7 +433,17 @@ export interface HourlyCoverageView {
   mirrors_read: BigId;
 }
 
+/** What shapes stored data, one configuration per database (ADR 0125, src/stored-settings.ts). */
+export interface StoredSettingsTable {
+  name: string;
+  value: string;
+  recorded_at: Generated<Date>;
+  recorded_by: string;
+  previous_value: string | null;
+}
+
 export interface Database {
+  stored_settings: StoredSettingsTable;
   gaps: GapsTable;
   backfill_files: BackfillFilesTable;
   hourly_coverage: HourlyCoverageView;

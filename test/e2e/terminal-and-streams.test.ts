@@ -163,7 +163,10 @@ describe('on a terminal', () => {
   it('bin/setup a second time says nothing at info, and prints that nothing changed', async () => {
     const first = await runBin('setup', [], { ...env(), LOG_LEVEL: 'info' });
     expect(first.code, first.err).toBe(0);
-    expect(first.out).toBe('setup: 1 source(s) added (public)\n');
+    // The template is migrated but was never set up: its settings are recorded now (ADR 0125).
+    expect(first.out).toBe(
+      'setup: 1 source(s) added (public), stored-data settings COMMIT_EMAILS=hash, COMMITS_MAX_PER_PUSH=250\n',
+    );
     const second = await runBin('setup', [], { ...env(), LOG_LEVEL: 'info' });
     expect(second).toEqual({
       code: 0,

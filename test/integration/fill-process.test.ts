@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { childFill } from '../../src/backfill/fill-process.ts';
 import { hourOf } from '../../src/backfill/hours.ts';
+import { loadConfig } from '../../src/config.ts';
 import type { Deps } from '../../src/deps.ts';
 import { AppError } from '../../src/errors.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
@@ -31,8 +32,12 @@ afterAll(async () => {
   await archive.close();
 });
 
-/** childFill reads only the database (its probe for a due gap); the child builds its own app. */
-const deps = () => ({ db: t.db }) as unknown as Deps;
+/**
+ * childFill reads only the database and the mirrors (its probe for a due gap or mirror hour);
+ * the child builds its own app.
+ */
+const deps = () =>
+  ({ db: t.db, config: loadConfig({ GHARCHIVE_URL: archive.url }) }) as unknown as Deps;
 
 const pass = () => ({
   jobId: 'job-child',
@@ -72,6 +77,51 @@ describe('childFill', () => {
     ]);
     // Dates survive the trip (advanced serialization).
     expect(run.results[0]!.toAt).toEqual(to);
+  });
+
+  it('starts a child for an hour of a filled gap that a mirror lacked, once it is due', async () => {
+    const repo = { id: 6_920_003, name: 'child-owner/late' };
+    const { source } = await addSource(t.db, { kind: 'repo', target: repo.name }, 'live');
+    const hour = hourOf(new Date(Date.now() - 5 * 3_600_000));
+    const gap = await t.db
+      .insertInto('gaps')
+      .values({
+        source_id: source.id,
+        from_at: new Date(hour.start.getTime() + 10 * 60_000),
+        to_at: new Date(hour.start.getTime() + 20 * 60_000),
+        next_attempt_at: minuteAgo(),
+        state: 'filled',
+        filled_at: minuteAgo(),
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    // The mirror said it had no such hour two hours ago: due to be asked again.
+    await t.db
+      .insertInto('backfill_files')
+      .values({
+        file: hour.name,
+        scope: `gap:${gap.id}`,
+        source_id: source.id,
+        gap_id: gap.id,
+        state: 'missing',
+        mirror: archive.url,
+        hour: hour.start,
+        attempts: 1,
+        updated_at: new Date(Date.now() - 2 * 3_600_000),
+      })
+      .execute();
+    archive.setHour(hour.name, [
+      pushEvent({
+        id: 84_000_000_101,
+        repo,
+        created_at: new Date(hour.start.getTime() + 15 * 60_000),
+      }),
+    ]);
+    const run = await childFill(t.url)(deps(), pass());
+    expect(run.died).toBeNull();
+    expect(run.results).toEqual([
+      expect.objectContaining({ outcome: 'mirror_retried', eventsRecovered: 1 }),
+    ]);
   });
 
   it('turns an error in the child into an error of the job, naming it', async () => {
