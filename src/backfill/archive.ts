@@ -7,6 +7,7 @@ import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
 import { AppError } from '../errors.ts';
+import { escapeUnsafe, quoted } from '../quote.ts';
 import { withoutUserinfo } from '../redact.ts';
 import { type ArchiveHour, hourFileName } from './hours.ts';
 
@@ -44,8 +45,51 @@ export class ArchiveTruncated extends AppError {
   }
 }
 
+/**
+ * The mirror answered 200 with something that is not an hour file (issue 27 item 9): an HTML
+ * page (a wrong path, a login or error page served as 200), or other bytes that are not gzip.
+ * Running again reads the same page; the mirror's URL is what to check.
+ */
+export class ArchiveNotGzip extends AppError {
+  constructor(what: string, looksLike: string, contentType: string | null) {
+    super(
+      'ARCHIVE_NOT_GZIP',
+      `${what} is not a GH Archive hour file: the mirror answered 200 with ${looksLike}${contentType ? ` (content-type ${JSON.stringify(escapeUnsafe(contentType.slice(0, 80)))})` : ''}, not gzip; check the mirror's URL (a wrong path, or a login or error page)`,
+      { what, content_type: contentType?.slice(0, 80) ?? null },
+    );
+  }
+}
+
+/** Raised inside decoded() (which has no label); readError names the file. */
+class NotGzipBytes extends Error {
+  readonly looksLike: string;
+  readonly contentType: string | null;
+  constructor(looksLike: string, contentType: string | null) {
+    super(looksLike);
+    this.looksLike = looksLike;
+    this.contentType = contentType;
+  }
+}
+
+const GZIP_MAGIC = [0x1f, 0x8b];
+/** How much of a page that is not an hour file is quoted back (escaped). */
+const QUOTED_PREFIX_CHARS = 60;
+
+/** What bytes that should have been gzip look like, for a message: bounded and escaped. */
+function describeNotGzip(head: Buffer): string {
+  const text = head.subarray(0, 256).toString('utf8').trimStart();
+  // JSON string syntax and no bidirectional or invisible character: the page is a stranger's.
+  const shown = quoted([...text].slice(0, QUOTED_PREFIX_CHARS).join(''));
+  if (/^<(!doctype html|html|head|body|\?xml|!--)/i.test(text)) return `an HTML page ${shown}`;
+  if (/^[{[]/.test(text)) return `JSON ${shown} (an hour file is gzipped NDJSON)`;
+  const hex = [...head.subarray(0, 4)].map((b) => b.toString(16).padStart(2, '0')).join(' ');
+  return `bytes ${hex}… ${shown}`;
+}
+
 export interface OpenedSource {
   stream: Readable;
+  /** The Content-Type an HTTP mirror gave, to name what it served instead of a file. */
+  contentType?: string | null;
   /** gzip (GH Archive's hour files, a `.json.gz`) or plain NDJSON. */
   gzip: boolean;
   /** Size in bytes when known (Content-Length, file size): a changed file restarts its import. */
@@ -209,7 +253,12 @@ function get(
         watch.body(res);
         const length = Number(res.headers['content-length']);
         // Hour files are gzip by name (`.json.gz`); that is what the archive serves.
-        resolve({ stream: res, gzip: true, bytes: Number.isFinite(length) ? length : null });
+        resolve({
+          stream: res,
+          gzip: true,
+          bytes: Number.isFinite(length) ? length : null,
+          contentType: res.headers['content-type'] ?? null,
+        });
       },
     );
     const watch = watchDownload(url, req, opts, startedAt);
@@ -315,10 +364,29 @@ export function decoded(
   gzip: boolean,
   onBytes: (n: number) => void,
 ): AsyncIterable<Buffer> & Readable {
+  // A gzip stream starts with its magic bytes: anything else (an HTML page served as 200)
+  // is said to be what it is, not "corrupt gzip … run again".
+  let held: Buffer[] | null = gzip ? [] : null;
+  let heldBytes = 0;
+  const notGzip = (bytes: Buffer) =>
+    new NotGzipBytes(describeNotGzip(bytes.subarray(0, 256)), opened.contentType ?? null);
   const counter = new Transform({
     transform(chunk: Buffer, _enc, done) {
       onBytes(chunk.length);
-      done(null, chunk);
+      if (held === null) return done(null, chunk);
+      // Held until the first two bytes are in (a chunk may be one byte).
+      held.push(chunk);
+      heldBytes += chunk.length;
+      if (heldBytes < GZIP_MAGIC.length) return done();
+      const first = Buffer.concat(held, heldBytes);
+      held = null;
+      if (first[0] !== GZIP_MAGIC[0] || first[1] !== GZIP_MAGIC[1]) return done(notGzip(first));
+      done(null, first);
+    },
+    flush(done) {
+      // A body shorter than the magic is not gzip either.
+      if (held !== null && heldBytes > 0) return done(notGzip(Buffer.concat(held, heldBytes)));
+      done();
     },
   });
   const last = gzip ? createGunzip({ chunkSize: 64 * 1024 }) : counter;
@@ -331,6 +399,7 @@ export function decoded(
 /** What went wrong while reading `label`, as one of the archive errors when it is one of them. */
 export function readError(label: string, err: unknown): Error {
   if (err instanceof AppError) return err;
+  if (err instanceof NotGzipBytes) return new ArchiveNotGzip(label, err.looksLike, err.contentType);
   const e = err as NodeJS.ErrnoException;
   const message = e?.message ?? String(err);
   if (e?.code === 'Z_BUF_ERROR' || /unexpected end of file/i.test(message)) {

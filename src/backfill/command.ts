@@ -88,6 +88,8 @@ function nextStep(code: string | undefined): string {
     // It says itself how to read it again (--force).
     case 'BACKFILL_KILLED_IMPORTER':
       return '';
+    case 'ARCHIVE_NOT_GZIP':
+      return '; running it again reads the same page: check the mirror in GHARCHIVE_URL (or --mirror)';
     case 'ARCHIVE_HOUR_MISSING':
       return '; this mirror has no file for the hour (GH Archive publishes an hour about an hour after it ends, and lacks some for good): try another mirror (--mirror URL or --mirror all), or later';
     default:

@@ -337,7 +337,8 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
     );
     return { ...base, outcome: 'budget_exhausted', reason: err.reason, retryAt: err.retryAt };
   }
-  const status = errorStatus(err);
+  // The error's own status, else the answer's: a 200 whose body is unusable logs 200, not null.
+  const status = errorStatus(err) ?? ctx.status;
   const message = redact((err as Error)?.message ?? String(err));
 
   if (err instanceof RateLimited) {

@@ -81,6 +81,38 @@ describe('bin/backfill', () => {
     expect(json.results[0]).toMatchObject({ outcome: 'already_imported', totals: { created: 3 } });
   });
 
+  it("a mirror's HTML 200 is reported as what it is, not a truncated file to run again (issue 27)", async () => {
+    const page =
+      '<!DOCTYPE html>\n<html><head><title>Sign in \u202e\u001b[31m</title></head><body>…</body></html>';
+    archive.setFile('2026-11-17-9', Buffer.from(page.repeat(50)), 'text/html; charset=utf-8');
+    archive.setFile('2026-11-17-10', Buffer.from('{"error":"quota"}'), 'application/json');
+    const r = await backfill(['2026-11-17-9', '2026-11-17-10']);
+    expect(r.code).toBe(1);
+    const [html, json] = r.out.trim().split('\n');
+    expect(html).toMatch(
+      /^2026-11-17-9: failed: ARCHIVE_NOT_GZIP: http:\/\/127\.0\.0\.1:\d+\/2026-11-17-9\.json\.gz is not a GH Archive hour file: the mirror answered 200 with an HTML page "<!DOCTYPE html>\\n<html><head><title>Sign in \\u202e\\u001b\[31m<\/title>/,
+    );
+    expect(html).toMatch(
+      /\(content-type "text\/html; charset=utf-8"\), not gzip; check the mirror's URL/,
+    );
+    expect(html).toMatch(/running it again reads the same page: check the mirror in GHARCHIVE_URL/);
+    expect(html).not.toMatch(/ARCHIVE_TRUNCATED|resume/);
+    // Never the page raw: no escape sequence or bidi override reaches the terminal.
+    expect(r.out).not.toMatch(/[\u001b\u202e]/);
+    expect(json).toMatch(
+      /^2026-11-17-10: failed: ARCHIVE_NOT_GZIP: .* with JSON "\{\\"error\\":\\"quota\\"\}" \(an hour file is gzipped NDJSON\)/,
+    );
+    // Recorded as failed, with the same words.
+    const rows = await sql<{ state: string; error: string }>`
+      SELECT state, error FROM backfill_files WHERE file = '2026-11-17-9'`.execute(t.db);
+    expect(rows.rows).toEqual([
+      {
+        state: 'failed',
+        error: expect.stringMatching(/is not a GH Archive hour file: .*an HTML page/),
+      },
+    ]);
+  });
+
   it('--source keeps its scope and attributes the rows to the source', async () => {
     const { source } = await addSource(t.db, { kind: 'user', target: 'Scoped-User' }, 'live');
     const mine = pushes(2, { actor: { id: 4_400_001, login: 'scoped-user' } });

@@ -229,6 +229,23 @@ describe('fetching a push', () => {
     expect(await count('push_commits')).toBe(0);
   });
 
+  it('a 200 with an unusable body logs its real status, not null (issue 27)', async () => {
+    const { logger, lines } = memoryLogger('info');
+    const deps = fetcher({ logger });
+    await insertRepository(t.db, 16, 'octo/garbled');
+    const shas = chain(fake, 'octo/garbled', 3);
+    await insertPushes(t.db, [{ repositoryId: 16, before: shas[0]!, head: shas[2]! }]);
+    // JSON, but not a comparison; then not JSON at all.
+    fake.fail({ path: /\/compare\//, status: 200, body: '{"status":"ahead"}' });
+    fake.fail({ path: /\/compare\//, status: 200, body: '<html>oops</html>' });
+    const first = await fetchOnce(deps);
+    expect(first).toMatchObject({ outcome: 'retry', status: 200 });
+    deps.clock.set(new Date(first.retryAt!.getTime() + 1000));
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'retry', status: 200 });
+    const failed = lines.map((l) => JSON.parse(l)).filter((l) => l.event === 'commits.failed');
+    expect(failed.map((l) => l.status)).toEqual([200, 200]);
+  });
+
   it('a deleted ref or a tag sends no request', async () => {
     const deps = fetcher();
     await insertRepository(t.db, 16, 'octo/refs');

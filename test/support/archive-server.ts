@@ -37,7 +37,7 @@ export interface ArchiveServer {
   readonly url: string;
   readonly requests: ArchiveRequest[];
   /** Serves `body` (already gzipped, possibly broken on purpose) as the hour's file. */
-  setFile(hour: string, body: Buffer): void;
+  setFile(hour: string, body: Buffer, contentType?: string): void;
   /** Serves these NDJSON lines (events are JSON-encoded; strings are written as they are). */
   setHour(hour: string, lines: (GitHubEvent | string)[]): void;
   removeHour(hour: string): void;
@@ -85,6 +85,7 @@ export function hourOfEvents(
 
 export async function startArchiveServer(): Promise<ArchiveServer> {
   const files = new Map<string, Buffer>();
+  const contentTypes = new Map<string, string>();
   let faults = new Map<string, (ArchiveFault & { left: number })[]>();
   const requests: ArchiveRequest[] = [];
   const hanging = new Set<http.ServerResponse>();
@@ -170,7 +171,7 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
     }
     rec.status = 200;
     res.writeHead(200, {
-      'content-type': 'application/gzip',
+      'content-type': contentTypes.get(hour!) ?? 'application/gzip',
       'content-length': String(body.length),
     });
     res.end(body);
@@ -184,8 +185,10 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
-    setFile(hour, body) {
+    setFile(hour, body, contentType) {
       files.set(hour, body);
+      if (contentType) contentTypes.set(hour, contentType);
+      else contentTypes.delete(hour);
     },
     setHour(hour, lines) {
       files.set(hour, gzipLines(lines));
