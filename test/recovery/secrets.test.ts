@@ -263,7 +263,7 @@ describe('secrets in URLs', () => {
         const row = r.rows[0]!;
         return row.done && row.failed && row.late ? row : null;
       },
-      { timeoutMs: 90_000, what: 'a poll, a failed poll and the late mirror hour' },
+      { timeoutMs: 240_000, what: 'a poll, a failed poll and the late mirror hour' },
     );
     const pages: string[] = [];
     for (const path of ['/status', '/', '/metrics', '/readyz', '/status?sources=500']) {
