@@ -221,6 +221,8 @@ export const envSchema = z.object({
   ARCHIVE_MIN_RATE: positiveInt(1_000_000_000).default(16_384),
   ARCHIVE_RATE_WINDOW: duration('duration', 3600, '1h').default(60),
   ARCHIVE_DEADLINE: duration('duration', 86400, '1d').default(3600),
+  // bin/web's GET /archive/ (ADR 0130): this store's hours as GH Archive files, for mirrors.
+  ARCHIVE_SERVE: z.enum(['on', 'off']).default('on'),
   // Commits (ADR 0070): what a commit's e-mail addresses become, and how many commits a
   // fetched push may keep (one compare answer holds at most 250).
   COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
@@ -275,6 +277,8 @@ export interface Config {
     readonly url: string;
     /** Every mirror, in the order given (docs/mirrors.md). */
     readonly mirrors: readonly string[];
+    /** bin/web serves GET /archive/ (ARCHIVE_SERVE, ADR 0130). */
+    readonly serve: boolean;
     /** Download bounds (issue 17): below minBytesPerSecond over rateWindowMs, or past deadlineMs, a download is abandoned. */
     readonly download: {
       readonly minBytesPerSecond: number;
@@ -357,6 +361,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     archive: {
       url: e.GHARCHIVE_URL[0]!,
       mirrors: e.GHARCHIVE_URL,
+      serve: e.ARCHIVE_SERVE === 'on',
       download: {
         minBytesPerSecond: e.ARCHIVE_MIN_RATE,
         rateWindowMs: e.ARCHIVE_RATE_WINDOW * 1000,
