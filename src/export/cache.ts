@@ -6,7 +6,7 @@ import type { Db } from '../db/pool.ts';
 import { AppError } from '../errors.ts';
 import { type ArchiveHour, hourEnd } from '../gaps/hours.ts';
 import type { Logger } from '../log.ts';
-import { hourKnown, hourState } from './hour-query.ts';
+import { hourKnown, hourState, type Run } from './hour-query.ts';
 import { FORMAT_VERSION, type HourFile, inHourSnapshot, writeHourFile } from './write.ts';
 
 /**
@@ -73,8 +73,9 @@ export class ArchiveCache {
   readonly #dataDir: string;
   readonly #maxBytes: number;
   #dir: Promise<string> | null = null;
-  /** One build at a time: the next waits for the one before. */
-  #building: Promise<unknown> = Promise.resolve();
+  /** One build at a time (a build is a full read of the hour); the others wait for it. */
+  #building: Promise<void> = Promise.resolve();
+  #buildingNow = false;
 
   constructor(opts: ArchiveCacheOptions) {
     this.#db = opts.db;
@@ -112,18 +113,41 @@ export class ArchiveCache {
   /**
    * The hour's file as it is now, open for reading (the caller closes the handle), or a
    * 304 when `ifNoneMatch` names its current ETag, or unknown (nothing stored of the hour).
+   * A miss builds the file in the very snapshot its fingerprint was read in; a miss while
+   * another build runs waits for that one and looks again (it may be the same hour). A hit
+   * never waits for a build.
    */
   async answer(hour: ArchiveHour, ifNoneMatch?: string): Promise<ArchiveAnswer> {
-    const first = await inHourSnapshot(this.#db, async (run) => {
-      if (!(await hourKnown(run, hour.start, hourEnd(hour)))) return null;
-      return etagOf(hour, (await hourState(run, hour.start, hourEnd(hour))).digest);
-    });
-    if (first === null) return { kind: 'unknown' };
-    if (matches(ifNoneMatch, first)) return { kind: 'not_modified', etag: first };
     const dir = await this.dir();
-    const held = await this.#openFile(dir, hour, first);
-    if (held) return { kind: 'file', etag: first, ...held, built: null };
-    return this.#build(dir, hour);
+    for (;;) {
+      const a = await inHourSnapshot(this.#db, async (run): Promise<ArchiveAnswer | null> => {
+        if (!(await hourKnown(run, hour.start, hourEnd(hour)))) return { kind: 'unknown' };
+        const etag = etagOf(hour, (await hourState(run, hour.start, hourEnd(hour))).digest);
+        if (matches(ifNoneMatch, etag)) return { kind: 'not_modified', etag };
+        const held = await this.#openFile(dir, hour, etag);
+        if (held) return { kind: 'file', etag, ...held, built: null };
+        // Checked and taken with no await between: one build at a time.
+        if (this.#buildingNow) return null;
+        this.#buildingNow = true;
+        let done!: () => void;
+        this.#building = new Promise<void>((resolve) => {
+          done = resolve;
+        });
+        try {
+          const built = await this.#build(run, dir, hour, etag);
+          const opened = await this.#openFile(dir, hour, etag);
+          if (!opened)
+            throw new Error(`archive cache: ${fileName(hour, etag)} vanished after its build`);
+          return { kind: 'file', etag, ...opened, built };
+        } finally {
+          this.#buildingNow = false;
+          done();
+        }
+      });
+      if (a) return a;
+      // A miss while another build runs: wait for it, then look again.
+      await this.#building;
+    }
   }
 
   async #openFile(dir: string, hour: ArchiveHour, etag: string) {
@@ -142,44 +166,27 @@ export class ArchiveCache {
     return { handle, bytes };
   }
 
-  /** Builds the hour's file in a snapshot of its own (the state may have moved since). */
-  #build(dir: string, hour: ArchiveHour): Promise<ArchiveAnswer> {
-    const turn = this.#building.then(async () => {
-      const t0 = Date.now();
-      const built = await inHourSnapshot(this.#db, async (run) => {
-        const etag = etagOf(hour, (await hourState(run, hour.start, hourEnd(hour))).digest);
-        const name = fileName(hour, etag);
-        // Built by a request just before this one.
-        if (await exists(path.join(dir, name))) return { etag, file: null };
-        const file = await writeHourFile(run, hour, path.join(dir, name));
-        return { etag, file };
-      });
-      if (built.file) {
-        this.#logger.info(
-          {
-            event: 'export.hour_written',
-            hour: hour.name,
-            pushes: built.file.pushes,
-            pending: built.file.pending,
-            bytes: built.file.bytes,
-            sha256: built.file.sha256,
-            etag: built.etag,
-            seconds: (Date.now() - t0) / 1000,
-            to: 'archive-cache',
-          },
-          `archive: ${hour.name} built: ${built.file.pushes} pushes, ${built.file.bytes} bytes`,
-        );
-        await this.#prune(dir, hour, fileName(hour, built.etag)).catch((err: unknown) =>
-          this.#logger.warn({ err }, `archive cache: pruning ${dir} failed`),
-        );
-      }
-      const held = await this.#openFile(dir, hour, built.etag);
-      if (!held)
-        throw new Error(`archive cache: ${fileName(hour, built.etag)} vanished after its build`);
-      return { kind: 'file' as const, etag: built.etag, ...held, built: built.file };
-    });
-    this.#building = turn.catch(() => {});
-    return turn;
+  async #build(run: Run, dir: string, hour: ArchiveHour, etag: string): Promise<HourFile> {
+    const t0 = Date.now();
+    const file = await writeHourFile(run, hour, path.join(dir, fileName(hour, etag)));
+    this.#logger.info(
+      {
+        event: 'export.hour_written',
+        hour: hour.name,
+        pushes: file.pushes,
+        pending: file.pending,
+        bytes: file.bytes,
+        sha256: file.sha256,
+        etag,
+        seconds: (Date.now() - t0) / 1000,
+        to: 'archive-cache',
+      },
+      `archive: ${hour.name} built: ${file.pushes} pushes, ${file.bytes} bytes`,
+    );
+    await this.#prune(dir, hour, fileName(hour, etag)).catch((err: unknown) =>
+      this.#logger.warn({ err }, `archive cache: pruning ${dir} failed`),
+    );
+    return file;
   }
 
   /** Older files of the hour go; then the least recently served until under the cap. */
@@ -211,11 +218,4 @@ export class ArchiveCache {
 
 function fileName(hour: ArchiveHour, etag: string): string {
   return `${hour.name}.${etag.replaceAll('"', '')}.json.gz`;
-}
-
-async function exists(file: string): Promise<boolean> {
-  return stat(file).then(
-    () => true,
-    () => false,
-  );
 }

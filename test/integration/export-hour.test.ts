@@ -6,10 +6,12 @@ import { Writable } from 'node:stream';
 import { gunzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main } from '../../src/cli/export.ts';
 import { emailFor } from '../../src/commits/store.ts';
+import { UsageError } from '../../src/errors.ts';
 import { inHourSnapshot, writeHour } from '../../src/export/write.ts';
 import { type ArchiveHour, hourOf } from '../../src/gaps/hours.ts';
-import { runBin } from '../support/cli.ts';
+import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';
 
@@ -284,20 +286,26 @@ describe('bin/export', () => {
     ]);
   });
 
-  it('names a bad HOUR and exits 2, refuses the future, and takes --help', async () => {
-    const bad = await runBin('export', [w.pushHour.name, '2026-02-30-1'], env());
+  it('names a bad HOUR and exits 2, writing nothing', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gpi-export-cli-'));
+    dirs.push(dir);
+    const bad = await runBin('export', [w.pushHour.name, '2026-02-30-1', '--out', dir], env());
     expect(bad.code).toBe(2);
     expect(bad.err).toContain('"2026-02-30-1" is not an hour');
     expect(bad.out).toBe('');
-    const late = await runBin('export', ['2026-01-01-24'], env());
-    expect(late.code).toBe(2);
-    expect(late.err).toContain('"2026-01-01-24" is not an hour');
-    const future = await runBin('export', ['9999-01-01-1'], env());
-    expect(future.code).toBe(2);
-    expect(future.err).toContain('hour 9999-01-01-1 is in the future');
-    const none = await runBin('export', [], env());
-    expect(none.code).toBe(2);
-    const help = await runBin('export', ['--help'], {});
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('refuses the future and no HOUR at all, and takes --help', async () => {
+    await expect(captureMain(main, ['2026-01-01-24'])).rejects.toThrow(
+      '"2026-01-01-24" is not an hour',
+    );
+    await expect(captureMain(main, ['9999-01-01-1'])).rejects.toThrow(
+      'hour 9999-01-01-1 is in the future',
+    );
+    await expect(captureMain(main, [])).rejects.toThrow(UsageError);
+    await expect(captureMain(main, ['--bogus'])).rejects.toThrow(UsageError);
+    const help = await captureMain(main, ['--help']);
     expect(help.code).toBe(0);
     expect(help.out).toContain('Usage: bin/export HOUR... [--out DIR] [--json]');
   });
