@@ -49,6 +49,7 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['ARCHIVE_MIN_RATE', '16k', /integer from 1 to/],
   ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
   ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],
+  ['ARCHIVE_SERVE', 'yes', /one of on, off.*"yes"/],
   ['COMMIT_EMAILS', 'clear', /one of hash, keep, drop.*"clear"/],
   ['COMMITS_MAX_PER_PUSH', '0', /integer from 1 to 10000/],
   ['COMMITS_MAX_PER_PUSH', '10001', /integer from 1 to 10000/],
@@ -129,8 +130,10 @@ describe('config: defaults and parsing', () => {
     expect(c.archive).toEqual({
       url: 'https://data.gharchive.org',
       mirrors: ['https://data.gharchive.org'],
+      serve: true,
       download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
     });
+    expect(loadConfig({ ARCHIVE_SERVE: 'off' }).archive.serve).toBe(false);
     expect(c.commits).toEqual({ emails: 'hash', maxPerPush: 250, share: 0.5 });
   });
 
