@@ -87,15 +87,21 @@ export class ArchiveCache {
   /** The directory, made on first use. */
   dir(): Promise<string> {
     this.#dir ??= (async () => {
-      const uid = typeof process.getuid === 'function' ? process.getuid() : 0;
+      const uid = typeof process.getuid === 'function' ? process.getuid() : null;
       const candidates = [
         path.resolve(this.#dataDir, 'archive-cache'),
-        path.join(os.tmpdir(), `gpi-archive-cache-${uid}`),
+        path.join(os.tmpdir(), `gpi-archive-cache-${uid ?? 'user'}`),
       ];
       let last: unknown;
       for (const dir of candidates) {
         try {
           await mkdir(dir, { recursive: true, mode: 0o700 });
+          // A directory someone else made (a shared /tmp) could hold files of theirs under
+          // the names this cache serves: only one of this user's is used.
+          const st = await stat(dir);
+          if (uid !== null && (st.uid !== uid || (st.mode & 0o022) !== 0)) {
+            throw new Error(`${dir} is not this user's alone`);
+          }
           const probe = await open(path.join(dir, `.probe-${process.pid}`), 'w');
           await probe.close();
           await rm(path.join(dir, `.probe-${process.pid}`), { force: true });

@@ -1,14 +1,16 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ArchiveCache } from '../../src/export/cache.ts';
 import { inHourSnapshot, writeHour } from '../../src/export/write.ts';
 import { type ArchiveHour, hourOf } from '../../src/gaps/hours.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';
+import { memoryLogger } from '../support/github-client.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
@@ -228,6 +230,27 @@ describe('ARCHIVE_SERVE=off', () => {
       expect((await fetch(`${off.url}/healthz`)).status).toBe(200);
     } finally {
       await off.close();
+    }
+  });
+});
+
+describe('the cache directory', () => {
+  it('is DATA_DIR/archive-cache, and not one others may write to', async () => {
+    const mine = mkdtempSync(path.join(tmpdir(), 'gpi-archive-dir-'));
+    const shared = mkdtempSync(path.join(tmpdir(), 'gpi-archive-dir-'));
+    try {
+      const logger = memoryLogger('silent').logger;
+      expect(await new ArchiveCache({ db: t.db, logger, dataDir: mine }).dir()).toBe(
+        path.join(mine, 'archive-cache'),
+      );
+      mkdirSync(path.join(shared, 'archive-cache'));
+      chmodSync(path.join(shared, 'archive-cache'), 0o777);
+      const fallback = await new ArchiveCache({ db: t.db, logger, dataDir: shared }).dir();
+      expect(fallback).not.toBe(path.join(shared, 'archive-cache'));
+      expect(fallback.startsWith(tmpdir())).toBe(true);
+    } finally {
+      rmSync(mine, { recursive: true, force: true });
+      rmSync(shared, { recursive: true, force: true });
     }
   });
 });
