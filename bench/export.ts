@@ -26,7 +26,9 @@ import { secondsSince } from './lib/stats.ts';
  * - the export: the same rows through the cursor, the lines and gzip (writeHour), bytes
  *   counted and dropped.
  *
- * Then bytes per exported push, the fingerprint query /archive runs per request (its ETag),
+ * Both also in CPU seconds (Node's process, and the Postgres backend's from /proc when the
+ * server is local), which the machine's load does not move. Then bytes per exported push,
+ * the fingerprint query /archive runs per request (its ETag),
  * and the real bin/export on the hour as a child process with the sampler preloaded: peak
  * RSS and heap, and its file's SHA-256 against the in-process export's (the same bytes
  * from another process).
@@ -38,6 +40,29 @@ const HOUR = parseHour('2026-11-20-12')!;
 const ROOT = path.resolve(import.meta.dirname, '..');
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/**
+ * CPU seconds a local Postgres backend has used (/proc/<pid>/stat: utime + stime at 100
+ * ticks a second), or null where that cannot be read (another host, not Linux). On a
+ * shared machine wall-clock rates move with everyone else's load; CPU seconds do not.
+ */
+function backendCpu(pid: number): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return null;
+  }
+}
+
+const nodeCpu = (since: NodeJS.CpuUsage) => {
+  const u = process.cpuUsage(since);
+  return (u.user + u.system) / 1e6;
+};
+
+function minus(a: number | null, b: number | null): number | null {
+  return a === null || b === null ? null : a - b;
+}
 
 async function seed(database: BenchDatabase): Promise<{ pushes: number; commits: number }> {
   const db = database.db;
@@ -125,8 +150,25 @@ async function exportOnce(database: BenchDatabase) {
     },
   });
   const t0 = performance.now();
-  const file = await inHourSnapshot(database.db, (run) => writeHour(run, HOUR, sink));
-  return { seconds: secondsSince(t0), file, bytes, sha256: hash.digest('hex') };
+  let pgCpu: number | null = null;
+  let node = 0;
+  const file = await inHourSnapshot(database.db, async (run) => {
+    const pid = (await run<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]!.pid;
+    const cpu0 = backendCpu(pid);
+    const n0 = process.cpuUsage();
+    const written = await writeHour(run, HOUR, sink);
+    node = nodeCpu(n0);
+    pgCpu = minus(backendCpu(pid), cpu0);
+    return written;
+  });
+  return {
+    seconds: secondsSince(t0),
+    file,
+    bytes,
+    sha256: hash.digest('hex'),
+    pgCpu,
+    nodeCpu: node,
+  };
 }
 
 interface Sample {
@@ -201,15 +243,22 @@ export async function benchExport(database: BenchDatabase, results: ResultLog): 
   );
   const copyRates: number[] = [];
   const exportRates: number[] = [];
+  const copyCpu: (number | null)[] = [];
+  const exportPgCpu: (number | null)[] = [];
+  const exportNodeCpu: number[] = [];
   let copyBytes = 0;
   let last: Awaited<ReturnType<typeof exportOnce>> | null = null;
   for (let round = 0; round < ROUNDS; round++) {
     const client = await database.pool.connect();
     try {
+      const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!
+        .pid;
+      const cpu0 = backendCpu(pid);
       const c0 = performance.now();
       const copied = await copyOut(client, `COPY (${copyQuery}) TO STDOUT`);
       if (copied.rows !== seeded.pushes) throw new Error(`COPY read ${copied.rows} rows`);
       copyRates.push(copied.rows / secondsSince(c0));
+      copyCpu.push(minus(backendCpu(pid), cpu0));
       copyBytes = copied.bytes;
     } finally {
       client.release();
@@ -218,6 +267,8 @@ export async function benchExport(database: BenchDatabase, results: ResultLog): 
     if (e.file.pushes !== seeded.pushes) throw new Error(`export wrote ${e.file.pushes} lines`);
     if (last && last.sha256 !== e.sha256) throw new Error('two exports of the same hour differ');
     exportRates.push(e.file.pushes / e.seconds);
+    exportPgCpu.push(e.pgCpu);
+    exportNodeCpu.push(e.nodeCpu);
     last = e;
   }
   const ratios = exportRates.map((r, i) => r / copyRates[i]!);
@@ -250,6 +301,47 @@ export async function benchExport(database: BenchDatabase, results: ResultLog): 
     unit: '×',
     detail,
   });
+  // In CPU seconds, which the load does not move: on a saturated machine the two sides
+  // add up, on an idle one Node's side and Postgres's overlap (docs/performance.md).
+  const cp = median(copyCpu.map((x) => x ?? Number.NaN));
+  const ep = median(exportPgCpu.map((x) => x ?? Number.NaN));
+  const en = median(exportNodeCpu);
+  if (Number.isFinite(cp) && Number.isFinite(ep)) {
+    const cpuDetail = { copyCpu, exportPgCpu, exportNodeCpu };
+    results.record({
+      bench: 'export',
+      metric: 'COPY: Postgres CPU seconds',
+      value: cp,
+      unit: 's',
+      detail: cpuDetail,
+    });
+    results.record({
+      bench: 'export',
+      metric: 'export: Postgres CPU seconds',
+      value: ep,
+      unit: 's',
+      detail: cpuDetail,
+    });
+    results.record({
+      bench: 'export',
+      metric: 'export: Node CPU seconds (gzip included)',
+      value: en,
+      unit: 's',
+      detail: cpuDetail,
+    });
+    results.record({
+      bench: 'export',
+      metric: 'CPU ratio, saturated: COPY / (Node + Postgres)',
+      value: cp / (en + ep),
+      unit: '×',
+    });
+    results.record({
+      bench: 'export',
+      metric: 'CPU ratio, idle: COPY / max(Node, Postgres)',
+      value: cp / Math.max(en, ep),
+      unit: '×',
+    });
+  }
   results.record({
     bench: 'export',
     metric: 'bytes per exported push (gzip)',
@@ -260,12 +352,18 @@ export async function benchExport(database: BenchDatabase, results: ResultLog): 
 
   // What /archive pays per request before it can answer (its ETag), built or not.
   const f0 = performance.now();
-  await inHourSnapshot(database.db, (run) => hourState(run, HOUR.start, hourEnd(HOUR)));
+  const fingerprintCpu = await inHourSnapshot(database.db, async (run) => {
+    const pid = (await run<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]!.pid;
+    const cpu0 = backendCpu(pid);
+    await hourState(run, HOUR.start, hourEnd(HOUR));
+    return minus(backendCpu(pid), cpu0);
+  });
   results.record({
     bench: 'export',
     metric: 'fingerprint (ETag) of the hour',
     value: secondsSince(f0),
     unit: 's',
+    detail: { postgresCpuSeconds: fingerprintCpu },
   });
 
   const dir = mkdtempSync(path.join(tmpdir(), 'gpi-bench-export-'));
