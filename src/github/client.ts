@@ -46,10 +46,12 @@ import {
 } from './rate-limit.ts';
 import {
   fixtureTransport,
+  gitHubFetch,
   liveTransport,
   type RawResponse,
   type Transport,
   TransportFailure,
+  unavailableFrom,
 } from './transport.ts';
 import type {
   GateHolder,
@@ -152,6 +154,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           apiUrl: config.github.apiUrl,
           userAgent: config.github.userAgent,
           fetch: httpFetch,
+          // The whole answer, decoded, within the connect and response timeouts (ADR 0120).
+          deadlineMs: config.github.connectTimeoutMs + config.github.responseTimeoutMs,
         }));
   // One gate per credential (and one per App for its token requests), opened on first use;
   // each holds one connection of its own.
@@ -172,7 +176,12 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     }
     return gate;
   };
-  const pool = buildCredentials(config, { logger, fetch: httpFetch, gate: gateFor });
+  // App token requests go through the same GitHub fetch: API version, answer cap (ADR 0121).
+  const pool = buildCredentials(config, {
+    logger,
+    fetch: gitHubFetch(httpFetch, config.github.apiUrl),
+    gate: gateFor,
+  });
   const byLabel = new Map<string, Credential>(pool.map((c) => [c.label, c]));
   const labels = pool.map((c) => c.label);
   const policy: BudgetPolicy = {
@@ -312,7 +321,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       }
     } else if (failure instanceof TransportFailure) {
       error = failure.reached
-        ? new GitHubUnavailable(path, null, failure.message, failure.cause)
+        ? unavailableFrom(path, failure)
         : new GitHubUnreachable(path, failure.message, failure.cause);
     }
     const settlement: Settlement = {

@@ -63,7 +63,11 @@ const apiRequests = () => fake.requests.filter((r) => r.method === 'GET');
 async function mint(installationId: number, jwt: string) {
   const res = await fetch(`${fake.url}/app/installations/${installationId}/access_tokens`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${jwt}`, accept: 'application/vnd.github+json' },
+    headers: {
+      authorization: `Bearer ${jwt}`,
+      accept: 'application/vnd.github+json',
+      'x-github-api-version': '2022-11-28',
+    },
   });
   return { status: res.status, body: (await res.json()) as { token?: string; message?: string } };
 }
@@ -91,7 +95,9 @@ describe('the fake token endpoint', () => {
     // A minted token answers for its installation's bucket; a made-up one is a 401.
     fake.setUser(userProfile({ id: 1, login: 'one' }));
     const as = (token: string) =>
-      fetch(`${fake.url}/users/one`, { headers: { authorization: `token ${token}` } });
+      fetch(`${fake.url}/users/one`, {
+        headers: { authorization: `token ${token}`, 'x-github-api-version': '2022-11-28' },
+      });
     expect((await as(ok.body.token!)).status).toBe(200);
     expect((await as('ghs_madeup')).status).toBe(401);
     expect(fake.requests.at(-2)!.credential).toBe('installation:101');

@@ -79,6 +79,12 @@ export interface Fault {
   /** Raw body to send (e.g. truncated JSON); default a GitHub-style error JSON. */
   body?: string;
   headers?: Record<string, string>;
+  /**
+   * A 200 of this many bytes, streamed (never held): one events-shaped JSON array whose one
+   * event holds a string of the whole size (ADR 0120's hostile answer). Written only as fast
+   * as the client reads; `bytesSent` on the request says how much it took before it hung up.
+   */
+  hugeBody?: { bytes: number; declareLength?: boolean };
 }
 
 export interface RecordedRequest {
@@ -99,6 +105,8 @@ export interface RecordedRequest {
   counted: boolean;
   startedAt: Date;
   endedAt: Date | null;
+  /** Body bytes written for a `hugeBody` fault before the answer ended or the client hung up. */
+  bytesSent?: number;
 }
 
 export interface FakeGitHubOptions {
@@ -117,6 +125,12 @@ export interface FakeGitHubOptions {
    * route template in the last 60 s is a secondary-limit 403 (retry-after: 60). Default off.
    */
   endpointRatePerMinute?: number;
+  /**
+   * The X-GitHub-Api-Version every REST request must carry (default `2022-11-28`, the version
+   * the client pins: ADR 0121); a request without it, or with another, is a 400. null: no
+   * check. GraphQL (`/graphql`) is not versioned and never checked.
+   */
+  apiVersion?: string | null;
 }
 
 export interface FakeGitHub {
@@ -195,6 +209,46 @@ function bodyHash(s: string): string {
   return createHash('sha1').update(s).digest('hex');
 }
 
+/** A 200 of `bytes` bytes, one events page holding one giant string, written as read. */
+async function streamHugeBody(
+  res: http.ServerResponse,
+  o: { bytes: number; declareLength?: boolean },
+  rec: RecordedRequest,
+  headers: Record<string, string>,
+): Promise<void> {
+  const head =
+    '[{"id":"1","type":"PushEvent","actor":{"id":1,"login":"x"},"repo":{"id":1,"name":"x/y"},"payload":{"pad":"';
+  const tail = '"}}]';
+  const fill = Math.max(0, o.bytes - head.length - tail.length);
+  res.writeHead(200, {
+    'content-type': 'application/json; charset=utf-8',
+    ...headers,
+    ...(o.declareLength ? { 'content-length': String(head.length + fill + tail.length) } : {}),
+  });
+  rec.bytesSent = 0;
+  let closed = false;
+  res.once('close', () => {
+    closed = true;
+  });
+  const write = async (chunk: string) => {
+    if (closed) return;
+    rec.bytesSent! += chunk.length;
+    if (!res.write(chunk)) {
+      await new Promise<void>((r) => {
+        res.once('drain', r);
+        res.once('close', r);
+      });
+    }
+  };
+  await write(head);
+  const block = 'a'.repeat(64 * 1024);
+  for (let left = fill; left > 0 && !closed; left -= block.length) {
+    await write(left >= block.length ? block : block.slice(0, left));
+  }
+  await write(tail);
+  if (!closed) res.end();
+}
+
 function nextHour(): Date {
   return new Date(Math.ceil((Date.now() + 1) / 1000) * 1000 + 3600_000);
 }
@@ -203,6 +257,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
   const anonymousLimit = opts.anonymousLimit ?? 60;
   const tokenLimit = opts.tokenLimit ?? 5000;
   const enforceSerial = opts.enforceSerial ?? true;
+  const apiVersion = opts.apiVersion === undefined ? '2022-11-28' : opts.apiVersion;
 
   let feeds = new Map<string, GitHubEvent[]>(); // newest first
   let pollIntervals = new Map<string, number>();
@@ -497,6 +552,18 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       if (fake.onRequest) await fake.onRequest(rec);
       if (opts.latencyMs) await sleep(opts.latencyMs);
 
+      const version = req.headers['x-github-api-version'];
+      if (apiVersion !== null && rec.path !== '/graphql' && version !== apiVersion) {
+        send(
+          json(400, {
+            message: `fake GitHub: X-GitHub-Api-Version must be ${apiVersion} (got ${version === undefined ? 'none' : JSON.stringify(version)})`,
+            documentation_url: `${DOCS}/about-the-rest-api/api-versions`,
+          }),
+          false,
+        );
+        return;
+      }
+
       if ((enforceSerial && concurrent) || overEndpointRate) {
         secondaryLimitHits++;
         send(
@@ -532,6 +599,16 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       }
       if (fault?.reset) {
         req.socket.destroy();
+        return;
+      }
+      if (fault?.hugeBody) {
+        if (bucket && bucket.remaining > 0) {
+          bucket.remaining--;
+          counted++;
+          rec.counted = true;
+        }
+        rec.status = 200;
+        await streamHugeBody(res, fault.hugeBody, rec, bucket ? rateHeaders(bucket) : {});
         return;
       }
       if (fault && (fault.status !== undefined || fault.body !== undefined || !fault.delayMs)) {
