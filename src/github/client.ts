@@ -7,6 +7,7 @@ import type { RequestPurpose } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
 import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
+import { logHeaderNotes, pollIntervalOf } from './answer-headers.ts';
 import { authBlocks } from './auth-blocks.ts';
 import {
   type BudgetPolicy,
@@ -219,8 +220,9 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     const base = {
       status,
       etag: headers.etag ?? null,
-      pollInterval: headers['x-poll-interval'] ? Number(headers['x-poll-interval']) || null : null,
-      rateLimit: parseRateLimit(headers),
+      // Digits only, 1 s – 1 h (answer-headers.ts): `0.5` or `1e10` failed every run.
+      pollInterval: pollIntervalOf(headers).seconds,
+      rateLimit: parseRateLimit(headers, clock.now()),
       url: raw.url,
       requestId,
       counted: status !== 304,
@@ -310,7 +312,9 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     const durationMs = Date.now() - started;
     const now = clock.now();
     const answer = raw;
-    const rateLimit = answer ? parseRateLimit(answer.headers) : null;
+    const rateLimit = answer ? parseRateLimit(answer.headers, now) : null;
+    // A header clamped or ignored (retry-after past an hour, X-Poll-Interval 1e10): at warn.
+    if (answer) logHeaderNotes(logger, answer.headers, now, { path, credential });
     let result: GitHubResponse<T> | undefined;
     let error: unknown = failure;
     if (answer) {
@@ -326,7 +330,11 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     }
     const settlement: Settlement = {
       outcome: error ? 'error' : 'completed',
-      status: answer?.status ?? null,
+      // An answer refused while read (too large, too late) still had a status: it was spent.
+      status:
+        answer?.status ??
+        (failure instanceof TransportFailure ? failure.refused?.status : null) ??
+        null,
       reached: !(error instanceof GitHubUnreachable),
       durationMs,
       rateLimit,

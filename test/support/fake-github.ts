@@ -154,7 +154,8 @@ export interface FakeGitHub {
   removeUser(login: string): void;
   removeRepo(fullName: string): void;
   renameRepo(oldFullName: string, newFullName: string): void;
-  setPollInterval(feed: FeedKey, seconds: number): void;
+  /** A string is sent as is (`0.5`, `1e10`: what a hostile answer could say). */
+  setPollInterval(feed: FeedKey, seconds: number | string): void;
   /** Commits of a repository, parents first (see fake-compare.ts). */
   addCommits(fullName: string, commits: FakeCommit[]): void;
   setBranch(fullName: string, branch: string, sha: string): void;
@@ -260,7 +261,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
   const apiVersion = opts.apiVersion === undefined ? '2022-11-28' : opts.apiVersion;
 
   let feeds = new Map<string, GitHubEvent[]>(); // newest first
-  let pollIntervals = new Map<string, number>();
+  let pollIntervals = new Map<string, number | string>();
   let users = new Map<string, Json & { id: number; login: string }>(); // lower(login)
   let repos = new Map<string, RepoEntry>(); // lower(full_name)
   let reposById = new Map<number, RepoEntry>();
