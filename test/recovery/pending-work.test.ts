@@ -132,7 +132,20 @@ describe('pending-work recovery', () => {
       .returning('id')
       .executeTakeFirstOrThrow();
     const report = await reconcile({ ...deps, boss });
-    expect(report.interruptedRuns).toEqual([{ runId: Number(orphan.id), sourceId }]);
+    expect(report.interruptedRuns).toEqual([
+      { runId: Number(orphan.id), sourceId, deaths: 1, setAsideUntil: null },
+    ]);
+    // A death is a failure of its source (ADR 0120), and says so.
+    const source = await t.db
+      .selectFrom('event_sources')
+      .select(['consecutive_failures', 'poll_deaths', 'last_error'])
+      .where('id', '=', String(sourceId))
+      .executeTakeFirstOrThrow();
+    expect(source.consecutive_failures).toBe(1);
+    expect(source.poll_deaths).toBe(1);
+    expect(source.last_error).toMatch(
+      /^POLL_DIED: run \d+ died before it finished .*1 of 2 deaths/,
+    );
     const row = await t.db
       .selectFrom('ingestion_runs')
       .select(['status', 'finished_at', 'error'])
