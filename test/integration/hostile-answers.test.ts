@@ -1,11 +1,14 @@
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { fetchOnce } from '../../src/commits/fetch.ts';
 import { enrichOnce } from '../../src/enrichment/runner.ts';
 import { ANSWER_MAX_BYTES } from '../../src/github/answer-limits.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
+import { SET_ASIDE_SECONDS } from '../../src/ingestion/poll-deaths.ts';
 import { pollDueSources, pollSource } from '../../src/ingestion/runner.ts';
-import { addSource, getSource } from '../../src/ingestion/sources.ts';
+import { addSource, getSource, setSourceEnabled } from '../../src/ingestion/sources.ts';
 import type { Logger } from '../../src/log.ts';
+import { chain, insertPushes, insertRepository } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, testConfig } from '../support/github-client.ts';
@@ -30,8 +33,9 @@ beforeAll(async () => {
 });
 beforeEach(async () => {
   fake.reset();
-  await sql`TRUNCATE event_sources, ingestion_runs, push_events, actors, repositories,
-    github_requests, github_rate_limits RESTART IDENTITY CASCADE`.execute(t.db);
+  await sql`TRUNCATE event_sources, ingestion_runs, push_events, push_commits, commits,
+    commit_fetch_turns, actors, repositories, github_requests, github_rate_limits
+    RESTART IDENTITY CASCADE`.execute(t.db);
   log = memoryLogger('info');
   github = clients.make({ apiUrl: fake.url, logger: log.logger });
 });
@@ -127,6 +131,98 @@ describe('an answer over its cap', () => {
     expect(row.attempts).toBe(1);
     expect(row.last_error).toMatch(/1 MB cap for profile answers/);
     expect(row.next_attempt_at.getTime()).toBeGreaterThan(Date.now() + 30_000);
+  });
+});
+
+describe('a compare over its cap', () => {
+  it('a 40 MB compare (32 MB cap) puts the push on its retry ladder: one attempt counted, backed off', async () => {
+    await insertRepository(t.db, 90, 'hostile/commits');
+    const shas = chain(fake, 'hostile/commits', 3);
+    await insertPushes(t.db, [{ repositoryId: 90, before: shas[0]!, head: shas[2]! }]);
+    fake.fail({ path: /\/compare\//, hugeBody: { bytes: 40 * MB } });
+    const r = await fetchOnce(deps());
+    expect(r).toMatchObject({ outcome: 'retry', requests: 1, status: 200 });
+    expect(r.detail).toMatch(
+      /^GitHub's answer on .*compare.* refused: HTTP 200 answer passed the 32 MB cap/,
+    );
+    const push = await t.db
+      .selectFrom('push_events')
+      .select(['commits_state', 'commits_attempts', 'commits_error', 'commits_next_attempt_at'])
+      .executeTakeFirstOrThrow();
+    expect(push).toMatchObject({ commits_state: 'pending', commits_attempts: 1 });
+    expect(push.commits_error).toMatch(/32 MB cap for compare answers/);
+    expect(push.commits_next_attempt_at!.getTime()).toBeGreaterThan(Date.now() + 30_000);
+  });
+});
+
+describe('polls that died', () => {
+  it('counts the attempt before the request: while page 1 is in flight the source is already backed off', async () => {
+    const s = await repoSource('dying/in-flight');
+    fake.addEvents(s.feed, [pushEvent()]);
+    let during: Date | null = null;
+    fake.onRequest = async (req) => {
+      if (req.path === s.path) during = (await getSource(t.db, s.id)).next_poll_at;
+    };
+    const before = Date.now();
+    expect((await pollSource(deps(), s.id)).outcome).toBe('completed');
+    expect(during!.getTime()).toBeGreaterThanOrEqual(before + 60_000);
+  });
+
+  it('a dead run found by the next poll is a failure; the second death in a row sets the source aside for a day; enable retries it', async () => {
+    const s = await repoSource('dying/twice');
+    fake.addEvents(s.feed, [pushEvent()]);
+    const deadRun = () =>
+      t.db
+        .insertInto('ingestion_runs')
+        .values({ source_id: s.id, status: 'running', worker: 'dead:1' })
+        .returning('id')
+        .executeTakeFirstOrThrow();
+
+    // One death: counted under the lock, and the poll goes on (the source is due).
+    const first = await deadRun();
+    const r1 = await pollSource(deps(), s.id);
+    expect(r1.outcome).toBe('completed');
+    const line = events(log.lines, 'ingestion.run_interrupted')[0];
+    expect(line).toMatchObject({ run_id: Number(first.id), deaths: 1, max_deaths: 2 });
+    const run1 = await t.db
+      .selectFrom('ingestion_runs')
+      .select('status')
+      .where('id', '=', first.id)
+      .executeTakeFirstOrThrow();
+    expect(run1.status).toBe('interrupted');
+    // The completed run cleared the count.
+    expect((await getSource(t.db, s.id)).poll_deaths).toBe(0);
+
+    // Two deaths in a row: the second sets it aside, and nothing is requested.
+    await sql`UPDATE event_sources SET poll_deaths = 1, next_poll_at = now() WHERE id = ${s.id}`.execute(
+      t.db,
+    );
+    const second = await deadRun();
+    const requests = fake.requests.length;
+    const before = Date.now();
+    const r2 = await pollSource(deps(), s.id);
+    expect(r2.outcome).toBe('skipped');
+    expect(r2.reason).toMatch(/^not due until /);
+    expect(fake.requests).toHaveLength(requests);
+    const aside = await getSource(t.db, s.id);
+    expect(aside.poll_deaths).toBe(2);
+    expect(aside.consecutive_failures).toBe(1);
+    expect(aside.next_poll_at.getTime()).toBeGreaterThanOrEqual(before + SET_ASIDE_SECONDS * 1000);
+    expect(aside.last_error).toMatch(
+      new RegExp(
+        `^POLL_DIED: polling this source killed the process 2 times in a row .*last run ${second.id}\\); set aside until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC: bin/sources enable ${s.id} polls it again now$`,
+      ),
+    );
+    expect(events(log.lines, 'source.set_aside')).toEqual([
+      expect.objectContaining({ source_id: s.id, deaths: 2 }),
+    ]);
+
+    // The operator's way back: enable clears the deaths and polls it now.
+    await setSourceEnabled(t.db, s.id, true);
+    expect(await getSource(t.db, s.id)).toMatchObject({ poll_deaths: 0, consecutive_failures: 0 });
+    // (The feed has not changed since the first poll: a 304.)
+    expect((await pollSource(deps(), s.id)).outcome).toBe('not_modified');
+    expect(fake.requests).toHaveLength(requests + 1);
   });
 });
 
