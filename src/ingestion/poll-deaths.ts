@@ -1,5 +1,6 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { SPENDS_QUOTA } from '../github/ledger.ts';
 import { untilText } from '../time-text.ts';
 
 /**
@@ -26,6 +27,12 @@ export const INTERRUPTED_ERROR =
 export interface DeadRun {
   runId: number;
   sourceId: number;
+  /**
+   * It died with a request of its own sent and unanswered: the answer is the suspect, and it
+   * counts as a death. A run that died beside it (its process killed while it waited at the
+   * gate or wrote a page) counts as a failure of its source only.
+   */
+  onAnswer: boolean;
   /** The source's deaths in a row, this one included. */
   deaths: number;
   /** When the source was set aside until, if this death set it aside. */
@@ -43,38 +50,56 @@ export async function interruptDeadRuns(
   now: Date,
 ): Promise<DeadRun[]> {
   const until = new Date(now.getTime() + SET_ASIDE_SECONDS * 1000);
-  const r = await sql<{ id: string; source_id: string; deaths: number; set_aside: boolean }>`
+  const r = await sql<{
+    id: string;
+    source_id: string;
+    on_answer: boolean;
+    deaths: number;
+    set_aside: boolean;
+  }>`
     WITH dead AS (
       UPDATE ingestion_runs AS r
       SET status = 'interrupted', finished_at = ${now}, error = ${INTERRUPTED_ERROR}
       WHERE r.status = 'running' AND ${where}
-      RETURNING r.id, r.source_id
+      RETURNING r.id, r.source_id,
+        -- Died on an answer: a request of this run sent and never answered (the small set
+        -- of unfinished spending rows, github_requests_unfinished).
+        EXISTS (SELECT 1 FROM github_requests q
+                WHERE ${SPENDS_QUOTA} AND q.finished_at IS NULL AND q.outcome = 'sent'
+                  AND q.run_id = r.id) AS on_answer
     ),
     per AS (
-      SELECT source_id, count(*)::int AS n, max(id) AS last_run FROM dead GROUP BY source_id
+      SELECT source_id, count(*)::int AS n, count(*) FILTER (WHERE on_answer)::int AS died,
+        max(id) AS last_run
+      FROM dead GROUP BY source_id
     ),
     counted AS (
       UPDATE event_sources AS s SET
-        poll_deaths = s.poll_deaths + per.n,
+        poll_deaths = s.poll_deaths + per.died,
         consecutive_failures = s.consecutive_failures + per.n,
-        next_poll_at = CASE WHEN s.poll_deaths + per.n >= ${MAX_POLL_DEATHS}
+        next_poll_at = CASE WHEN per.died > 0 AND s.poll_deaths + per.died >= ${MAX_POLL_DEATHS}
           THEN ${until}::timestamptz ELSE s.next_poll_at END,
-        last_error = CASE WHEN s.poll_deaths + per.n >= ${MAX_POLL_DEATHS}
-          THEN format('POLL_DIED: polling this source killed the process %s times in a row (killed, or out of memory; last run %s); set aside until %s: bin/sources enable %s polls it again now',
-            s.poll_deaths + per.n, per.last_run, ${untilText(until, now)}::text, s.id)
-          ELSE format('POLL_DIED: run %s died before it finished (killed, or out of memory): %s of %s deaths in a row before the source is set aside',
-            per.last_run, s.poll_deaths + per.n, ${MAX_POLL_DEATHS}::int) END,
+        last_error = CASE
+          WHEN per.died = 0 THEN format('POLL_INTERRUPTED: run %s ended with its process while no request of it was in flight (not counted as a death)',
+            per.last_run)
+          WHEN s.poll_deaths + per.died >= ${MAX_POLL_DEATHS}
+          THEN format('POLL_DIED: polling this source killed the process %s times in a row (killed, or out of memory, on its answer; last run %s); set aside until %s: bin/sources enable %s polls it again now',
+            s.poll_deaths + per.died, per.last_run, ${untilText(until, now)}::text, s.id)
+          ELSE format('POLL_DIED: run %s died on its answer (killed, or out of memory): %s of %s deaths in a row before the source is set aside',
+            per.last_run, s.poll_deaths + per.died, ${MAX_POLL_DEATHS}::int) END,
         updated_at = ${now}
       FROM per WHERE s.id = per.source_id
-      RETURNING s.id, s.poll_deaths, s.poll_deaths >= ${MAX_POLL_DEATHS} AS set_aside
+      RETURNING s.id, s.poll_deaths,
+        per.died > 0 AND s.poll_deaths >= ${MAX_POLL_DEATHS} AS set_aside
     )
-    SELECT dead.id::text AS id, dead.source_id::text AS source_id,
+    SELECT dead.id::text AS id, dead.source_id::text AS source_id, dead.on_answer,
       coalesce(counted.poll_deaths, 0) AS deaths, coalesce(counted.set_aside, false) AS set_aside
     FROM dead LEFT JOIN counted ON counted.id = dead.source_id
     ORDER BY dead.id`.execute(db);
   return r.rows.map((row) => ({
     runId: Number(row.id),
     sourceId: Number(row.source_id),
+    onAnswer: row.on_answer,
     deaths: row.deaths,
     setAsideUntil: row.set_aside ? until : null,
   }));
@@ -123,10 +148,11 @@ export function logDeadRuns(
         event,
         run_id: run.runId,
         source_id: run.sourceId,
+        on_answer: run.onAnswer,
         deaths: run.deaths,
         max_deaths: MAX_POLL_DEATHS,
       },
-      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended (killed, or out of memory); marked interrupted: a failure of the source, ${run.deaths} of ${MAX_POLL_DEATHS} deaths in a row`,
+      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended (killed, or out of memory); marked interrupted: a failure of the source${run.onAnswer ? `, died on its answer: ${run.deaths} of ${MAX_POLL_DEATHS} deaths in a row` : ' (no request in flight: not a death)'}`,
     );
     if (run.setAsideUntil) {
       log.warn(
