@@ -236,8 +236,13 @@ async function streamHugeBody(
     rec.bytesSent! += chunk.length;
     if (!res.write(chunk)) {
       await new Promise<void>((r) => {
-        res.once('drain', r);
-        res.once('close', r);
+        const done = () => {
+          res.off('drain', done);
+          res.off('close', done);
+          r();
+        };
+        res.once('drain', done);
+        res.once('close', done);
       });
     }
   };
