@@ -132,26 +132,28 @@ export async function backoffBeforeRequest(
 }
 
 /**
- * One warn line per run found dead (`event`: reconcile.run_interrupted, or
- * ingestion.run_interrupted when the source's next poll found it), and one source.set_aside
- * line when a death set its source aside.
+ * One warn line per run found dead (reconcile.run_interrupted, or ingestion.run_interrupted
+ * when the source's next poll found it), and one source.set_aside line when a death set its
+ * source aside.
  */
 export function logDeadRuns(
   log: { warn(fields: object, msg: string): void },
   runs: readonly DeadRun[],
-  event: string,
+  foundBy: 'reconcile' | 'poll',
   now: Date,
 ): void {
   for (const run of runs) {
+    const fields = {
+      run_id: run.runId,
+      source_id: run.sourceId,
+      on_answer: run.onAnswer,
+      deaths: run.deaths,
+      max_deaths: MAX_POLL_DEATHS,
+    };
     log.warn(
-      {
-        event,
-        run_id: run.runId,
-        source_id: run.sourceId,
-        on_answer: run.onAnswer,
-        deaths: run.deaths,
-        max_deaths: MAX_POLL_DEATHS,
-      },
+      foundBy === 'reconcile'
+        ? { event: 'reconcile.run_interrupted', ...fields }
+        : { event: 'ingestion.run_interrupted', ...fields },
       `run ${run.runId} of source ${run.sourceId} was left running by a process that ended (killed, or out of memory); marked interrupted: a failure of the source${run.onAnswer ? `, died on its answer: ${run.deaths} of ${MAX_POLL_DEATHS} deaths in a row` : ' (no request in flight: not a death)'}`,
     );
     if (run.setAsideUntil) {

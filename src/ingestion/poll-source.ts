@@ -162,7 +162,7 @@ async function openRun(
       opened: { source, firstPage: decision.reservation, firstHeld, runId, startedAt },
     } as const;
   });
-  logDeadRuns(log, died, 'ingestion.run_interrupted', clock.now());
+  logDeadRuns(log, died, 'poll', clock.now());
   if (out.kind === 'busy') {
     log.info(
       { event: 'source.busy', source_id: sourceId, source: describeSource(out.source) },

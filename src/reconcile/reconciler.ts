@@ -135,7 +135,7 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
       `import of ${imp.file} (${imp.scope}) was left running by a process that died at line ${imp.linesDone}; marked failed (the next import resumes there)`,
     );
   }
-  logDeadRuns(log, interruptedRuns, 'reconcile.run_interrupted', now);
+  logDeadRuns(log, interruptedRuns, 'reconcile', now);
 
   const settledReservations = await settleAbandonedReservations(db, abandonedAfterSeconds(deps));
 
