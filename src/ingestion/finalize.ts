@@ -82,6 +82,8 @@ export async function finalizeSuccess(
           ? source.recent_event_ids
           : mergeRecentIds(state.eventIds, source.recent_event_ids),
         consecutive_failures: 0,
+        // A completed run: polling this source does not kill the process (ADR 0120).
+        poll_deaths: 0,
         last_error: null,
         last_polled_at: now,
         updated_at: now,

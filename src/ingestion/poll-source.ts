@@ -7,6 +7,7 @@ import type { Logger } from '../log.ts';
 import { deferralOf, deferSources, logDeferral } from './deferral.ts';
 import { fetchPages, pagePath } from './fetch-pages.ts';
 import { finalizeFailure, finalizeSuccess } from './finalize.ts';
+import { backoffBeforeRequest, type DeadRun, interruptRunsOf, logDeadRuns } from './poll-deaths.ts';
 import { newRunState } from './run-state.ts';
 import {
   deferredSummary,
@@ -15,7 +16,7 @@ import {
   type PollOptions,
   type RunSummary,
 } from './run-summary.ts';
-import { notDueReason } from './schedule.ts';
+import { addSeconds, failureBackoffSeconds, notDueReason } from './schedule.ts';
 import type { Opened, SourceSession } from './source-session.ts';
 import { describeSource, getSource } from './sources.ts';
 
@@ -107,6 +108,7 @@ async function openRun(
 ): Promise<Opened | { summary: RunSummary }> {
   const clock = deps.clock ?? systemClock;
   const { sourceId } = lock;
+  let died: DeadRun[] = [];
   const out = await lock.db.transaction().execute(async (trx) => {
     const got = await sql<{ ok: boolean }>`
       SELECT pg_try_advisory_lock(${LockSpace.source}, ${sourceId}) AS ok`.execute(trx);
@@ -115,6 +117,9 @@ async function openRun(
       return { kind: 'busy', source: described } as const;
     }
     lock.held = true;
+    // A run of this source still `running` is its dead predecessor's (we hold the lock it
+    // would hold): interrupted, and counted as a failure and a death (ADR 0120).
+    died = await interruptRunsOf(trx, sourceId, clock.now());
     const source = await getSource(trx, sourceId);
     const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
     if (reason) return { kind: 'skipped', source, reason } as const;
@@ -147,11 +152,17 @@ async function openRun(
       return { kind: 'deferred', summary: deferredSummary(row ?? source, d), d } as const;
     }
     const firstHeld = decision.held;
+    // The attempt counted before the request (committed with the run): the next poll is where
+    // this one's failure would put it, so a process that dies on the answer has backed the
+    // source off already. Every end of the run writes its own schedule over it.
+    const failing = addSeconds(startedAt, failureBackoffSeconds(source.consecutive_failures + 1));
+    await backoffBeforeRequest(trx, sourceId, failing, startedAt);
     return {
       kind: 'open',
       opened: { source, firstPage: decision.reservation, firstHeld, runId, startedAt },
     } as const;
   });
+  logDeadRuns(log, died, 'poll', clock.now());
   if (out.kind === 'busy') {
     log.info(
       { event: 'source.busy', source_id: sourceId, source: describeSource(out.source) },
