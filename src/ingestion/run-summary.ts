@@ -53,7 +53,7 @@ export interface PollOptions {
 
 export type IngestionDeps = Pick<
   Deps,
-  'config' | 'db' | 'pool' | 'github' | 'logger' | 'workerId' | 'clock'
+  'config' | 'db' | 'pool' | 'github' | 'logger' | 'workerId' | 'clock' | 'inFlight'
 >;
 
 export function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {
