@@ -59,7 +59,12 @@ export async function finalizeSuccess(
     const plan = await planSourcePoll(
       { ...deps, db: trx },
       source,
-      { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
+      {
+        requestsSpent: state.requestsSpent,
+        pollIntervalSeconds: interval,
+        // Page 1 went with If-None-Match: its answer says whether the feed changed.
+        conditional: source.etag !== null,
+      },
       now,
       fleet,
     );
@@ -78,6 +83,7 @@ export async function finalizeSuccess(
         poll_interval_seconds: interval,
         next_poll_at: nextPollAt,
         poll_cost: plan.cost,
+        poll_cost_samples: plan.samples,
         recent_event_ids: state.notModified
           ? source.recent_event_ids
           : mergeRecentIds(state.eventIds, source.recent_event_ids),
