@@ -2,6 +2,7 @@ import { systemClock } from '../clock.ts';
 import type { GithubMode } from '../db/schema.ts';
 import { inFlightPlan } from '../github/concurrency.ts';
 import { type Deferral, deferSources, logDeferral } from './deferral.ts';
+import { GateTickets } from './gate-tickets.ts';
 import { pollSource } from './poll-source.ts';
 import {
   deferredSummary,
@@ -90,10 +91,19 @@ export async function pollDueSources(
   // asking it again for each.
   let deferral: Deferral | null = null;
   const putOff: number[] = [];
+  // One poll at a gate per credential from this round; the others wait for a ticket without
+  // opening (src/ingestion/gate-tickets.ts), and do the database work of polls past their gate.
+  const tickets = new GateTickets(deps.github.credentials.length);
   const worker = async () => {
     while (failure === null && next < due.length) {
+      const gateFree = await tickets.take();
+      if (failure !== null || next >= due.length) {
+        gateFree();
+        break;
+      }
       const i = next++;
       if (deferral) {
+        gateFree();
         putOff.push(i);
         continue;
       }
@@ -102,10 +112,13 @@ export async function pollDueSources(
           ...pollOpts,
           fleet,
           logDeferral: false,
+          gateFree,
         });
         deferral ??= summaries[i]!.deferral ?? null;
       } catch (err) {
         failure ??= { err };
+      } finally {
+        gateFree();
       }
     }
   };
