@@ -203,6 +203,9 @@ export const envSchema = z.object({
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   GITHUB_ENDPOINT_RATE_PER_MINUTE: countOrOff(1_000_000).default(900),
+  // The most database connections one process's app pool may open (ADR 0140): unset, the
+  // pool follows the credentials (src/github/concurrency.ts) within what max_connections leaves.
+  DATABASE_POOL_MAX: positiveInt(10_000).optional(),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
   LOG_FORMAT: z.enum(LOG_FORMATS).default('auto'),
@@ -238,6 +241,8 @@ export type Env = z.output<typeof envSchema>;
 
 export interface Config {
   readonly databaseUrl: string | undefined;
+  /** DATABASE_POOL_MAX: a cap on the app pool the in-flight plan sizes (undefined: none). */
+  readonly databasePoolMax: number | undefined;
   readonly github: {
     readonly mode: 'live' | 'fixture';
     readonly apiUrl: string;
@@ -329,6 +334,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const credentials = parseCredentials(e);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,
+    databasePoolMax: e.DATABASE_POOL_MAX,
     github: {
       mode: e.GITHUB_MODE,
       apiUrl: e.GITHUB_API_URL,

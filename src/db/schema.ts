@@ -92,6 +92,8 @@ export interface EventSourcesTable {
   recent_event_ids: ColumnType<string[], string[] | undefined, string[]>;
   /** Expected quota-counted requests per poll: a weighted mean of recent polls (0 = all 304s). */
   poll_cost: Generated<number>;
+  /** Conditional answers poll_cost learned from (0: it is the prior; migration 2026-12-01T1520). */
+  poll_cost_samples: Generated<number>;
   /** Whether pushes this source targets get their commits (migration 2026-12-01T1000; no default). */
   commits_enabled: boolean;
   /**

@@ -7,6 +7,7 @@ import type { Logger } from '../log.ts';
 import { deferralOf, deferSources, logDeferral } from './deferral.ts';
 import { fetchPages, pagePath } from './fetch-pages.ts';
 import { finalizeFailure, finalizeSuccess } from './finalize.ts';
+import { WatchedGates } from './gate-tickets.ts';
 import { backoffBeforeRequest, type DeadRun, interruptRunsOf, logDeadRuns } from './poll-deaths.ts';
 import { newRunState } from './run-state.ts';
 import {
@@ -45,18 +46,22 @@ export async function pollSource(
   // The lock is a session lock: it needs its own connection for the whole run, and dies
   // with that session if this process does.
   const client = await deps.pool.connect();
+  const gates = new WatchedGates(opts.gateFree ?? null);
   const lock: SourceSession = {
     db: kyselyOn(client),
     sourceId,
     held: false,
     handedOver: false,
-    gates: new Set(),
+    gates,
     unsettled: null,
   };
   let broken: Error | undefined;
   let summary: RunSummary;
   try {
     const opened = await openRun(deps, lock, opts, log);
+    // From here a gate leaves the set only when its answer is settled: the first such (or none
+    // held at all) frees this poll's place at the gates for the round's next poll.
+    if ('firstHeld' in opened && opened.firstHeld) gates.arm();
     summary = 'summary' in opened ? opened.summary : await runOpened(deps, lock, opened, opts, log);
   } catch (err) {
     broken ??= err as Error; // never hand a session in an unknown state back to the pool
@@ -77,6 +82,7 @@ export async function pollSource(
       });
     }
     client.release(broken);
+    opts.gateFree?.();
   }
   faultPoint('ingest.after_lock_release');
   if (opts.afterRun) {
