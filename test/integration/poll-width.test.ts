@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGitHubClient } from '../../src/github/client.ts';
+import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
 import { pollDueSources, pollsInFlight } from '../../src/ingestion/runner.ts';
 import { createLogger } from '../../src/log.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -44,7 +45,7 @@ describe('a round as wide as its plan', () => {
   it('3 tokens, 60 sources, all 304: six polls at once, every request held, two commits a 304', async () => {
     const tokens = [randomToken(), randomToken(), randomToken()];
     const probe = await fetch(`${fake.url}/repos/width/probe/events?per_page=100&page=1`, {
-      headers: { authorization: `token ${tokens[0]}` },
+      headers: { authorization: `token ${tokens[0]}`, 'x-github-api-version': GITHUB_API_VERSION },
     });
     await probe.arrayBuffer();
     const etag = probe.headers.get('etag');

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { int4Key, LockSpace, tryLockSession } from '../../src/db/locks.ts';
 import { tokenLabel } from '../../src/github/credential.ts';
 import { routeTemplate, spacingMs } from '../../src/github/pacing.ts';
+import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { waitFor } from './helpers.ts';
@@ -60,7 +61,7 @@ describe('two processes on the same credentials', () => {
   }, async () => {
     // The fake's ETag of an empty feed: every source holds it, so every answer is a 304.
     const probe = await fetch(`${fake.url}/repos/shared/probe/events?per_page=100&page=1`, {
-      headers: { authorization: `token ${TOKENS[0]}` },
+      headers: { authorization: `token ${TOKENS[0]}`, 'x-github-api-version': GITHUB_API_VERSION },
     });
     await probe.arrayBuffer();
     const etag = probe.headers.get('etag');
