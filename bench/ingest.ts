@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import { createDb } from '../src/db/pool.ts';
 import { bulkStorePage } from '../src/ingestion/bulk-store.ts';
 import { mapEventsPage } from '../src/ingestion/mapping.ts';
-import { pollConcurrency, pollDueSources } from '../src/ingestion/runner.ts';
+import { pollDueSources, pollsInFlight } from '../src/ingestion/runner.ts';
 import { addSource } from '../src/ingestion/sources.ts';
 import { storePushes } from '../src/ingestion/store.ts';
 import { startFakeGitHub } from '../test/support/fake-github.ts';
@@ -208,7 +208,7 @@ export async function benchIngest(database: BenchDatabase, results: ResultLog): 
 
     const totalMs = seconds * 1000;
     // The polls in flight at once: their summed time is what the phases below divide.
-    const streams = Math.min(SOURCES, pollConcurrency(pool.options.max));
+    const streams = Math.min(SOURCES, pollsInFlight(deps));
     const streamMs = totalMs * streams;
     const pct = (ms: number) => `${((ms / streamMs) * 100).toFixed(1)}%`;
     const pages = feeds.length * 3;

@@ -1,10 +1,20 @@
 import os from 'node:os';
 import type pg from 'pg';
 import { type Config, loadConfig } from './config.ts';
+import { serverRoom } from './db/connections.ts';
 import { acquireEmbeddedPostgres, type EmbeddedHandle } from './db/embedded.ts';
 import { createDb, createPool, type Db } from './db/pool.ts';
 import { assertSetUp } from './db/setup-state.ts';
 import { createGitHubClient } from './github/client.ts';
+import {
+  fitToServer,
+  type InFlightPlan,
+  inFlightPlan,
+  isPlanRole,
+  type PlanRole,
+  type ServerRoom,
+} from './github/concurrency.ts';
+import { credentialLabels } from './github/credentials.ts';
 import type { GitHubClient } from './github/types.ts';
 import { type Logger, processLogger } from './log.ts';
 import { checkStoredSettings, logRecorded } from './stored-settings.ts';
@@ -21,6 +31,11 @@ export interface App {
   pool: pg.Pool;
   db: Db;
   github: GitHubClient;
+  /**
+   * What this process does at once and the pool it sized for it (ADR 0140): for the roles
+   * that poll or fetch (worker, start, ingest, enrich, commits); null for the others.
+   */
+  inFlight: InFlightPlan | null;
   /** "host:pid" — written to claims and runs so an operator can tell who holds what. */
   workerId: string;
   close(): Promise<void>;
@@ -31,6 +46,11 @@ export interface CreateAppOptions {
   logger?: Logger;
   /** Name that shows up in pg_stat_activity.application_name. */
   role?: string;
+  /**
+   * The pool of a role without an in-flight plan (web, setup, the CLIs). A role with one
+   * (worker, start, ingest, enrich, commits) sizes its pool from its credentials instead
+   * (src/github/concurrency.ts), and this, when given, caps it as DATABASE_POOL_MAX does.
+   */
   poolMax?: number;
   /**
    * What bin/setup must have done before this process can work: 'schema' (the business
@@ -43,6 +63,8 @@ export interface CreateAppOptions {
    * the database's (src/stored-settings.ts, ADR 0125), else it stops with exit 2 before work.
    */
   writesStoredData?: boolean;
+  /** What the server has for connections, when the caller knows it (tests): no probe then. */
+  serverRoom?: ServerRoom;
 }
 
 /** Services, whose log should say when the embedded server starts and stops with them. */
@@ -65,25 +87,36 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
     });
     databaseUrl = embedded.url;
   }
+  const planRole = isPlanRole(role) ? role : null;
+  const cap = minOf(config.databasePoolMax, planRole ? opts.poolMax : undefined);
+  const credentials = credentialLabels(config);
+  // Until the server says what it has: the plan within DATABASE_POOL_MAX alone.
+  let inFlight = planRole ? inFlightPlan({ credentials, role: planRole, poolMax: cap }) : null;
   const pool = createPool(databaseUrl, {
-    max: opts.poolMax ?? 10,
+    max: inFlight?.dbPool ?? minOf(config.databasePoolMax, opts.poolMax) ?? 10,
     applicationName: `gpi-${role}`,
     logger,
   });
   const db = createDb(pool);
   const requires = opts.requires ?? 'schema';
-  if (requires !== 'none') {
-    try {
+  try {
+    if (requires !== 'none') {
       await assertSetUp(db, requires === 'pgboss' ? { pgbossSchema: config.pgbossSchema } : {});
       if (opts.writesStoredData) {
         const recorded = await checkStoredSettings(db, config, role);
         if (recorded.length > 0) logRecorded(logger, recorded);
       }
-    } catch (err) {
-      await db.destroy().catch(() => {});
-      await embedded?.release().catch(() => {});
-      throw err;
     }
+    if (planRole) {
+      const room = opts.serverRoom ?? (await serverRoom(db));
+      inFlight = planWithinServer(room, config, planRole, credentials, cap, logger);
+      // pg's pool reads its max at every checkout; nothing has been checked out but the probe.
+      pool.options.max = inFlight.dbPool;
+    }
+  } catch (err) {
+    await db.destroy().catch(() => {});
+    await embedded?.release().catch(() => {});
+    throw err;
   }
   const github = createGitHubClient({ config, db, databaseUrl, logger });
   let closed = false;
@@ -94,6 +127,7 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
     pool,
     db,
     github,
+    inFlight,
     workerId: `${os.hostname()}:${process.pid}`,
     async close() {
       if (closed) return;
@@ -114,4 +148,54 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
         );
     },
   };
+}
+
+function minOf(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  return b === undefined ? a : Math.min(a, b);
+}
+
+/**
+ * The in-flight plan within what the server has: max_connections less the reserved slots,
+ * the sessions open now and a headroom for what starts later (src/github/concurrency.ts,
+ * fitToServer). Logged once, so an operator sees the numbers the process runs with.
+ */
+function planWithinServer(
+  room: ServerRoom,
+  config: Config,
+  role: PlanRole,
+  credentials: string[],
+  cap: number | undefined,
+  logger: Logger,
+): InFlightPlan {
+  const app = config.github.mode === 'live' && config.github.app !== null;
+  const { plan, roomCap } = fitToServer({ credentials, role, poolMax: cap, app }, room);
+  const fields = {
+    event: 'app.in_flight_plan',
+    role,
+    credentials: plan.credentials.rest,
+    polls: plan.polls,
+    fetchers_rest: plan.fetchers.rest,
+    fetchers_graphql: plan.fetchers.graphql,
+    db_pool: plan.dbPool,
+    wanted_pool: plan.wantedPool,
+    limited_by: plan.limitedBy,
+    pool_cap: cap ?? null,
+    max_connections: room.maxConnections,
+    connections_in_use: room.inUse,
+    room: roomCap,
+  };
+  const line = `${role}: ${plan.polls} poll(s) and ${plan.fetchers.rest + plan.fetchers.graphql} fetcher(s) in flight on ${plan.credentials.rest} credential(s), database pool ${plan.dbPool}`;
+  if (plan.limitedBy === 'credentials') logger.debug(fields, line);
+  else {
+    const why =
+      cap !== undefined && cap < roomCap
+        ? `DATABASE_POOL_MAX=${cap}`
+        : `max_connections=${room.maxConnections} with ${room.inUse} open`;
+    logger.warn(
+      fields,
+      `${line} (the credentials ask for ${plan.wantedPool}; ${why} allows no more)`,
+    );
+  }
+  return plan;
 }

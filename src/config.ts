@@ -219,6 +219,9 @@ export const envSchema = z.object({
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   GITHUB_ENDPOINT_RATE_PER_MINUTE: countOrOff(1_000_000).default(900),
+  // The most database connections one process's app pool may open (ADR 0140): unset, the
+  // pool follows the credentials (src/github/concurrency.ts) within what max_connections leaves.
+  DATABASE_POOL_MAX: positiveInt(10_000).optional(),
   RETENTION_DAYS: positiveInt(3650).default(30),
   DATA_DIR: z.string().default('.data'),
   LOG_FORMAT: z.enum(LOG_FORMATS).default('auto'),
@@ -237,6 +240,8 @@ export const envSchema = z.object({
   ARCHIVE_MIN_RATE: positiveInt(1_000_000_000).default(16_384),
   ARCHIVE_RATE_WINDOW: duration('duration', 3600, '1h').default(60),
   ARCHIVE_DEADLINE: duration('duration', 86400, '1d').default(3600),
+  // bin/web's GET /archive/ (ADR 0130): this store's hours as GH Archive files, for mirrors.
+  ARCHIVE_SERVE: z.enum(['on', 'off']).default('on'),
   // Commits (ADR 0070): what a commit's e-mail addresses become, and how many commits a
   // fetched push may keep (one compare answer holds at most 250).
   COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
@@ -252,6 +257,8 @@ export type Env = z.output<typeof envSchema>;
 
 export interface Config {
   readonly databaseUrl: string | undefined;
+  /** DATABASE_POOL_MAX: a cap on the app pool the in-flight plan sizes (undefined: none). */
+  readonly databasePoolMax: number | undefined;
   readonly github: {
     readonly mode: 'live' | 'fixture';
     readonly apiUrl: string;
@@ -291,6 +298,8 @@ export interface Config {
     readonly url: string;
     /** Every mirror, in the order given (docs/mirrors.md). */
     readonly mirrors: readonly string[];
+    /** bin/web serves GET /archive/ (ARCHIVE_SERVE, ADR 0130). */
+    readonly serve: boolean;
     /** Download bounds (issue 17): below minBytesPerSecond over rateWindowMs, or past deadlineMs, a download is abandoned. */
     readonly download: {
       readonly minBytesPerSecond: number;
@@ -341,6 +350,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const credentials = parseCredentials(e);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,
+    databasePoolMax: e.DATABASE_POOL_MAX,
     github: {
       mode: e.GITHUB_MODE,
       apiUrl: e.GITHUB_API_URL,
@@ -373,6 +383,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     archive: {
       url: e.GHARCHIVE_URL[0]!,
       mirrors: e.GHARCHIVE_URL,
+      serve: e.ARCHIVE_SERVE === 'on',
       download: {
         minBytesPerSecond: e.ARCHIVE_MIN_RATE,
         rateWindowMs: e.ARCHIVE_RATE_WINDOW * 1000,

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import type { Clock } from './clock.ts';
 import type { Config } from './config.ts';
 import type { Db } from './db/pool.ts';
+import type { InFlightPlan } from './github/concurrency.ts';
 import type { GitHubClient } from './github/types.ts';
 import type { Logger } from './log.ts';
 
@@ -17,4 +18,10 @@ export interface Deps {
   logger: Logger;
   workerId: string;
   clock?: Clock;
+  /**
+   * How much this process does at once (src/github/concurrency.ts), as createApp planned it
+   * and sized the pool for. Absent (tests, benches), a runner plans from its client's
+   * credentials and its pool's size.
+   */
+  inFlight?: InFlightPlan | null;
 }

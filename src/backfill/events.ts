@@ -249,7 +249,9 @@ export function mapArchivePush(
   try {
     // The rules judge the event as parsed exactly: no id or payload number rounded.
     const exact = parseJson(text) as Record<string, unknown>;
-    return mapPushEvent(exact, idField(exact.id, 'id')).push;
+    // `"id": null`: another instance's line of a push it knows only by webhook (ADR 0130),
+    // stored as a webhook copy is, without an event id. A missing or bad id is still refused.
+    return mapPushEvent(exact, exact.id === null ? null : idField(exact.id, 'id')).push;
   } catch (caught) {
     // classifyLine measured the line already; the parser's own verdicts are rejections too.
     const err =

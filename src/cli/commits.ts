@@ -176,7 +176,7 @@ export async function main(argv: string[]): Promise<number> {
   const limit = positiveIntFlag('limit', parsed.values.limit, USAGE);
   if (limit === undefined) throw new UsageError(`--limit N is required\n\n${USAGE}`);
 
-  const app = await createApp({ role: 'commits', poolMax: 3, writesStoredData: true });
+  const app = await createApp({ role: 'commits', writesStoredData: true });
   let interrupted = false;
   const onSignal = () => {
     interrupted = true;

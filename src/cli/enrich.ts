@@ -203,7 +203,7 @@ export async function main(argv: string[]): Promise<number> {
     throw new UsageError(`--class must be actor or repository (got ${quoted(only)})\n\n${USAGE}`);
   }
 
-  const app = await createApp({ role: 'enrich', poolMax: 3 });
+  const app = await createApp({ role: 'enrich' });
   let interrupted = false;
   const onSignal = () => {
     interrupted = true;

@@ -124,7 +124,7 @@ export async function main(argv: string[]): Promise<number> {
   });
   if (!parsed) return 0;
   const sourceId = positiveIntFlag('source', parsed.values.source, USAGE);
-  const app = await createApp({ role: 'ingest', poolMax: 4, writesStoredData: true });
+  const app = await createApp({ role: 'ingest', writesStoredData: true });
   // Post-commit hints, as the worker sends them, so a live worker enriches at once.
   const boss = await startHintSender(app, 'ingest');
   const dispatch = boss && hintDispatcher(boss, app.logger);

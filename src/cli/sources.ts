@@ -11,6 +11,7 @@ import {
   sourceSpec,
 } from '../ingestion/sources.ts';
 import { quoted } from '../quote.ts';
+import { daysAhead, untilText } from '../time-text.ts';
 import { parseCli } from './args.ts';
 import { main as importMain } from './sources-import.ts';
 
@@ -50,13 +51,14 @@ function line(s: string): void {
   process.stdout.write(`${s}\n`);
 }
 
-/** "due", "in 45s", "in 12m", "in 3h" — when the next poll is. */
-function untilText(at: Date, now: Date): string {
+/** "due", "in 45s", "in 12m", "in 3h" — when the next poll is; a day or more ahead, its date. */
+function nextPollText(at: Date, now: Date): string {
   const s = Math.round((at.getTime() - now.getTime()) / 1000);
   if (s <= 0) return 'due';
   if (s < 120) return `in ${s}s`;
   if (s < 7200) return `in ${Math.round(s / 60)}m`;
-  return `in ${Math.round(s / 3600)}h`;
+  if (!daysAhead(at, now)) return `in ${Math.round(s / 3600)}h`;
+  return untilText(at, now);
 }
 
 function table(rows: string[][]): string {
@@ -111,7 +113,7 @@ function printList(sources: EventSource[]): void {
     s.mode,
     s.enabled ? 'yes' : 'no',
     s.commits_enabled ? 'on' : 'off',
-    s.enabled ? untilText(s.next_poll_at, now) : '-',
+    s.enabled ? nextPollText(s.next_poll_at, now) : '-',
     String(s.consecutive_failures),
     s.last_error
       ? s.last_error.length > 60

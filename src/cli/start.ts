@@ -24,8 +24,8 @@ const CLOSE_MARGIN_MS = 10_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  // The worker's 10 (ADR 0009's 8 for polls + a gap fill's two sessions) and the web's share.
-  const app = await createApp({ role: 'start', poolMax: 12, requires: 'none' });
+  // The worker's pool, as its credentials plan it (ADR 0140), and the web's share.
+  const app = await createApp({ role: 'start', requires: 'none' });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });

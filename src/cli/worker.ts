@@ -23,13 +23,8 @@ const CLOSE_MARGIN_MS = 5_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  // 8 as ADR 0009 sizes it for polls, + 2: a gap fill holds two sessions for its imports.
-  const app = await createApp({
-    role: 'worker',
-    poolMax: 10,
-    requires: 'pgboss',
-    writesStoredData: true,
-  });
+  // The pool follows the credentials (ADR 0140): two polls and a fetcher a resource for each.
+  const app = await createApp({ role: 'worker', requires: 'pgboss', writesStoredData: true });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,
   });

@@ -12,7 +12,7 @@ import {
   RateLimited,
 } from '../github/errors.ts';
 import type { Reservation } from '../github/types.ts';
-import { type CommitsClaim, claimNextPush, type PushKey, releasePush } from './claim.ts';
+import { type CommitsClaim, claimNextPush, type PushKey } from './claim.ts';
 import {
   COMPARE_PAGE_MAX,
   COMPARE_UNPAGED_MAX,
@@ -23,6 +23,7 @@ import {
   parseCompare,
   ZERO_SHA,
 } from './compare.ts';
+import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { commitsShare } from './share.ts';
 import { bumpRepository, deferPush, markFailedAttempt, markGone, markNone } from './state.ts';
 import { storeFetched } from './store-fetched.ts';
@@ -276,6 +277,21 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
     return base;
   }
 
+  // The attempt counted before any request (ADR 0120): a process that dies mid-request has
+  // backed the push off, and the second death sets it aside.
+  const opened = await openFetchAttempt(db, claim, {
+    now: clock.now(),
+    maxAttempts: config.enrichment.maxAttempts,
+  });
+  if (opened.kind !== 'opened') {
+    const result: FetchResult =
+      opened.kind === 'set_aside'
+        ? { outcome: 'failed', push, repo: claim.fullName, requests: 0, detail: opened.reason }
+        : { outcome: 'retry', push, repo: claim.fullName, requests: 0, detail: 'lease lost' };
+    logResult(log, result);
+    return result;
+  }
+
   const ctx: Ctx = { deps, claim, jobId, base, requests: 0, requestId: null, status: null };
   let sent: Sent | null;
   try {
@@ -330,7 +346,7 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
     requestId: ctx.requestId,
   };
   if (err instanceof Refused) {
-    await releasePush(db, claim);
+    await abandonFetchAttempt(db, claim, now);
     log.debug(
       { event: 'commits.deferred', repository_id: claim.repositoryId, reason: err.reason },
       'budget says no',
@@ -388,8 +404,8 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
     return result;
   }
   // Nothing reached GitHub (gate busy, budget closed under us) or the failure is not the
-  // push's (bad credentials, a bug): give the claim back untouched.
-  await releasePush(db, claim);
+  // push's (bad credentials, a bug): give the claim back, its opened attempt undone.
+  await abandonFetchAttempt(db, claim, now);
   if (err instanceof GateTimeout || err instanceof BudgetExhausted) {
     return {
       ...base,

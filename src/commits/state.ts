@@ -12,11 +12,13 @@ import { type CommitsClaim, stillOurs } from './claim.ts';
  *   pending ──200, over the cap──► partial        pending ──403/429──► pending (no penalty)
  *   pending ──5xx/timeout/malformed/422──► pending (attempts+1, backoff) … ► failed
  *   pending ──new branch, default branch unknown──► pending (waits for the repository)
+ *   pending ──the fetch died twice mid-request──► failed (deaths.ts, ADR 0120)
  */
 
 async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
+  // Every settle also closes the attempt openFetchAttempt opened (deaths.ts, ADR 0120).
   const r = await sql`
-    UPDATE push_events SET ${set}, commits_claimed_until = NULL
+    UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL
     WHERE ${stillOurs(claim)}`.execute(db);
   return Number(r.numAffectedRows ?? 0) === 1;
 }
@@ -71,7 +73,10 @@ export async function markFailedAttempt(
   return { applied, terminal, nextAttemptAt };
 }
 
-/** Not the push's fault (403/429, or its repository is not profiled yet): no attempt counted. */
+/**
+ * Not the push's fault (403/429, or its repository is not profiled yet): no attempt counted —
+ * one opened before the request (deaths.ts) is taken back.
+ */
 export function deferPush(
   db: Db,
   claim: CommitsClaim,
@@ -81,7 +86,8 @@ export function deferPush(
   return transition(
     db,
     claim,
-    sql`commits_next_attempt_at = ${until}, commits_error = ${detail ?? sql`commits_error`}`,
+    sql`commits_next_attempt_at = ${until}, commits_attempts = ${claim.attempts},
+        commits_error = ${detail ?? sql`commits_error`}`,
   );
 }
 

@@ -67,10 +67,15 @@ export interface StoreCommitsResult {
 
 const NOTHING: StoreCommitsResult = { commits: 0, pushCommits: 0, newActors: 0 };
 
+const HASHED = /^sha256:[0-9a-f]{64}$/;
+
 /** COMMIT_EMAILS applied to one address: a stable hash joins an address to itself only. */
 export function emailFor(address: string | null | undefined, mode: CommitEmailMode): string | null {
   if (address === null || address === undefined || mode === 'drop') return null;
   if (mode === 'keep') return address;
+  // Hashed already (another instance's hour file, ADR 0130): hashing it again would join
+  // it to nothing, where as it is it joins the same address hashed here.
+  if (HASHED.test(address)) return address;
   const normal = address.trim().toLowerCase();
   if (normal === '') return null;
   return `sha256:${createHash('sha256').update(normal, 'utf8').digest('hex')}`;

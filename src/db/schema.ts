@@ -92,8 +92,15 @@ export interface EventSourcesTable {
   recent_event_ids: ColumnType<string[], string[] | undefined, string[]>;
   /** Expected quota-counted requests per poll: a weighted mean of recent polls (0 = all 304s). */
   poll_cost: Generated<number>;
+  /** Conditional answers poll_cost learned from (0: it is the prior; migration 2026-12-01T1520). */
+  poll_cost_samples: Generated<number>;
   /** Whether pushes this source targets get their commits (migration 2026-12-01T1000; no default). */
   commits_enabled: boolean;
+  /**
+   * Polls that died (run found `interrupted`) since the last completed one (migration
+   * 2026-12-01T1410, ADR 0120): the second sets the source aside for a day.
+   */
+  poll_deaths: Generated<number>;
   created_at: Generated<Timestamp>;
   updated_at: Generated<Timestamp>;
 }
@@ -224,6 +231,10 @@ export interface PushEventsTable {
   commits_next_attempt_at: NullableTimestamp;
   commits_claimed_until: NullableTimestamp;
   commits_error: string | null;
+  /** Set while a fetch attempt is open (migration 2026-12-01T1410, ADR 0120); NULL once settled. */
+  commits_fetch_started_at: NullableTimestamp;
+  /** Fetches of this push that died mid-request: the second sets it aside (`failed`). */
+  commits_deaths: Generated<number>;
 }
 
 /** One commit of a repository; content never changes (inserts ON CONFLICT DO NOTHING). */

@@ -7,6 +7,7 @@ import type { RequestPurpose } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
 import { parseJson } from '../json/exact.ts';
 import type { Logger } from '../log.ts';
+import { logHeaderNotes, pollIntervalOf } from './answer-headers.ts';
 import { authBlocks } from './auth-blocks.ts';
 import {
   type BudgetPolicy,
@@ -46,10 +47,12 @@ import {
 } from './rate-limit.ts';
 import {
   fixtureTransport,
+  gitHubFetch,
   liveTransport,
   type RawResponse,
   type Transport,
   TransportFailure,
+  unavailableFrom,
 } from './transport.ts';
 import type {
   GateHolder,
@@ -152,6 +155,8 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           apiUrl: config.github.apiUrl,
           userAgent: config.github.userAgent,
           fetch: httpFetch,
+          // The whole answer, decoded, within the connect and response timeouts (ADR 0120).
+          deadlineMs: config.github.connectTimeoutMs + config.github.responseTimeoutMs,
         }));
   // One gate per credential (and one per App for its token requests), opened on first use;
   // each holds one connection of its own.
@@ -172,7 +177,12 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     }
     return gate;
   };
-  const pool = buildCredentials(config, { logger, fetch: httpFetch, gate: gateFor });
+  // App token requests go through the same GitHub fetch: API version, answer cap (ADR 0121).
+  const pool = buildCredentials(config, {
+    logger,
+    fetch: gitHubFetch(httpFetch, config.github.apiUrl),
+    gate: gateFor,
+  });
   const byLabel = new Map<string, Credential>(pool.map((c) => [c.label, c]));
   const labels = pool.map((c) => c.label);
   const policy: BudgetPolicy = {
@@ -210,8 +220,9 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     const base = {
       status,
       etag: headers.etag ?? null,
-      pollInterval: headers['x-poll-interval'] ? Number(headers['x-poll-interval']) || null : null,
-      rateLimit: parseRateLimit(headers),
+      // Digits only, 1 s – 1 h (answer-headers.ts): `0.5` or `1e10` failed every run.
+      pollInterval: pollIntervalOf(headers).seconds,
+      rateLimit: parseRateLimit(headers, clock.now()),
       url: raw.url,
       requestId,
       counted: status !== 304,
@@ -301,7 +312,9 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     const durationMs = Date.now() - started;
     const now = clock.now();
     const answer = raw;
-    const rateLimit = answer ? parseRateLimit(answer.headers) : null;
+    const rateLimit = answer ? parseRateLimit(answer.headers, now) : null;
+    // A header clamped or ignored (retry-after past an hour, X-Poll-Interval 1e10): at warn.
+    if (answer) logHeaderNotes(logger, answer.headers, now, { path, credential });
     let result: GitHubResponse<T> | undefined;
     let error: unknown = failure;
     if (answer) {
@@ -312,12 +325,16 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       }
     } else if (failure instanceof TransportFailure) {
       error = failure.reached
-        ? new GitHubUnavailable(path, null, failure.message, failure.cause)
+        ? unavailableFrom(path, failure)
         : new GitHubUnreachable(path, failure.message, failure.cause, config.github.apiUrl);
     }
     const settlement: Settlement = {
       outcome: error ? 'error' : 'completed',
-      status: answer?.status ?? null,
+      // An answer refused while read (too large, too late) still had a status: it was spent.
+      status:
+        answer?.status ??
+        (failure instanceof TransportFailure ? failure.refused?.status : null) ??
+        null,
       reached: !(error instanceof GitHubUnreachable),
       durationMs,
       rateLimit,

@@ -22,6 +22,13 @@
 export const POLLS_PER_CREDENTIAL = 2;
 
 /**
+ * The fewest polls a process plans, whatever its credentials (a cap may still take it lower):
+ * with one credential the work of a page — the store, the run's bookkeeping — is what a third
+ * poll overlaps (ADR 0009 measured three as fast as six for one token).
+ */
+export const MIN_POLLS = 3;
+
+/**
  * Pool connections one poll may hold at once: its source lock's session for the whole run,
  * and one more for a moment — a read outside its transaction (the horizon, a page's commit
  * targets), or a request whose gate was busy (it goes through request(), which gives back or
@@ -46,16 +53,28 @@ interface RoleWork {
    * server (status reads, webhook transactions) on the same pool.
    */
   spare: number;
+  /** Connections beside the pool and the gates: pg-boss's pool, the liveness session. */
+  besides: number;
 }
 
 const WEB_CONNECTIONS = 4;
+/** pg-boss's pool in a worker (src/queue/boss.ts) and the jobs' liveness session (ADR 0011). */
+const WORKER_BESIDES = 4 + 1;
+/** bin/ingest's hint sender (src/queue/dispatch.ts). */
+const HINT_SENDER = 2;
 
 export const PLAN_ROLES = {
-  worker: { polls: true, rest: true, graphql: true, spare: 3 },
-  start: { polls: true, rest: true, graphql: true, spare: 3 + WEB_CONNECTIONS },
-  ingest: { polls: true, rest: false, graphql: false, spare: 1 },
-  enrich: { polls: false, rest: true, graphql: false, spare: 1 },
-  commits: { polls: false, rest: true, graphql: true, spare: 1 },
+  worker: { polls: true, rest: true, graphql: true, spare: 3, besides: WORKER_BESIDES },
+  start: {
+    polls: true,
+    rest: true,
+    graphql: true,
+    spare: 3 + WEB_CONNECTIONS,
+    besides: WORKER_BESIDES,
+  },
+  ingest: { polls: true, rest: false, graphql: false, spare: 1, besides: HINT_SENDER },
+  enrich: { polls: false, rest: true, graphql: false, spare: 2, besides: 0 },
+  commits: { polls: false, rest: true, graphql: true, spare: 2, besides: 0 },
 } as const satisfies Record<string, RoleWork>;
 
 export type PlanRole = keyof typeof PLAN_ROLES;
@@ -131,7 +150,7 @@ export function inFlightPlan(input: InFlightPlanInput): InFlightPlan {
     graphql: distinct.filter(mayUseGraphql).length,
   };
   const wanted = {
-    polls: work.polls ? POLLS_PER_CREDENTIAL * credentials.rest : 0,
+    polls: work.polls ? Math.max(MIN_POLLS, POLLS_PER_CREDENTIAL * credentials.rest) : 0,
     fetchers: {
       rest: work.rest ? credentials.rest : 0,
       graphql: work.graphql ? credentials.graphql : 0,
@@ -174,4 +193,53 @@ export function inFlightPlan(input: InFlightPlanInput): InFlightPlan {
     dbPool,
     limitedBy: dbPool > cap ? 'role_minimum' : 'pool_cap',
   };
+}
+
+/** What the database server has for this process's connections (src/db/connections.ts). */
+export interface ServerRoom {
+  /** max_connections. */
+  maxConnections: number;
+  /** superuser_reserved_connections + reserved_connections: never ours. */
+  reserved: number;
+  /** Client sessions open now, every database and process, this process's first included. */
+  inUse: number;
+}
+
+/**
+ * Left for everything that starts after this process — a web server, bin/status, a worker
+ * restarting beside the old one's last sessions: a tenth of max_connections, at least 5.
+ */
+export function headroom(maxConnections: number): number {
+  return Math.max(5, Math.ceil(maxConnections / 10));
+}
+
+/**
+ * Connections a process opens beside its pool, at most: a gate a credential and resource
+ * it sends on (each its own connection, closed after 30 s idle; src/github/gate.ts), one for
+ * an App's token requests, and its role's others (pg-boss, liveness, the hint sender).
+ */
+export function connectionsBesidePool(plan: InFlightPlan, opts: { app?: boolean } = {}): number {
+  const work: RoleWork = PLAN_ROLES[plan.role];
+  const rest = work.polls || work.rest ? plan.credentials.rest : 0;
+  const graphql = work.graphql ? plan.credentials.graphql : 0;
+  return rest + graphql + (opts.app ? 1 : 0) + work.besides;
+}
+
+/**
+ * The plan that fits the server as this process finds it: its pool, beside its other
+ * connections, within what max_connections leaves once the reserved slots, the sessions
+ * already open and the headroom are set aside — and within DATABASE_POOL_MAX (`poolMax`).
+ * `roomCap` is that room, for the log line that says why a plan is smaller.
+ */
+export function fitToServer(
+  input: InFlightPlanInput & { app?: boolean },
+  room: ServerRoom,
+): { plan: InFlightPlan; roomCap: number } {
+  const unlimited = inFlightPlan({ credentials: input.credentials, role: input.role });
+  // Our own first session (the one that asked) is counted in inUse, and is part of the pool.
+  const free =
+    room.maxConnections - room.reserved - (room.inUse - 1) - headroom(room.maxConnections);
+  const roomCap = Math.max(1, free - connectionsBesidePool(unlimited, input));
+  const poolMax = Math.min(input.poolMax ?? Number.POSITIVE_INFINITY, roomCap);
+  return { plan: inFlightPlan({ ...input, poolMax }), roomCap };
 }

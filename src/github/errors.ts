@@ -123,6 +123,33 @@ export class GitHubUnavailable extends AppError {
 }
 
 /**
+ * An answer refused while it was read (ADR 0120): longer than its kind's byte cap (the
+ * socket destroyed the moment the cap was passed), or not read and decoded within the
+ * whole-answer deadline. GitHub did answer and spent the request; for the caller it is
+ * transient like a 5xx: the poll backs off, a push or an entity goes on its retry ladder.
+ */
+export class GitHubAnswerRefused extends GitHubUnavailable {
+  readonly reason: 'too_large' | 'deadline';
+  constructor(
+    path: string,
+    status: number,
+    reason: GitHubAnswerRefused['reason'],
+    detail: string,
+    cause?: unknown,
+  ) {
+    super(
+      path,
+      status,
+      detail,
+      cause,
+      reason === 'too_large' ? 'GITHUB_ANSWER_TOO_LARGE' : 'GITHUB_ANSWER_TIMEOUT',
+      `GitHub's answer on ${path} refused: ${detail}`,
+    );
+    this.reason = reason;
+  }
+}
+
+/**
  * The request never reached GitHub (DNS failure, connection refused or timed out, TLS
  * handshake failed): transient like GitHubUnavailable, but nothing was spent — the ledger
  * settles it as not counted.

@@ -1,5 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
+import { type AnswerLimits, byteSize } from './answer-limits.ts';
 
 /**
  * A `fetch` for Octokit built on node:http, because the two timeouts we promise are
@@ -20,6 +21,10 @@ import https from 'node:https';
  * A failure before the request could leave this machine — DNS, connection refused or timed
  * out, a TLS handshake that failed — carries `requestNotSent: true` (see isRequestNotSent):
  * GitHub never saw it, so the ledger does not count it against the budget.
+ *
+ * Bounded answers (ADR 0120): given AnswerLimits, a body longer than `maxBytes` — declared in
+ * Content-Length, or counted as it streams in — is refused with AnswerTooLarge the moment the
+ * cap is passed, and the socket is destroyed: not one byte more is read or kept.
  */
 export class HttpTimeout extends Error {
   readonly code = 'ETIMEDOUT';
@@ -28,6 +33,35 @@ export class HttpTimeout extends Error {
     this.name = 'HttpTimeout';
   }
 }
+
+/** An answer whose body passed its kind's byte cap: refused while streaming, socket destroyed. */
+export class AnswerTooLarge extends Error {
+  readonly code = 'EANSWERTOOLARGE';
+  readonly status: number;
+  /** Bytes read when it was refused (0 when Content-Length alone said too much). */
+  readonly received: number;
+  readonly declared: number | null;
+  readonly maxBytes: number;
+  constructor(status: number, limits: AnswerLimits, received: number, declared: number | null) {
+    super(
+      declared !== null && declared > limits.maxBytes
+        ? `HTTP ${status} answer declares ${byteSize(declared)}, over the ${byteSize(limits.maxBytes)} cap for ${limits.kind} answers; not read`
+        : `HTTP ${status} answer passed the ${byteSize(limits.maxBytes)} cap for ${limits.kind} answers; read stopped at ${byteSize(received)}`,
+    );
+    this.name = 'AnswerTooLarge';
+    this.status = status;
+    this.received = received;
+    this.declared = declared;
+    this.maxBytes = limits.maxBytes;
+  }
+}
+
+/** Our fetch: the global fetch's signature, plus the limits its answer is read under. */
+export type HttpFetch = (
+  input: string | URL | Request,
+  init?: RequestInit,
+  limits?: AnswerLimits,
+) => Promise<Response>;
 
 export interface HttpFetchOptions {
   connectTimeoutMs: number;
@@ -68,7 +102,6 @@ interface RawAnswer {
   body: Buffer;
 }
 
-/** One request; a GET whose reused socket turns out to be closed is sent once more. */
 /** What is sent: method, headers and (a POST's) body. */
 interface Outgoing {
   method: string;
@@ -86,14 +119,15 @@ async function once(
   out: Outgoing,
   o: HttpFetchOptions,
   agents: Agents,
-  signal?: AbortSignal | null,
+  signal: AbortSignal | null | undefined,
+  limits: AnswerLimits | undefined,
 ): Promise<RawAnswer> {
   try {
-    return await attempt(url, out, o, agents, signal);
+    return await attempt(url, out, o, agents, signal, limits);
   } catch (err) {
     const stale = (err as { staleSocket?: boolean }).staleSocket === true;
     if (!stale || signal?.aborted) throw err;
-    return attempt(url, out, o, agents, signal, false);
+    return attempt(url, out, o, agents, signal, limits, false);
   }
 }
 
@@ -102,7 +136,8 @@ function attempt(
   { method, headers, body }: Outgoing,
   o: HttpFetchOptions,
   agents: Agents,
-  signal?: AbortSignal | null,
+  signal: AbortSignal | null | undefined,
+  limits: AnswerLimits | undefined,
   reuse = true,
 ): Promise<RawAnswer> {
   const lib = url.protocol === 'https:' ? https : http;
@@ -159,7 +194,21 @@ function attempt(
     req.on('response', (res) => {
       answered = true;
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      const status = res.statusCode ?? 0;
+      const declared = Number(res.headers['content-length']);
+      if (limits && Number.isFinite(declared) && declared > limits.maxBytes) {
+        return fail(new AnswerTooLarge(status, limits, 0, declared));
+      }
+      let received = 0;
+      res.on('data', (c: Buffer) => {
+        received += c.length;
+        // Refused the moment the cap is passed: the socket goes, the chunks with it.
+        if (limits && received > limits.maxBytes) {
+          chunks.length = 0;
+          return fail(new AnswerTooLarge(status, limits, received, null));
+        }
+        chunks.push(c);
+      });
       res.on('error', fail);
       res.on('aborted', () =>
         fail(Object.assign(new Error('response aborted'), { code: 'ECONNRESET' })),
@@ -186,17 +235,17 @@ async function outgoingBody(body: RequestInit['body']): Promise<Buffer | null> {
   return Buffer.from(await new Response(body).arrayBuffer());
 }
 
-export function createHttpFetch(o: HttpFetchOptions): typeof fetch {
+export function createHttpFetch(o: HttpFetchOptions): HttpFetch {
   const maxRedirects = o.maxRedirects ?? 5;
   const agents = keepAliveAgents();
-  return (async (input: string | URL | Request, init: RequestInit = {}) => {
+  return async (input: string | URL | Request, init: RequestInit = {}, limits?: AnswerLimits) => {
     let url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
     const method = (init.method ?? 'GET').toUpperCase();
     const headers = Object.fromEntries(new Headers(init.headers).entries());
     const body = await outgoingBody(init.body);
     if (body) headers['content-length'] = String(body.length);
     for (let hop = 0; ; hop++) {
-      const answer = await once(url, { method, headers, body }, o, agents, init.signal);
+      const answer = await once(url, { method, headers, body }, o, agents, init.signal, limits);
       const location = answer.headers.get('location');
       if (REDIRECTS.has(answer.status) && location && method === 'GET' && hop < maxRedirects) {
         const next = new URL(location, url);
@@ -215,5 +264,5 @@ export function createHttpFetch(o: HttpFetchOptions): typeof fetch {
       Object.defineProperty(response, 'url', { value: url.toString() });
       return response;
     }
-  }) as typeof fetch;
+  };
 }

@@ -2,9 +2,10 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Octokit } from '@octokit/rest';
 import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
-import { FixtureMiss } from './errors.ts';
-import { isRequestNotSent } from './http-fetch.ts';
-import type { RequestMethod } from './request-kind.ts';
+import { answerLimits } from './answer-limits.ts';
+import { FixtureMiss, GitHubAnswerRefused, GitHubUnavailable } from './errors.ts';
+import { AnswerTooLarge, type HttpFetch, isRequestNotSent } from './http-fetch.ts';
+import { type RequestMethod, requestKind } from './request-kind.ts';
 
 /**
  * How a request reaches "GitHub": over HTTP with Octokit (live), or from files
@@ -21,15 +22,68 @@ export interface RawResponse {
   url: string;
 }
 
-/** No answer at all: connection refused/reset, timeout. */
+/**
+ * The REST API version every request asks for (ADR 0121): GitHub's answers keep the shape we
+ * read whatever its default becomes. Sent by gitHubFetch, the one fetch every request to
+ * GITHUB_API_URL goes through (API calls and App token requests alike).
+ */
+export const GITHUB_API_VERSION = '2022-11-28';
+
+/** No answer at all (connection refused/reset, timeout), or one refused while read. */
 export class TransportFailure extends Error {
   /** False when the request never left this machine (DNS, connect refused/timed out, TLS). */
   readonly reached: boolean;
-  constructor(message: string, cause: unknown, reached = !isRequestNotSent(cause)) {
+  /** Set when an answer came and was refused: too large for its kind, or past the deadline. */
+  readonly refused: { reason: 'too_large' | 'deadline'; status: number } | null;
+  constructor(
+    message: string,
+    cause: unknown,
+    reached = !isRequestNotSent(cause),
+    refused: TransportFailure['refused'] = cause instanceof AnswerTooLarge
+      ? { reason: 'too_large', status: cause.status }
+      : null,
+  ) {
     super(message, { cause });
     this.name = 'TransportFailure';
     this.reached = reached;
+    this.refused = refused;
   }
+}
+
+/**
+ * What a transport failure that reached GitHub means for the caller: an answer refused while
+ * read (GITHUB_ANSWER_TOO_LARGE / GITHUB_ANSWER_TIMEOUT), or GitHub unavailable. Transient
+ * either way: the poll backs off, a push or an entity goes on its retry ladder.
+ */
+export function unavailableFrom(path: string, failure: TransportFailure): GitHubUnavailable {
+  if (failure.refused) {
+    const { reason, status } = failure.refused;
+    return new GitHubAnswerRefused(path, status, reason, failure.message, failure.cause);
+  }
+  return new GitHubUnavailable(path, null, failure.message, failure.cause);
+}
+
+/** The API path of a URL under `apiUrl` (`/api/v3/users/x` → `/users/x` on GitHub Enterprise). */
+function apiPath(url: URL, apiUrl: string): string {
+  const base = new URL(apiUrl).pathname.replace(/\/+$/, '');
+  const p = url.pathname;
+  return base && p.startsWith(`${base}/`) ? p.slice(base.length) : p;
+}
+
+/**
+ * The one fetch to GitHub (ADR 0120, ADR 0121): every request carries X-GitHub-Api-Version,
+ * and its answer is read under its kind's byte cap (requestKind of its method and path).
+ * The API transport and the App token requests are both built on it.
+ */
+export function gitHubFetch(httpFetch: HttpFetch, apiUrl: string): typeof fetch {
+  return (input: string | URL | Request, init: RequestInit = {}) => {
+    const url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
+    const headers = new Headers(init.headers);
+    headers.set('x-github-api-version', GITHUB_API_VERSION);
+    const method: RequestMethod = (init.method ?? 'GET').toUpperCase() === 'POST' ? 'POST' : 'GET';
+    const limits = answerLimits(requestKind(method, apiPath(url, apiUrl)));
+    return httpFetch(input, { ...init, headers }, limits);
+  };
 }
 
 export interface TransportRequest {
@@ -53,22 +107,34 @@ interface OctokitFailure {
   response?: { status: number; url: string; headers: Record<string, string>; data: unknown };
 }
 
+/** From the request to its decoded text, by default: connect (5 s) plus response (15 s). */
+const DEFAULT_DEADLINE_MS = 20_000;
+
 /**
  * Octokit over our HTTP stack. The credential is chosen per request (the pool), so the
  * Octokit instance has no auth of its own: each request carries its credential's header.
+ *
+ * The whole answer — connect, headers, body AND its decoding to text — must be done within
+ * `deadlineMs` of the send; one that is not is refused (GITHUB_ANSWER_TIMEOUT), like one
+ * over its byte cap. The HTTP layer's own timeouts stop a slow socket; this bounds the rest.
  */
 export function liveTransport(o: {
   apiUrl: string;
   userAgent: string;
-  fetch: typeof fetch;
+  fetch: HttpFetch;
+  deadlineMs?: number;
+  /** The clock the deadline is measured on (tests); Date.now by default. */
+  now?: () => number;
 }): Transport {
+  const deadlineMs = o.deadlineMs ?? DEFAULT_DEADLINE_MS;
+  const now = o.now ?? Date.now;
   const octokit = new Octokit({
     baseUrl: o.apiUrl,
     userAgent: o.userAgent,
     // Octokit's request log prints request options (headers included): keep it silent.
     log: silentLog,
     request: {
-      fetch: o.fetch,
+      fetch: gitHubFetch(o.fetch, o.apiUrl),
       // We parse bodies ourselves: a truncated body must be an error, not a string.
       parseSuccessResponseBody: false,
     },
@@ -79,6 +145,17 @@ export function liveTransport(o: {
       if (etag) headers['if-none-match'] = etag;
       if (authorization) headers.authorization = authorization;
       if (sent != null) headers['content-type'] = 'application/json; charset=utf-8';
+      const started = now();
+      const withinDeadline = (status: number) => {
+        const took = now() - started;
+        if (took <= deadlineMs) return;
+        throw new TransportFailure(
+          `HTTP ${status} answer read and decoded in ${took} ms, past the ${deadlineMs} ms deadline for a whole answer`,
+          null,
+          true,
+          { reason: 'deadline', status },
+        );
+      };
       try {
         // `data` is the body as is: a string is sent verbatim, never re-serialised.
         const res = await octokit.request({
@@ -94,6 +171,7 @@ export function liveTransport(o: {
               new Uint8Array(await new Response(res.data as ReadableStream).arrayBuffer()),
             )
           : null;
+        withinDeadline(res.status);
         return {
           status: res.status,
           headers: res.headers as Record<string, string>,
@@ -101,6 +179,7 @@ export function liveTransport(o: {
           url: res.url,
         };
       } catch (err) {
+        if (err instanceof TransportFailure) throw err;
         const f = err as OctokitFailure;
         if (f.response) {
           // Octokit throws for 304 and >= 400 with the answer attached: still an answer.
@@ -111,6 +190,7 @@ export function liveTransport(o: {
               : typeof data === 'string'
                 ? data
                 : JSON.stringify(data);
+          withinDeadline(f.response.status);
           return {
             status: f.response.status,
             headers: f.response.headers,

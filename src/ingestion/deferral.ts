@@ -5,6 +5,7 @@ import { credentialHint } from '../github/credential.ts';
 import { describeRejected } from '../github/errors.ts';
 import type { PoolRefusal } from '../github/types.ts';
 import type { Logger } from '../log.ts';
+import { untilText } from '../time-text.ts';
 
 /**
  * A poll the budget refused before any request (issue 9). Nothing was sent, so nothing
@@ -21,11 +22,6 @@ export interface Deferral {
   blockReason: PoolRefusal['blockReason'];
   /** "CODE: message" for event_sources.last_error when the deferral is an auth failure. */
   authError: string | null;
-}
-
-/** "08:16 UTC": what a person reads in `bin/ingest` and in the log line. */
-function clockTime(at: Date): string {
-  return `${at.toISOString().slice(11, 16)} UTC`;
 }
 
 /**
@@ -48,9 +44,12 @@ export function deferralOf(refusal: PoolRefusal): Deferral {
   };
 }
 
-/** Why, in a few words: "budget spent until 08:16 UTC", "rate limited until …", … */
-export function describeDeferral(d: Deferral): string {
-  const until = clockTime(d.retryAt);
+/**
+ * Why, in a few words: "budget spent until 08:16 UTC", "rate limited until …", … — with the
+ * date when the end is not later today ("until 2026-12-03 08:16 UTC").
+ */
+export function describeDeferral(d: Deferral, now: Date = new Date()): string {
+  const until = untilText(d.retryAt, now);
   if (d.blockReason === 'auth')
     return `GitHub rejected the credential (401); blocked until ${until}`;
   if (d.blockReason === 'rate_limit') return `rate limited by GitHub until ${until}`;

@@ -5,6 +5,7 @@ import type { Db } from '../db/pool.ts';
 import type { EventSource } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
 import { logGapsRecorded, recordGap } from '../gaps/record.ts';
+import { ASYNC_COMMIT } from '../github/ledger.ts';
 import type { Logger } from '../log.ts';
 import { classifyFailure } from './failures.ts';
 import { mergeRecentIds } from './horizon.ts';
@@ -26,12 +27,13 @@ export type { SourceSession } from './source-session.ts';
  * session holds it, so at once), then release the session's. The lock is now the
  * transaction's: Postgres releases it at COMMIT (or ROLLBACK), not before.
  */
-async function handOver(trx: Db, lock: SourceSession): Promise<void> {
+async function handOver(trx: Db, lock: SourceSession, asyncCommit = false): Promise<void> {
   // A finalize that failed after handing over (its rollback released the lock) is followed
   // by finalizeFailure: it writes without the lock rather than wait for a poller that took it.
   if (lock.handedOver) return;
   lock.handedOver = true;
-  await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})
+  const commit = asyncCommit ? sql`, ${ASYNC_COMMIT}` : sql``;
+  await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})${commit}
     FROM (SELECT pg_advisory_xact_lock(${LockSpace.source}, ${lock.sourceId})) AS x`.execute(trx);
 }
 
@@ -50,16 +52,22 @@ export async function finalizeSuccess(
   // X-Poll-Interval, a busy one within its share of the poll allowance.
   const status = state.notModified ? 'not_modified' : 'completed';
   const { gap, plan } = await lock.db.transaction().execute(async (trx) => {
-    await handOver(trx, lock);
-    // A 304 (or the feed's end) of a held request is written here: its gate, ledger row and
-    // rate-limit row ride in the finalize's commit (ADR 0082).
-    await settlePending(deps, lock, trx);
+    // A 304's finalize commits asynchronously (ADR 0140): it writes nothing a server crash
+    // could not give back — the run is then interrupted and the source polled again, its
+    // ledger row stays sent and the sweep counts it — and so it holds the rows every poll of
+    // its credential writes only until its commit is in the WAL buffers, not on disk.
+    await handOver(trx, lock, state.notModified);
     // Planned in the finalize's own transaction: its reads (the pool's poll allowance, the
     // fleet's costs) cost no commit of their own on the path every 304 takes.
     const plan = await planSourcePoll(
       { ...deps, db: trx },
       source,
-      { requestsSpent: state.requestsSpent, pollIntervalSeconds: interval },
+      {
+        requestsSpent: state.requestsSpent,
+        pollIntervalSeconds: interval,
+        // Page 1 went with If-None-Match: its answer says whether the feed changed.
+        conditional: source.etag !== null,
+      },
       now,
       fleet,
     );
@@ -78,10 +86,13 @@ export async function finalizeSuccess(
         poll_interval_seconds: interval,
         next_poll_at: nextPollAt,
         poll_cost: plan.cost,
+        poll_cost_samples: plan.samples,
         recent_event_ids: state.notModified
           ? source.recent_event_ids
           : mergeRecentIds(state.eventIds, source.recent_event_ids),
         consecutive_failures: 0,
+        // A completed run: polling this source does not kill the process (ADR 0120).
+        poll_deaths: 0,
         last_error: null,
         last_polled_at: now,
         updated_at: now,
@@ -101,6 +112,11 @@ export async function finalizeSuccess(
           now,
         })
       : null;
+    // A 304 (or the feed's end) of a held request is written here: its gate, ledger row and
+    // rate-limit row ride in the finalize's commit (ADR 0082). Last, so the rows every poll of
+    // this credential writes (its rate-limit row, its minute's counters) are locked only for
+    // the commit, not for the plan and the writes before it (ADR 0140).
+    await settlePending(deps, lock, trx);
     return { gap, plan };
   });
   const nextPollAt = plan.nextPollAt;

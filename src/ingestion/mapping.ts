@@ -96,14 +96,15 @@ function givenType(raw: unknown): string | null {
 }
 
 /**
- * Maps one PushEvent whose id is known valid; throws Rejection. `walked`: the event's own
+ * Maps one PushEvent whose id is known valid (null: an archive line of a push known only
+ * by webhook, src/backfill/events.ts); throws Rejection. `walked`: the event's own
  * inspection when the caller already made one (the poll path judges every event whole):
  * nothing too deep in it means nothing too deep in its payload, and no bad text in it means
  * none in its payload, so the payload is walked again only when the event held bad text.
  */
 export function mapPushEvent(
   ev: Record<string, unknown>,
-  id: string,
+  id: string | null,
   walked?: JsonInspection,
 ): { push: PushRow; sanitisedAt: string | null } {
   const actor = objectField(ev.actor, 'actor');

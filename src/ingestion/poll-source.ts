@@ -7,6 +7,8 @@ import type { Logger } from '../log.ts';
 import { deferralOf, deferSources, logDeferral } from './deferral.ts';
 import { fetchPages, pagePath } from './fetch-pages.ts';
 import { finalizeFailure, finalizeSuccess } from './finalize.ts';
+import { WatchedGates } from './gate-tickets.ts';
+import { backoffBeforeRequest, type DeadRun, interruptRunsOf, logDeadRuns } from './poll-deaths.ts';
 import { newRunState } from './run-state.ts';
 import {
   deferredSummary,
@@ -15,7 +17,7 @@ import {
   type PollOptions,
   type RunSummary,
 } from './run-summary.ts';
-import { notDueReason } from './schedule.ts';
+import { addSeconds, failureBackoffSeconds, notDueReason } from './schedule.ts';
 import type { Opened, SourceSession } from './source-session.ts';
 import { describeSource, getSource } from './sources.ts';
 
@@ -44,18 +46,22 @@ export async function pollSource(
   // The lock is a session lock: it needs its own connection for the whole run, and dies
   // with that session if this process does.
   const client = await deps.pool.connect();
+  const gates = new WatchedGates(opts.gateFree ?? null);
   const lock: SourceSession = {
     db: kyselyOn(client),
     sourceId,
     held: false,
     handedOver: false,
-    gates: new Set(),
+    gates,
     unsettled: null,
   };
   let broken: Error | undefined;
   let summary: RunSummary;
   try {
     const opened = await openRun(deps, lock, opts, log);
+    // From here a gate leaves the set only when its answer is settled: the first such (or none
+    // held at all) frees this poll's place at the gates for the round's next poll.
+    if ('firstHeld' in opened && opened.firstHeld) gates.arm();
     summary = 'summary' in opened ? opened.summary : await runOpened(deps, lock, opened, opts, log);
   } catch (err) {
     broken ??= err as Error; // never hand a session in an unknown state back to the pool
@@ -76,6 +82,7 @@ export async function pollSource(
       });
     }
     client.release(broken);
+    opts.gateFree?.();
   }
   faultPoint('ingest.after_lock_release');
   if (opts.afterRun) {
@@ -107,6 +114,7 @@ async function openRun(
 ): Promise<Opened | { summary: RunSummary }> {
   const clock = deps.clock ?? systemClock;
   const { sourceId } = lock;
+  let died: DeadRun[] = [];
   const out = await lock.db.transaction().execute(async (trx) => {
     const got = await sql<{ ok: boolean }>`
       SELECT pg_try_advisory_lock(${LockSpace.source}, ${sourceId}) AS ok`.execute(trx);
@@ -115,6 +123,9 @@ async function openRun(
       return { kind: 'busy', source: described } as const;
     }
     lock.held = true;
+    // A run of this source still `running` is its dead predecessor's (we hold the lock it
+    // would hold): interrupted, and counted as a failure and a death (ADR 0120).
+    died = await interruptRunsOf(trx, sourceId, clock.now());
     const source = await getSource(trx, sourceId);
     const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
     if (reason) return { kind: 'skipped', source, reason } as const;
@@ -147,11 +158,17 @@ async function openRun(
       return { kind: 'deferred', summary: deferredSummary(row ?? source, d), d } as const;
     }
     const firstHeld = decision.held;
+    // The attempt counted before the request (committed with the run): the next poll is where
+    // this one's failure would put it, so a process that dies on the answer has backed the
+    // source off already. Every end of the run writes its own schedule over it.
+    const failing = addSeconds(startedAt, failureBackoffSeconds(source.consecutive_failures + 1));
+    await backoffBeforeRequest(trx, sourceId, failing, startedAt);
     return {
       kind: 'open',
       opened: { source, firstPage: decision.reservation, firstHeld, runId, startedAt },
     } as const;
   });
+  logDeadRuns(log, died, 'poll', clock.now());
   if (out.kind === 'busy') {
     log.info(
       { event: 'source.busy', source_id: sourceId, source: describeSource(out.source) },

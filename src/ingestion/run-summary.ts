@@ -49,11 +49,17 @@ export interface PollOptions {
   logDeferral?: boolean;
   /** The round's fleet sums, read once for every poll of a pollDueSources round (ADR 0082). */
   fleet?: FleetCache;
+  /**
+   * Called once this poll no longer holds a request gate: its first held answer settled, or
+   * the poll ended (its ticket goes back to the round: src/ingestion/gate-tickets.ts). May be
+   * called more than once; the round's ticket counts the first.
+   */
+  gateFree?: () => void;
 }
 
 export type IngestionDeps = Pick<
   Deps,
-  'config' | 'db' | 'pool' | 'github' | 'logger' | 'workerId' | 'clock'
+  'config' | 'db' | 'pool' | 'github' | 'logger' | 'workerId' | 'clock' | 'inFlight'
 >;
 
 export function emptySummary(source: EventSource, outcome: RunOutcome): RunSummary {

@@ -1,6 +1,8 @@
 import { systemClock } from '../clock.ts';
 import type { GithubMode } from '../db/schema.ts';
+import { inFlightPlan } from '../github/concurrency.ts';
 import { type Deferral, deferSources, logDeferral } from './deferral.ts';
+import { GateTickets } from './gate-tickets.ts';
 import { pollSource } from './poll-source.ts';
 import {
   deferredSummary,
@@ -13,7 +15,7 @@ import { newFleetCache } from './schedule.ts';
 import { getSource } from './sources.ts';
 
 /**
- * Polling the due sources of this process's mode, a few at a time. One source's poll is
+ * Polling the due sources of this process's mode, as many at a time as its plan says. One source's poll is
  * src/ingestion/poll-source.ts; its pages fetch-pages.ts; its end finalize.ts.
  */
 
@@ -48,25 +50,24 @@ export function dueSourcesQuery(
   return due;
 }
 
-/** Sources polled at once by pollDueSources (see pollConcurrency). */
-export const MAX_CONCURRENT_POLLS = 3;
-
 /**
- * How many sources to poll at once. The gate still sends one request at a time per
- * credential; concurrency lets one source's page be stored (and its run bookkeeping
- * written) while another's request is in flight. A poll whose request is held (ADR 0082)
- * does everything on its source lock's session; one whose gate was busy also reads and gives
- * back through the pool, so each poll may hold two pool connections at worst, and the pool
- * must have room for every poll's pair plus one spare for everything else — a poll that
- * holds its lock client and waits for a second connection must always get one.
+ * How many sources pollDueSources polls at once: the process's in-flight plan (ADR 0140:
+ * about two a credential, so every credential's gate stays busy up to its pacing), or, for a
+ * caller without one (tests, benches), the plan its client's credentials make within its
+ * pool. Either way every poll has room for the two connections it may hold (its lock's
+ * session, and a moment of a second one: concurrency.ts, CONNECTIONS_PER_POLL).
  */
-export function pollConcurrency(poolMax: number | undefined): number {
-  const max = poolMax ?? 10; // pg's default
-  return Math.max(1, Math.min(MAX_CONCURRENT_POLLS, Math.floor((max - 1) / 2)));
+export function pollsInFlight(deps: Pick<IngestionDeps, 'inFlight' | 'github' | 'pool'>): number {
+  if (deps.inFlight) return Math.max(1, deps.inFlight.polls);
+  return inFlightPlan({
+    credentials: deps.github.credentials,
+    role: 'ingest',
+    poolMax: deps.pool.options?.max ?? 10, // pg's default
+  }).polls;
 }
 
 /**
- * Polls every due source of this process's mode, a few at a time (pollConcurrency), each
+ * Polls every due source of this process's mode, pollsInFlight at a time, each
  * under its own lock. Summaries come back in the pre-filter's order (most overdue first).
  * An unexpected error stops new polls from starting; those in flight finish, then it is thrown.
  */
@@ -90,10 +91,19 @@ export async function pollDueSources(
   // asking it again for each.
   let deferral: Deferral | null = null;
   const putOff: number[] = [];
+  // One poll at a gate per credential from this round; the others wait for a ticket without
+  // opening (src/ingestion/gate-tickets.ts), and do the database work of polls past their gate.
+  const tickets = new GateTickets(deps.github.credentials.length);
   const worker = async () => {
     while (failure === null && next < due.length) {
+      const gateFree = await tickets.take();
+      if (failure !== null || next >= due.length) {
+        gateFree();
+        break;
+      }
       const i = next++;
       if (deferral) {
+        gateFree();
         putOff.push(i);
         continue;
       }
@@ -102,14 +112,17 @@ export async function pollDueSources(
           ...pollOpts,
           fleet,
           logDeferral: false,
+          gateFree,
         });
         deferral ??= summaries[i]!.deferral ?? null;
       } catch (err) {
         failure ??= { err };
+      } finally {
+        gateFree();
       }
     }
   };
-  const workers = Math.min(due.length, pollConcurrency(deps.pool.options?.max));
+  const workers = Math.min(due.length, pollsInFlight(deps));
   await Promise.all(Array.from({ length: workers }, worker));
   if (failure) throw (failure as { err: unknown }).err;
   if (deferral) {

@@ -70,6 +70,36 @@ export function nextPollCost(previous: number, counted: number): number {
   return mixed < 1e-6 ? 0 : Math.min(POLL_COST_MAX, mixed);
 }
 
+/** poll_cost_samples saturates here: past a few answers the count only says "learned". */
+export const POLL_COST_SAMPLES_MAX = 1_000_000;
+
+/** A source's expected cost per poll and how many conditional answers it rests on. */
+export interface PollCostEstimate {
+  cost: number;
+  samples: number;
+}
+
+/**
+ * What one successful poll teaches (ADR 0141). Only a conditional poll (it sent an ETag) is
+ * evidence: an unconditional one is a 200 whatever the feed does. The first conditional
+ * answer replaces the prior outright — a 304 is believed: the feed is idle until it says
+ * otherwise — and every later one moves the weighted mean (nextPollCost), so a feed that turns
+ * busy is re-planned from its own answers within a poll or two.
+ */
+export function learnPollCost(
+  known: PollCostEstimate,
+  poll: { counted: number; conditional: boolean },
+): PollCostEstimate {
+  if (!poll.conditional) return known;
+  if (known.samples <= 0) {
+    return { cost: Math.min(POLL_COST_MAX, Math.max(0, poll.counted)), samples: 1 };
+  }
+  return {
+    cost: nextPollCost(known.cost, poll.counted),
+    samples: Math.min(POLL_COST_SAMPLES_MAX, known.samples + 1),
+  };
+}
+
 /** Requests a poll sends, counted or not: at least page 1 (a 304 is one request). */
 export function expectedRequests(cost: number): number {
   return Math.max(1, cost);
@@ -212,16 +242,12 @@ export async function fleetSums(
 }
 
 /**
- * The runner's one call (after a successful run, before its finalize transaction): the
- * source's new poll_cost and when it polls next.
- */
-/**
  * The fleet's sums as one round of polls read them once (ADR 0082): fleetSums scans every
  * enabled source, which at 10,000 sources cost more than the poll itself. Within a round each
  * plan takes the round's sums and moves only its own source's term.
  */
 export interface FleetCache {
-  entries: Map<string, { quota: FillSums; requests: FillSums }>;
+  entries: Map<string, FleetNow>;
 }
 
 export function newFleetCache(): FleetCache {
@@ -243,18 +269,74 @@ function moveTerm(sums: FillSums, before: number, after: number): FillSums {
   return { ...sums, lowRate: Math.max(0, lowRate), lowN: Math.max(0, Math.min(sums.n, lowN)) };
 }
 
+/** What the fleet's sums are, for one (mode, kind), as a round read them. */
+export interface FleetNow {
+  quota: FillSums;
+  requests: FillSums;
+}
+
+/**
+ * The plan itself, pure (planSourcePoll reads `fleetNow`; tests pass it): what the poll
+ * teaches (learnPollCost), then the polled source's term moved in the round's sums from what
+ * is stored to what it learned, and the next poll within both water-filling levels.
+ */
+export function planFromFleet(
+  fleetNow: FleetNow,
+  source: Pick<EventSource, 'poll_cost' | 'poll_cost_samples' | 'poll_interval_seconds'>,
+  run: { requestsSpent: number; pollIntervalSeconds: number; conditional: boolean },
+  now: Date,
+): PollPlan & PollCostEstimate {
+  const { cost, samples } = learnPollCost(
+    { cost: source.poll_cost, samples: source.poll_cost_samples },
+    { counted: run.requestsSpent, conditional: run.conditional },
+  );
+  const oldInterval = Math.max(1, source.poll_interval_seconds);
+  const newInterval = Math.max(1, run.pollIntervalSeconds);
+  const sums = {
+    quota: moveTerm(fleetNow.quota, source.poll_cost / oldInterval, cost / newInterval),
+    requests: moveTerm(
+      fleetNow.requests,
+      expectedRequests(source.poll_cost) / oldInterval,
+      expectedRequests(cost) / newInterval,
+    ),
+  };
+  const plan = planNextPoll(
+    {
+      pollIntervalSeconds: run.pollIntervalSeconds,
+      cost,
+      quotaLevel: fillLevel(sums.quota),
+      requestLevel: fillLevel(sums.requests),
+    },
+    now,
+  );
+  return { ...plan, cost, samples };
+}
+
+/** Requests a second the pool may send to one endpoint: credentials × the per-minute rate. */
+export function endpointBudgetPerSecond(credentials: number, perMinute: number): number {
+  // GITHUB_ENDPOINT_RATE_PER_MINUTE=0 turns pacing off: no secondary limit to plan within.
+  return (Math.max(1, credentials) * (perMinute || 1_000_000_000)) / 60;
+}
+
+/**
+ * The runner's one call (in a successful run's finalize transaction): the source's new
+ * poll_cost (and the answers it rests on) and when it polls next.
+ */
 export async function planSourcePoll(
   deps: Pick<Deps, 'db' | 'github' | 'config'>,
-  source: Pick<EventSource, 'id' | 'kind' | 'poll_cost' | 'poll_interval_seconds'>,
-  run: { requestsSpent: number; pollIntervalSeconds: number },
+  source: Pick<
+    EventSource,
+    'id' | 'kind' | 'poll_cost' | 'poll_cost_samples' | 'poll_interval_seconds'
+  >,
+  run: { requestsSpent: number; pollIntervalSeconds: number; conditional: boolean },
   now: Date,
   fleet?: FleetCache,
-): Promise<PollPlan & { cost: number }> {
-  const cost = nextPollCost(source.poll_cost, run.requestsSpent);
+): Promise<PollPlan & PollCostEstimate> {
   const credentials = deps.github.credentials;
-  // GITHUB_ENDPOINT_RATE_PER_MINUTE=0 turns pacing off: no secondary limit to plan within.
-  const perMinute = deps.config.github.endpointRatePerMinute || 1_000_000_000;
-  const requestBudget = (Math.max(1, credentials.length) * perMinute) / 60;
+  const requestBudget = endpointBudgetPerSecond(
+    credentials.length,
+    deps.config.github.endpointRatePerMinute,
+  );
   const mode = deps.config.github.mode;
   // Outside a round (bin/ingest --source) the cache is this plan's alone.
   const cache = fleet ?? newFleetCache();
@@ -269,25 +351,5 @@ export async function planSourcePoll(
     fleetNow = await fleetSums(deps.db, { mode, kind: source.kind, quotaBudget, requestBudget });
     cache.entries.set(key, fleetNow);
   }
-  // The polled source's term moves from what is stored to what this run learned.
-  const oldInterval = Math.max(1, source.poll_interval_seconds);
-  const newInterval = Math.max(1, run.pollIntervalSeconds);
-  const sums = {
-    quota: moveTerm(fleetNow.quota, source.poll_cost / oldInterval, cost / newInterval),
-    requests: moveTerm(
-      fleetNow.requests,
-      Math.max(1, source.poll_cost) / oldInterval,
-      Math.max(1, cost) / newInterval,
-    ),
-  };
-  const plan = planNextPoll(
-    {
-      pollIntervalSeconds: run.pollIntervalSeconds,
-      cost,
-      quotaLevel: fillLevel(sums.quota),
-      requestLevel: fillLevel(sums.requests),
-    },
-    now,
-  );
-  return { ...plan, cost };
+  return planFromFleet(fleetNow, source, run, now);
 }

@@ -124,15 +124,23 @@ export async function getSource(db: Db, id: number): Promise<EventSource> {
 }
 
 /**
- * Enables or disables a source. Enabling also clears the failure ladder and makes the
- * source due now: an operator who re-enables a source wants it polled, not backed off.
+ * Enables or disables a source. Enabling also clears the failure ladder and the deaths that
+ * set it aside, and makes the source due now: an operator who re-enables a source wants it
+ * polled, not backed off. (`enable` on an enabled source is how a set-aside one is retried.)
  */
 export async function setSourceEnabled(db: Db, id: number, enabled: boolean): Promise<EventSource> {
   const updated = await db
     .updateTable('event_sources')
     .set(
       enabled
-        ? { enabled, consecutive_failures: 0, next_poll_at: sql`now()`, updated_at: sql`now()` }
+        ? {
+            enabled,
+            consecutive_failures: 0,
+            // A source set aside after its polls died (ADR 0120) is the operator's to retry.
+            poll_deaths: 0,
+            next_poll_at: sql`now()`,
+            updated_at: sql`now()`,
+          }
         : { enabled, updated_at: sql`now()` },
     )
     .where('id', '=', String(id))

@@ -8,6 +8,7 @@ import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import { snapshotRefuses } from '../github/budget.ts';
 import { settleAbandonedReservations } from '../github/ledger.ts';
 import type { EntityClass } from '../github/types.ts';
+import { logDeadRuns } from '../ingestion/poll-deaths.ts';
 import { attemptWorstCaseSeconds } from '../queue/boss.ts';
 import { sendCommitsCycle, sendCycle } from '../queue/dispatch.ts';
 import { enrichQueue, QUEUES, type QueueName } from '../queue/names.ts';
@@ -134,12 +135,7 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
       `import of ${imp.file} (${imp.scope}) was left running by a process that died at line ${imp.linesDone}; marked failed (the next import resumes there)`,
     );
   }
-  for (const run of interruptedRuns) {
-    log.warn(
-      { event: 'reconcile.run_interrupted', run_id: run.runId, source_id: run.sourceId },
-      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended; marked interrupted`,
-    );
-  }
+  logDeadRuns(log, interruptedRuns, 'reconcile', now);
 
   const settledReservations = await settleAbandonedReservations(db, abandonedAfterSeconds(deps));
 

@@ -1,17 +1,16 @@
 import { sql } from 'kysely';
 import { LockSpace, lockHeldSql } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
+import { type DeadRun, INTERRUPTED_ERROR, interruptDeadRuns } from '../ingestion/poll-deaths.ts';
 
-export interface InterruptedRun {
-  runId: number;
-  sourceId: number;
-}
+export { INTERRUPTED_ERROR };
 
-export const INTERRUPTED_ERROR =
-  'interrupted: the process running it ended before the run finished (its source lock was released)';
+/** A run found dead, and what its death did to its source (src/ingestion/poll-deaths.ts). */
+export type InterruptedRun = DeadRun;
 
 /**
- * Marks `running` ingestion runs whose source lock nobody holds as `interrupted`.
+ * Marks `running` ingestion runs whose source lock nobody holds as `interrupted`, each a
+ * failure and a death of its source (ADR 0120: the second in a row sets it aside).
  *
  * A run row is only ever `running` while its poller holds the source's session advisory
  * lock (the row is opened after the lock is taken and finalized before it is released), and
@@ -20,15 +19,6 @@ export const INTERRUPTED_ERROR =
  * status and left alone. pg_locks is cluster-wide: the database filter keeps another
  * database's lock on the same source id from counting.
  */
-export async function interruptOrphanedRuns(
-  db: Db,
-  now: Date = new Date(),
-): Promise<InterruptedRun[]> {
-  const r = await sql<{ id: string; source_id: string }>`
-    UPDATE ingestion_runs AS r
-    SET status = 'interrupted', finished_at = ${now}, error = ${INTERRUPTED_ERROR}
-    WHERE r.status = 'running'
-      AND NOT ${lockHeldSql(LockSpace.source, sql`r.source_id`)}
-    RETURNING r.id, r.source_id`.execute(db);
-  return r.rows.map((row) => ({ runId: Number(row.id), sourceId: Number(row.source_id) }));
+export function interruptOrphanedRuns(db: Db, now: Date = new Date()): Promise<InterruptedRun[]> {
+  return interruptDeadRuns(db, sql`NOT ${lockHeldSql(LockSpace.source, sql`r.source_id`)}`, now);
 }

@@ -1,3 +1,5 @@
+import { daysAhead, untilText } from '../time-text.ts';
+
 /** Small formatting helpers shared by the HTML page and the terminal picture. */
 
 /** 42 → "42s", 300 → "5m", 5400 → "1h30m", 200000 → "2d7h". */
@@ -27,7 +29,12 @@ export function count(n: number): string {
   return n.toLocaleString('en-US');
 }
 
-/** When a source polls next: "in 45s", or "due" once the time has come. */
+/**
+ * When a source polls next: "in 45s", or "due" once the time has come; a day or more ahead
+ * with its date too ("in 1d (2026-12-03 08:16 UTC)"): a source set aside, or put off by a
+ * header, says until when.
+ */
 export function nextPoll(at: Date, now: Date): string {
-  return at.getTime() <= now.getTime() ? 'due' : relative(at, now);
+  if (at.getTime() <= now.getTime()) return 'due';
+  return daysAhead(at, now) ? `${relative(at, now)} (${untilText(at, now)})` : relative(at, now);
 }

@@ -6,6 +6,7 @@ import { hourlyCoverage } from '../status/coverage.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';
 import { InvalidSourceQuery, parseSourceQuery, type SourceQuery } from '../status/sources.ts';
+import { ARCHIVE_FILES, archiveRoutes } from './archive-route.ts';
 import { createByteBudget } from './body-budget.ts';
 import { createMetrics } from './metrics.ts';
 import { renderPage } from './page.ts';
@@ -14,7 +15,7 @@ import { sendJson, sendText, type WebDeps } from './respond.ts';
 import { webhookRoute } from './webhook-route.ts';
 
 /**
- * bin/web's HTTP server on node:http: six routes do not need a framework, and every
+ * bin/web's HTTP server on node:http: eight routes do not need a framework, and every
  * dependency is one more thing to audit in a process that faces GitHub's webhooks.
  */
 
@@ -69,6 +70,12 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
   });
 
   route('POST', '/webhooks/github', webhookRoute(deps, bodyBudget));
+  if (deps.config.archive.serve) {
+    const archive = archiveRoutes(deps);
+    route('GET', '/archive/', archive.index);
+    route('GET', '/archive', archive.index);
+    route('GET', ARCHIVE_FILES, archive.file);
+  }
   return routes;
 }
 
@@ -93,7 +100,8 @@ export function createHandler(deps: WebDeps): http.RequestListener {
   const routes = createRoutes(deps);
   return (req, res) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    const methods = routes.get(path);
+    const methods =
+      routes.get(path) ?? (path.startsWith('/archive/') ? routes.get(ARCHIVE_FILES) : undefined);
     const method = req.method === 'HEAD' ? 'GET' : (req.method ?? 'GET');
     const handler = methods?.get(method);
     if (!methods) return sendJson(res, 404, { error: 'not found' });

@@ -1,8 +1,10 @@
+import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fixedClock } from '../../src/clock.ts';
 import { pollIntervalFloorSeconds } from '../../src/github/budget.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { pollSource } from '../../src/ingestion/runner.ts';
+import { newFleetCache, planSourcePoll } from '../../src/ingestion/schedule.ts';
 import { addSource } from '../../src/ingestion/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
@@ -83,6 +85,11 @@ async function round(ids: number[]) {
   };
 }
 
+async function samples(): Promise<Set<number>> {
+  const rows = await t.db.selectFrom('event_sources').select('poll_cost_samples').execute();
+  return new Set(rows.map((r) => r.poll_cost_samples));
+}
+
 async function countedRequests(): Promise<number> {
   const r = await t.db
     .selectFrom('github_requests')
@@ -110,22 +117,67 @@ describe('a schedule that knows a 304 is free', () => {
     ).toBeGreaterThan(200);
   });
 
-  it('new sources start as busy and learn: three rounds of 304s bring them to 60 s', async () => {
+  it('new sources start as busy; their first conditional answers are believed: the round after the first 304s is at 60 s', async () => {
     const ids = await fleet(SOURCES);
     const first = await round(ids);
     expect(first.outcomes).toEqual(['completed']);
-    // Every poll spent a counted request: the poll share decides, as it did before.
+    // Every poll spent a counted request, unconditionally (no ETag yet): no evidence of how
+    // busy the feeds are, so they stay at the prior and the poll share decides, as before.
     const floor = await pollIntervalFloorSeconds(t.db, github.credentials, SOURCES, ENRICH_SHARE);
     expect(Math.min(...first.seconds)).toBeGreaterThanOrEqual(floor - 1);
+    expect(new Set(first.costs)).toEqual(new Set([1]));
+    expect(await samples()).toEqual(new Set([0]));
 
+    // The first conditional round: every feed answers 304, and is believed idle at once.
     const second = await round(ids);
-    const third = await round(ids);
     expect(second.outcomes).toEqual(['not_modified']);
-    expect(Math.max(...third.seconds)).toBeLessThan(Math.min(...second.seconds));
-    const fourth = await round(ids);
-    expect(fourth.outcomes).toEqual(['not_modified']);
-    expect(new Set(fourth.costs)).toEqual(new Set([0.125]));
-    expect(new Set(fourth.seconds)).toEqual(new Set([60]));
+    expect(new Set(second.costs)).toEqual(new Set([0]));
+    expect(await samples()).toEqual(new Set([1]));
+    expect(new Set(second.seconds)).toEqual(new Set([60]));
+    const third = await round(ids);
+    expect(new Set(third.seconds)).toEqual(new Set([60]));
+    expect(await samples()).toEqual(new Set([2]));
+  });
+
+  it('2,000 sources on 8 tokens, as an import leaves them: after an all-304 round every next poll is at most 120 s out', async () => {
+    const n = 2_000;
+    await sql`
+      INSERT INTO event_sources (kind, target, mode, commits_enabled, etag)
+      SELECT 'repo', 'many/repo-' || g, 'live', false, '"etag"' FROM generate_series(1, ${n}::int) g`.execute(
+      t.db,
+    );
+    const rows = await t.db.selectFrom('event_sources').selectAll().execute();
+    const eight = Array.from({ length: 8 }, (_, i) => `token:${String(i).padStart(8, '0')}`);
+    // ENRICH_SHARE's default: 8 tokens leave polls 8 × 1,667 counted requests an hour.
+    const config = testConfig(t, { apiUrl: fake.url });
+    const plan = { db: t.db, github: { ...github, credentials: eight }, config };
+    // One round's cache, as pollDueSources gives every poll of a round.
+    const cache = newFleetCache();
+    const now = clock.now();
+    const seconds: number[] = [];
+    for (const row of rows) {
+      const p = await planSourcePoll(
+        plan,
+        row,
+        { requestsSpent: 0, pollIntervalSeconds: 60, conditional: true },
+        now,
+        cache,
+      );
+      seconds.push(p.seconds);
+    }
+    expect(Math.max(...seconds)).toBeLessThanOrEqual(120);
+    expect(new Set(seconds)).toEqual(new Set([60]));
+    // The same poll under the old rule (the prior moved halfway, to 0.5) is 270 s out: what
+    // issue 29 measured.
+    const halfway = await planSourcePoll(
+      plan,
+      { ...rows[0]!, poll_cost_samples: 1 },
+      { requestsSpent: 0, pollIntervalSeconds: 60, conditional: true },
+      now,
+      newFleetCache(),
+    );
+    expect(halfway.cost).toBe(0.5);
+    expect(halfway.seconds).toBe(270);
   });
 
   it('mixed: an idle feed polls at 60 s, a busy one shares what the idle ones leave', async () => {

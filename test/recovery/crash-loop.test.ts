@@ -10,8 +10,10 @@ import { type Child, killAll, spawnBin } from './world.ts';
 /**
  * A crash loop (issue 9): five rounds of a bin/worker that dies in the middle of a poll
  * (FAULT_POINT=ingest.after_page_commit: page 1 committed, the run still open, its
- * poll-sources job still `active`), then a fresh worker that must resume at once — every
- * push the feed served stored within 15 s of its spawn — and is itself SIGKILLed once its
+ * poll-sources job still `active`), then — once the source's backoff has passed (the dead
+ * poll counted its attempt first, ADR 0120; the test moves the clock on by setting it due)
+ * — a fresh worker that must resume at once — every push the feed served stored within
+ * 15 s of its spawn — and is itself SIGKILLed once its
  * run has completed (whatever else it is doing), so the next round starts over a corpse
  * again. Before ADR 0011 the dead job
  * held the stately poll-sources queue until pg-boss's heartbeat expiry (61 s measured; 3.5
@@ -87,6 +89,15 @@ describe('crash loop', () => {
         SELECT count(*)::int AS n FROM pgboss.job
         WHERE name = 'poll-sources' AND state = 'active'`.execute(t.db);
       expect(orphaned.rows[0]!.n, `round ${round}: the dead poll is left active`).toBe(1);
+      // Work that killed its process is not retried at once (ADR 0120): the dead poll counted
+      // its attempt before its request, so its source waits a minute. The minute passes.
+      const next = await sql<{ at: Date }>`SELECT next_poll_at AS at FROM event_sources`.execute(
+        t.db,
+      );
+      expect(next.rows[0]!.at.getTime(), `round ${round}: backed off`).toBeGreaterThan(
+        Date.now() + 30_000,
+      );
+      await sql`UPDATE event_sources SET next_poll_at = now()`.execute(t.db);
 
       const spawned = Date.now();
       const fresh = start(env);

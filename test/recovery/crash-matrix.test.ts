@@ -247,6 +247,18 @@ describe('crash-window matrix', () => {
         const atDeath = await snapshot(scratch.db);
         const leaseUntil = await deadLeaseExpiry(scratch.db);
         const killedAt = new Date();
+        // The first request a worker sends is its poll's page 1: the github.* points kill it.
+        const diedMidPoll = point === 'ingest.after_page_commit' || point.startsWith('github.');
+        if (diedMidPoll) {
+          // The attempt was counted before the request (ADR 0120): the dead poll had already
+          // moved its source a minute on, so a restart does not poll the same feed at once.
+          const next = await sql<{
+            at: Date;
+          }>`SELECT next_poll_at AS at FROM event_sources`.execute(scratch.db);
+          expect(next.rows[0]!.at.getTime()).toBeGreaterThan(killedAt.getTime() + 30_000);
+          // The minute passes.
+          await sql`UPDATE event_sources SET next_poll_at = now()`.execute(scratch.db);
+        }
 
         // 2. Restart without the fault.
         const second = start('worker', baseEnv(scratch));
@@ -300,10 +312,18 @@ describe('crash-window matrix', () => {
         );
         const runCounts = Object.fromEntries(runs.rows.map((r) => [r.status, r.n]));
         expect(runCounts.running, 'no run left running').toBeUndefined();
-        if (point === 'ingest.after_page_commit' || point.startsWith('github.')) {
-          // The dead run is interrupted, and the source, still due, is polled again. (The
-          // first request a worker sends is its poll's page 1: the github.* points kill it.)
+        if (diedMidPoll) {
+          // The dead run is interrupted (a death of its source), and the source, due again, is
+          // polled to the end: the completed run clears the death.
           expect(runCounts).toEqual({ completed: 1, interrupted: 1 });
+          // A death only when it died on an answer (github.after_sent: page 1 sent, no answer);
+          // killed after its answer was written, it is a failure of the source, not a death.
+          const death = second.lines.find((l) => /\.run_interrupted$/.test(String(l.event)));
+          const onAnswer = point === 'github.after_sent';
+          expect(death).toMatchObject({ on_answer: onAnswer, deaths: onAnswer ? 1 : 0 });
+          const src = await sql<{ deaths: number }>`
+            SELECT poll_deaths AS deaths FROM event_sources`.execute(scratch.db);
+          expect(src.rows[0]!.deaths).toBe(0);
         } else {
           expect(runCounts).toEqual({ completed: 1 });
         }

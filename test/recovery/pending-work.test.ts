@@ -132,7 +132,19 @@ describe('pending-work recovery', () => {
       .returning('id')
       .executeTakeFirstOrThrow();
     const report = await reconcile({ ...deps, boss });
-    expect(report.interruptedRuns).toEqual([{ runId: Number(orphan.id), sourceId }]);
+    expect(report.interruptedRuns).toEqual([
+      { runId: Number(orphan.id), sourceId, onAnswer: false, deaths: 0, setAsideUntil: null },
+    ]);
+    // An interrupted run is a failure of its source (ADR 0120), and says so; with no request
+    // of it in flight it is not a death.
+    const source = await t.db
+      .selectFrom('event_sources')
+      .select(['consecutive_failures', 'poll_deaths', 'last_error'])
+      .where('id', '=', String(sourceId))
+      .executeTakeFirstOrThrow();
+    expect(source.consecutive_failures).toBe(1);
+    expect(source.poll_deaths).toBe(0);
+    expect(source.last_error).toMatch(/^POLL_INTERRUPTED: run \d+ ended with its process/);
     const row = await t.db
       .selectFrom('ingestion_runs')
       .select(['status', 'finished_at', 'error'])

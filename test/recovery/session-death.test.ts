@@ -96,8 +96,9 @@ describe('advisory-lock release on session death', () => {
       what: 'the server to release the dead session’s lock',
     });
 
+    // Interrupted: a failure of its source, not a death (no request of it was in flight).
     expect((await reconcile({ ...deps, boss })).interruptedRuns).toEqual([
-      { runId: Number(orphan.id), sourceId },
+      { runId: Number(orphan.id), sourceId, onAnswer: false, deaths: 0, setAsideUntil: null },
     ]);
     const polled = await pollSource(deps, sourceId, { jobId: 'tick-2' });
     expect(polled).toMatchObject({ outcome: 'completed', eventsCreated: 2 });

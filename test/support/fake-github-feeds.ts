@@ -25,7 +25,7 @@ function eventText(ev: GitHubEvent): string {
 
 export function fakeFeeds(o: { pollInterval?: number }) {
   let feeds = new Map<string, GitHubEvent[]>(); // newest first
-  let pollIntervals = new Map<string, number>();
+  let pollIntervals = new Map<string, number | string>();
 
   const feedOf = (key: string) => {
     let f = feeds.get(key.toLowerCase());
@@ -88,7 +88,7 @@ export function fakeFeeds(o: { pollInterval?: number }) {
       }
     },
     feed: (feed: string): GitHubEvent[] => [...(feeds.get(feed.toLowerCase()) ?? [])],
-    setPollInterval(feed: string, seconds: number): void {
+    setPollInterval(feed: string, seconds: number | string): void {
       pollIntervals.set(feed.toLowerCase(), seconds);
     },
     reset(): void {

@@ -31,6 +31,12 @@ export interface Fault {
   /** Raw body to send (e.g. truncated JSON); default a GitHub-style error JSON. */
   body?: string;
   headers?: Record<string, string>;
+  /**
+   * A 200 of this many bytes, streamed (never held): one events-shaped JSON array whose one
+   * event holds a string of the whole size (ADR 0120's hostile answer). Written only as fast
+   * as the client reads; `bytesSent` on the request says how much it took before it hung up.
+   */
+  hugeBody?: { bytes: number; declareLength?: boolean };
 }
 
 export interface RecordedRequest {
@@ -51,6 +57,8 @@ export interface RecordedRequest {
   counted: boolean;
   startedAt: Date;
   endedAt: Date | null;
+  /** Body bytes written for a `hugeBody` fault before the answer ended or the client hung up. */
+  bytesSent?: number;
 }
 
 export interface FakeGitHubOptions {
@@ -71,6 +79,12 @@ export interface FakeGitHubOptions {
    * route template in the last 60 s is a secondary-limit 403 (retry-after: 60). Default off.
    */
   endpointRatePerMinute?: number;
+  /**
+   * The X-GitHub-Api-Version every REST request must carry (default `2022-11-28`, the version
+   * the client pins: ADR 0121); a request without it, or with another, is a 400. null: no
+   * check. GraphQL (`/graphql`) is not versioned and never checked.
+   */
+  apiVersion?: string | null;
 }
 
 export interface FakeGitHub {
@@ -94,7 +108,8 @@ export interface FakeGitHub {
   removeUser(login: string): void;
   removeRepo(fullName: string): void;
   renameRepo(oldFullName: string, newFullName: string): void;
-  setPollInterval(feed: FeedKey, seconds: number): void;
+  /** A string is sent as is (`0.5`, `1e10`: what a hostile answer could say). */
+  setPollInterval(feed: FeedKey, seconds: number | string): void;
   /** Commits of a repository, parents first (see fake-commit-graph.ts). */
   addCommits(fullName: string, commits: FakeCommit[]): void;
   setBranch(fullName: string, branch: string, sha: string): void;

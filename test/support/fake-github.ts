@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { routeTemplate } from '../../src/github/pacing.ts';
 import { fakeApps, MINT_PATH } from './fake-github-app.ts';
 import { fakeFeeds } from './fake-github-feeds.ts';
-import { type Answer, DOCS, json, notFound } from './fake-github-http.ts';
+import { type Answer, DOCS, json, notFound, streamHugeBody } from './fake-github-http.ts';
 import { restQuota } from './fake-github-quota.ts';
 import { fakeRepos } from './fake-github-repos.ts';
 import type { FakeGitHub, FakeGitHubOptions, Fault, RecordedRequest } from './fake-github-types.ts';
@@ -46,6 +46,7 @@ export type * from './fake-github-types.ts';
 
 export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<FakeGitHub> {
   const enforceSerial = opts.enforceSerial ?? true;
+  const apiVersion = opts.apiVersion === undefined ? '2022-11-28' : opts.apiVersion;
   const graphqlLimit = opts.graphqlLimit ?? 5000;
   const apps = fakeApps();
   const quota = restQuota({
@@ -178,12 +179,15 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     res.on('close', end);
 
     const bucket = isGraphQL ? null : who.bucket;
-    const send = (a: Answer, spend: boolean) => {
-      if (spend && bucket && bucket.remaining > 0) {
+    const spendOne = () => {
+      if (bucket && bucket.remaining > 0) {
         bucket.remaining--;
         counted++;
         rec.counted = true;
       }
+    };
+    const send = (a: Answer, spend: boolean) => {
+      if (spend) spendOne();
       rec.status = a.status;
       const headers: Record<string, string> = {
         'content-type': 'application/json; charset=utf-8',
@@ -200,6 +204,19 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     try {
       if (fake.onRequest) await fake.onRequest(rec);
       if (opts.latencyMs) await sleep(opts.latencyMs);
+
+      // The REST API version the client pins (ADR 0121); GraphQL is not versioned.
+      const version = req.headers['x-github-api-version'];
+      if (apiVersion !== null && !isGraphQL && version !== apiVersion) {
+        send(
+          json(400, {
+            message: `fake GitHub: X-GitHub-Api-Version must be ${apiVersion} (got ${version === undefined ? 'none' : JSON.stringify(version)})`,
+            documentation_url: `${DOCS}/about-the-rest-api/api-versions`,
+          }),
+          false,
+        );
+        return;
+      }
 
       if ((enforceSerial && concurrent) || overEndpointRate) {
         secondaryLimitHits++;
@@ -236,6 +253,14 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       }
       if (fault?.reset) {
         req.socket.destroy();
+        return;
+      }
+      if (fault?.hugeBody) {
+        spendOne();
+        rec.status = 200;
+        await streamHugeBody(res, fault.hugeBody, bucket ? quota.headers(bucket) : {}, (n) => {
+          rec.bytesSent = n;
+        });
         return;
       }
       if (fault && (fault.status !== undefined || fault.body !== undefined || !fault.delayMs)) {

@@ -8,10 +8,13 @@ import { otherEvent, pushEvent } from '../support/github-factories.ts';
 
 const line = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));
 
-/** What the poll path's rules make of an event: the row, or the reason it is set aside. */
+/**
+ * What the rules make of an archive line: the row, or the reason it is set aside. As the
+ * poll path's, except that `"id": null` is a push known only by webhook (ADR 0130).
+ */
 function slow(e: Record<string, unknown>) {
   try {
-    return { row: mapPushEvent(e, idField(e.id, 'id')).push };
+    return { row: mapPushEvent(e, e.id === null ? null : idField(e.id, 'id')).push };
   } catch (err) {
     if (!(err instanceof Rejection)) throw err;
     return { rejected: err.reason };

@@ -3,9 +3,13 @@ import { loadConfig } from '../../src/config.ts';
 import {
   CONNECTIONS_PER_FETCHER,
   CONNECTIONS_PER_POLL,
+  connectionsBesidePool,
+  fitToServer,
+  headroom,
   type InFlightPlan,
   inFlightPlan,
   isPlanRole,
+  MIN_POLLS,
   PLAN_ROLES,
   type PlanRole,
   POLLS_PER_CREDENTIAL,
@@ -33,11 +37,11 @@ function poolFor(p: InFlightPlan): number {
 
 describe('inFlightPlan', () => {
   it('a worker: two polls and one fetcher per resource for every credential', () => {
-    for (const n of [1, 8, 16]) {
+    for (const n of [1, 2, 8, 16]) {
       const p = inFlightPlan({ credentials: tokens(n), role: 'worker' });
-      expect(p.polls).toBe(POLLS_PER_CREDENTIAL * n);
+      expect(p.polls).toBe(Math.max(MIN_POLLS, POLLS_PER_CREDENTIAL * n));
       expect(p.fetchers).toEqual({ rest: n, graphql: n });
-      expect(p.dbPool).toBe(2 * 2 * n + 2 * n + PLAN_ROLES.worker.spare);
+      expect(p.dbPool).toBe(2 * p.polls + 2 * n + PLAN_ROLES.worker.spare);
       expect(p.dbPool).toBe(poolFor(p));
       expect(p.wantedPool).toBe(p.dbPool);
       expect(p.limitedBy).toBe('credentials');
@@ -69,7 +73,7 @@ describe('inFlightPlan', () => {
   it('anonymous has no GraphQL; a budget key counts as its credential; none is anonymous', () => {
     expect(inFlightPlan({ credentials: ['anonymous'], role: 'worker' })).toMatchObject({
       credentials: { rest: 1, graphql: 0 },
-      polls: 2,
+      polls: MIN_POLLS,
       fetchers: { rest: 1, graphql: 0 },
     });
     expect(
@@ -78,7 +82,7 @@ describe('inFlightPlan', () => {
         role: 'worker',
       }),
     ).toMatchObject({ credentials: { rest: 2, graphql: 2 }, polls: 4 });
-    expect(inFlightPlan({ credentials: [], role: 'ingest' }).polls).toBe(2);
+    expect(inFlightPlan({ credentials: [], role: 'ingest' }).polls).toBe(MIN_POLLS);
     expect(inFlightPlan({ credentials: ['fixture'], role: 'commits' }).fetchers.graphql).toBe(1);
   });
 
@@ -126,6 +130,44 @@ describe('inFlightPlan', () => {
     expect(p.dbPool).toBeLessThanOrEqual(60);
     // The room is shared as the credentials would share it: polls keep their proportion.
     expect(p.polls).toBeGreaterThanOrEqual(Math.floor((32 * (60 - 3)) / (98 - 3)));
+  });
+
+  it('fits the server: the room max_connections leaves, less headroom and what is open', () => {
+    const c = tokens(16);
+    const full = inFlightPlan({ credentials: c, role: 'worker' });
+    const besides = connectionsBesidePool(full);
+    // 16 REST gates, 16 GraphQL gates, pg-boss and liveness.
+    expect(besides).toBe(16 + 16 + 5);
+    const big = fitToServer(
+      { credentials: c, role: 'worker' },
+      { maxConnections: 1000, reserved: 3, inUse: 1 },
+    );
+    expect(big.plan).toEqual(full);
+    // Postgres's default 100, 20 sessions open elsewhere: 100 − 3 − 20 − 10 − 37 = 30.
+    const small = fitToServer(
+      { credentials: c, role: 'worker' },
+      { maxConnections: 100, reserved: 3, inUse: 21 },
+    );
+    expect(small.roomCap).toBe(100 - 3 - 20 - headroom(100) - besides);
+    expect(small.plan.limitedBy).toBe('pool_cap');
+    expect(small.plan.dbPool).toBeLessThanOrEqual(small.roomCap);
+    expect(small.plan.dbPool + besides + 20 + 3 + headroom(100)).toBeLessThanOrEqual(100);
+    // DATABASE_POOL_MAX below the room wins.
+    const capped = fitToServer(
+      { credentials: c, role: 'worker', poolMax: 12 },
+      { maxConnections: 1000, reserved: 3, inUse: 1 },
+    );
+    expect(capped.plan.dbPool).toBeLessThanOrEqual(12);
+    // A server with no room at all still gets the least the role needs (and says so).
+    const none = fitToServer(
+      { credentials: c, role: 'worker' },
+      { maxConnections: 100, reserved: 3, inUse: 100 },
+    );
+    expect(none.plan.limitedBy).toBe('role_minimum');
+    expect(none.plan.polls).toBe(1);
+    // An App's token requests have a gate of their own.
+    expect(connectionsBesidePool(full, { app: true })).toBe(besides + 1);
+    expect(connectionsBesidePool(inFlightPlan({ credentials: c, role: 'ingest' }))).toBe(16 + 2);
   });
 
   it('names its roles', () => {

@@ -39,6 +39,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
   ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '-1', /integer from 0 \(off\) to 1000000/],
   ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '15.5', /integer from 0 \(off\)/],
+  ['DATABASE_POOL_MAX', '0', /integer from 1 to 10000/],
+  ['DATABASE_POOL_MAX', 'lots', /integer from 1 to 10000/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
   ['SOURCES', 'public,planet:mars', /bad entry "planet:mars": unknown source kind/],
   ['LOG_FORMAT', 'pretty', /one of auto, json, text.*"pretty"/],
@@ -49,6 +51,7 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['ARCHIVE_MIN_RATE', '16k', /integer from 1 to/],
   ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
   ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],
+  ['ARCHIVE_SERVE', 'yes', /one of on, off.*"yes"/],
   ['COMMIT_EMAILS', 'clear', /one of hash, keep, drop.*"clear"/],
   ['COMMITS_MAX_PER_PUSH', '0', /integer from 1 to 10000/],
   ['COMMITS_MAX_PER_PUSH', '10001', /integer from 1 to 10000/],
@@ -110,6 +113,8 @@ describe('config: defaults and parsing', () => {
     expect(loadConfig({ GITHUB_ENDPOINT_RATE_PER_MINUTE: '0' }).github.endpointRatePerMinute).toBe(
       0,
     );
+    expect(c.databasePoolMax).toBeUndefined();
+    expect(loadConfig({ DATABASE_POOL_MAX: '40' }).databasePoolMax).toBe(40);
     expect(c.tickSeconds).toBe(60);
     expect(c.pgbossSchema).toBe('pgboss');
     expect(c.logLevel).toBe('info');
@@ -129,8 +134,10 @@ describe('config: defaults and parsing', () => {
     expect(c.archive).toEqual({
       url: 'https://data.gharchive.org',
       mirrors: ['https://data.gharchive.org'],
+      serve: true,
       download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
     });
+    expect(loadConfig({ ARCHIVE_SERVE: 'off' }).archive.serve).toBe(false);
     expect(c.commits).toEqual({ emails: 'hash', maxPerPush: 250, share: 0.5 });
   });
 

@@ -1,0 +1,171 @@
+import { type RawBuilder, sql } from 'kysely';
+import type { Db } from '../db/pool.ts';
+import { SPENDS_QUOTA } from '../github/ledger.ts';
+import { untilText } from '../time-text.ts';
+
+/**
+ * Polls that killed their process (issue 27.1, ADR 0120), as gap fills' deaths (ADR 0061).
+ *
+ * A poll counts its attempt before its first request: the run's opening transaction moves the
+ * source's next poll to where a failure would put it (backoffBeforeRequest), so a process that
+ * dies on the answer has already backed the source off — its successor does not poll the same
+ * feed at once. A run left `running` is found dead later (the reconciler, or the next poll of
+ * the source under its lock): it becomes `interrupted` and, in the same statement, a failure
+ * of its source (consecutive_failures + 1) and a death (poll_deaths + 1). The second death
+ * since the source's last completed run sets it aside for SET_ASIDE_SECONDS, with a last_error
+ * that says why and until when; a completed run clears the count, `bin/sources enable ID`
+ * clears it and polls at once. After the day, one more try: a third death sets it aside again.
+ */
+
+export const MAX_POLL_DEATHS = 2;
+/** How long a source whose polls died twice in a row waits: a day, then one more try. */
+export const SET_ASIDE_SECONDS = 86_400;
+
+export const INTERRUPTED_ERROR =
+  'interrupted: the process running it ended before the run finished (its source lock was released)';
+
+export interface DeadRun {
+  runId: number;
+  sourceId: number;
+  /**
+   * It died with a request of its own sent and unanswered: the answer is the suspect, and it
+   * counts as a death. A run that died beside it (its process killed while it waited at the
+   * gate or wrote a page) counts as a failure of its source only.
+   */
+  onAnswer: boolean;
+  /** The source's deaths in a row, this one included. */
+  deaths: number;
+  /** When the source was set aside until, if this death set it aside. */
+  setAsideUntil: Date | null;
+}
+
+/**
+ * Marks the `running` runs that `where` selects as `interrupted` and counts each as a failure
+ * and a death of its source, in one statement: a run is never interrupted without its death
+ * counted, nor counted twice (only a `running` row turns `interrupted`).
+ */
+export async function interruptDeadRuns(
+  db: Db,
+  where: RawBuilder<unknown>,
+  now: Date,
+): Promise<DeadRun[]> {
+  const until = new Date(now.getTime() + SET_ASIDE_SECONDS * 1000);
+  const r = await sql<{
+    id: string;
+    source_id: string;
+    on_answer: boolean;
+    deaths: number;
+    set_aside: boolean;
+  }>`
+    WITH dead AS (
+      UPDATE ingestion_runs AS r
+      SET status = 'interrupted', finished_at = ${now}, error = ${INTERRUPTED_ERROR}
+      WHERE r.status = 'running' AND ${where}
+      RETURNING r.id, r.source_id,
+        -- Died on an answer: a request of this run sent and never answered (the small set
+        -- of unfinished spending rows, github_requests_unfinished).
+        EXISTS (SELECT 1 FROM github_requests q
+                WHERE ${SPENDS_QUOTA} AND q.finished_at IS NULL AND q.outcome = 'sent'
+                  AND q.run_id = r.id) AS on_answer
+    ),
+    per AS (
+      SELECT source_id, count(*)::int AS n, count(*) FILTER (WHERE on_answer)::int AS died,
+        max(id) AS last_run
+      FROM dead GROUP BY source_id
+    ),
+    counted AS (
+      UPDATE event_sources AS s SET
+        poll_deaths = s.poll_deaths + per.died,
+        consecutive_failures = s.consecutive_failures + per.n,
+        next_poll_at = CASE WHEN per.died > 0 AND s.poll_deaths + per.died >= ${MAX_POLL_DEATHS}
+          THEN ${until}::timestamptz ELSE s.next_poll_at END,
+        last_error = CASE
+          WHEN per.died = 0 THEN format('POLL_INTERRUPTED: run %s ended with its process while no request of it was in flight (not counted as a death)',
+            per.last_run)
+          WHEN s.poll_deaths + per.died >= ${MAX_POLL_DEATHS}
+          THEN format('POLL_DIED: polling this source killed the process %s times in a row (killed, or out of memory, on its answer; last run %s); set aside until %s: bin/sources enable %s polls it again now',
+            s.poll_deaths + per.died, per.last_run, ${untilText(until, now)}::text, s.id)
+          ELSE format('POLL_DIED: run %s died on its answer (killed, or out of memory): %s of %s deaths in a row before the source is set aside',
+            per.last_run, s.poll_deaths + per.died, ${MAX_POLL_DEATHS}::int) END,
+        updated_at = ${now}
+      FROM per WHERE s.id = per.source_id
+      RETURNING s.id, s.poll_deaths,
+        per.died > 0 AND s.poll_deaths >= ${MAX_POLL_DEATHS} AS set_aside
+    )
+    SELECT dead.id::text AS id, dead.source_id::text AS source_id, dead.on_answer,
+      coalesce(counted.poll_deaths, 0) AS deaths, coalesce(counted.set_aside, false) AS set_aside
+    FROM dead LEFT JOIN counted ON counted.id = dead.source_id
+    ORDER BY dead.id`.execute(db);
+  return r.rows.map((row) => ({
+    runId: Number(row.id),
+    sourceId: Number(row.source_id),
+    onAnswer: row.on_answer,
+    deaths: row.deaths,
+    setAsideUntil: row.set_aside ? until : null,
+  }));
+}
+
+/**
+ * The runs of one source left `running`, found by the poll that now holds the source's lock:
+ * their poller is gone (a run is `running` only while its poller holds that lock).
+ */
+export function interruptRunsOf(db: Db, sourceId: number, now: Date): Promise<DeadRun[]> {
+  return interruptDeadRuns(db, sql`r.source_id = ${sourceId}`, now);
+}
+
+/**
+ * Before the first request: the source's next poll moved to where this attempt's failure
+ * would put it (the failure ladder's next step), in the run's opening transaction. Any end of
+ * the run writes its own schedule over it; a death leaves it.
+ */
+export async function backoffBeforeRequest(
+  db: Db,
+  sourceId: number,
+  nextPollAt: Date,
+  now: Date,
+): Promise<void> {
+  await db
+    .updateTable('event_sources')
+    .set({ next_poll_at: nextPollAt, updated_at: now })
+    .where('id', '=', String(sourceId))
+    .execute();
+}
+
+/**
+ * One warn line per run found dead (reconcile.run_interrupted, or ingestion.run_interrupted
+ * when the source's next poll found it), and one source.set_aside line when a death set its
+ * source aside.
+ */
+export function logDeadRuns(
+  log: { warn(fields: object, msg: string): void },
+  runs: readonly DeadRun[],
+  foundBy: 'reconcile' | 'poll',
+  now: Date,
+): void {
+  for (const run of runs) {
+    const fields = {
+      run_id: run.runId,
+      source_id: run.sourceId,
+      on_answer: run.onAnswer,
+      deaths: run.deaths,
+      max_deaths: MAX_POLL_DEATHS,
+    };
+    log.warn(
+      foundBy === 'reconcile'
+        ? { event: 'reconcile.run_interrupted', ...fields }
+        : { event: 'ingestion.run_interrupted', ...fields },
+      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended (killed, or out of memory); marked interrupted: a failure of the source${run.onAnswer ? `, died on its answer: ${run.deaths} of ${MAX_POLL_DEATHS} deaths in a row` : ' (no request in flight: not a death)'}`,
+    );
+    if (run.setAsideUntil) {
+      log.warn(
+        {
+          event: 'source.set_aside',
+          source_id: run.sourceId,
+          deaths: run.deaths,
+          until: run.setAsideUntil.toISOString(),
+        },
+        `source ${run.sourceId} set aside until ${untilText(run.setAsideUntil, now)}: polling it killed the process ${run.deaths} times in a row; bin/sources enable ${run.sourceId} polls it again now`,
+      );
+    }
+  }
+}

@@ -1,0 +1,253 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { LockSpace, lockHeldSql } from '../../src/db/locks.ts';
+import { ANSWER_MAX_BYTES } from '../../src/github/answer-limits.ts';
+import { addSource } from '../../src/ingestion/sources.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
+import { pushEvent } from '../support/github-factories.ts';
+import { waitFor } from './helpers.ts';
+import { type Child, killAll, ROOT, spawnBin } from './world.ts';
+
+/**
+ * The red team's crash loop (issue 27.1), against real bin/worker processes and the fake
+ * GitHub. Before ADR 0120 one feed answering a 110 MB string killed every worker 11–14 s
+ * after its start ("JavaScript heap out of memory"): the dead run counted no failure, so each
+ * restart polled the same feed and died, and no other source was polled.
+ *
+ * 1. With the byte cap: a worker with a small heap (128 MB, below what the 110 MB string
+ *    needed) reads 8 MB of it, refuses it and lives; the feed fails and backs off, the other
+ *    feeds are polled, and the worker's peak RSS over its whole life stays bounded.
+ * 2. Work that still kills its process: the fake SIGKILLs whichever worker asks for the bad
+ *    feed, mid-answer. Each restart polls the other feeds and not the bad one (its attempt was
+ *    counted before the request); the second death sets the bad feed aside for a day; the
+ *    operator's `bin/sources enable` polls it again.
+ */
+
+const t = useTestDatabase();
+let fake: FakeGitHub;
+let dir: string;
+const children: Child[] = [];
+const MB = 1024 * 1024;
+const PEAK_HOOK = `--import=${path.join(ROOT, 'test/support/peak-rss.mjs')}`;
+/** A worker's resident set with a 128 MB heap and 8 MB answers; the 110 MB string needed more. */
+const PEAK_BOUND = 320 * MB;
+
+beforeAll(async () => {
+  fake = await startFakeGitHub();
+  dir = mkdtempSync(path.join(tmpdir(), 'gpi-hostile-'));
+});
+afterAll(async () => {
+  await killAll(children);
+  await fake?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+beforeEach(async () => {
+  fake.reset();
+  await sql`TRUNCATE event_sources, ingestion_runs, push_events, actors, repositories,
+    github_requests, github_rate_limits RESTART IDENTITY CASCADE`.execute(t.db);
+});
+
+function worker(extra: Record<string, string> = {}): Child {
+  const child = spawnBin('worker', {
+    DATABASE_URL: t.url,
+    GITHUB_MODE: 'live',
+    GITHUB_API_URL: fake.url,
+    GITHUB_TOKEN: 'hostile-answers-token',
+    TICK_SECONDS: '1',
+    ...extra,
+  });
+  children.push(child);
+  return child;
+}
+
+async function source(target: string): Promise<{ id: number; feed: string; path: string }> {
+  const { source } = await addSource(t.db, { kind: 'repo', target }, 'live');
+  return { id: Number(source.id), feed: `repo:${target}`, path: `/repos/${target}/events` };
+}
+
+async function row(id: number) {
+  return t.db
+    .selectFrom('event_sources')
+    .select(['consecutive_failures', 'poll_deaths', 'next_poll_at', 'last_error'])
+    .where('id', '=', String(id))
+    .executeTakeFirstOrThrow();
+}
+
+async function stored(ids: string[]): Promise<boolean> {
+  const r = await sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM push_events WHERE id::text = ANY(${ids})`.execute(t.db);
+  return r.rows[0]!.n === ids.length;
+}
+
+/** New pushes on the good feeds, and the feeds due: what each worker must store. */
+async function freshPushes(goods: { id: number; feed: string }[], seq: number): Promise<string[]> {
+  // A run still finishing would write its own next poll over the one set below. (A dead
+  // worker's runs, their lock gone, wait for the next worker's reconcile.)
+  await waitFor(
+    async () => {
+      const r = await sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM ingestion_runs r WHERE r.status = 'running'
+          AND r.source_id = ANY(${goods.map((g) => String(g.id))}::bigint[])
+          AND ${lockHeldSql(LockSpace.source, sql`r.source_id`)}`.execute(t.db);
+      return r.rows[0]!.n === 0;
+    },
+    { timeoutMs: 60_000, what: 'the good feeds’ runs to finish' },
+  );
+  const ids: string[] = [];
+  for (const [i, g] of goods.entries()) {
+    const ev = pushEvent({ id: 60_000_000_000 + seq * 100 + i });
+    fake.addEvents(g.feed, [ev]);
+    ids.push(String(ev.id));
+  }
+  await sql`UPDATE event_sources SET next_poll_at = now()
+    WHERE id = ANY(${goods.map((g) => String(g.id))}::bigint[])`.execute(t.db);
+  return ids;
+}
+
+const requestsFor = (p: string) => fake.requests.filter((r) => r.path === p);
+
+describe('a feed answering 110 MB', () => {
+  it('a worker with a 128 MB heap refuses it at 8 MB and lives: the feed backs off, the others are polled, peak RSS bounded', {
+    timeout: 180_000,
+  }, async () => {
+    const bad = await source('hostile/huge');
+    const goods = [await source('kind/one'), await source('kind/two')];
+    fake.fail({ path: bad.path, hugeBody: { bytes: 110 * MB }, times: Number.POSITIVE_INFINITY });
+    const rssFile = path.join(dir, 'rss-cap');
+    const w = worker({
+      NODE_OPTIONS: `--max-old-space-size=128 ${PEAK_HOOK}`,
+      GPI_PEAK_RSS_FILE: rssFile,
+    });
+    await w.waitForLine((l) => l.event === 'worker.started', 'the worker to start', 60_000);
+
+    for (let round = 1; round <= 3; round++) {
+      const ids = await freshPushes(goods, round);
+      await sql`UPDATE event_sources SET next_poll_at = now() WHERE id = ${bad.id}`.execute(t.db);
+      await waitFor(
+        async () => (await stored(ids)) && (await row(bad.id)).consecutive_failures === round,
+        { timeoutMs: 60_000, what: `round ${round}: good pushes stored, the bad feed failed` },
+      );
+      const r = await row(bad.id);
+      expect(r.last_error).toMatch(/^GITHUB_ANSWER_TOO_LARGE: .*8 MB cap for events answers/);
+      // Backed off on the failure ladder: 1, 2, 4 minutes.
+      expect(r.next_poll_at.getTime()).toBeGreaterThan(
+        Date.now() + (60_000 * 2 ** (round - 1) - 15_000),
+      );
+      expect(w.process.exitCode, 'the worker is alive').toBeNull();
+    }
+    // Each answer was read to the cap and hung up on, not to its end.
+    const served = requestsFor(bad.path);
+    expect(served).toHaveLength(3);
+    // (The cap, and what the kernel's and Node's socket buffers held when the client hung up.)
+    for (const s of served) expect(s.bytesSent!).toBeLessThan(3 * ANSWER_MAX_BYTES.events);
+
+    w.process.kill('SIGTERM');
+    expect(await w.exited).toEqual({ code: 0, signal: null });
+    const peak = Number(readFileSync(rssFile, 'utf8'));
+    console.log(
+      `worker (128 MB heap) against a 110 MB feed, 3 answers refused at the 8 MB cap: peak RSS ${(peak / MB).toFixed(0)} MB; bytes the fake got out per answer: ${served.map((s) => (s.bytesSent! / MB).toFixed(1)).join(', ')} MB`,
+    );
+    expect(peak).toBeGreaterThan(0);
+    expect(peak).toBeLessThan(PEAK_BOUND);
+  });
+});
+
+describe('a feed whose answer kills the worker', () => {
+  it('each restart polls the other feeds, not the bad one; the second death sets it aside; enable polls it again', {
+    timeout: 240_000,
+  }, async () => {
+    const bad = await source('hostile/killer');
+    const goods = [await source('kind/three'), await source('kind/four')];
+    let victim: Child | null = null;
+    let killing = true;
+    // A real death mid-answer: the worker asking for the bad feed is SIGKILLed, its request
+    // in flight (the answer never comes).
+    fake.onRequest = (req) => {
+      if (killing && req.path === bad.path && victim) victim.process.kill('SIGKILL');
+    };
+
+    // Death 1.
+    const ids1 = await freshPushes(goods, 11);
+    victim = worker();
+    expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    const killedAt = Date.now();
+    const afterDeath1 = await row(bad.id);
+    // Counted before the request: the bad feed already waits its backoff.
+    expect(afterDeath1.next_poll_at.getTime()).toBeGreaterThan(killedAt + 30_000);
+
+    // Restart: the death is counted, the good feeds are polled, the bad one is not.
+    const ids2 = [...ids1, ...(await freshPushes(goods, 12))];
+    victim = worker();
+    await victim.waitForLine(
+      (l) => l.event === 'reconcile.run_interrupted' && l.source_id === bad.id,
+      'the restarted worker to count the death',
+      60_000,
+    );
+    await waitFor(() => stored(ids2), { timeoutMs: 60_000, what: 'the good feeds polled' });
+    expect(await row(bad.id)).toMatchObject({ consecutive_failures: 1, poll_deaths: 1 });
+    expect((await row(bad.id)).last_error).toMatch(/^POLL_DIED: run \d+ died on its answer/);
+    expect(requestsFor(bad.path)).toHaveLength(1);
+
+    // Death 2: its backoff passes (the test moves it), the same worker polls it and dies.
+    await sql`UPDATE event_sources SET next_poll_at = now() WHERE id = ${bad.id}`.execute(t.db);
+    expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(requestsFor(bad.path)).toHaveLength(2);
+
+    // Restart: the second death sets the feed aside for a day; the good feeds go on.
+    const ids3 = await freshPushes(goods, 13);
+    victim = worker();
+    const aside = await victim.waitForLine(
+      (l) => l.event === 'source.set_aside' && l.source_id === bad.id,
+      'the bad feed set aside',
+      60_000,
+    );
+    expect(aside.deaths).toBe(2);
+    await waitFor(() => stored(ids3), { timeoutMs: 60_000, what: 'the good feeds polled again' });
+    const setAside = await row(bad.id);
+    expect(setAside.poll_deaths).toBe(2);
+    expect(setAside.next_poll_at.getTime()).toBeGreaterThan(Date.now() + 23 * 3600_000);
+    expect(setAside.last_error).toMatch(
+      new RegExp(
+        `set aside until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC: bin/sources enable ${bad.id} polls it again now$`,
+      ),
+    );
+    // More rounds of the good feeds: the bad one is never asked again.
+    const ids4 = await freshPushes(goods, 14);
+    await waitFor(() => stored(ids4), { timeoutMs: 60_000, what: 'the good feeds, once more' });
+    expect(requestsFor(bad.path)).toHaveLength(2);
+    expect(victim.process.exitCode).toBeNull();
+
+    // The feed is fixed; the operator retries it.
+    killing = false;
+    const ev = pushEvent({ id: 60_000_009_999 });
+    fake.addEvents(bad.feed, [ev]);
+    const enable = spawnBin('sources', { DATABASE_URL: t.url, GITHUB_MODE: 'live' }, [
+      'enable',
+      String(bad.id),
+    ]);
+    children.push(enable);
+    expect(await enable.exited).toEqual({ code: 0, signal: null });
+    await waitFor(
+      async () => (await stored([String(ev.id)])) && (await row(bad.id)).last_error === null,
+      { timeoutMs: 60_000, what: 'the bad feed polled to the end' },
+    );
+    expect(await row(bad.id)).toMatchObject({
+      consecutive_failures: 0,
+      poll_deaths: 0,
+      last_error: null,
+    });
+    victim.process.kill('SIGTERM');
+    expect(await victim.exited).toEqual({ code: 0, signal: null });
+    const runs = await sql<{ status: string; n: number }>`
+      SELECT status, count(*)::int AS n FROM ingestion_runs WHERE source_id = ${bad.id}
+      GROUP BY 1 ORDER BY 1`.execute(t.db);
+    expect(Object.fromEntries(runs.rows.map((r) => [r.status, r.n]))).toEqual({
+      completed: 1,
+      interrupted: 2,
+    });
+  });
+});
