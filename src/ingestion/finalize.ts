@@ -7,7 +7,7 @@ import { faultPoint } from '../fault.ts';
 import { logGapsRecorded, recordGap } from '../gaps/record.ts';
 import type { Logger } from '../log.ts';
 import { classifyFailure } from './failures.ts';
-import { mergeRecentIds } from './horizon.ts';
+import { mergeRecentIds, ringOf } from './horizon.ts';
 import { type RunState, runCounters, summaryOf } from './run-state.ts';
 import type { IngestionDeps, RunSummary } from './run-summary.ts';
 import { type FleetCache, planSourcePoll } from './schedule.ts';
@@ -49,6 +49,10 @@ export async function finalizeSuccess(
   // The next poll by this source's expected counted cost (ADR 0081): an idle feed at its
   // X-Poll-Interval, a busy one within its share of the poll allowance.
   const status = state.notModified ? 'not_modified' : 'completed';
+  // The ring, each id with its event's time (its era: ADR 0122).
+  const ring = state.notModified
+    ? { ids: source.recent_event_ids, at: source.recent_event_at }
+    : mergeRecentIds({ ids: state.eventIds, at: state.eventTimes }, ringOf(source));
   const { gap, plan } = await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
     // A 304 (or the feed's end) of a held request is written here: its gate, ledger row and
@@ -78,9 +82,8 @@ export async function finalizeSuccess(
         poll_interval_seconds: interval,
         next_poll_at: nextPollAt,
         poll_cost: plan.cost,
-        recent_event_ids: state.notModified
-          ? source.recent_event_ids
-          : mergeRecentIds(state.eventIds, source.recent_event_ids),
+        recent_event_ids: ring.ids,
+        recent_event_at: ring.at,
         consecutive_failures: 0,
         last_error: null,
         last_polled_at: now,
@@ -94,9 +97,9 @@ export async function finalizeSuccess(
       ? await recordGap(trx, {
           sourceId: Number(source.id),
           runId: state.runId,
-          heldIds: source.recent_event_ids,
+          held: ringOf(source),
           lastPolledAt: source.last_polled_at,
-          readIds: state.eventIds,
+          read: { ids: state.eventIds, at: state.eventTimes },
           runStartedAt: state.startedAt,
           now,
         })
