@@ -73,13 +73,25 @@ function formatImport(r: ImportResult, mirrorShown: boolean): string {
       ].join(', ');
       const resumed = r.resumedAt ? ` (resumed at line ${count(r.resumedAt + 1)})` : '';
       const error = r.error ? `: ${r.error.code}: ${r.error.message}` : '';
-      // A file that killed its importer twice says itself how to read it again (--force).
-      const hint =
-        r.outcome === 'completed' || r.error?.code === 'BACKFILL_KILLED_IMPORTER'
-          ? ''
-          : '; run the same command again to resume from its checkpoint';
+      const hint = r.outcome === 'completed' ? '' : nextStep(r.error?.code);
       return `${name}: ${r.outcome}${error}: ${what} in ${seconds(r.seconds)}${resumed}${hint}`;
     }
+  }
+}
+
+/**
+ * What to do about an import that did not complete, by its error: run it again when a run
+ * again can go further (a cut download, an outage, an interruption); otherwise say why not.
+ */
+function nextStep(code: string | undefined): string {
+  switch (code) {
+    // It says itself how to read it again (--force).
+    case 'BACKFILL_KILLED_IMPORTER':
+      return '';
+    case 'ARCHIVE_HOUR_MISSING':
+      return '; this mirror has no file for the hour (GH Archive publishes an hour about an hour after it ends, and lacks some for good): try another mirror (--mirror URL or --mirror all), or later';
+    default:
+      return '; run the same command again to resume from its checkpoint';
   }
 }
 

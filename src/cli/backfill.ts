@@ -44,11 +44,17 @@ Exit codes: 0 every file imported (or imported before), every gap filled or wait
 future) or configuration.
 `;
 
-function parseInputs(args: string[], now: Date): Input[] {
+function parseInputs(args: string[], now: Date, mirror: string | undefined): Input[] {
+  const where =
+    mirror === undefined
+      ? undefined
+      : mirror === 'all'
+        ? 'every mirror in GHARCHIVE_URL'
+        : shownUrl(mirror);
   return args.map((arg) => {
     const hour = parseHour(arg);
     if (hour) {
-      const check = hourCheck(hour, now);
+      const check = hourCheck(hour, now, where);
       if (check && 'refuse' in check) throw new UsageError(check.refuse);
       if (check) terminal.write(process.stderr, `backfill: warning: ${check.warn}\n`);
       return { kind: 'hour', name: hour.name };
@@ -61,6 +67,14 @@ function parseInputs(args: string[], now: Date): Input[] {
     }
     return { kind: 'file', path: arg };
   });
+}
+
+/** A mirror's URL as it may be printed: never its user name or password. */
+function shownUrl(raw: string): string {
+  const u = new URL(raw);
+  u.username = '';
+  u.password = '';
+  return u.toString();
 }
 
 /** --mirror: 'all', or one mirror as GHARCHIVE_URL takes them (http(s) or file://). */
@@ -109,13 +123,14 @@ export async function main(argv: string[]): Promise<number> {
   if (!values.gaps && positionals.length === 0) {
     throw new UsageError(`give at least one FILE or HOUR, or --gaps\n${USAGE}`);
   }
+  const mirror = mirrorFlag(values.mirror);
   const command: BackfillCommand = {
-    inputs: values.gaps ? [] : parseInputs(positionals, new Date()),
+    inputs: values.gaps ? [] : parseInputs(positionals, new Date(), mirror),
     gaps: values.gaps ?? false,
     sourceId: positiveIntFlag('source', values.source, USAGE),
     force: values.force ?? false,
     json: values.json ?? false,
-    mirror: mirrorFlag(values.mirror),
+    mirror,
   };
   // The bar is progress, not a result: stderr's last line, a terminal only (src/terminal.ts).
   const tty = !command.json && process.stderr.isTTY === true;

@@ -77,11 +77,40 @@ export async function runIngest(
   return pollDueSources(app, { sourceId: opts.sourceId, force: opts.force, afterRun });
 }
 
-function printSummaries(summaries: RunSummary[], json: boolean, mode: string): void {
+/**
+ * Why nothing was polled, and what would help: --force only when this mode has enabled
+ * sources that are merely not due; otherwise what the other sources are.
+ */
+async function nothingDue(app: App): Promise<string> {
+  const mode = app.config.github.mode;
+  const r = await app.db
+    .selectFrom('event_sources')
+    .select(['mode', 'enabled', (eb) => eb.fn.countAll<string>().as('n')])
+    .groupBy(['mode', 'enabled'])
+    .execute();
+  const n = (m: string, enabled: boolean) =>
+    Number(r.find((x) => x.mode === m && x.enabled === enabled)?.n ?? 0);
+  if (n(mode, true) > 0) return `no ${mode} sources due (use --force to poll them now)`;
+  const other = mode === 'live' ? 'fixture' : 'live';
+  const parts = [`no enabled ${mode} sources`];
+  if (n(mode, false) > 0)
+    parts.push(`${plural(n(mode, false), `disabled ${mode} source`)} (bin/sources enable ID)`);
+  if (n(other, true) > 0)
+    parts.push(`${plural(n(other, true), `${other} source`)} (polled with GITHUB_MODE=${other})`);
+  if (parts.length === 1) parts.push('add one with bin/sources add');
+  return parts.join('; ');
+}
+
+function printSummaries(
+  summaries: RunSummary[],
+  json: boolean,
+  mode: string,
+  empty = `no ${mode} sources due`,
+): void {
   if (json) {
     process.stdout.write(`${JSON.stringify(summaries, null, 2)}\n`);
   } else if (summaries.length === 0) {
-    process.stdout.write(`no ${mode} sources due (use --force to poll them now)\n`);
+    process.stdout.write(`${empty}\n`);
   } else {
     for (const s of summaries) process.stdout.write(`${formatSummary(s)}\n`);
   }
@@ -121,7 +150,12 @@ export async function main(argv: string[]): Promise<number> {
       );
       return 1;
     }
-    printSummaries(summaries, parsed.values.json === true, app.config.github.mode);
+    printSummaries(
+      summaries,
+      parsed.values.json === true,
+      app.config.github.mode,
+      summaries.length === 0 ? await nothingDue(app) : undefined,
+    );
     const failed = summaries.some(
       (s) => s.outcome === 'failed' || (s.outcome === 'deferred' && s.error !== null),
     );

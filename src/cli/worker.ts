@@ -1,5 +1,6 @@
 import { createApp } from '../app.ts';
 import { childFill } from '../backfill/fill-process.ts';
+import { ALL_QUEUES } from '../queue/names.ts';
 import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
 import { parseCli } from './args.ts';
 import { shutdownSignal } from './shutdown.ts';
@@ -8,9 +9,10 @@ const USAGE = `
 Usage: bin/worker
 
 Runs until stopped: a scheduler that enqueues poll-sources and reconcile every
-TICK_SECONDS (default 60) and maintenance hourly, and the handlers for all six
-pg-boss queues (backfill fills recorded gaps from GH Archive). Reconciles once at start. Run one per machine; replicas cooperate
-through Postgres. Needs bin/setup to have run (the pg-boss schema is not migrated here).
+TICK_SECONDS (default 60) and maintenance hourly, and the handlers for every
+pg-boss queue: ${ALL_QUEUES.join(', ')}
+(backfill fills recorded gaps from GH Archive). Reconciles once at start. Run one per
+machine; replicas cooperate through Postgres. Needs bin/setup to have run (the pg-boss schema is not migrated here).
 
 SIGTERM or SIGINT: stop the scheduler, stop taking jobs, let running jobs finish
 (up to 20 s), close the pools, exit 0. A second signal exits at once.

@@ -73,18 +73,30 @@ export function serverUser(): Ids | undefined {
 /**
  * DATA_DIR must exist (we create it) and the user the server runs as must be able to enter
  * it: as root that is `postgres`, which cannot pass a 0700 parent such as /root. Checked
- * up front so the error names DATA_DIR instead of initdb's "Permission denied".
+ * up front so the error names DATA_DIR instead of initdb's "Permission denied". A refused
+ * DATA_DIR leaves nothing behind: the directories this check created (empty) are removed.
  */
 export async function checkDataDir(dataDir: string, ids: Ids | undefined): Promise<void> {
   const { dataDir: root } = clusterPaths(dataDir);
+  let created: string | undefined;
   try {
-    await mkdir(root, { recursive: true });
+    created = await mkdir(root, { recursive: true });
   } catch (err) {
     throw new ConfigError(
       'DATA_DIR',
       `(${root}) cannot be created: ${(err as Error).message}. Choose a directory you can write, or set DATABASE_URL`,
     );
   }
+  try {
+    await usableDataDir(root, ids);
+  } catch (err) {
+    // `created` is the topmost directory mkdir made; everything under it is ours and empty.
+    if (created) await rm(created, { recursive: true, force: true }).catch(() => {});
+    throw err;
+  }
+}
+
+async function usableDataDir(root: string, ids: Ids | undefined): Promise<void> {
   if (ids) {
     const r = spawnSync('sh', ['-c', 'cd -- "$1"', 'sh', root], { ...ids, stdio: 'ignore' });
     if (r.status !== 0) {

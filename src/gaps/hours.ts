@@ -100,6 +100,8 @@ export const ARCHIVE_FIRST_HOUR: ArchiveHour = hourOf(new Date('2011-02-12T00:00
 export function hourCheck(
   hour: ArchiveHour,
   now: Date,
+  /** Where the hour will be asked for (a mirror, "every mirror in GHARCHIVE_URL"). */
+  where = 'the first mirror in GHARCHIVE_URL',
 ): { refuse: string } | { warn: string } | null {
   if (hour.start > now) {
     return {
@@ -113,7 +115,7 @@ export function hourCheck(
   }
   if (hour.start < ARCHIVE_FIRST_HOUR.start) {
     return {
-      warn: `hour ${hour.name} is before GH Archive's first hour (${ARCHIVE_FIRST_HOUR.name}): data.gharchive.org has no file for it; fetching it from GHARCHIVE_URL anyway`,
+      warn: `hour ${hour.name} is before GH Archive's first hour (${ARCHIVE_FIRST_HOUR.name}): data.gharchive.org has no file for it; asking ${where} anyway`,
     };
   }
   return null;

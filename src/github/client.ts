@@ -257,7 +257,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
       return new GitHubAuthFailed(path, block, cred.label);
     }
     return err.notSent
-      ? new GitHubUnreachable(path, err.message, err)
+      ? new GitHubUnreachable(path, err.message, err, config.github.apiUrl)
       : new GitHubUnavailable(path, err.status, err.message, err);
   }
 
@@ -313,7 +313,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     } else if (failure instanceof TransportFailure) {
       error = failure.reached
         ? new GitHubUnavailable(path, null, failure.message, failure.cause)
-        : new GitHubUnreachable(path, failure.message, failure.cause);
+        : new GitHubUnreachable(path, failure.message, failure.cause, config.github.apiUrl);
     }
     const settlement: Settlement = {
       outcome: error ? 'error' : 'completed',

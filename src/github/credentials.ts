@@ -57,6 +57,18 @@ function installation(id: number, tokens: InstallationTokens): Credential {
   };
 }
 
+/**
+ * The labels of the pool buildCredentials builds, in its order, without building it: what
+ * a process plans its concurrency and its pool from before its client exists (createApp).
+ */
+export function credentialLabels(config: Config): string[] {
+  const { mode, tokens, app } = config.github;
+  if (mode === 'fixture') return ['fixture'];
+  const labels = tokens.map(tokenLabel);
+  if (app) labels.push(...app.installationIds.map(installationLabel));
+  return labels.length > 0 ? labels : ['anonymous'];
+}
+
 export function buildCredentials(
   config: Config,
   o: {

@@ -127,15 +127,31 @@ export class GitHubUnavailable extends AppError {
  * settles it as not counted.
  */
 export class GitHubUnreachable extends GitHubUnavailable {
-  constructor(path: string, detail: string, cause?: unknown) {
+  /**
+   * `apiUrl`: where the request went (GITHUB_API_URL), named in the message with what to
+   * check — the likeliest causes are a wrong URL (a fake that is not running) and no network.
+   */
+  constructor(path: string, detail: string, cause: unknown, apiUrl: string) {
     super(
       path,
       null,
       detail,
       cause,
       'GITHUB_UNREACHABLE',
-      `could not reach GitHub for ${path}: ${detail}`,
+      `GitHub unreachable at ${withoutUserinfo(apiUrl)} (${path}): ${detail}; check GITHUB_API_URL or the network`,
     );
+  }
+}
+
+/** A URL as it may be shown: never its user name or password. */
+function withoutUserinfo(url: string): string {
+  try {
+    const u = new URL(url);
+    u.username = '';
+    u.password = '';
+    return u.toString().replace(/\/$/, '');
+  } catch {
+    return '(an unparsable URL)';
   }
 }
 

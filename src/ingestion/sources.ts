@@ -66,13 +66,18 @@ async function findSource(
 
 /**
  * Adds a source unless it already exists (same kind, target ignoring case, and mode).
- * Safe against a concurrent add: ON CONFLICT DO NOTHING, then read the winner.
+ * Looked up first: an INSERT that conflicts still takes an identity value, so every
+ * `bin/setup` (and SOURCES seed) of a source that exists would use up an id, and the ids a
+ * user sees would depend on how often setup ran. Safe against a concurrent add: ON CONFLICT
+ * DO NOTHING, then read the winner (only such a race uses up an id).
  */
 export async function addSource(
   db: Db,
   spec: SourceSpec,
   mode: GithubMode,
 ): Promise<{ source: EventSource; created: boolean }> {
+  const found = await findSource(db, spec, mode);
+  if (found) return { source: found, created: false };
   const inserted = await db
     .insertInto('event_sources')
     .values({

@@ -37,6 +37,26 @@ export const LIVENESS_CONNECT_TIMEOUT_MS = 5_000;
 interface Session {
   client: pg.Client;
   locked: Set<string>;
+  /** The last query sent: the next one waits for it (see query()). */
+  tail: Promise<unknown>;
+}
+
+/**
+ * A query on the session, after the ones before it. Jobs start and end concurrently, and one
+ * pg.Client must not be handed a query while it is executing another (pg queues it today,
+ * with a DeprecationWarning at every worker start, and pg 9 will not).
+ */
+function query<R extends pg.QueryResultRow>(
+  session: Session,
+  text: string,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
+  const next = session.tail.then(
+    () => session.client.query<R>(text, values),
+    () => session.client.query<R>(text, values),
+  );
+  session.tail = next.catch(() => {});
+  return next;
 }
 
 export function jobLockKey(jobId: string): number {
@@ -135,10 +155,10 @@ export class JobLiveness {
     if (session.locked.has(jobId) || !this.#held.has(jobId)) return;
     // A try-lock: the only way it says no is another live job whose id hashes the same,
     // and then that job's lock keeps this one alive too until one of them ends.
-    const r = await session.client.query<{ ok: boolean }>(
-      'SELECT pg_try_advisory_lock($1, $2) AS ok',
-      [LockSpace.job, jobLockKey(jobId)],
-    );
+    const r = await query<{ ok: boolean }>(session, 'SELECT pg_try_advisory_lock($1, $2) AS ok', [
+      LockSpace.job,
+      jobLockKey(jobId),
+    ]);
     if (!r.rows[0]?.ok) return;
     session.locked.add(jobId);
     // Released while the lock was being taken: its release found nothing to unlock.
@@ -153,7 +173,7 @@ export class JobLiveness {
       keepAlive: true,
       connectionTimeoutMillis: LIVENESS_CONNECT_TIMEOUT_MS,
     });
-    const session: Session = { client, locked: new Set() };
+    const session: Session = { client, locked: new Set(), tail: Promise.resolve() };
     client.on('error', (err) => {
       if (!this.#closed) {
         this.#log.warn(
@@ -171,7 +191,8 @@ export class JobLiveness {
     });
     await client.connect();
     try {
-      await client.query(
+      await query(
+        session,
         `SELECT set_config('tcp_keepalives_idle', $1, false),
                 set_config('tcp_keepalives_interval', $2, false),
                 set_config('tcp_keepalives_count', $3, false)`,
@@ -179,7 +200,7 @@ export class JobLiveness {
       );
       // A job marked while this loop runs is visited too (Set iteration sees additions).
       for (const jobId of this.#held) await this.#lock(session, jobId);
-      await client.query(`SELECT set_config('application_name', $1, false)`, [
+      await query(session, `SELECT set_config('application_name', $1, false)`, [
         LIVENESS_APPLICATION_NAME,
       ]);
     } catch (err) {
@@ -204,11 +225,12 @@ export class JobLiveness {
 /** Drops the job's lock if this session holds it. Never fails: a dead session has none. */
 async function unlock(session: Session, jobId: string): Promise<void> {
   if (!session.locked.delete(jobId)) return;
-  await session.client
-    .query('SELECT pg_advisory_unlock($1, $2)', [LockSpace.job, jobLockKey(jobId)])
-    .catch(() => {
-      // The session is gone, and its locks with it.
-    });
+  await query(session, 'SELECT pg_advisory_unlock($1, $2)', [
+    LockSpace.job,
+    jobLockKey(jobId),
+  ]).catch(() => {
+    // The session is gone, and its locks with it.
+  });
 }
 
 function brief(err: unknown) {

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -193,7 +194,7 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
       // As root the server runs as `postgres`, which cannot pass a 0700 directory (like
       // /root); as another user, a directory it cannot write.
       const dataDir = path.join(parent, 'inner', 'data');
-      if (asRoot) await mkdir(dataDir, { recursive: true });
+      if (asRoot) await mkdir(path.join(parent, 'inner'), { recursive: true });
       await chmod(parent, asRoot ? 0o700 : 0o500);
       const r = await runBin('setup', [], {
         DATABASE_URL: undefined,
@@ -207,6 +208,8 @@ describe('one embedded Postgres, shared by every process that uses it', () => {
           ? /^setup: configuration error: DATA_DIR \(.+\) cannot be entered by the "postgres" user/
           : /^setup: configuration error: DATA_DIR \(.+\) cannot be created/,
       );
+      // Refused, it leaves no directory of its own behind.
+      expect(existsSync(dataDir)).toBe(false);
     } finally {
       await chmod(parent, 0o700);
       await rm(parent, { recursive: true, force: true });

@@ -1,27 +1,22 @@
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHROMIUM, CHROMIUM_ARGS, chromiumMissing } from '../support/chromium.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { manyCounts, seedManySources } from '../support/many-sources.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * The status page at 10,000 sources in headless Chromium (as test/e2e/status-page.test.ts,
- * which installs the browser when it can): counts a person can read, the worst and the
+ * The status page at 10,000 sources in headless Chromium (as test/e2e/status-page.test.ts): counts a person can read, the worst and the
  * latest, one page of 50, and links that page and filter. Screenshot in test/.artifacts/.
  */
 
-const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = path.resolve(import.meta.dirname, '../.artifacts');
 const SCREENSHOT = path.join(ARTIFACTS, 'status-page-10000-sources.png');
 const N = 10_000;
-const unavailable = existsSync(CHROMIUM) ? null : `${CHROMIUM} is missing`;
-if (unavailable) {
-  console.warn(
-    `SKIPPING the 10,000-source page browser test: ${unavailable} (scripts/ensure-chromium.sh installs it).`,
-  );
-}
+const unavailable = chromiumMissing('the 10,000-source page browser test');
+if (unavailable) console.warn(unavailable);
 
 const t = useTestDatabase();
 
@@ -39,7 +34,7 @@ describe.skipIf(unavailable !== null)('status page at 10,000 sources in headless
   it('sums, highlights and pages the sources; its links page and filter', async () => {
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-sync'],
+      args: CHROMIUM_ARGS,
     });
     try {
       const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });

@@ -1,8 +1,8 @@
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHROMIUM, CHROMIUM_ARGS, chromiumMissing } from '../support/chromium.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { seedActivity } from '../support/status-factories.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
@@ -10,33 +10,15 @@ import { startTestWeb, type TestWeb } from '../support/web.ts';
 /**
  * The status page in a real browser: headless Chromium (Debian package `chromium`) loads
  * GET /, and the test looks at what a person would see, then keeps a screenshot in
- * test/.artifacts/. scripts/ensure-chromium.sh installs the browser when it is missing;
- * only when that cannot be done (no root, no apt) is the test skipped, saying so.
+ * test/.artifacts/. Without Chromium (test/support/chromium.ts) it is skipped with one line
+ * saying how to install it; `.ci/run` installs it.
  */
 
-const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = path.resolve(import.meta.dirname, '../.artifacts');
 const SCREENSHOT = path.join(ARTIFACTS, 'status-page.png');
 
-function ensureChromium(): string | null {
-  if (existsSync(CHROMIUM)) return null;
-  try {
-    execFileSync(path.resolve(import.meta.dirname, '../../scripts/ensure-chromium.sh'), {
-      stdio: 'inherit',
-    });
-  } catch (err) {
-    return (err as Error).message;
-  }
-  return existsSync(CHROMIUM) ? null : `${CHROMIUM} still missing after ensure-chromium.sh`;
-}
-
-const unavailable = ensureChromium();
-if (unavailable) {
-  console.warn(
-    `SKIPPING the status page browser test: Chromium cannot be had here (${unavailable}). ` +
-      'Install it with scripts/ensure-chromium.sh (needs root and apt-get).',
-  );
-}
+const unavailable = chromiumMissing('the status page browser test');
+if (unavailable) console.warn(unavailable);
 
 const t = useTestDatabase();
 
@@ -65,16 +47,7 @@ describe.skipIf(unavailable !== null)('status page in headless Chromium', () => 
   it('shows sources, backlog, budget, the activity and coverage charts, loading nothing from elsewhere', async () => {
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
+      args: CHROMIUM_ARGS,
     });
     try {
       const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });

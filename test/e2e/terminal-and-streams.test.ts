@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { insertPending } from '../integration/enrichment-fixtures.ts';
@@ -199,6 +200,41 @@ describe('on a terminal', () => {
     expect(info.msg).toMatch(/GitHub unavailable on \/events/);
     const debug = await runFailed('debug');
     expect(debug.err.stack).toMatch(/^GitHubUnavailable: GitHub unavailable on \/events/);
+  });
+
+  it('GitHub unreachable is one line at info naming the URL and what to check; debug adds the stack', async () => {
+    // A port nothing listens on: connection refused, the way a fake that is not running fails.
+    const closed = await new Promise<number>((resolve) => {
+      const srv = net.createServer();
+      srv.listen(0, '127.0.0.1', () => {
+        const port = (srv.address() as net.AddressInfo).port;
+        srv.close(() => resolve(port));
+      });
+    });
+    const apiUrl = `http://127.0.0.1:${closed}`;
+    const runFailed = async (level: string) => {
+      const r = await runBin('ingest', ['--force'], {
+        ...env(),
+        GITHUB_API_URL: apiUrl,
+        LOG_LEVEL: level,
+        LOG_FORMAT: 'json',
+      });
+      expect(r.code).toBe(1);
+      const lines = r.err
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l));
+      const failed = lines.filter((l) => l.event === 'ingestion.run_failed');
+      expect(failed).toHaveLength(1);
+      return failed[0];
+    };
+    const info = await runFailed('info');
+    expect(info.err).toMatchObject({ type: 'GitHubUnreachable', code: 'GITHUB_UNREACHABLE' });
+    expect(info.err.stack).toBeUndefined();
+    expect(info.msg).toContain(`GitHub unreachable at ${apiUrl}`);
+    expect(info.msg).toContain('check GITHUB_API_URL or the network');
+    const debug = await runFailed('debug');
+    expect(debug.err.stack).toMatch(/^GitHubUnreachable: GitHub unreachable at/);
   });
 
   it('log lines are readable lines (LOG_FORMAT=auto), JSON with LOG_FORMAT=json', async () => {

@@ -57,6 +57,11 @@ describe('bin/backfill', () => {
     expect(lines[2]).toMatch(
       /^2026-11-17-5: failed: ARCHIVE_HOUR_MISSING: http:\/\/127\.0\.0\.1:\d+\/2026-11-17-5\.json\.gz is not on the archive \(404\)/,
     );
+    // Running it again would not help: it says what would.
+    expect(lines[2]).toMatch(
+      /; this mirror has no file for the hour .*try another mirror \(--mirror URL or --mirror all\), or later$/,
+    );
+    expect(lines[2]).not.toContain('run the same command again');
     expect(lines[3]).toBe(
       'backfill: 3 files: 2 imported, 0 already imported, 1 not completed; 5 pushes stored',
     );

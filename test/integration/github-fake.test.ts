@@ -155,6 +155,34 @@ describe('the CLI starter', () => {
       const page = (await (await fetch(`${url}/events?per_page=100`)).json()) as { type: string }[];
       expect(page.filter((e) => e.type === 'PushEvent')).toHaveLength(12);
       expect((await fetch(`${url}/users/dependabot%5Bbot%5D`)).status).toBe(200);
+      // Every push of the demo has a graph behind it: GraphQL finds its head, REST compare
+      // answers its range.
+      const pushes = page.filter((e) => e.type === 'PushEvent') as unknown as {
+        repo: { name: string };
+        payload: { before: string; head: string };
+      }[];
+      for (const p of pushes) {
+        const [owner, name] = p.repo.name.split('/');
+        const r = await fetch(`${url}/graphql`, {
+          method: 'POST',
+          headers: { authorization: 'bearer demo-token' },
+          body: JSON.stringify({
+            query:
+              'query($o: String!, $n: String!, $h: GitObjectID!) { repository(owner: $o, name: $n) { object(oid: $h) { oid } } }',
+            variables: { o: owner, n: name, h: p.payload.head },
+          }),
+        });
+        expect(r.headers.get('x-ratelimit-resource')).toBe('graphql');
+        const body = (await r.json()) as { data: { repository: { object: { oid: string } } } };
+        expect(body.data.repository.object.oid).toBe(p.payload.head);
+        if (!/^0+$/.test(p.payload.before)) {
+          const c = await fetch(
+            `${url}/repos/${p.repo.name}/compare/${p.payload.before}...${p.payload.head}`,
+          );
+          expect(c.status).toBe(200);
+          expect(((await c.json()) as { total_commits: number }).total_commits).toBeGreaterThan(0);
+        }
+      }
     } finally {
       const exited = new Promise((r) => child.once('exit', r));
       child.kill('SIGTERM');

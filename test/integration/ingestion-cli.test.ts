@@ -85,6 +85,29 @@ describe('bin/ingest', () => {
     ]);
   });
 
+  it('with no enabled source of its mode, says what the other sources are, not --force', async () => {
+    const before = await t.db.selectFrom('event_sources').select(['id', 'enabled']).execute();
+    await t.db.updateTable('event_sources').set({ enabled: false }).execute();
+    await addSource(t.db, { kind: 'repo', target: 'fix/only' }, 'fixture');
+    try {
+      const r = await run([]);
+      expect(r.code).toBe(0);
+      expect(r.out).toMatch(
+        /^no enabled live sources; \d+ disabled live sources? \(bin\/sources enable ID\); 1 fixture source \(polled with GITHUB_MODE=fixture\)\n$/,
+      );
+      expect(r.out).not.toContain('--force');
+    } finally {
+      await t.db.deleteFrom('event_sources').where('mode', '=', 'fixture').execute();
+      for (const s of before) {
+        await t.db
+          .updateTable('event_sources')
+          .set({ enabled: s.enabled })
+          .where('id', '=', s.id)
+          .execute();
+      }
+    }
+  });
+
   it('says which source is unknown (exit 1) and refuses bad arguments with usage', async () => {
     expect(await run(['--source', '987654'])).toEqual({
       code: 1,

@@ -150,3 +150,25 @@ describe('job liveness session reconnect', () => {
     expect(await lockRows(c)).toBe(0);
   });
 });
+
+describe('jobs that start and end at the same time', () => {
+  it('share the one session without overlapping queries (no pg DeprecationWarning), and every lock is taken and dropped', async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const l = liveness();
+      await l.start();
+      const jobs = Array.from({ length: 8 }, () => randomUUID());
+      await Promise.all(jobs.map((j) => l.hold(j)));
+      for (const j of jobs) expect(await lockRows(j)).toBe(1);
+      await Promise.all(jobs.map((j) => l.release(j)));
+      for (const j of jobs) expect(await lockRows(j)).toBe(0);
+      // process 'warning' is emitted on the next tick of the emitWarning call.
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings.map((w) => `${w.name}: ${w.message}`)).toEqual([]);
+  });
+});

@@ -10,19 +10,25 @@
  * whose installations mint tokens at POST /app/installations/{id}/access_tokens.
  *
  * Prints one JSON line `{"url":"http://127.0.0.1:PORT"}` on stdout once listening, then
- * serves until SIGINT/SIGTERM. A seed file is JSON:
- *   { "events": { "public": [ …events, oldest first… ] }, "users": [ … ], "repos": [ … ] }
- * `--seed demo` serves a small generated timeline (12 pushes by 4 actors incl. a bot).
+ * serves until SIGINT/SIGTERM, REST and `POST /graphql` alike. A seed file is JSON:
+ *   { "events": { "public": [ …events, oldest first… ] }, "users": [ … ], "repos": [ … ],
+ *     "commits": { "owner/name": [ …commits, parents first… ] },
+ *     "branches": { "owner/name": { "main": "<sha>" } } }
+ * `--seed demo` serves a small generated timeline (12 pushes by 4 actors incl. a bot) over
+ * real commit graphs (git-world.ts): each repository's history before its first push, then
+ * linear pushes, a new branch, a merge and a force push, so compare and GraphQL answer
+ * for every push in it.
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { startFakeGitHub } from './fake-github.ts';
+import type { FakeCommit } from './fake-commit-graph.ts';
+import { type FakeGitHub, startFakeGitHub } from './fake-github.ts';
+import { gitWorld, type WorldPush } from './git-world.ts';
 import {
   type GitHubEvent,
   type Json,
   otherEvent,
   pushEvent,
-  repoProfile,
   userProfile,
 } from './github-factories.ts';
 
@@ -30,31 +36,60 @@ interface Seed {
   events?: Record<string, GitHubEvent[]>;
   users?: (Json & { id: number; login: string })[];
   repos?: (Json & { id: number; full_name: string })[];
+  commits?: Record<string, FakeCommit[]>;
+  branches?: Record<string, Record<string, string>>;
 }
 
-export function demoSeed(): Seed {
+/** The demo: profiles, graphs and a timeline whose pushes those graphs answer for. */
+export function seedDemo(fake: FakeGitHub): void {
   const actors = [
     { id: 583231, login: 'octocat' },
     { id: 49699333, login: 'dependabot[bot]' },
     { id: 1024025, login: 'torvalds' },
     { id: 9919, login: 'github' },
   ];
+  const world = gitWorld(fake);
   const repos = [
-    { id: 1296269, name: 'octocat/Hello-World' },
-    { id: 2325298, name: 'torvalds/linux' },
-    { id: 3222, name: 'github/docs' },
+    world.repo('octocat/Hello-World', { id: 1296269 }),
+    world.repo('torvalds/linux', { id: 2325298 }),
+    world.repo('github/docs', { id: 3222 }),
   ];
+  for (const r of repos) r.commit(3, { unpushed: true }); // history before the first push
+  // Four pushes a repository: first (with its history), linear, a new branch, then
+  // that branch merged (on the last repository a force push instead).
+  const pushes: { repo: (typeof repos)[number]; push: WorldPush }[] = [];
+  for (const [i, r] of repos.entries()) pushes.push({ repo: r, push: r.push('main', 1 + i) });
+  for (const r of repos) pushes.push({ repo: r, push: r.push('main', 2) });
+  for (const r of repos) pushes.push({ repo: r, push: r.push('topic', 2) });
+  pushes.push({ repo: repos[0]!, push: repos[0]!.merge('main', 'topic') });
+  pushes.push({ repo: repos[1]!, push: repos[1]!.merge('main', 'topic', { fastForward: true }) });
+  pushes.push({ repo: repos[2]!, push: repos[2]!.forcePush('main', { drop: 1, add: 2 }) });
   const events: GitHubEvent[] = [];
-  for (let i = 0; i < 12; i++) {
-    events.push(pushEvent({ actor: actors[i % actors.length], repo: repos[i % repos.length] }));
+  for (const [i, { repo, push }] of pushes.entries()) {
+    const { ref, before, head } = push;
+    const at = { id: repo.repositoryId, name: repo.fullName };
+    events.push(
+      pushEvent({ actor: actors[i % actors.length], repo: at, payload: { ref, before, head } }),
+    );
     if (i % 4 === 3)
-      events.push(otherEvent('WatchEvent', { actor: actors[(i + 1) % 4], repo: repos[0] }));
+      events.push(
+        otherEvent('WatchEvent', {
+          actor: actors[(i + 1) % 4],
+          repo: { id: repos[0]!.repositoryId, name: repos[0]!.fullName },
+        }),
+      );
   }
-  return {
-    events: { public: events },
-    users: actors.map((a) => userProfile(a)),
-    repos: repos.map((r) => repoProfile({ id: r.id, full_name: r.name })),
-  };
+  fake.addEvents('public', events);
+  for (const a of actors) fake.setUser(userProfile(a));
+}
+
+function applySeed(fake: FakeGitHub, seed: Seed): void {
+  for (const [feed, events] of Object.entries(seed.events ?? {})) fake.addEvents(feed, events);
+  for (const u of seed.users ?? []) fake.setUser(u);
+  for (const r of seed.repos ?? []) fake.setRepo(r);
+  for (const [repo, commits] of Object.entries(seed.commits ?? {})) fake.addCommits(repo, commits);
+  for (const [repo, branches] of Object.entries(seed.branches ?? {}))
+    for (const [branch, sha] of Object.entries(branches)) fake.setBranch(repo, branch, sha);
 }
 
 async function main(): Promise<void> {
@@ -79,15 +114,8 @@ async function main(): Promise<void> {
     pollInterval: values['poll-interval'] ? Number(values['poll-interval']) : undefined,
     latencyMs: values['latency-ms'] ? Number(values['latency-ms']) : undefined,
   });
-  const seed: Seed =
-    values.seed === 'demo'
-      ? demoSeed()
-      : values.seed
-        ? (JSON.parse(readFileSync(values.seed, 'utf8')) as Seed)
-        : {};
-  for (const [feed, events] of Object.entries(seed.events ?? {})) fake.addEvents(feed, events);
-  for (const u of seed.users ?? []) fake.setUser(u);
-  for (const r of seed.repos ?? []) fake.setRepo(r);
+  if (values.seed === 'demo') seedDemo(fake);
+  else if (values.seed) applySeed(fake, JSON.parse(readFileSync(values.seed, 'utf8')) as Seed);
   if (values['app-id']) {
     fake.addApp({
       id: Number(values['app-id']),

@@ -1,21 +1,21 @@
-import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { routeTemplate } from '../../src/github/pacing.ts';
-import { commitGraphs, type FakeCommit } from './fake-compare.ts';
-import {
-  type FakeAppOptions,
-  fakeApps,
-  MINT_PATH,
-  type MintedToken,
-  tokenKey,
-} from './fake-github-app.ts';
-import type { GitHubEvent, Json } from './github-factories.ts';
+import { fakeApps, MINT_PATH } from './fake-github-app.ts';
+import { fakeFeeds } from './fake-github-feeds.ts';
+import { type Answer, DOCS, json, notFound } from './fake-github-http.ts';
+import { restQuota } from './fake-github-quota.ts';
+import { fakeRepos } from './fake-github-repos.ts';
+import type { FakeGitHub, FakeGitHubOptions, Fault, RecordedRequest } from './fake-github-types.ts';
+import { fakeGraphQL } from './fake-graphql.ts';
+
+export { rawEvent } from './fake-github-feeds.ts';
+export type * from './fake-github-types.ts';
 
 /**
  * A local GitHub that follows the documented rules of DESIGN §5, for tests and demos.
  *
- * Feeds (`public`, `repo:OWNER/NAME`, `org:ORG`, `user:LOGIN`): newest first; `per_page`
+ * Feeds (`public`, `repo:OWNER/NAME`, `org:ORG`, `user:LOGIN`; fake-github-feeds.ts): newest first; `per_page`
  * ≤ 100 (default 30); only the newest 300 events are reachable and a page past them is a
  * 422; a per-response ETag (If-None-Match → 304, which spends no quota); X-Poll-Interval;
  * Link rel="next". `addEvents('public', evs)` also files each event under its repo, actor
@@ -26,9 +26,12 @@ import type { GitHubEvent, Json } from './github-factories.ts';
  * /repositories/{id}; a renamed repository's old path answers 301 to /repositories/{id}.
  *
  * Commits: `addCommits(repo, commits)` and `setBranch(repo, name, sha)` build a repository's
- * graph; /repos/{o}/{n}/compare/{base}...{head} answers as GitHub documents it (the newest
- * 250 without paging, chronological pages with `page`/`per_page`, 404 for an unknown
- * commit or branch): see fake-compare.ts.
+ * graph (git-world.ts builds whole histories and pushes); /repos/{o}/{n}/compare/{base}...{head}
+ * answers as GitHub documents it (the newest 250 without paging, chronological pages with
+ * `page`/`per_page`, 404 for an unknown commit or branch; a renamed repository's old name
+ * 301s to /repositories/{id}/compare/…): see fake-compare.ts. `POST /graphql` answers from
+ * the same graphs by GitHub's schema, points and limits: see fake-graphql.ts and
+ * test/fixtures/github/GRAPHQL.md.
  *
  * Quota: x-ratelimit-* on every response; one bucket per credential (anonymous: 60/h,
  * with an Authorization header: 5000/h; a GitHub App installation: its own, see
@@ -41,179 +44,24 @@ import type { GitHubEvent, Json } from './github-factories.ts';
  * (`mintedTokens`, `jwtsSeen`), which expire (`tokenTtlSeconds`) and can be revoked.
  */
 
-export type FeedKey = string;
-
-/**
- * An event served verbatim: `text` is spliced into the page as is (poison a JSON encoder
- * would not produce: 64-bit ids, 20,000 levels of nesting). `id` files and replaces it.
- */
-const RAW_TEXT = Symbol('rawText');
-export function rawEvent(text: string, id: string): GitHubEvent {
-  const ev = { id, type: 'RawEvent', actor: { id: 0, login: '' }, repo: { id: 0, name: '' } };
-  return Object.assign(ev, { [RAW_TEXT]: text }) as unknown as GitHubEvent;
-}
-function eventText(ev: GitHubEvent): string {
-  return (ev as unknown as { [RAW_TEXT]?: string })[RAW_TEXT] ?? JSON.stringify(ev);
-}
-
-export interface RateLimitSetting {
-  limit?: number;
-  remaining?: number;
-  resetAt?: Date;
-}
-
-export interface Fault {
-  /** Exact pathname (e.g. `/users/octocat`), pathname + query, or a RegExp on pathname + query. */
-  path: string | RegExp;
-  method?: string;
-  /** Status to answer (default 500 unless only delayMs is given: then the normal answer, late). */
-  status?: number;
-  /** How many requests this fault applies to (default 1; Infinity for all). */
-  times?: number;
-  /** Wait this long before answering (or before the normal answer). */
-  delayMs?: number;
-  /** Never answer (the client must time out). */
-  hang?: boolean;
-  /** Destroy the socket without an answer (ECONNRESET on the client). */
-  reset?: boolean;
-  /** Raw body to send (e.g. truncated JSON); default a GitHub-style error JSON. */
-  body?: string;
-  headers?: Record<string, string>;
-}
-
-export interface RecordedRequest {
-  method: string;
-  /** Decoded pathname, e.g. `/users/dependabot[bot]`. */
-  path: string;
-  /** Raw pathname + query as sent on the wire. */
-  rawUrl: string;
-  query: Record<string, string>;
-  headers: http.IncomingHttpHeaders;
-  /**
-   * Whose request: 'anonymous', 'token:<sha256 prefix>' (the client's label),
-   * 'installation:<id>', 'app:<id>' (a token request), 'invalid' (a token GitHub rejects).
-   */
-  credential: string;
-  /** null while in flight, or when the fault reset/hung the connection. */
-  status: number | null;
-  counted: boolean;
-  startedAt: Date;
-  endedAt: Date | null;
-}
-
-export interface FakeGitHubOptions {
-  port?: number;
-  /** Default hourly limit for anonymous callers (60) and for token callers (5000). */
-  anonymousLimit?: number;
-  tokenLimit?: number;
-  /** X-Poll-Interval for feeds without their own setting (default 60). */
-  pollInterval?: number;
-  /** Extra latency for every request, so concurrency is observable (default 0). */
-  latencyMs?: number;
-  /** Answer concurrent requests with a secondary-limit 403 (default true). */
-  enforceSerial?: boolean;
-  /**
-   * GitHub's per-endpoint secondary limit: a credential's request past this many to one
-   * route template in the last 60 s is a secondary-limit 403 (retry-after: 60). Default off.
-   */
-  endpointRatePerMinute?: number;
-}
-
-export interface FakeGitHub {
-  readonly url: string;
-  readonly requests: RecordedRequest[];
-  /** Requests that spent quota (not 304s, not primary-limit 403s, not resets/hangs). */
-  readonly countedRequests: number;
-  /** Most requests in flight at once, any credentials. */
-  readonly maxInFlight: number;
-  /** Most requests in flight at once for one credential, per credential. */
-  readonly maxInFlightByCredential: Readonly<Record<string, number>>;
-  readonly inFlight: number;
-  readonly secondaryLimitHits: number;
-  /** Called with each request after it is recorded and before it is answered. */
-  onRequest: ((req: RecordedRequest) => void | Promise<void>) | null;
-  addEvents(feed: FeedKey, events: GitHubEvent[]): void;
-  /** The feed's current events, newest first (all of them, not only the newest 300). */
-  feed(feed: FeedKey): GitHubEvent[];
-  setUser(profile: Json & { id: number; login: string }): void;
-  setRepo(profile: Json & { id: number; full_name: string }): void;
-  removeUser(login: string): void;
-  removeRepo(fullName: string): void;
-  renameRepo(oldFullName: string, newFullName: string): void;
-  setPollInterval(feed: FeedKey, seconds: number): void;
-  /** Commits of a repository, parents first (see fake-compare.ts). */
-  addCommits(fullName: string, commits: FakeCommit[]): void;
-  setBranch(fullName: string, branch: string, sha: string): void;
-  /**
-   * Without `token`/`installation`: every bucket now and every new one; with one: that
-   * token's (or installation's) bucket.
-   */
-  setRateLimit(setting: RateLimitSetting, opts?: BucketOf): void;
-  rateLimit(opts?: BucketOf): {
-    limit: number;
-    remaining: number;
-    resetAt: Date;
-    used: number;
-  };
-  fail(fault: Fault): void;
-  /** Register a GitHub App (its public key) and its installations. */
-  addApp(app: FakeAppOptions): void;
-  /** The installation is gone: its token requests answer 404. */
-  removeInstallation(installationId: number): void;
-  /** Every token minted so far for the installation answers 401 from now on. */
-  revokeInstallationTokens(installationId: number): void;
-  /** This personal token answers 401 ("Bad credentials") from now on, as a revoked one does. */
-  revokeToken(token: string): void;
-  /** Installation tokens minted, in order (the tests' sentinels). */
-  readonly mintedTokens: readonly MintedToken[];
-  /** Every App JWT received by the token endpoint (the tests' sentinels). */
-  readonly jwtsSeen: readonly string[];
-  /** Back to the state right after start: no data, faults, hook, requests or counters. */
-  reset(): void;
-  close(): Promise<void>;
-}
-
-export interface BucketOf {
-  token?: string | null;
-  installation?: number;
-}
-
-interface Bucket {
-  limit: number;
-  remaining: number;
-  resetAt: Date;
-}
-
-interface RepoEntry {
-  profile: Json & { id: number; full_name: string };
-}
-
-const DOCS = 'https://docs.github.com/rest';
-const WINDOW = 300;
-
-function bodyHash(s: string): string {
-  return createHash('sha1').update(s).digest('hex');
-}
-
-function nextHour(): Date {
-  return new Date(Math.ceil((Date.now() + 1) / 1000) * 1000 + 3600_000);
-}
-
 export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<FakeGitHub> {
-  const anonymousLimit = opts.anonymousLimit ?? 60;
-  const tokenLimit = opts.tokenLimit ?? 5000;
   const enforceSerial = opts.enforceSerial ?? true;
-
-  let feeds = new Map<string, GitHubEvent[]>(); // newest first
-  let pollIntervals = new Map<string, number>();
-  let users = new Map<string, Json & { id: number; login: string }>(); // lower(login)
-  let repos = new Map<string, RepoEntry>(); // lower(full_name)
-  let reposById = new Map<number, RepoEntry>();
-  let movedRepos = new Map<string, number>(); // lower(old full_name) → id
-  let buckets = new Map<string, Bucket>();
-  let bucketOverride: RateLimitSetting | null = null;
+  const graphqlLimit = opts.graphqlLimit ?? 5000;
+  const apps = fakeApps();
+  const quota = restQuota({
+    anonymousLimit: opts.anonymousLimit ?? 60,
+    tokenLimit: opts.tokenLimit ?? 5000,
+    apps,
+  });
+  const feeds = fakeFeeds({ pollInterval: opts.pollInterval });
+  const repos = fakeRepos();
+  const graphql = fakeGraphQL({
+    limitFor: (credential) =>
+      credential.startsWith('installation:')
+        ? (apps.limitOf(Number(credential.slice('installation:'.length))) ?? graphqlLimit)
+        : graphqlLimit,
+  });
   let faults: (Fault & { left: number })[] = [];
-  const revokedTokens = new Set<string>();
   const requests: RecordedRequest[] = [];
   let counted = 0;
   let inFlight = 0;
@@ -234,181 +82,20 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     endpointTimes.set(key, times);
     return times.length;
   };
-  const apps = fakeApps();
-  const graphs = commitGraphs();
   const hanging = new Set<http.ServerResponse>();
-
-  const feedOf = (key: string) => {
-    let f = feeds.get(key.toLowerCase());
-    if (!f) {
-      f = [];
-      feeds.set(key.toLowerCase(), f);
-    }
-    return f;
-  };
-
-  /** The bucket of a credential: 'anonymous', a token's label, or 'installation:<id>'. */
-  function bucketFor(key: string, ownLimit?: number): Bucket {
-    let b = buckets.get(key);
-    if (!b) {
-      const limit =
-        bucketOverride?.limit ?? ownLimit ?? (key === 'anonymous' ? anonymousLimit : tokenLimit);
-      b = {
-        limit,
-        remaining: bucketOverride?.remaining ?? limit,
-        resetAt: bucketOverride?.resetAt ?? nextHour(),
-      };
-      buckets.set(key, b);
-    }
-    if (Date.now() >= b.resetAt.getTime()) {
-      b.remaining = b.limit;
-      b.resetAt = nextHour();
-    }
-    return b;
-  }
-
-  const keyOf = (o: BucketOf = {}) =>
-    o.installation !== undefined
-      ? `installation:${o.installation}`
-      : o.token
-        ? tokenKey(o.token)
-        : 'anonymous';
-
-  const ownLimit = (o: BucketOf = {}) =>
-    o.installation !== undefined ? apps.limitOf(o.installation) : undefined;
-
-  /**
-   * Who is asking, from the Authorization header: a token (its bucket), an installation
-   * token (the installation's bucket, or a 401 when expired, revoked or unknown), nobody.
-   */
-  function identify(authorization: string | undefined): {
-    credential: string;
-    bucket: Bucket | null;
-    rejected: boolean;
-  } {
-    const token = authorization?.replace(/^(token|bearer)\s+/i, '');
-    if (!token) return { credential: 'anonymous', bucket: bucketFor('anonymous'), rejected: false };
-    const installation = apps.identify(token);
-    if (installation === null) {
-      if (revokedTokens.has(token)) return { credential: 'invalid', bucket: null, rejected: true };
-      const credential = tokenKey(token);
-      return { credential, bucket: bucketFor(credential), rejected: false };
-    }
-    if (!installation.ok) return { credential: 'invalid', bucket: null, rejected: true };
-    const credential = `installation:${installation.installationId}`;
-    return { credential, bucket: bucketFor(credential, installation.limit), rejected: false };
-  }
-
-  function rateHeaders(b: Bucket): Record<string, string> {
-    return {
-      'x-ratelimit-limit': String(b.limit),
-      'x-ratelimit-remaining': String(b.remaining),
-      'x-ratelimit-reset': String(Math.floor(b.resetAt.getTime() / 1000)),
-      'x-ratelimit-used': String(b.limit - b.remaining),
-      'x-ratelimit-resource': 'core',
-    };
-  }
-
-  interface Answer {
-    status: number;
-    body?: string;
-    headers?: Record<string, string>;
-  }
-
-  const json = (status: number, value: unknown, headers: Record<string, string> = {}): Answer => ({
-    status,
-    body: JSON.stringify(value),
-    headers,
-  });
-  const notFound = () =>
-    json(404, { message: 'Not Found', documentation_url: DOCS, status: '404' });
-
-  /** A 200 with an ETag, or a 304 when the client already holds that ETag. */
-  function conditional(
-    req: http.IncomingMessage,
-    value: unknown,
-    headers: Record<string, string> = {},
-    text?: string,
-  ): Answer {
-    const body = text ?? JSON.stringify(value);
-    const etag = `W/"${bodyHash(body)}"`;
-    if (req.headers['if-none-match'] === etag)
-      return { status: 304, headers: { etag, ...headers } };
-    return { status: 200, body, headers: { etag, ...headers } };
-  }
-
-  function serveFeed(req: http.IncomingMessage, url: URL, key: string): Answer {
-    const perPage = Math.min(
-      100,
-      Math.max(1, Number(url.searchParams.get('per_page') ?? 30) || 30),
-    );
-    const page = Math.max(1, Number(url.searchParams.get('page') ?? 1) || 1);
-    const start = (page - 1) * perPage;
-    if (start >= WINDOW) {
-      return json(422, {
-        message:
-          'In order to keep the API fast for everyone, pagination is limited for this resource.',
-        documentation_url: `${DOCS}/activity/events`,
-        status: '422',
-      });
-    }
-    const events = feeds.get(key.toLowerCase()) ?? [];
-    const reachable = Math.min(WINDOW, events.length);
-    const slice = events.slice(start, Math.min(start + perPage, reachable));
-    const headers: Record<string, string> = {
-      'x-poll-interval': String(pollIntervals.get(key.toLowerCase()) ?? opts.pollInterval ?? 60),
-    };
-    if (start + perPage < reachable) {
-      const link = (p: number) => {
-        const u = new URL(url.pathname, fake.url);
-        u.searchParams.set('per_page', String(perPage));
-        u.searchParams.set('page', String(p));
-        return u.toString();
-      };
-      const last = Math.ceil(reachable / perPage);
-      headers.link = `<${link(page + 1)}>; rel="next", <${link(last)}>; rel="last"`;
-    }
-    return conditional(req, slice, headers, `[${slice.map(eventText).join(',')}]`);
-  }
 
   function route(req: http.IncomingMessage, url: URL): Answer {
     if (req.method !== 'GET') return json(404, { message: 'Not Found', documentation_url: DOCS });
     const segs = url.pathname.split('/').slice(1).map(decodeURIComponent);
     const [a, b, c, d] = segs;
-    if (segs.length === 1 && a === 'events') return serveFeed(req, url, 'public');
+    if (segs.length === 1 && a === 'events') return feeds.serve(req, url, 'public', fake.url);
     if (segs.length === 4 && a === 'repos' && d === 'events')
-      return serveFeed(req, url, `repo:${b}/${c}`);
-    if (segs.length === 3 && a === 'orgs' && c === 'events') return serveFeed(req, url, `org:${b}`);
+      return feeds.serve(req, url, `repo:${b}/${c}`, fake.url);
+    if (segs.length === 3 && a === 'orgs' && c === 'events')
+      return feeds.serve(req, url, `org:${b}`, fake.url);
     if (segs.length === 3 && a === 'users' && c === 'events')
-      return serveFeed(req, url, `user:${b}`);
-    if (segs.length === 2 && a === 'users') {
-      const u = users.get(b!.toLowerCase());
-      return u ? conditional(req, u) : notFound();
-    }
-    if (segs.length >= 5 && a === 'repos' && d === 'compare') {
-      const answer = graphs.compare(`${b}/${c}`, segs.slice(4).join('/'), url, fake.url);
-      return answer ? json(answer.status, answer.body, answer.headers) : notFound();
-    }
-    if (segs.length === 3 && a === 'repos') {
-      const name = `${b}/${c}`.toLowerCase();
-      const r = repos.get(name);
-      if (r) return conditional(req, r.profile);
-      const movedTo = movedRepos.get(name);
-      if (movedTo !== undefined) {
-        const location = `${fake.url}/repositories/${movedTo}`;
-        return json(
-          301,
-          { message: 'Moved Permanently', url: location, documentation_url: DOCS },
-          { location },
-        );
-      }
-      return notFound();
-    }
-    if (segs.length === 2 && a === 'repositories' && /^\d+$/.test(b!)) {
-      const r = reposById.get(Number(b));
-      return r ? conditional(req, r.profile) : notFound();
-    }
-    return notFound();
+      return feeds.serve(req, url, `user:${b}`, fake.url);
+    return repos.route(req, url, fake.url) ?? notFound();
   }
 
   function takeFault(method: string, url: URL): Fault | null {
@@ -428,17 +115,34 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     return null;
   }
 
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  // Every wait ends early when the fake closes, so no timer outlives it.
+  const waits = new Set<() => void>();
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        waits.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      waits.add(done);
+    });
 
-  async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  async function handle(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    body: string,
+  ): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://fake.invalid');
     const method = req.method ?? 'GET';
+    // GraphQL is a budget of its own per credential (ADR 0110): its own in-flight count.
+    const isGraphQL = method === 'POST' && url.pathname === '/graphql';
     const mintFor = method === 'POST' ? MINT_PATH.exec(url.pathname) : null;
     // A token request is the App's (its JWT): it spends no installation's quota.
     const mint = mintFor ? apps.mint(req.headers.authorization, Number(mintFor[1])) : null;
     const who = mint
       ? { credential: mint.credential, bucket: null, rejected: false }
-      : identify(req.headers.authorization);
+      : quota.identify(req.headers.authorization);
     const rec: RecordedRequest = {
       method,
       path: decodeURIComponent(url.pathname),
@@ -454,26 +158,26 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     requests.push(rec);
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
-    const mine = (inFlightBy.get(who.credential) ?? 0) + 1;
-    inFlightBy.set(who.credential, mine);
-    maxInFlightBy[who.credential] = Math.max(maxInFlightBy[who.credential] ?? 0, mine);
+    const flightKey = isGraphQL ? `${who.credential}#graphql` : who.credential;
+    const mine = (inFlightBy.get(flightKey) ?? 0) + 1;
+    inFlightBy.set(flightKey, mine);
+    maxInFlightBy[flightKey] = Math.max(maxInFlightBy[flightKey] ?? 0, mine);
     const concurrent = mine > 1;
     const overEndpointRate = opts.endpointRatePerMinute
-      ? endpointWindow(who.credential, rec.path, rec.startedAt.getTime()) >
-        opts.endpointRatePerMinute
+      ? endpointWindow(flightKey, rec.path, rec.startedAt.getTime()) > opts.endpointRatePerMinute
       : false;
     let ended = false;
     const end = () => {
       if (ended) return;
       ended = true;
       inFlight--;
-      inFlightBy.set(who.credential, (inFlightBy.get(who.credential) ?? 1) - 1);
+      inFlightBy.set(flightKey, (inFlightBy.get(flightKey) ?? 1) - 1);
       rec.endedAt = new Date();
       hanging.delete(res);
     };
     res.on('close', end);
 
-    const bucket = who.bucket;
+    const bucket = isGraphQL ? null : who.bucket;
     const send = (a: Answer, spend: boolean) => {
       if (spend && bucket && bucket.remaining > 0) {
         bucket.remaining--;
@@ -485,7 +189,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
         'content-type': 'application/json; charset=utf-8',
         'x-github-media-type': 'github.v3; format=json',
         'x-github-request-id': `FAKE:${requests.length}`,
-        ...(bucket ? rateHeaders(bucket) : {}),
+        ...(bucket ? quota.headers(bucket) : {}),
         ...a.headers,
       };
       if (a.body === undefined) delete headers['content-type'];
@@ -544,10 +248,22 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
                 message: http.STATUS_CODES[status] ?? 'Error',
                 documentation_url: DOCS,
               }));
-        send({ status, body, headers: fault.headers }, status !== 304);
+        send({ status, body, headers: fault.headers }, status !== 304 && !isGraphQL);
         return;
       }
 
+      if (isGraphQL) {
+        const gq = graphql.handle({
+          credential: who.credential,
+          bucket: who.credential === 'anonymous' ? null : graphql.bucketFor(who.credential),
+          body,
+          requestId: `FAKE:${requests.length}`,
+          lookup: repos.lookup,
+          sleep,
+        });
+        send(await gq, false);
+        return;
+      }
       if (bucket && bucket.remaining <= 0) {
         send(
           json(403, {
@@ -566,9 +282,15 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
   }
 
   const server = http.createServer((req, res) => {
-    // Drain any body; GET has none, but a client may send one.
-    req.resume();
-    void handle(req, res);
+    // A GraphQL query is in the body; anything else's body is read and dropped.
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > 8 * 1024 * 1024) req.destroy();
+      else if (req.method === 'POST') chunks.push(chunk);
+    });
+    req.on('end', () => void handle(req, res, Buffer.concat(chunks).toString('utf8')));
   });
   server.keepAliveTimeout = 1000;
   await new Promise<void>((resolve, reject) => {
@@ -576,13 +298,6 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     server.listen(opts.port ?? 0, '127.0.0.1', () => resolve());
   });
   const { port } = server.address() as AddressInfo;
-
-  function fileEvent(key: string, ev: GitHubEvent) {
-    const f = feedOf(key);
-    const i = f.findIndex((e) => e.id === ev.id);
-    if (i >= 0) f.splice(i, 1);
-    f.unshift(ev);
-  }
 
   const fake: FakeGitHub = {
     url: `http://127.0.0.1:${port}`,
@@ -605,9 +320,7 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
     addApp: (app) => apps.addApp(app),
     removeInstallation: (id) => apps.removeInstallation(id),
     revokeInstallationTokens: (id) => apps.revokeTokens(id),
-    revokeToken: (token) => {
-      revokedTokens.add(token);
-    },
+    revokeToken: (token) => quota.revokeToken(token),
     get inFlight() {
       return inFlight;
     },
@@ -615,91 +328,31 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       return secondaryLimitHits;
     },
     onRequest: null,
-    addEvents(feed, events) {
-      for (const ev of events) {
-        fileEvent(feed, ev);
-        if (feed.toLowerCase() === 'public') {
-          fileEvent(`repo:${ev.repo.name}`, ev);
-          fileEvent(`user:${ev.actor.login}`, ev);
-          if (ev.org) fileEvent(`org:${ev.org.login}`, ev);
-        }
-      }
-    },
-    feed(feed) {
-      return [...(feeds.get(feed.toLowerCase()) ?? [])];
-    },
-    setUser(profile) {
-      for (const [k, u] of users) if (u.id === profile.id) users.delete(k);
-      users.set(profile.login.toLowerCase(), profile);
-    },
-    setRepo(profile) {
-      const old = reposById.get(profile.id);
-      if (old) repos.delete(old.profile.full_name.toLowerCase());
-      const entry = { profile };
-      repos.set(profile.full_name.toLowerCase(), entry);
-      reposById.set(profile.id, entry);
-      movedRepos.delete(profile.full_name.toLowerCase());
-    },
-    removeUser(login) {
-      users.delete(login.toLowerCase());
-    },
-    removeRepo(fullName) {
-      const r = repos.get(fullName.toLowerCase());
-      if (!r) return;
-      repos.delete(fullName.toLowerCase());
-      reposById.delete(r.profile.id);
-    },
-    renameRepo(oldFullName, newFullName) {
-      const r = repos.get(oldFullName.toLowerCase());
-      if (!r) throw new Error(`fake GitHub: no repository ${oldFullName} to rename`);
-      const [owner, name] = newFullName.split('/') as [string, string];
-      const ownerObj = (r.profile.owner ?? {}) as Json;
-      fake.setRepo({
-        ...r.profile,
-        full_name: newFullName,
-        name,
-        owner: { ...ownerObj, login: owner },
-        url: `https://api.github.com/repos/${newFullName}`,
-        html_url: `https://github.com/${newFullName}`,
-      });
-      movedRepos.set(oldFullName.toLowerCase(), r.profile.id);
-    },
-    setPollInterval(feed, seconds) {
-      pollIntervals.set(feed.toLowerCase(), seconds);
-    },
-    addCommits: (fullName, commits) => graphs.addCommits(fullName, commits),
-    setBranch: (fullName, branch, sha) => graphs.setBranch(fullName, branch, sha),
-    setRateLimit(setting, o = {}) {
-      const apply = (b: Bucket) => {
-        if (setting.limit !== undefined) b.limit = setting.limit;
-        if (setting.remaining !== undefined) b.remaining = setting.remaining;
-        if (setting.resetAt !== undefined) b.resetAt = setting.resetAt;
-      };
-      if (o.token !== undefined || o.installation !== undefined) {
-        apply(bucketFor(keyOf(o), ownLimit(o)));
-        return;
-      }
-      bucketOverride = { ...bucketOverride, ...setting };
-      for (const b of buckets.values()) apply(b);
-    },
-    rateLimit(o = {}) {
-      const b = bucketFor(keyOf(o), ownLimit(o));
-      return { ...b, used: b.limit - b.remaining };
-    },
+    addEvents: (feed, events) => feeds.addEvents(feed, events),
+    feed: (feed) => feeds.feed(feed),
+    setPollInterval: (feed, seconds) => feeds.setPollInterval(feed, seconds),
+    setUser: (profile) => repos.setUser(profile),
+    setRepo: (profile) => repos.setRepo(profile),
+    removeUser: (login) => repos.removeUser(login),
+    removeRepo: (fullName) => repos.removeRepo(fullName),
+    renameRepo: (oldFullName, newFullName) => repos.renameRepo(oldFullName, newFullName),
+    addCommits: (fullName, commits) => repos.addCommits(fullName, commits),
+    setBranch: (fullName, branch, sha) => repos.setBranch(fullName, branch, sha),
+    deleteBranch: (fullName, branch) => repos.deleteBranch(fullName, branch),
+    renameBranch: (fullName, from, to) => repos.renameBranch(fullName, from, to),
+    commitGraph: (fullName) => repos.commitGraph(fullName),
+    defaultBranch: (fullName) => repos.defaultBranch(fullName),
+    graphql: graphql.controls((o) => quota.keyOf(o)),
+    setRateLimit: (setting, o) => quota.setRateLimit(setting, o),
+    rateLimit: (o) => quota.rateLimit(o),
     fail(fault) {
       faults.push({ ...fault, left: fault.times ?? 1 });
     },
     reset() {
-      feeds = new Map();
-      pollIntervals = new Map();
-      users = new Map();
-      repos = new Map();
-      reposById = new Map();
-      movedRepos = new Map();
-      buckets = new Map();
-      bucketOverride = null;
+      feeds.reset();
+      repos.reset();
+      quota.reset();
       faults = [];
-      revokedTokens.clear();
       requests.length = 0;
       counted = 0;
       maxInFlight = inFlight;
@@ -707,10 +360,11 @@ export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<Fak
       secondaryLimitHits = 0;
       endpointTimes.clear();
       apps.reset();
-      graphs.reset();
+      graphql.reset();
       fake.onRequest = null;
     },
     async close() {
+      for (const done of [...waits]) done();
       for (const res of hanging) res.destroy();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

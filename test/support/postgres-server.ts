@@ -7,9 +7,9 @@ import { acquireEmbeddedPostgres } from '../../src/db/embedded.ts';
 /**
  * Where the tests' Postgres comes from. TEST_POSTGRES chooses: `url` (TEST_DATABASE_URL),
  * `docker` (a testcontainers postgres:18), `embedded` (the embedded Postgres 18 under
- * .data/test-postgres, port 54339). Unset, DESIGN §8's order: TEST_DATABASE_URL if set,
- * else testcontainers when a Docker engine answers — falling back to embedded when the
- * container cannot start (no registry to pull from, say) — else embedded.
+ * .data/test-postgres, on a free port). Unset, DESIGN §8's order: TEST_DATABASE_URL if set,
+ * else testcontainers when a Docker engine answers and already holds its images — falling
+ * back to embedded when the container cannot start — else embedded.
  */
 export interface TestServer {
   /** A URL to a maintenance database (we CREATE/DROP databases through it). */
@@ -23,26 +23,71 @@ export interface TestServer {
 export const TEST_POSTGRES_CHOICES = ['url', 'docker', 'embedded'] as const;
 export type TestPostgres = (typeof TEST_POSTGRES_CHOICES)[number];
 
-function dockerAnswers(): Promise<boolean> {
+/** The image the testcontainers path runs, and the reaper testcontainers starts beside it. */
+const POSTGRES_IMAGE = 'postgres:18';
+const RYUK_IMAGE = /^testcontainers\/ryuk:/;
+
+/** One GET to the Docker engine's socket; null when nothing answers within a second. */
+function dockerGet(path: string): Promise<string | null> {
   const socket = process.env.DOCKER_HOST?.startsWith('unix://')
     ? process.env.DOCKER_HOST.slice(7)
     : '/var/run/docker.sock';
-  if (!existsSync(socket)) return Promise.resolve(false);
+  if (!existsSync(socket)) return Promise.resolve(null);
   return new Promise((resolve) => {
     const s = net.connect(socket);
-    const timer = setTimeout(() => {
-      s.destroy();
-      resolve(false);
-    }, 1000);
-    s.once('connect', () => s.write('GET /_ping HTTP/1.0\r\n\r\n'));
-    s.once('data', (d) => {
+    const chunks: Buffer[] = [];
+    const done = (v: string | null) => {
       clearTimeout(timer);
       s.destroy();
-      resolve(d.toString().includes('200 OK'));
-    });
-    s.once('error', () => {
-      clearTimeout(timer);
-      resolve(false);
+      resolve(v);
+    };
+    const timer = setTimeout(() => done(null), 1000);
+    s.once('connect', () => s.write(`GET ${path} HTTP/1.0\r\nHost: docker\r\n\r\n`));
+    s.on('data', (d: Buffer) => chunks.push(d));
+    s.once('end', () => done(Buffer.concat(chunks).toString()));
+    s.once('error', () => done(null));
+  });
+}
+
+/**
+ * A Docker engine that can run the testcontainers path without reaching a registry: it
+ * answers, and already holds postgres:18 (and testcontainers' Ryuk image, unless
+ * TESTCONTAINERS_RYUK_DISABLED=true). `npm test` never pulls an image; TEST_POSTGRES=docker
+ * asks for the path whatever the engine holds.
+ */
+async function dockerReady(): Promise<boolean> {
+  const answer = await dockerGet('/images/json');
+  if (!answer?.startsWith('HTTP/1.0 200') && !answer?.startsWith('HTTP/1.1 200')) return false;
+  let tags: string[];
+  try {
+    const images = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as {
+      RepoTags?: string[] | null;
+    }[];
+    tags = images.flatMap((i) => i.RepoTags ?? []);
+  } catch {
+    return false;
+  }
+  return holdsTestImages(tags);
+}
+
+/** Whether an engine with these image tags can start the testcontainers path unpulled. */
+export function holdsTestImages(tags: readonly string[], env = process.env): boolean {
+  const ryukOff = env.TESTCONTAINERS_RYUK_DISABLED === 'true';
+  return tags.includes(POSTGRES_IMAGE) && (ryukOff || tags.some((t) => RYUK_IMAGE.test(t)));
+}
+
+/**
+ * A port nobody listens on now, for the embedded test server: a fixed one would let only one
+ * checkout on a machine run `npm test`. Used only to start the server; a running one (another
+ * vitest run of this checkout) is adopted on its own port.
+ */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
     });
   });
 }
@@ -61,7 +106,7 @@ function urlServer(env: NodeJS.ProcessEnv): TestServer {
 
 async function dockerServer(): Promise<TestServer> {
   const { GenericContainer, Wait } = await import('testcontainers');
-  const container = await new GenericContainer('postgres:18')
+  const container = await new GenericContainer(POSTGRES_IMAGE)
     .withEnvironment({ POSTGRES_PASSWORD: 'postgres' })
     .withExposedPorts(5432)
     .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
@@ -70,7 +115,7 @@ async function dockerServer(): Promise<TestServer> {
   return {
     adminUrl: `postgres://postgres:postgres@${container.getHost()}:${container.getMappedPort(5432)}/postgres`,
     kind: 'testcontainers',
-    description: `testcontainers postgres:18 (${container.getId().slice(0, 12)})`,
+    description: `testcontainers ${POSTGRES_IMAGE} (${container.getId().slice(0, 12)})`,
     stop: async () => {
       await container.stop();
     },
@@ -81,7 +126,7 @@ async function embeddedServer(): Promise<TestServer> {
   // Same launcher as the app's zero-config mode, on its own port and data directory.
   const embedded = await acquireEmbeddedPostgres({
     dataDir: path.resolve('.data/test-postgres'),
-    port: 54339,
+    port: await freePort(),
     database: 'postgres',
     settings: { max_connections: '300', fsync: 'off', synchronous_commit: 'off' },
     role: 'vitest',
@@ -111,6 +156,7 @@ export function testPostgresChoice(env = process.env): TestPostgres | undefined 
 export interface ServerSources {
   env: NodeJS.ProcessEnv;
   log: (line: string) => void;
+  /** A Docker engine answers and holds the images (never pulls: see dockerReady). */
   dockerAnswers: () => Promise<boolean>;
   docker: () => Promise<TestServer>;
   embedded: () => Promise<TestServer>;
@@ -119,7 +165,7 @@ export interface ServerSources {
 const realSources: ServerSources = {
   env: process.env,
   log: (line) => process.stderr.write(`${line}\n`),
-  dockerAnswers,
+  dockerAnswers: dockerReady,
   docker: dockerServer,
   embedded: embeddedServer,
 };

@@ -1,6 +1,8 @@
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ENV_VARS } from '../../src/config.ts';
+import { REQUEST_PURPOSES } from '../../src/db/schema.ts';
+import { ALL_QUEUES } from '../../src/queue/names.ts';
 import { ROOT, runBin } from '../support/cli.ts';
 import { docPage, emittedLogEvents, firstCellNames, section } from '../support/docs.ts';
 
@@ -69,5 +71,44 @@ describe('docs/observability.md', () => {
   it('lists no log event the code does not emit', () => {
     const emitted = (name: string) => literal.has(name) || patterns.some((p) => p.test(name));
     expect(documented.filter((d) => !emitted(d))).toEqual([]);
+  });
+});
+
+describe('docs/operations.md queues', () => {
+  const page = docPage('operations.md');
+
+  it('has a row for every pg-boss queue, and for none that does not exist', () => {
+    const rows = page.split('\n').filter((l) => l.startsWith('| `'));
+    const named = rows
+      .map((l) => firstCellNames(l))
+      .filter((names) => names.some((n) => (ALL_QUEUES as readonly string[]).includes(n)))
+      .flat();
+    expect([...new Set(named)].sort()).toEqual([...ALL_QUEUES].sort());
+  });
+
+  it('never counts the queues in words (a count goes stale when one is added)', async () => {
+    const counted = /\b(one|two|three|four|five|six|seven|eight|nine|ten|\d+) pg-boss queues\b/i;
+    const help = await runBin('worker', ['--help'], {});
+    for (const [where, text] of [
+      ['docs/operations.md', page],
+      ['README.md', readFileSync(`${ROOT}README.md`, 'utf8')],
+      ['bin/worker --help', help.out],
+    ] as const) {
+      expect(counted.exec(text)?.[0] ?? null, where).toBeNull();
+    }
+    for (const q of ALL_QUEUES) expect(help.out, q).toContain(q);
+  });
+});
+
+describe('docs/observability.md purposes', () => {
+  it('every `purpose` label list names every request purpose', () => {
+    const lists = [...docPage('observability.md').matchAll(/`purpose` \(([^)]*)\)/g)].map(
+      (m) => m[1]!,
+    );
+    expect(lists.length).toBeGreaterThan(0);
+    for (const list of lists) {
+      for (const p of REQUEST_PURPOSES)
+        expect(list, `a purpose list lacks ${p}`).toContain(`\`${p}\``);
+    }
   });
 });

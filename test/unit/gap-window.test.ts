@@ -85,9 +85,15 @@ describe('bin/backfill hour checks', () => {
 
   it('warns on hours before GH Archive’s first (2011-02-12-0), and only those', () => {
     expect(check('2011-02-11-23')).toEqual({
-      warn: "hour 2011-02-11-23 is before GH Archive's first hour (2011-02-12-0): data.gharchive.org has no file for it; fetching it from GHARCHIVE_URL anyway",
+      warn: "hour 2011-02-11-23 is before GH Archive's first hour (2011-02-12-0): data.gharchive.org has no file for it; asking the first mirror in GHARCHIVE_URL anyway",
     });
     expect(check('2011-02-12-0')).toBeNull();
+  });
+
+  it('says which mirror it asks instead (--mirror)', () => {
+    expect(hourCheck(parseHour('2010-06-01-0')!, now, 'file:///data/mirror/')).toEqual({
+      warn: "hour 2010-06-01-0 is before GH Archive's first hour (2011-02-12-0): data.gharchive.org has no file for it; asking file:///data/mirror/ anyway",
+    });
   });
 });
 

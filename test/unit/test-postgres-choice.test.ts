@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { startTestServer, type TestServer } from '../support/postgres-server.ts';
+import { holdsTestImages, startTestServer, type TestServer } from '../support/postgres-server.ts';
 
 /**
  * Which Postgres `npm test` uses (issue 11, item 9): TEST_POSTGRES chooses; unset, the
@@ -82,5 +82,16 @@ describe('TEST_POSTGRES and the harness order', () => {
     await expect(startTestServer(sources({ TEST_POSTGRES: 'podman' }).sources)).rejects.toThrow(
       /TEST_POSTGRES must be one of url, docker, embedded \(got "podman"\)/,
     );
+  });
+});
+
+describe('the testcontainers path is tried only when the engine holds its images', () => {
+  it('postgres:18 and a Ryuk image, or postgres:18 with Ryuk disabled', () => {
+    const ryuk = 'testcontainers/ryuk:0.11.0';
+    expect(holdsTestImages(['postgres:18', ryuk], {})).toBe(true);
+    expect(holdsTestImages(['postgres:18'], {})).toBe(false);
+    expect(holdsTestImages(['postgres:18'], { TESTCONTAINERS_RYUK_DISABLED: 'true' })).toBe(true);
+    expect(holdsTestImages(['postgres:17', ryuk], {})).toBe(false);
+    expect(holdsTestImages([], { TESTCONTAINERS_RYUK_DISABLED: 'true' })).toBe(false);
   });
 });
