@@ -5,8 +5,10 @@ import {
   type BulkStoreResult,
   bulkStoreStaged,
   clearStage,
+  emptyStoreResult,
   PushesAlreadyHeld,
 } from '../ingestion/bulk-store.ts';
+import { type ClaimContext, EventIdRace, RACE_RETRIES } from '../ingestion/event-ids.ts';
 import type { StageBatch } from '../ingestion/stage-batch.ts';
 import type { ImportTarget } from './import-types.ts';
 
@@ -16,10 +18,30 @@ interface ChunkOutcome {
   refused: { index: number; reason: string }[];
 }
 
+/** How a chunk is merged; `expectNew` turns false at the first push already held. */
+export interface ChunkMode {
+  expectNew: boolean;
+  emails: CommitEmailMode;
+  /** The mirror the file is read from (ADR 0122). */
+  claim: Partial<ClaimContext>;
+}
+
+function sum(a: BulkStoreResult, b: BulkStoreResult): BulkStoreResult {
+  return {
+    created: a.created + b.created,
+    newActors: a.newActors + b.newActors,
+    newRepositories: a.newRepositories + b.newRepositories,
+    commitsPending: a.commitsPending + b.commitsPending,
+    idsFilledIn: a.idsFilledIn + b.idsFilledIn,
+    clashes: [...a.clashes, ...b.clashes],
+  };
+}
+
 /**
  * Stores rows [from, to) of a batch under a savepoint; when Postgres refuses them for a
  * row's content, the range is halved until the refused rows are found: one bad event never
- * costs the rest.
+ * costs the rest. Another writer storing a push under one of the batch's event ids at the
+ * same moment (EventIdRace) is not content: the same rows are stored again, and then see it.
  */
 export async function storeIsolating(
   client: pg.ClientBase,
@@ -27,8 +49,9 @@ export async function storeIsolating(
   from: number,
   to: number,
   target: ImportTarget,
-  mode: { expectNew: boolean; emails: CommitEmailMode },
+  mode: ChunkMode,
   retried: boolean,
+  races = 0,
 ): Promise<ChunkOutcome> {
   await client.query('SAVEPOINT gpi_chunk');
   try {
@@ -36,41 +59,39 @@ export async function storeIsolating(
     const stored = await bulkStoreStaged(
       client,
       batch,
-      { sourceId: target.sourceId, expectNew: mode.expectNew, emails: mode.emails },
+      {
+        sourceId: target.sourceId,
+        expectNew: mode.expectNew,
+        emails: mode.emails,
+        claim: mode.claim,
+      },
       from,
       to,
     );
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     return { stored, refused: [] };
   } catch (err) {
-    if (err instanceof PushesAlreadyHeld) {
-      // The file holds pushes we have: merge with conflict handling from now on.
+    if (err instanceof PushesAlreadyHeld || (err instanceof EventIdRace && races < RACE_RETRIES)) {
+      // The file holds pushes we have: merge with conflict handling from now on. Or another
+      // writer stored one of its ids meanwhile: the same merge again sees it.
       await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
       await client.query('RELEASE SAVEPOINT gpi_chunk');
       mode.expectNew = false;
-      return storeIsolating(client, batch, from, to, target, mode, true);
+      const again = races + (err instanceof EventIdRace ? 1 : 0);
+      return storeIsolating(client, batch, from, to, target, mode, true, again);
     }
     if (!isContentRefusal(err)) throw err;
     await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     if (to - from === 1) {
       return {
-        stored: { created: 0, newActors: 0, newRepositories: 0, commitsPending: 0, idsFilledIn: 0 },
+        stored: emptyStoreResult(),
         refused: [{ index: from, reason: (err as Error).message }],
       };
     }
     const mid = from + Math.ceil((to - from) / 2);
     const a = await storeIsolating(client, batch, from, mid, target, mode, true);
     const b = await storeIsolating(client, batch, mid, to, target, mode, true);
-    return {
-      stored: {
-        created: a.stored.created + b.stored.created,
-        newActors: a.stored.newActors + b.stored.newActors,
-        newRepositories: a.stored.newRepositories + b.stored.newRepositories,
-        commitsPending: a.stored.commitsPending + b.stored.commitsPending,
-        idsFilledIn: a.stored.idsFilledIn + b.stored.idsFilledIn,
-      },
-      refused: [...a.refused, ...b.refused],
-    };
+    return { stored: sum(a.stored, b.stored), refused: [...a.refused, ...b.refused] };
   }
 }

@@ -62,6 +62,11 @@ export interface ImportResult {
    * QUARANTINE_SAMPLE; the rest of `counts.malformed` are counted only.
    */
   quarantined: number;
+  /**
+   * Event id clashes this attempt recorded (event_id_clashes, ADR 0122): ids its pushes
+   * share with other pushes, of other eras (reused) or of the same (disputed).
+   */
+  idClashes: number;
   bytes: number;
   seconds: number;
   error: { code: string; message: string } | null;

@@ -61,6 +61,7 @@ export async function importFile(
     commitsPending: 0,
     totals: { ...ZERO_COUNTS },
     quarantined: 0,
+    idClashes: 0,
     bytes: 0,
     seconds: 0,
     error: null,

@@ -3,6 +3,13 @@ import { commitsTargets, NO_TARGETS } from '../commits/targets.ts';
 import { kyselyOn } from '../db/session.ts';
 import { AppError } from '../errors.ts';
 import { dropStage, insertStagedEntities, prepareStage } from '../ingestion/bulk-store.ts';
+import {
+  archiveMirrorId,
+  type IdClash,
+  logIdClashes,
+  mirrorRank,
+  runOnClient,
+} from '../ingestion/event-ids.ts';
 import type { RejectionReason } from '../ingestion/rules.ts';
 import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
 import type { Logger } from '../log.ts';
@@ -24,7 +31,7 @@ import {
   startCheckpoint,
   ZERO_COUNTS,
 } from './checkpoints.ts';
-import { storeIsolating } from './chunk-store.ts';
+import { type ChunkMode, storeIsolating } from './chunk-store.ts';
 import { classifyLine, mapArchivePush } from './events.ts';
 import type {
   ImportDeps,
@@ -43,6 +50,8 @@ import { lineBatches } from './lines.ts';
 const CHUNK_ROWS = 5_000;
 /** Events set aside logged one by one per import (event.rejected); the rest are counted. */
 const LOGGED_MALFORMED = 5;
+/** Event id clashes logged one by one per import (event.id_clash); the rest are counted. */
+const LOGGED_CLASHES = 5;
 /** A chunk is cut at this many lines set aside, or lines read, whatever its pushes. */
 const MAX_SET_ASIDE = 1_000;
 const MAX_CHUNK_LINES = 200_000;
@@ -198,12 +207,26 @@ export async function readAndStore(
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
   // first push already held switches the import to merging with conflict handling.
   // Another mirror's copy of the file read already: most pushes are held (ADR 0090).
-  const mode = {
+  // The file's mirror ranks its event id claims against other mirrors' (ADR 0122).
+  const mirrors = deps.config?.archive.mirrors ?? [];
+  const mode: ChunkMode = {
     expectNew:
       checkpoint.counts.kept === 0 &&
       target.gapId === null &&
       !(await readFromAnotherMirror(client, key)),
     emails: deps.config?.commits.emails ?? 'hash',
+    claim: {
+      rank: mirrorRank(source.mirror, mirrors),
+      mirrorId: await archiveMirrorId(runOnClient(client), source.mirror),
+      mirror: source.mirror || null,
+      mirrors,
+    },
+  };
+  let loggedClashes = 0;
+  const logFirstClashes = (clashes: IdClash[]) => {
+    const room = Math.max(0, LOGGED_CLASHES - loggedClashes);
+    loggedClashes += Math.min(room, clashes.length);
+    logIdClashes(log, clashes.slice(0, room));
   };
   // Who gets commits, read once for the file (ADR 0070): a pre-2025-10 line's inline
   // commits are stored, a targeted push without them is left pending for the fetcher.
@@ -220,11 +243,14 @@ export async function readAndStore(
   ) => {
     await client.query('BEGIN');
     let firstSeen: QuarantineRow[] = [];
+    let clashes: IdClash[] = [];
     let pendingCommits = 0;
     try {
       // Asynchronous commit: the chunk and its checkpoint commit together, so a database
       // crash that loses the last commits loses both, and the import re-reads those lines.
-      await client.query('SET LOCAL synchronous_commit = off');
+      // No JIT: the merge's estimates on a small or unanalysed table can pass jit_above_cost,
+      // and compiling its expressions cost ~0.7 s a chunk for no gain (ADR 0122).
+      await client.query('SET LOCAL synchronous_commit = off; SET LOCAL jit = off');
       const outcome = await storeIsolating(client, batch, 0, batch.length, target, mode, false);
       for (const { index, reason } of outcome.refused) {
         counts.malformed++;
@@ -242,6 +268,7 @@ export async function readAndStore(
       if (aside.length > 0) firstSeen = (await quarantineEvents(session, aside)).firstSeen;
       counts.created += outcome.stored.created;
       pendingCommits = outcome.stored.commitsPending;
+      clashes = outcome.stored.clashes;
       await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
       await client.query('COMMIT');
     } catch (err) {
@@ -250,6 +277,8 @@ export async function readAndStore(
       throw err;
     }
     logFirstRejected(firstSeen);
+    logFirstClashes(clashes);
+    result.idClashes += clashes.length;
     result.quarantined += aside.length;
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
@@ -383,9 +412,10 @@ export async function readAndStore(
       created: result.counts.created,
       malformed: result.counts.malformed,
       malformed_sampled: result.quarantined,
+      id_clashes: result.idClashes,
       bytes: result.bytes,
     },
-    `${source.label}: ${result.counts.created} pushes stored of ${result.counts.kept} kept (${result.counts.malformed} malformed lines)`,
+    `${source.label}: ${result.counts.created} pushes stored of ${result.counts.kept} kept (${result.counts.malformed} malformed lines${result.idClashes ? `, ${result.idClashes} event id clashes` : ''})`,
   );
   return finish('completed');
 }

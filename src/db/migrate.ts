@@ -1,8 +1,18 @@
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { type Migration, type MigrationProvider, type MigrationResultSet, Migrator } from 'kysely';
+import {
+  type Migration,
+  type MigrationProvider,
+  type MigrationResultSet,
+  Migrator,
+  sql,
+} from 'kysely';
 import type pg from 'pg';
+import {
+  EVENT_ID_INDEX,
+  EVENT_ID_INDEX_COLUMNS,
+} from '../../db/migrations/2026-12-01T1401_event_id_index.ts';
 import { AppError } from '../errors.ts';
 import { LockSpace } from './locks.ts';
 import type { Db } from './pool.ts';
@@ -44,16 +54,67 @@ export function createMigrator(db: Db, dir = MIGRATIONS_DIR): Migrator {
 }
 
 /**
+ * Indexes a migration needs that are built CONCURRENTLY just before it (writes go on
+ * meanwhile), because Kysely's migrator runs all pending migrations in one transaction,
+ * where CREATE INDEX CONCURRENTLY cannot run. The migration itself checks the index and
+ * builds it in its transaction only if it is not there (ADR 0122).
+ */
+const ONLINE_INDEXES = [
+  {
+    migration: '2026-12-01T1401_event_id_index',
+    name: EVENT_ID_INDEX,
+    create: `CREATE UNIQUE INDEX CONCURRENTLY ${EVENT_ID_INDEX} ON push_events ${EVENT_ID_INDEX_COLUMNS}`,
+  },
+] as const;
+
+function failedOf(set: MigrationResultSet): void {
+  if (set.error) {
+    const failed = set.results?.find((r) => r.status === 'Error');
+    throw new MigrationFailed(failed?.migrationName, set.error);
+  }
+}
+
+const applied = (set: MigrationResultSet) =>
+  (set.results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+
+/**
+ * Builds `index` CONCURRENTLY (an INVALID leftover of an interrupted build is dropped
+ * first), outside any transaction; a valid one is left alone.
+ */
+async function buildOnline(db: Db, index: (typeof ONLINE_INDEXES)[number]): Promise<void> {
+  const r = await sql<{ valid: boolean }>`
+    SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE c.relname = ${index.name} AND c.relnamespace = current_schema()::regnamespace`.execute(
+    db,
+  );
+  if (r.rows[0]?.valid) return;
+  if (r.rows.length > 0) await sql.raw(`DROP INDEX CONCURRENTLY ${index.name}`).execute(db);
+  await sql.raw(index.create).execute(db);
+}
+
+/**
  * Runs every pending migration. Callers that may race (two bin/setup at once) hold
- * the setup advisory lock around this via withSetupLock.
+ * the setup advisory lock around this via withSetupLock. When a migration with an online
+ * index is pending and nothing after it has run, the migrations before it run first, then
+ * the index is built CONCURRENTLY, then the rest.
  */
 export async function migrateToLatest(db: Db): Promise<string[]> {
-  const { error, results }: MigrationResultSet = await createMigrator(db).migrateToLatest();
-  if (error) {
-    const failed = results?.find((r) => r.status === 'Error');
-    throw new MigrationFailed(failed?.migrationName, error);
+  const migrator = createMigrator(db);
+  const done: string[] = [];
+  for (const index of ONLINE_INDEXES) {
+    const all = await migrator.getMigrations();
+    const at = all.findIndex((m) => m.name === index.migration);
+    if (at < 0 || all.slice(at).some((m) => m.executedAt)) continue;
+    if (at > 0 && !all[at - 1]!.executedAt) {
+      const before = await migrator.migrateTo(all[at - 1]!.name);
+      failedOf(before);
+      done.push(...applied(before));
+    }
+    await buildOnline(db, index);
   }
-  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+  const rest = await migrator.migrateToLatest();
+  failedOf(rest);
+  return [...done, ...applied(rest)];
 }
 
 /** True when every migration file has been applied (used by /readyz). */

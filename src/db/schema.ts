@@ -76,6 +76,12 @@ export const COMMITS_STATES = [
   'failed',
 ] as const;
 export type CommitsState = (typeof COMMITS_STATES)[number];
+/**
+ * Two pushes found claiming one event id (ADR 0122): `reused` (different eras: GitHub reused
+ * the id, both keep it) or `disputed` (one era: one keeps it, the other is stored without).
+ */
+export const EVENT_ID_CLASH_KINDS = ['reused', 'disputed'] as const;
+export type EventIdClashKind = (typeof EVENT_ID_CLASH_KINDS)[number];
 
 export interface EventSourcesTable {
   id: Generated<BigId>;
@@ -90,6 +96,11 @@ export interface EventSourcesTable {
   last_error: string | null;
   last_polled_at: NullableTimestamp;
   recent_event_ids: ColumnType<string[], string[] | undefined, string[]>;
+  /**
+   * The created_at of each recent_event_ids entry, same order (migration 2026-12-01T1400):
+   * an id is matched only within its era. NULL (or missing) for a ring written before.
+   */
+  recent_event_at: ColumnType<(Date | null)[], (Date | null)[] | undefined, (Date | null)[]>;
   /** Expected quota-counted requests per poll: a weighted mean of recent polls (0 = all 304s). */
   poll_cost: Generated<number>;
   /** Conditional answers poll_cost learned from (0: it is the prior; migration 2026-12-01T1520). */
@@ -207,6 +218,10 @@ export interface EnrichmentAttemptsTable {
 }
 
 export interface PushEventsTable {
+  /**
+   * GitHub event id; unique per era (index push_events_event_id), NULL for a webhook-only
+   * push and for the push that lost a dispute over its id (event_id_clashes says which).
+   */
   id: BigId | null;
   actor_id: BigId;
   repository_id: BigId;
@@ -222,6 +237,8 @@ export interface PushEventsTable {
   source_id: BigId | null;
   run_id: BigId | null;
   ingested_at: Generated<Timestamp>;
+  /** archive_mirrors.id the event id came from (archive pushes and ids filled from one). */
+  mirror_id: number | null;
   // Commits (migration 2026-12-01T1000, ADR 0070).
   /** How many commits the push has; NULL while unknown. */
   commit_count: number | null;
@@ -453,8 +470,40 @@ export interface StoredSettingsTable {
   previous_value: string | null;
 }
 
+/** GHARCHIVE_URL entries pushes were read from ('' = a local file), migration 2026-12-01T1400. */
+export interface ArchiveMirrorsTable {
+  id: Generated<number>;
+  url: string;
+  first_seen_at: Generated<Timestamp>;
+}
+
+/** One side of an event id clash: the push, where it came from. */
+interface ClashSide {
+  repository_id: BigId;
+  ref: string;
+  before: string;
+  head: string;
+  created_at: Timestamp;
+  origin: PushOrigin;
+  mirror: string | null;
+}
+type Side<S extends 'kept' | 'other'> = { [K in keyof ClashSide as `${S}_${K}`]: ClashSide[K] };
+
+/** Two stored pushes claiming one event id (ADR 0122): `kept` holds it; `other` too if reused. */
+export type EventIdClashesTable = Side<'kept'> &
+  Side<'other'> & {
+    id: Generated<BigId>;
+    event_id: BigId;
+    kind: EventIdClashKind;
+    /** md5 of both natural keys in key order: a pair is recorded once. */
+    pair: string;
+    detected_at: Generated<Timestamp>;
+  };
+
 export interface Database {
   stored_settings: StoredSettingsTable;
+  archive_mirrors: ArchiveMirrorsTable;
+  event_id_clashes: EventIdClashesTable;
   gaps: GapsTable;
   backfill_files: BackfillFilesTable;
   hourly_coverage: HourlyCoverageView;

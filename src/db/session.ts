@@ -13,7 +13,20 @@ export function kyselyOn(client: pg.ClientBase): Db {
   const queryable = client as unknown as { query(...args: unknown[]): unknown };
   const borrowed = { query: (...args: unknown[]) => queryable.query(...args), release: () => {} };
   const pool = { connect: async () => borrowed, end: async () => {} };
-  return new Kysely<Database>({
+  const db = new Kysely<Database>({
     dialect: new PostgresDialect({ pool: pool as unknown as pg.Pool }),
   });
+  sessions.set(db, client);
+  return db;
+}
+
+const sessions = new WeakMap<Db, pg.ClientBase>();
+
+/**
+ * The session a kyselyOn instance is bound to (undefined for a pool's): a raw statement on
+ * it runs in whatever transaction that instance has open, e.g. a prepared statement, which
+ * Kysely cannot name.
+ */
+export function sessionOf(db: Db): pg.ClientBase | undefined {
+  return sessions.get(db);
 }

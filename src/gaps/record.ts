@@ -49,15 +49,21 @@ export function isPlausibleTime(at: Date, now: Date): boolean {
   return at >= p.from && at <= p.to;
 }
 
+/** Event ids and, in the same order, when each event was created (the horizon's SeenIds). */
+interface SeenIds {
+  ids: readonly string[];
+  at: readonly (Date | null | undefined)[];
+}
+
 export interface RecordGapInput {
   sourceId: number;
   runId: number;
-  /** The source's recent_event_ids before this run (the horizon it held). */
-  heldIds: readonly string[];
+  /** The source's ring before this run (the horizon it held), with each event's time. */
+  held: SeenIds;
   /** When the source last completed a run: bounds the window if no held push is known. */
   lastPolledAt: Date | null;
   /** Every event id this run read. */
-  readIds: readonly string[];
+  read: SeenIds;
   /** The run's start: the window's end if the run read no push. */
   runStartedAt: Date;
   /** The clock at finalizing: what "plausible" is measured from. */
@@ -96,6 +102,19 @@ export function gapPieces(from: Date, to: Date, now: Date): Piece[] {
   return pieces;
 }
 
+/**
+ * The created_at of the pushes stored under `seen`'s ids, each in its event's era: an id
+ * GitHub reused names another push in another era (ADR 0122), never one of these.
+ */
+function pushesOf(seen: SeenIds) {
+  const at = seen.ids.map((_, i) => seen.at[i] ?? null);
+  return sql`
+    SELECT p.created_at FROM push_events p
+    JOIN unnest(${[...seen.ids]}::bigint[], ${at}::timestamptz[]) AS v (id, at)
+      ON v.id = p.id AND (v.at IS NULL OR event_id_era(v.at) = event_id_era(p.created_at))
+    WHERE p.id = ANY(${[...seen.ids]}::bigint[])`;
+}
+
 /** Inserts the gap(s) of an overflowing run (call in the run's finalizing transaction). */
 export async function recordGap(trx: Db, input: RecordGapInput): Promise<RecordedGaps> {
   const p = plausibleTimes(input.now);
@@ -104,8 +123,7 @@ export async function recordGap(trx: Db, input: RecordGapInput): Promise<Recorde
     read_oldest: Date | null;
     untrusted: string;
   }>`
-    WITH held AS (SELECT created_at FROM push_events WHERE id = ANY(${[...input.heldIds]}::bigint[])),
-         read AS (SELECT created_at FROM push_events WHERE id = ANY(${[...input.readIds]}::bigint[]))
+    WITH held AS (${pushesOf(input.held)}), read AS (${pushesOf(input.read)})
     SELECT (SELECT max(created_at) FROM held WHERE created_at BETWEEN ${p.from} AND ${p.to}) AS held_newest,
            (SELECT min(created_at) FROM read WHERE created_at BETWEEN ${p.from} AND ${p.to}) AS read_oldest,
            (SELECT count(*) FROM (SELECT created_at FROM held UNION ALL SELECT created_at FROM read) a

@@ -1,4 +1,3 @@
-import { CompiledQuery } from 'kysely';
 import type pg from 'pg';
 import {
   type CommitsContext,
@@ -12,6 +11,20 @@ import { copyFrom } from '../db/copy.ts';
 import type { Db } from '../db/pool.ts';
 import type { PushOrigin } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
+import {
+  asEventIdRace,
+  CLAIM_RESULTS,
+  type ClaimContext,
+  type ContestedClaim,
+  claimCtes,
+  type IdClash,
+  POLL_RANK,
+  type Run,
+  recordCtes,
+  runOnClient,
+  runOnDb,
+  settleDisputes,
+} from './event-ids.ts';
 import type { PushRow } from './mapping.ts';
 import type { StageBatch } from './stage-batch.ts';
 import type { StoreResult } from './store.ts';
@@ -22,11 +35,13 @@ import type { StoreResult } from './store.ts';
  * them into actors, repositories and push_events with the same keys and rules as
  * storePushes (src/ingestion/store.ts):
  *
- * - a push is its natural key (repository_id, ref, before, head); the event id is a unique
- *   attribute; `ON CONFLICT DO NOTHING` on either key, so a push held already (by any
- *   origin) or repeated within the batch is one row;
+ * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
+ *   alone, so a push held already (by any origin) or repeated within the batch is one row,
+ *   and no push is ever skipped for its event id, which is an attribute unique per era
+ *   (src/ingestion/event-ids.ts, ADR 0122): a claim on an id another push holds is
+ *   recorded, and settled by rank when both are of one era;
  * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
- *   another row already holds that id;
+ *   another push claims that id in the same era (then the dispute settles it);
  * - rows are written in key order (actors by id, then repositories by id, then pushes by
  *   natural key), so concurrent writers take row locks in the same order.
  *
@@ -52,6 +67,13 @@ export interface BulkStoreOptions {
   sourceId?: number | null;
   runId?: number | null;
   commits?: CommitsContext;
+  /** Who claims the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
+  claim?: Partial<ClaimContext>;
+  /**
+   * The caller's session, when it has one (src/db/session.ts sessionOf): the merge is then
+   * a prepared statement of it, planned once (the caller's transaction is the same).
+   */
+  session?: Run;
 }
 
 /** bulkStoreStaged's options: the staged path stores archive pushes only. */
@@ -65,11 +87,36 @@ export interface StagedStoreOptions {
   expectNew?: boolean;
   /** Addresses of inline commits (the targets were applied when the batch was staged). */
   emails?: CommitEmailMode;
+  /** The mirror the batch was read from, ranked in GHARCHIVE_URL (ADR 0122). */
+  claim?: Partial<ClaimContext>;
 }
 
 export interface BulkStoreResult extends StoreResult {
   /** Webhook copies whose event id this batch filled in. */
   idsFilledIn: number;
+}
+
+/** A claim context with its defaults: GitHub's own answer, no mirror. */
+function claimOf(origin: PushOrigin, given: Partial<ClaimContext> = {}): ClaimContext {
+  return {
+    origin,
+    rank: given.rank ?? POLL_RANK,
+    mirrorId: given.mirrorId ?? null,
+    mirror: given.mirror ?? null,
+    mirrors: given.mirrors ?? [],
+  };
+}
+
+/** A result of nothing stored. */
+export function emptyStoreResult(): BulkStoreResult {
+  return {
+    created: 0,
+    newActors: 0,
+    newRepositories: 0,
+    commitsPending: 0,
+    idsFilledIn: 0,
+    clashes: [],
+  };
 }
 
 /** The push_events columns the merge reads; actors and repositories go in beforehand. */
@@ -116,31 +163,35 @@ function entityUpsert(
 /**
  * Where the merge reads its rows: the staging table (after a COPY), or — for a page of a
  * hundred, where a temporary table and a COPY cost more than they save — the statement's
- * own parameter arrays ($4 …). Ids travel as decimal text and are cast in Postgres, so
- * every digit arrives.
+ * own parameter arrays ($6 …). Ids travel as decimal text and are cast in Postgres, so
+ * every digit arrives. $1 origin, $2 source, $3 run, $4 mirror id, $5 mirror URL.
  */
 type MergeSource = 'stage' | 'values';
 
 const VALUES_CTE = `v AS MATERIALIZED (
       SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
         head, before, created_at, payload, size, distinct_size, commit_count, commits_state
-      FROM unnest($4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
-        $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::text[], $15::int[],
-        $16::int[], $17::int[], $18::text[])
+      FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
+        $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
+        $18::int[], $19::int[], $20::text[])
         AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
           created_at, payload, size, distinct_size, commit_count, commits_state)
     ),`;
 
+const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
+
 /**
  * The merge, one statement. From the parameter arrays (a page) it upserts the actors and
  * repositories too; from the stage (an archive chunk) it merges the pushes alone, their
- * entities inserted beforehand by insertStagedEntities. `p` returns the natural keys it
- * inserted, so the fill-in `f` only probes the pushes the insert skipped (a push it added
- * had no webhook copy to merge with): the data-modifying CTEs share one snapshot, so `f`
- * cannot see `p`'s rows anyway, and the two touch disjoint rows. With `expectNew` (stage
- * only) the pushes are inserted without `ON CONFLICT` (speculative insertion costs ~30% of
- * the insert) and there is nothing to fill in: a push already held makes the statement
- * fail, and the caller merges again.
+ * entities inserted beforehand by insertStagedEntities. The claim CTEs (event-ids.ts) find
+ * the batch's ids held by other pushes; a claim contested in its era is inserted without
+ * its id, for settleDisputes to decide. `p` returns the natural keys it inserted, so the
+ * fill-in `f` only probes the pushes the insert skipped (a push it added had no webhook
+ * copy to merge with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s
+ * rows anyway, and the two touch disjoint rows. With `expectNew` (stage only) the pushes
+ * are inserted without `ON CONFLICT` (speculative insertion costs ~30% of the insert) and
+ * there is nothing to fill in: a push already held makes the statement fail, and the
+ * caller merges again.
  */
 function mergeStatement(from: MergeSource, expectNew = false): string {
   const src = from === 'stage' ? STAGE_TABLE : 'v';
@@ -148,29 +199,30 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
-        commits_state, commits_next_attempt_at)
-      SELECT id, actor_id, repository_id, push_id, ref, head, before, created_at,
-        payload::jsonb, size, distinct_size, $1::text, $2::bigint, $3::bigint, commit_count,
-        commits_state, CASE WHEN commits_state = 'pending' THEN now() END
-      FROM ${src}
-      ORDER BY repository_id, ref, before, head`;
+        commits_state, commits_next_attempt_at, mirror_id)
+      SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
+        s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
+        $1::text, $2::bigint, $3::bigint, s.commit_count, s.commits_state,
+        CASE WHEN s.commits_state = 'pending' THEN now() END, $4::smallint
+      FROM ${src} s
+      LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
+      ORDER BY s.repository_id, s.ref, s.before, s.head`;
   const pushes = expectNew
     ? `p AS (${insert}
-      RETURNING commits_state
+      RETURNING repository_id, ref, before, head, commits_state
     )`
     : `p AS (${insert}
-      ON CONFLICT DO NOTHING
+      ON CONFLICT (repository_id, ref, before, head) DO NOTHING
       RETURNING repository_id, ref, before, head, commits_state
     ), f AS (
-      UPDATE push_events t SET id = s.id
+      UPDATE push_events t SET id = s.id, mirror_id = $4::smallint
       FROM ${src} s
       WHERE s.id IS NOT NULL AND t.id IS NULL
-        AND (t.repository_id, t.ref, t.before, t.head) = (s.repository_id, s.ref, s.before, s.head)
+        AND ${NATURAL_KEY('t')} = ${NATURAL_KEY('s')}
+        AND NOT EXISTS (SELECT 1 FROM p WHERE ${NATURAL_KEY('p')} = ${NATURAL_KEY('s')})
         AND NOT EXISTS (
-          SELECT 1 FROM p
-          WHERE (p.repository_id, p.ref, p.before, p.head) = (s.repository_id, s.ref, s.before, s.head))
-        AND NOT EXISTS (SELECT 1 FROM push_events q WHERE q.id = s.id)
-      RETURNING 1
+          SELECT 1 FROM c WHERE c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')})
+      RETURNING t.repository_id, t.ref, t.before, t.head
     )`;
   const upserts = entities
     ? `a AS (${entityUpsert('actors', 'actor_id', 'login', 'actor_login')}),
@@ -179,12 +231,15 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
   return `
     WITH ${from === 'values' ? VALUES_CTE : ''}
     ${upserts}
+    ${claimCtes(src)}
     ${pushes}
+    ${recordCtes(!expectNew)}
     SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
            ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
            (SELECT count(*) FROM p) AS created,
            (SELECT count(*) FILTER (WHERE commits_state = 'pending') FROM p) AS pending,
-           ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled`;
+           ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
+           ${CLAIM_RESULTS}`;
 }
 
 interface MergeCounts {
@@ -193,6 +248,8 @@ interface MergeCounts {
   created: string;
   pending: string;
   filled: string;
+  clashes: IdClash[];
+  contested: ContestedClaim[];
 }
 
 function resultOf(row: MergeCounts): BulkStoreResult {
@@ -202,12 +259,14 @@ function resultOf(row: MergeCounts): BulkStoreResult {
     newRepositories: Number(row.repositories),
     commitsPending: Number(row.pending),
     idsFilledIn: Number(row.filled),
+    clashes: row.clashes,
   };
 }
 
-const MERGE_VALUES_RENAMING = mergeStatement('values');
-const MERGE_PUSHES_ONLY = mergeStatement('stage');
-const MERGE_PUSHES_ONLY_NEW = mergeStatement('stage', true);
+/** The merges, each a prepared statement of the session it runs on (named gpi_merge_*). */
+const MERGE_VALUES_RENAMING = { name: 'gpi_merge_page', text: mergeStatement('values') };
+const MERGE_PUSHES_ONLY = { name: 'gpi_merge_stage', text: mergeStatement('stage') };
+const MERGE_PUSHES_ONLY_NEW = { name: 'gpi_merge_stage_new', text: mergeStatement('stage', true) };
 
 /**
  * The archive's entity inserts on their own (insert-only, never renaming): the batch's
@@ -260,8 +319,6 @@ export class PushesAlreadyHeld extends AppError {
   }
 }
 
-const PUSH_KEYS = new Set(['push_events_natural_key', 'push_events_id_key']);
-
 /**
  * Stages rows [from, to) of an archive batch and merges their pushes (origin 'archive').
  * Their actors and repositories are not touched: insertStagedEntities must have stored
@@ -276,30 +333,31 @@ export async function bulkStoreStaged(
   from = 0,
   to = batch.length,
 ): Promise<BulkStoreResult> {
-  if (to <= from)
-    return {
-      created: 0,
-      newActors: 0,
-      newRepositories: 0,
-      commitsPending: 0,
-      idsFilledIn: 0,
-    };
+  if (to <= from) return emptyStoreResult();
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
   const commits = batch.commitsOf(from, to);
+  const claim = claimOf('archive', opts.claim);
   const r = await client
-    .query<MergeCounts>(statement, ['archive', opts.sourceId ?? null, null])
+    .query<MergeCounts>(statement, [
+      'archive',
+      opts.sourceId ?? null,
+      null,
+      claim.mirrorId,
+      claim.mirror,
+    ])
     .catch((err: { code?: string; constraint?: string }) => {
       if (
         statement === MERGE_PUSHES_ONLY_NEW &&
         err.code === '23505' &&
-        PUSH_KEYS.has(err.constraint ?? '')
+        err.constraint === 'push_events_natural_key'
       ) {
         throw new PushesAlreadyHeld(err);
       }
-      throw err;
+      throw asEventIdRace(err);
     });
   const result = resultOf(r.rows[0]!);
+  result.clashes.push(...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, claim)));
   if (commits.length > 0) {
     await storeCommitsOn(client, commits, { emails: opts.emails ?? DEFAULT_COMMITS.emails });
   }
@@ -317,41 +375,45 @@ export async function bulkStorePage(
   pushes: readonly PushRow[],
   opts: BulkStoreOptions,
 ): Promise<BulkStoreResult> {
-  if (pushes.length === 0)
-    return {
-      created: 0,
-      newActors: 0,
-      newRepositories: 0,
-      commitsPending: 0,
-      idsFilledIn: 0,
-    };
+  if (pushes.length === 0) return emptyStoreResult();
   const ctx = opts.commits ?? DEFAULT_COMMITS;
   const fromWebhook = opts.origin === 'webhook';
   const plans = pushes.map((p) => planCommits(p, ctx.targets, fromWebhook));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
-  const r = await db.executeQuery<MergeCounts>(
-    CompiledQuery.raw(MERGE_VALUES_RENAMING, [
-      opts.origin,
-      opts.sourceId ?? null,
-      opts.runId ?? null,
-      col((p) => p.id),
-      col((p) => p.actor.id),
-      col((p) => p.actor.login),
-      col((p) => p.repository.id),
-      col((p) => p.repository.fullName),
-      col((p) => p.pushId),
-      col((p) => p.ref),
-      col((p) => p.head),
-      col((p) => p.before),
-      col((p) => p.createdAt),
-      col((p) => JSON.stringify(p.payload)),
-      col((p) => p.size),
-      col((p) => p.distinctSize),
-      plans.map((c) => c.count),
-      plans.map((c) => c.state),
-    ]),
-  );
+  const claim = claimOf(opts.origin, opts.claim);
+  const params = [
+    opts.origin,
+    opts.sourceId ?? null,
+    opts.runId ?? null,
+    claim.mirrorId,
+    claim.mirror,
+    col((p) => p.id),
+    col((p) => p.actor.id),
+    col((p) => p.actor.login),
+    col((p) => p.repository.id),
+    col((p) => p.repository.fullName),
+    col((p) => p.pushId),
+    col((p) => p.ref),
+    col((p) => p.head),
+    col((p) => p.before),
+    col((p) => p.createdAt),
+    col((p) => JSON.stringify(p.payload)),
+    col((p) => p.size),
+    col((p) => p.distinctSize),
+    plans.map((c) => c.count),
+    plans.map((c) => c.state),
+  ];
+  const run = opts.session ?? runOnDb(db);
+  const [row] = await run<MergeCounts>(
+    MERGE_VALUES_RENAMING.text,
+    params,
+    MERGE_VALUES_RENAMING.name,
+  ).catch((err: unknown) => {
+    throw asEventIdRace(err);
+  });
+  const result = resultOf(row!);
+  result.clashes.push(...(await settleDisputes(run, row!.contested, claim)));
   const commits = inlineCommitRows(pushes, plans);
   if (commits.length > 0) await storeCommits(db, commits, { emails: ctx.emails });
-  return resultOf(r.rows[0]!);
+  return result;
 }

@@ -10,7 +10,8 @@ import type {
 } from '../github/types.ts';
 import type { Logger } from '../log.ts';
 import { logRejected } from '../quarantine/rejected-events.ts';
-import { heldBefore } from './horizon.ts';
+import { logIdClashes } from './event-ids.ts';
+import { heldBefore, ringOf } from './horizon.ts';
 import { mapEventsPage } from './mapping.ts';
 import { storePage } from './page-store.ts';
 import { type RunState, runCounters } from './run-state.ts';
@@ -77,10 +78,10 @@ export async function fetchPages(
   opened: Pick<Opened, 'firstPage' | 'firstHeld'>,
   log: Logger,
 ): Promise<void> {
-  const horizon = new Set(source.recent_event_ids);
+  const horizon = ringOf(source);
   // A gap needs something to connect to: a source that has never completed a run has
   // no horizon, and paging back over its first 300 events misses nothing we had.
-  const hasHorizon = horizon.size > 0 || source.last_polled_at !== null;
+  const hasHorizon = horizon.ids.length > 0 || source.last_polled_at !== null;
   let reachedHorizon = false;
   let feedEnded = false;
   // The next page's request, reserved (and held when its gate was free) in the store of the
@@ -136,7 +137,10 @@ export async function fetchPages(
     const mapped = mapEventsPage(res.data, path);
     // A source with no horizon has no completed run whose pushes could be held.
     const held = hasHorizon
-      ? await heldBefore(deps.db, Number(source.id), horizon, mapped.eventIds)
+      ? await heldBefore(deps.db, Number(source.id), horizon, {
+          ids: mapped.eventIds,
+          at: mapped.eventTimes,
+        })
       : new Set<string>();
     // Known before the store: whether another page follows (its reservation rides in it).
     const wantsNext = held.size === 0 && mapped.size >= PER_PAGE && page < MAX_PAGES;
@@ -191,7 +195,13 @@ export async function fetchPages(
     faultPoint('github.after_settle');
     Object.assign(state, counted);
     state.eventIds.push(...mapped.eventIds);
+    state.eventTimes.push(...mapped.eventTimes);
     logRejected(log, stored.firstSeen, { job_id: opts.jobId ?? undefined });
+    logIdClashes(log, stored.clashes, {
+      job_id: opts.jobId ?? undefined,
+      run_id: state.runId,
+      source_id: Number(source.id),
+    });
     for (const s of mapped.sanitised) {
       log.info(
         {

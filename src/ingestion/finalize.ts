@@ -8,7 +8,7 @@ import { logGapsRecorded, recordGap } from '../gaps/record.ts';
 import { ASYNC_COMMIT } from '../github/ledger.ts';
 import type { Logger } from '../log.ts';
 import { classifyFailure } from './failures.ts';
-import { mergeRecentIds } from './horizon.ts';
+import { mergeRecentIds, ringOf } from './horizon.ts';
 import { type RunState, runCounters, summaryOf } from './run-state.ts';
 import type { IngestionDeps, RunSummary } from './run-summary.ts';
 import { type FleetCache, planSourcePoll } from './schedule.ts';
@@ -51,6 +51,10 @@ export async function finalizeSuccess(
   // The next poll by this source's expected counted cost (ADR 0081): an idle feed at its
   // X-Poll-Interval, a busy one within its share of the poll allowance.
   const status = state.notModified ? 'not_modified' : 'completed';
+  // The ring, each id with its event's time (its era: ADR 0122).
+  const ring = state.notModified
+    ? { ids: source.recent_event_ids, at: source.recent_event_at }
+    : mergeRecentIds({ ids: state.eventIds, at: state.eventTimes }, ringOf(source));
   const { gap, plan } = await lock.db.transaction().execute(async (trx) => {
     // A 304's finalize commits asynchronously (ADR 0140): it writes nothing a server crash
     // could not give back — the run is then interrupted and the source polled again, its
@@ -87,9 +91,8 @@ export async function finalizeSuccess(
         next_poll_at: nextPollAt,
         poll_cost: plan.cost,
         poll_cost_samples: plan.samples,
-        recent_event_ids: state.notModified
-          ? source.recent_event_ids
-          : mergeRecentIds(state.eventIds, source.recent_event_ids),
+        recent_event_ids: ring.ids,
+        recent_event_at: ring.at,
         consecutive_failures: 0,
         // A completed run: polling this source does not kill the process (ADR 0120).
         poll_deaths: 0,
@@ -105,9 +108,9 @@ export async function finalizeSuccess(
       ? await recordGap(trx, {
           sourceId: Number(source.id),
           runId: state.runId,
-          heldIds: source.recent_event_ids,
+          held: ringOf(source),
           lastPolledAt: source.last_polled_at,
-          readIds: state.eventIds,
+          read: { ids: state.eventIds, at: state.eventTimes },
           runStartedAt: state.startedAt,
           now,
         })

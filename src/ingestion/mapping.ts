@@ -7,6 +7,7 @@ import {
   KEY_CAPS,
   keyText,
   objectField,
+  parseTimestamp,
   Rejection,
   type RejectionReason,
   timestampField,
@@ -61,6 +62,8 @@ export interface MappedPage {
   size: number;
   /** Every valid event id on the page, in feed order (newest first), push or not. */
   eventIds: string[];
+  /** When each of eventIds was created: its valid created_at, else null (same order). */
+  eventTimes: (Date | null)[];
   pushes: PushRow[];
   /** Non-push events by type: counted, never stored. */
   otherTypes: Record<string, number>;
@@ -168,6 +171,7 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
   const page: MappedPage = {
     size: data.length,
     eventIds: [],
+    eventTimes: [],
     pushes: [],
     otherTypes: {},
     rejected: [],
@@ -198,6 +202,10 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
       const id = idField(ev.id, 'id');
       // Known by id from here on: the horizon counts it whether it is stored or set aside.
       page.eventIds.push(id);
+      // Its era scopes the id (ADR 0122): GitHub reuses ids across eras.
+      page.eventTimes.push(
+        typeof ev.created_at === 'string' ? parseTimestamp(ev.created_at) : null,
+      );
       const type = keyText(ev.type, 'type', KEY_CAPS.eventType);
       if (type !== 'PushEvent') {
         others.set(type, (others.get(type) ?? 0) + 1);

@@ -3,8 +3,10 @@ import type { CommitEmailMode } from '../config.ts';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
 import { inSavepoint } from '../db/savepoint.ts';
+import { sessionOf } from '../db/session.ts';
 import { type QuarantineRow, quarantineEvents } from '../quarantine/rejected-events.ts';
 import { bulkStorePage } from './bulk-store.ts';
+import { EventIdRace, RACE_RETRIES, runOnClient } from './event-ids.ts';
 import type { MappedPage, PushRow } from './mapping.ts';
 import type { StoreResult } from './store.ts';
 
@@ -14,8 +16,21 @@ import type { StoreResult } from './store.ts';
  * refuse the page for its content anyway (something the rules in src/ingestion/rules.ts
  * did not foresee), the page is written again one push at a time, each in a savepoint, and
  * the pushes the database refuses are set aside as `store_failed`: a page never fails for
- * content, and the common case pays nothing for the fallback.
+ * content, and the common case pays nothing for the fallback. A page that met another
+ * writer storing a push under one of its event ids (EventIdRace, ADR 0122) is stored again
+ * whole: the second time it sees that push.
  */
+
+/** Runs `attempt` again (a new transaction) while it meets an EventIdRace, a few times. */
+async function untilNoRace<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let races = 0; ; races++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (!(err instanceof EventIdRace) || races >= RACE_RETRIES) throw err;
+    }
+  }
+}
 
 export interface PageContext {
   sourceId: string | number | null;
@@ -61,8 +76,11 @@ export async function storePage<T>(
   ctx: PageContext,
   within: (trx: Db, stored: StoredPage) => Promise<T>,
 ): Promise<{ stored: StoredPage; result: T }> {
+  const session = sessionOf(db);
   const opts = {
     origin: 'poll' as const,
+    // A poll's own session (ADR 0082): the merge is a prepared statement of it.
+    ...(session ? { session: runOnClient(session) } : {}),
     sourceId: ctx.sourceId === null ? null : Number(ctx.sourceId),
     runId: ctx.runId,
     // Who gets commits: read once per batch (cached), never per push (ADR 0070).
@@ -75,22 +93,37 @@ export async function storePage<T>(
     quarantineRow(ctx, { eventId, eventType, reason, message, raw }),
   );
   try {
-    return await db.transaction().execute(async (trx) => {
-      // The bulk merge (ADR 0040): one statement for actors, repositories and pushes.
-      const s = await bulkStorePage(trx, page.pushes, opts);
-      const q = await quarantineEvents(trx, rejected);
-      const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };
-      return { stored, result: await within(trx, stored) };
-    });
+    return await untilNoRace(() =>
+      db.transaction().execute(async (trx) => {
+        // The bulk merge (ADR 0040): one statement for actors, repositories and pushes.
+        const s = await bulkStorePage(trx, page.pushes, opts);
+        const q = await quarantineEvents(trx, rejected);
+        const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };
+        return { stored, result: await within(trx, stored) };
+      }),
+    );
   } catch (err) {
     if (!isContentRefusal(err)) throw err;
   }
+  return untilNoRace(() => storeOneByOne(db, page, ctx, opts, rejected, within));
+}
+
+/** The fallback: each push in a savepoint, the refused ones set aside as `store_failed`. */
+function storeOneByOne<T>(
+  db: Db,
+  page: MappedPage,
+  ctx: PageContext,
+  opts: Parameters<typeof bulkStorePage>[2],
+  rejected: QuarantineRow[],
+  within: (trx: Db, stored: StoredPage) => Promise<T>,
+): Promise<{ stored: StoredPage; result: T }> {
   return db.transaction().execute(async (trx) => {
     const stored: StoredPage = {
       created: 0,
       newActors: 0,
       newRepositories: 0,
       commitsPending: 0,
+      clashes: [],
       rejected: 0,
       firstSeen: [],
     };
@@ -102,6 +135,7 @@ export async function storePage<T>(
         stored.newActors += r.ok.newActors;
         stored.newRepositories += r.ok.newRepositories;
         stored.commitsPending += r.ok.commitsPending;
+        stored.clashes.push(...r.ok.clashes);
       } else {
         refusedRows.push(
           quarantineRow(ctx, {

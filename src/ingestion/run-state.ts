@@ -21,6 +21,8 @@ export interface RunState {
   pollInterval: number | null;
   /** Every event id read by this run, in feed order. */
   eventIds: string[];
+  /** When each of eventIds was created (null: not a valid time), same order. */
+  eventTimes: (Date | null)[];
 }
 
 export function newRunState(runId: number, startedAt: Date): RunState {
@@ -41,6 +43,7 @@ export function newRunState(runId: number, startedAt: Date): RunState {
     etag: null,
     pollInterval: null,
     eventIds: [],
+    eventTimes: [],
   };
 }
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { parseTimestamp } from '../ingestion/rules.ts';
 import { exactId, TooDeepJson } from '../json/exact.ts';
 import { inspectJson, MAX_JSON_DEPTH, storableCopy, storableText } from '../json/walk.ts';
 import type { Logger } from '../log.ts';
@@ -9,7 +10,8 @@ import type { Logger } from '../log.ts';
  * rejected_events: events set aside instead of stored (ADR 0020). Any path that reads
  * events (a polled page, an archive file) calls quarantineEvents inside the transaction
  * that stores the good events beside them, so the page commits whole: good rows stored,
- * bad ones set aside, exactly once per (source, event) — a re-read bumps seen_count.
+ * bad ones set aside, exactly once per (source, event) — a re-read bumps seen_count. An
+ * event is its id in its era (ADR 0122): the same id of another year is another event.
  */
 
 export interface QuarantineRow {
@@ -60,10 +62,27 @@ function storableRaw(raw: unknown): { json: string; exact: boolean; hashOf: stri
   return { json, exact: false, hashOf: json };
 }
 
-/** The dedupe key: the event's id when it is a valid one, else a hash of the event. */
-function eventKey(eventId: string | null, hashOf: string): string {
+/**
+ * The era of the event (the UTC year of its created_at, ADR 0122) when it has a valid one.
+ * GitHub reuses event ids across eras, so an id alone does not name one event.
+ */
+function eraOf(raw: unknown): number | null {
+  if (raw === null || typeof raw !== 'object' || raw instanceof TooDeepJson) return null;
+  const at = (raw as Record<string, unknown>).created_at;
+  const d = typeof at === 'string' ? parseTimestamp(at) : null;
+  return d ? d.getUTCFullYear() : null;
+}
+
+/**
+ * The dedupe key: the event's id and era (`<id>@<year>`) when both are valid, else a hash
+ * of the event (the same poison read again maps to the same key either way).
+ */
+function eventKey(eventId: string | null, raw: unknown, hashOf: string): string {
   const id = eventId === null ? null : exactId(eventId);
-  return id ?? `sha256:${createHash('sha256').update(hashOf).digest('hex')}`;
+  const era = id === null ? null : eraOf(raw);
+  return era !== null
+    ? `${id}@${era}`
+    : `sha256:${createHash('sha256').update(hashOf).digest('hex')}`;
 }
 
 function clip(s: string | null, max: number): string | null {
@@ -85,7 +104,7 @@ export async function quarantineEvents(
   const byKey = new Map<string, { row: QuarantineRow; values: Record<string, unknown> }>();
   for (const row of rows) {
     const raw = storableRaw(row.raw);
-    const key = eventKey(row.eventId, raw.hashOf);
+    const key = eventKey(row.eventId, row.raw, raw.hashOf);
     const sourceId = row.sourceId === null ? null : String(row.sourceId);
     const mapKey = `${sourceId ?? '0'}/${key}`;
     const seen = byKey.get(mapKey);

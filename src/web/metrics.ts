@@ -6,6 +6,7 @@ import {
   BACKFILL_FILE_STATES,
   BLOCK_REASONS,
   ENRICHMENT_STATES,
+  EVENT_ID_CLASH_KINDS,
   PUSH_ORIGINS,
   REQUEST_PURPOSES,
   RUN_STATUSES,
@@ -262,6 +263,19 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   const byOrigin = await sql<{ origin: string; n: string }>`
     SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
   for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
+
+  // Two stored pushes claiming one event id (ADR 0122): reused across eras, or disputed in one.
+  const clashes = counter(
+    'gpi_event_id_clashes_total',
+    'Pushes found claiming an event id another push holds (event_id_clashes), by kind: reused (another era) or disputed (the same era)',
+    ['kind'],
+  );
+  for (const kind of EVENT_ID_CLASH_KINDS) clashes.inc({ kind }, 0);
+  const byKind = await sql<{ kind: string; n: string }>`
+    SELECT kind, count(*) AS n FROM event_id_clashes GROUP BY kind`.execute(db);
+  for (const row of byKind.rows) {
+    clashes.inc({ kind: label(row.kind, EVENT_ID_CLASH_KINDS) }, Number(row.n));
+  }
 
   const runs = counter('gpi_ingestion_runs_total', 'Finished ingestion runs by outcome', [
     'outcome',

@@ -88,6 +88,7 @@ describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
       newRepositories: 2,
       commitsPending: 0,
       idsFilledIn: 0,
+      clashes: [],
     });
     expect(await store([b, a])).toMatchObject({
       created: 0,
@@ -175,13 +176,24 @@ describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
     ]);
   });
 
-  it('keeps one row for a push repeated in a batch, and skips an id held under another key', async () => {
-    const a = push();
+  it('keeps one row for a push repeated in a batch, and stores a push whose id another claims (ADR 0122)', async () => {
+    const at = new Date(Date.UTC(2026, 10, 29, 8));
+    const a = push({ createdAt: at });
     const twin = { ...a };
-    const thief = push({ id: a.id }); // GitHub's bug: one event id, two pushes
-    expect(await store([a, twin, thief])).toMatchObject({ created: 1 });
-    expect(await row(null, a.repository.id)).toHaveLength(1);
-    expect(await row(null, thief.repository.id)).toHaveLength(0);
+    // One event id, two pushes of one era: both stored; the id stays with the earlier one.
+    const rival = push({ id: a.id, createdAt: new Date(at.getTime() + 1000) });
+    const stored = await store([a, twin, rival]);
+    expect(stored).toMatchObject({ created: 2 });
+    expect(stored.clashes).toMatchObject([
+      {
+        eventId: a.id,
+        kind: 'disputed',
+        kept: { repositoryId: a.repository.id, head: a.head, origin },
+        other: { repositoryId: rival.repository.id, head: rival.head, origin },
+      },
+    ]);
+    expect((await row(null, a.repository.id)).map((r) => r.id)).toEqual([a.id]);
+    expect((await row(null, rival.repository.id)).map((r) => r.id)).toEqual([null]);
   });
 
   it('never deadlocks two writers touching the same actors in opposite orders', async () => {

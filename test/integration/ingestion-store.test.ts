@@ -28,11 +28,23 @@ describe('storePushes', () => {
     const first = await t.db
       .transaction()
       .execute((trx) => storePushes(trx, [a, b], { origin: 'poll' }));
-    expect(first).toEqual({ created: 2, newActors: 1, newRepositories: 2, commitsPending: 0 });
+    expect(first).toEqual({
+      created: 2,
+      newActors: 1,
+      newRepositories: 2,
+      commitsPending: 0,
+      clashes: [],
+    });
     const again = await t.db
       .transaction()
       .execute((trx) => storePushes(trx, [b, a], { origin: 'poll' }));
-    expect(again).toEqual({ created: 0, newActors: 0, newRepositories: 0, commitsPending: 0 });
+    expect(again).toEqual({
+      created: 0,
+      newActors: 0,
+      newRepositories: 0,
+      commitsPending: 0,
+      clashes: [],
+    });
     const actor = await t.db
       .selectFrom('actors')
       .selectAll()

@@ -84,6 +84,7 @@ describe('mapEventsPage', () => {
     expect(mapEventsPage([], '/events')).toEqual({
       size: 0,
       eventIds: [],
+      eventTimes: [],
       pushes: [],
       otherTypes: {},
       rejected: [],

@@ -141,11 +141,31 @@ describe('due', () => {
 });
 
 describe('recent event ids', () => {
+  const untimed = (ids: string[]) => ({ ids, at: [] });
   it('keeps this run first, deduplicated, at most 300', () => {
-    expect(mergeRecentIds(['9', '8', '5'], ['5', '4', '3'])).toEqual(['9', '8', '5', '4', '3']);
+    expect(mergeRecentIds(untimed(['9', '8', '5']), untimed(['5', '4', '3'])).ids).toEqual([
+      '9',
+      '8',
+      '5',
+      '4',
+      '3',
+    ]);
     const many = Array.from({ length: 400 }, (_, i) => String(1000 - i));
-    const merged = mergeRecentIds(many.slice(0, 200), many.slice(150));
-    expect(merged).toHaveLength(RECENT_IDS_KEPT);
-    expect(merged[0]).toBe('1000');
+    const merged = mergeRecentIds(untimed(many.slice(0, 200)), untimed(many.slice(150)));
+    expect(merged.ids).toHaveLength(RECENT_IDS_KEPT);
+    expect(merged.at).toHaveLength(RECENT_IDS_KEPT);
+    expect(merged.ids[0]).toBe('1000');
+  });
+
+  it('keeps an id once per era, with the time of each (ids repeat across eras: ADR 0122)', () => {
+    const now = new Date('2026-11-29T08:00:00Z');
+    const y2019 = new Date('2019-06-01T12:00:00Z');
+    const merged = mergeRecentIds(
+      { ids: ['777000', '5'], at: [now, now] },
+      { ids: ['777000', '5', '4'], at: [y2019, null, now] },
+    );
+    // 777000 of 2019 is another event than 777000 of 2026; 5 without a time is the same 5.
+    expect(merged.ids).toEqual(['777000', '5', '777000', '4']);
+    expect(merged.at).toEqual([now, now, y2019, now]);
   });
 });
