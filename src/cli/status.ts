@@ -14,7 +14,8 @@ Usage: bin/status [--json] [--sources N] [--page P] [--state STATE] [--kind KIND
 
 Prints what the status page shows: sources and their last runs, enrichment backlog,
 request budget, queues, the last reconcile, webhook deliveries. Read from the database,
-so it shows the whole deployment, whichever machine you run it on.
+so it shows the whole deployment, whichever machine you run it on: the credentials are
+the ones the workers use (the ledger and the rate-limits table), not this shell's.
 
   --json           the same report as GET /status (or the coverage rows), for scripts
   --sources N      list N sources in full (default 50, at most 1000; 0: counts only)

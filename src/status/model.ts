@@ -6,6 +6,7 @@ import type { AuthBlock } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type CommitsStatus, commitsStatus } from './commits.ts';
+import { deploymentBudget } from './credentials.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
 import {
   type LastReconcile,
@@ -91,9 +92,11 @@ function credentialStatus(b: BudgetSnapshot, auth: AuthBlock | undefined): Crede
   };
 }
 
-export type StatusDeps = Pick<Deps, 'db' | 'config' | 'clock'> & {
-  github: Pick<Deps['github'], 'budget'>;
-};
+/**
+ * What the report reads. No GitHub client: the budget is the deployment's, read from the
+ * database (src/status/credentials.ts), whichever credentials the asking process holds.
+ */
+export type StatusDeps = Pick<Deps, 'db' | 'config' | 'clock'>;
 
 /** A source is overdue once its next poll is two ticks past (it should have been claimed). */
 export function overdueAfterSeconds(config: Pick<StatusDeps['config'], 'tickSeconds'>): number {
@@ -124,7 +127,7 @@ export async function readStatus(
     webhooksEnabled: config.webhookSecret !== undefined,
   };
   try {
-    const { credentials, ...total } = await deps.github.budget();
+    const { credentials, ...total } = await deploymentBudget(db, config, now);
     report.budget = total;
     const labels = credentials.map((c) => c.credential);
     const auth = new Map((await authBlocks(db, labels, now)).map((a) => [a.credential, a]));

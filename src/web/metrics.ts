@@ -15,6 +15,7 @@ import { backlog } from '../enrichment/due.ts';
 import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
 import { COMMITS_STATES, commitsStatus } from '../status/commits.ts';
+import { deploymentBudget } from '../status/credentials.ts';
 import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 import { routingLabel } from '../webhooks/events.ts';
@@ -153,7 +154,11 @@ function credentialGauges(
 export interface MetricsDeps {
   db: Db;
   config: Config;
-  /** For the request budget's window (the same numbers /status and bin/status show). */
+  /**
+   * Present: the request budget's gauges too, of the deployment's credentials as the
+   * database knows them (the same numbers /status and bin/status show), not only this
+   * process's.
+   */
   github?: Pick<GitHubClient, 'budget'>;
 }
 
@@ -456,7 +461,8 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
 
   if (github) {
     // The budget's own count: only requests that reached GitHub and were not a 304.
-    const budget = await github.budget();
+    // The deployment's credentials (from the database), as /status shows them.
+    const budget = await deploymentBudget(db, config, now);
     const spent = gauge(
       'gpi_github_budget_spent',
       'Requests that spent quota in the current rate-limit window, by purpose (as /status shows)',

@@ -226,7 +226,7 @@ describe('only requests that reached GitHub count', () => {
 
     const github = clients.make({ apiUrl: env.GITHUB_API_URL, token });
     const config = testConfig(t, { apiUrl: env.GITHUB_API_URL, token });
-    const report = await readStatus({ config, db: t.db, github });
+    const report = await readStatus({ config, db: t.db });
     expect(report.budget!.spent).toEqual({ poll: 0, enrich: 0, commits: 0 });
     const text = await createMetrics({ db: t.db, config, github }).scrape();
     expect(text).toMatch(/^gpi_github_budget_spent\{purpose="poll"\} 0$/m);

@@ -110,7 +110,6 @@ describe('a request that gets a 401 in a pool', () => {
     const status = await readStatus({
       db: t.db,
       config: testConfig(t, { apiUrl: fake.url, token: null, env }),
-      github: gh,
     });
     const byLabel = new Map(status.credentials.map((c) => [c.label, c]));
     expect(byLabel.get(revoked)).toMatchObject({

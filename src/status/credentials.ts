@@ -1,0 +1,78 @@
+import { sql } from 'kysely';
+import type { Config } from '../config.ts';
+import type { Db } from '../db/pool.ts';
+import { type BudgetPolicy, budgetSnapshot } from '../github/budget.ts';
+import type { PoolBudget } from '../github/budget-types.ts';
+import { defaultQuota } from '../github/credential.ts';
+import { credentialLabels } from '../github/credentials.ts';
+
+/**
+ * Whose budget the status surfaces show: the deployment's, read from the database, not the
+ * credentials of the process that happens to ask (issue 25 item 6). A `bin/status` in a shell
+ * without the worker's GitHub App variables would otherwise report `anonymous 60 ? never`
+ * while the workers spend on four installations.
+ *
+ * A credential belongs to the deployment when the database has heard of it lately: a
+ * rate-limit answer (github_rate_limits) in the last day, a block still running, or requests
+ * that spent in the window counters (github_request_minutes, kept 2 h: every reservation adds
+ * to them; a credential that only got 304s has a fresh rate-limit row). A GraphQL budget key (`token:1a2b#graphql`) is its credential's, never a credential
+ * of its own. The asking process's own credentials are shown too (a token configured but not
+ * used yet), in its configuration order first — except its fallback `anonymous` (or
+ * `fixture`), which stands for "nothing configured here", not for a credential anyone uses,
+ * once the database knows of a real one.
+ */
+
+/** A rate-limit row older than this (and not blocking) is a credential no longer in use. */
+const SEEN_WITHIN_MS = 24 * 3_600_000;
+/** The window counters' retention (migration 2026-12-01T1300): what they can say. */
+const COUNTED_WITHIN_MS = 2 * 3_600_000;
+
+/** `token:1a2b#graphql` → `token:1a2b`. */
+export function credentialOfKey(key: string): string {
+  const hash = key.indexOf('#');
+  return hash < 0 ? key : key.slice(0, hash);
+}
+
+/** Only the fallback of a process with nothing configured. */
+function isFallback(label: string): boolean {
+  return label === 'anonymous' || label === 'fixture';
+}
+
+/** The labels the database knows, each once, without budget-key suffixes, sorted. */
+export async function knownCredentials(db: Db, now: Date): Promise<string[]> {
+  const seen = new Date(now.getTime() - SEEN_WITHIN_MS);
+  const counted = new Date(now.getTime() - COUNTED_WITHIN_MS);
+  const r = await sql<{ credential: string }>`
+    SELECT credential FROM github_rate_limits
+    WHERE observed_at > ${seen} OR blocked_until > ${now}
+    UNION
+    SELECT DISTINCT credential FROM github_request_minutes
+    WHERE minute >= ${counted} AND poll + enrich + commits > 0`.execute(db);
+  return [...new Set(r.rows.map((row) => credentialOfKey(row.credential)))].sort();
+}
+
+/** This process's credentials first (configuration order), then the rest the database knows. */
+export function mergeCredentials(
+  configured: readonly string[],
+  known: readonly string[],
+): string[] {
+  const knownSet = new Set(known);
+  const realKnown = known.some((k) => !isFallback(k));
+  const mine = configured.filter((c) => knownSet.has(c) || !isFallback(c) || !realKnown);
+  const out = [...mine];
+  for (const k of known) if (!out.includes(k)) out.push(k);
+  return out;
+}
+
+export async function deploymentPolicy(db: Db, config: Config, now: Date): Promise<BudgetPolicy> {
+  const labels = mergeCredentials(credentialLabels(config), await knownCredentials(db, now));
+  return {
+    credentials: labels.map((label) => ({ label, defaultQuota: defaultQuota(label) })),
+    share: config.enrichment.share,
+  };
+}
+
+/** Every credential of the deployment (one statement) and their total, as github.budget() does for one process. */
+export async function deploymentBudget(db: Db, config: Config, now: Date): Promise<PoolBudget> {
+  return budgetSnapshot(db, await deploymentPolicy(db, config, now), now);
+}
