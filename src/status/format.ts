@@ -38,3 +38,21 @@ export function nextPoll(at: Date, now: Date): string {
   if (at.getTime() <= now.getTime()) return 'due';
   return daysAhead(at, now) ? `${relative(at, now)} (${untilText(at, now)})` : relative(at, now);
 }
+
+/** A window's spend beside what it may spend (BudgetSnapshot's spent and allowance). */
+export interface SpendOf {
+  spent: { poll: number; enrich: number; commits: number };
+  allowance: { poll: number; enrich: number };
+}
+
+/**
+ * The spend by the allowance each part draws on: polls' own, and the background allowance
+ * that enrichment and commit fetching share ("40 + 7 = 47/3333": enrich + commits).
+ */
+export function spendParts(s: SpendOf): { poll: string; background: string } {
+  const { poll, enrich, commits } = s.spent;
+  return {
+    poll: `${count(poll)}/${count(s.allowance.poll)}`,
+    background: `${count(enrich + commits)}/${count(s.allowance.enrich)}`,
+  };
+}

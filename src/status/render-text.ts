@@ -1,5 +1,5 @@
 import { COMMITS_STATES } from './commits.ts';
-import { count, duration, nextPoll, relative } from './format.ts';
+import { count, duration, nextPoll, relative, spendParts } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { type SourceStatus, sourceLabel } from './sources.ts';
 
@@ -37,14 +37,16 @@ function lastBackfillLine(report: StatusReport): string {
 function credentialsTable(report: StatusReport): string[] {
   const now = report.generatedAt;
   return table(
-    ['credential', 'quota', 'remaining', 'resets', 'poll', 'enrich', 'blocked'],
+    ['credential', 'quota', 'remaining', 'resets', 'poll', 'enrich', 'commits', 'background', 'blocked'],
     report.credentials.map((c) => [
       c.label,
       String(c.quota),
       c.remaining === null ? '?' : String(c.remaining),
       relative(c.resetAt, now),
-      `${c.spent.poll}/${c.allowance.poll}`,
-      `${c.spent.enrich}/${c.allowance.enrich}`,
+      spendParts(c).poll,
+      String(c.spent.enrich),
+      String(c.spent.commits),
+      spendParts(c).background,
       c.blocked && c.blockedUntil
         ? c.blockReason === 'auth'
           ? `401${c.authBlock ? ` since ${c.authBlock.since.toISOString()}` : ''} until ${c.blockedUntil.toISOString()}${c.authBlock?.error ? ` (${c.authBlock.error})` : ''}`
@@ -188,7 +190,7 @@ export function renderText(report: StatusReport): string {
         (b.blockedUntil && b.blockedUntil > now
           ? `, BLOCKED${b.blockReason === 'auth' ? ' (GitHub rejected the credential: 401)' : ''} until ${b.blockedUntil.toISOString()}`
           : ''),
-      `  spent this window: poll ${b.spent.poll}/${b.allowance.poll}, enrich ${b.spent.enrich}/${b.allowance.enrich}`,
+      `  spent this window: poll ${spendParts(b).poll}; enrich ${count(b.spent.enrich)} + commits ${count(b.spent.commits)} = ${spendParts(b).background} (they share the background allowance)`,
     );
   } else {
     out.push(`  unavailable: ${report.budgetError ?? 'unknown error'}`);

@@ -1,7 +1,7 @@
 import { REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
-import { count, duration, nextPoll, relative } from '../status/format.ts';
+import { count, duration, nextPoll, relative, spendParts } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
 import type { MinuteSeries } from '../status/series.ts';
 import { type SourceStatus, sourceLabel } from '../status/sources.ts';
@@ -237,11 +237,12 @@ function credentialsSection(report: StatusReport): string {
       const blocked = c.blocked
         ? `<span class="pill ${c.blockReason === 'auth' ? 'bad' : 'warn'}">${c.blockReason === 'auth' ? '401' : 'rate limit'} until ${e(relative(c.blockedUntil, now).replace('in ', ''))}</span>`
         : 'no';
-      return `<tr><td><code>${e(c.label)}</code></td><td class="num">${count(c.quota)}</td><td class="num">${c.remaining === null ? '?' : count(c.remaining)}</td><td>${e(relative(c.resetAt, now))}</td><td class="num">${c.spent.poll} / ${c.allowance.poll}</td><td class="num">${c.spent.enrich} / ${c.allowance.enrich}</td><td>${blocked}</td></tr>`;
+      const parts = spendParts(c);
+      return `<tr><td><code>${e(c.label)}</code></td><td class="num">${count(c.quota)}</td><td class="num">${c.remaining === null ? '?' : count(c.remaining)}</td><td>${e(relative(c.resetAt, now))}</td><td class="num">${e(parts.poll)}</td><td class="num">${count(c.spent.enrich)}</td><td class="num">${count(c.spent.commits)}</td><td class="num">${e(parts.background)}</td><td>${blocked}</td></tr>`;
     })
     .join('\n');
   return `<section><h2>Credentials <span class="muted">(${report.credentials.length})</span></h2>
-<table id="credentials"><thead><tr><th>credential</th><th class="num">quota</th><th class="num">remaining</th><th>resets</th><th class="num">poll spent</th><th class="num">enrich spent</th><th>blocked</th></tr></thead>
+<table id="credentials"><thead><tr><th>credential</th><th class="num">quota</th><th class="num">remaining</th><th>resets</th><th class="num">poll spent</th><th class="num">enrich spent</th><th class="num">commits spent</th><th class="num" title="enrich + commits: they share this allowance">background</th><th>blocked</th></tr></thead>
 <tbody>${rows}</tbody></table></section>`;
 }
 
@@ -290,8 +291,10 @@ export function renderPage(
     b
       ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
           ['resets', relative(b.resetAt, now)],
-          ['poll spent', `${b.spent.poll} of ${b.allowance.poll}`],
-          ['enrich spent', `${b.spent.enrich} of ${b.allowance.enrich}`],
+          ['poll spent', spendParts(b).poll],
+          ['enrich spent', count(b.spent.enrich)],
+          ['commits spent', count(b.spent.commits)],
+          ['enrich + commits', spendParts(b).background],
           [
             'blocked',
             b.blockedUntil && b.blockedUntil > now
