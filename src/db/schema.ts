@@ -137,6 +137,29 @@ export interface IngestionRunsTable {
   worker: string | null;
 }
 
+/**
+ * Runs with their outcome per source and UTC hour of started_at (migration 2026-12-02T0300,
+ * ADR 0150): what the status surfaces sum for a source's last 24 hours. Written only by the
+ * triggers on ingestion_runs; kept 2 days.
+ */
+export interface IngestionRunHoursTable {
+  source_id: BigId;
+  hour: Timestamp;
+  runs: number;
+  events: BigId;
+  rejected: BigId;
+  gaps: number;
+}
+
+/** The same over every source by outcome, in 16 shards (source_id % 16) a row an hour. */
+export interface IngestionRunTotalsTable {
+  hour: Timestamp;
+  shard: number;
+  status: RunStatus;
+  runs: number;
+  gaps: number;
+}
+
 interface EntityStateColumns {
   enrichment_state: Generated<EnrichmentState>;
   attempts: Generated<number>;
@@ -509,6 +532,8 @@ export interface Database {
   hourly_coverage: HourlyCoverageView;
   event_sources: EventSourcesTable;
   ingestion_runs: IngestionRunsTable;
+  ingestion_run_hours: IngestionRunHoursTable;
+  ingestion_run_totals: IngestionRunTotalsTable;
   actors: ActorsTable;
   repositories: RepositoriesTable;
   push_events: PushEventsTable;

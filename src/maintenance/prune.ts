@@ -16,11 +16,14 @@ import type { Db } from '../db/pool.ts';
  *
  * The budget's per-minute counters (github_request_minutes, ADR 0083) keep 2 hours whatever
  * RETENTION_DAYS says: a budget window is at most 1 h + 1 min long, so no reader needs an
- * older minute. A ledger row deleted later than its minute changes no counter.
+ * older minute. A ledger row deleted later than its minute changes no counter. The runs'
+ * hourly rollups (ingestion_run_hours, ingestion_run_totals) keep 2 days the same way.
  */
 
 /** How long the budget's per-minute counters are kept: twice the longest window, rounded up. */
 export const MINUTE_COUNTERS_KEPT_MS = 2 * 3600_000;
+/** How long the runs' hourly rollups are kept (ADR 0150): twice the status window of 24 h. */
+export const RUN_ROLLUPS_KEPT_MS = 48 * 3600_000;
 
 export const PRUNE_BATCH_SIZE = 1000;
 
@@ -71,7 +74,10 @@ export interface PruneOptions {
 
 export interface PruneReport {
   cutoff: Date;
-  deleted: Record<PrunedTable | 'github_request_minutes', number>;
+  deleted: Record<
+    PrunedTable | 'github_request_minutes' | 'ingestion_run_hours' | 'ingestion_run_totals',
+    number
+  >;
   /** False when shouldStop cut the pass short. */
   complete: boolean;
 }
@@ -86,12 +92,20 @@ export async function pruneLedgers(db: Db, opts: PruneOptions): Promise<PruneRep
     enrichment_attempts: 0,
     rejected_events: 0,
     github_request_minutes: 0,
+    ingestion_run_hours: 0,
+    ingestion_run_totals: 0,
   };
   // First, in one short statement (a credential leaves 60 rows an hour), whatever the time box.
   const minutes = await sql`
     DELETE FROM github_request_minutes
     WHERE minute < ${new Date(now.getTime() - MINUTE_COUNTERS_KEPT_MS)}`.execute(db);
   deleted.github_request_minutes = Number(minutes.numAffectedRows ?? 0);
+  // Then the rollups older than any status window (a source leaves 24 rows a day).
+  const rollupsBefore = new Date(now.getTime() - RUN_ROLLUPS_KEPT_MS);
+  for (const table of ['ingestion_run_hours', 'ingestion_run_totals'] as const) {
+    const r = await sql`DELETE FROM ${sql.table(table)} WHERE hour < ${rollupsBefore}`.execute(db);
+    deleted[table] = Number(r.numAffectedRows ?? 0);
+  }
   for (const table of PRUNED_TABLES) {
     for (;;) {
       if (opts.shouldStop?.()) return { cutoff, deleted, complete: false };

@@ -4,12 +4,16 @@ import type { PushOrigin } from '../db/schema.ts';
 import { REJECTION_REASONS } from '../ingestion/rules.ts';
 import { type RejectedSummary, rejectedSummary } from '../quarantine/rejected-events.ts';
 import { routingLabel } from '../webhooks/events.ts';
+import { runsInWindow } from './run-hours.ts';
 
 /** Totals across sources and the webhook intake over the last 24 hours. */
 export interface IngestActivity {
   /** push_events rows held, by how each push first arrived. */
   pushes: { total: number; poll: number; webhook: number; archive: number; last24h: number };
-  /** Finished runs in the last 24 hours by outcome ('running' counts the ones in flight). */
+  /**
+   * Runs of the last 24 hours by outcome ('running' counts the ones in flight): the current
+   * UTC hour and the 23 before it, from the hourly rollups (run-hours.ts).
+   */
   runsLast24h: Record<string, number>;
   gapsLast24h: number;
   /** Polled events set aside in rejected_events (poison), by reason. */
@@ -28,9 +32,7 @@ export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity>
   const pushes = await sql<{ origin: PushOrigin; n: string; recent: string }>`
     SELECT origin, count(*) AS n, count(*) FILTER (WHERE ingested_at > ${since}) AS recent
     FROM push_events GROUP BY origin`.execute(db);
-  const runs = await sql<{ status: string; n: string; gaps: string }>`
-    SELECT status, count(*) AS n, count(*) FILTER (WHERE gap_detected) AS gaps
-    FROM ingestion_runs WHERE started_at > ${since} GROUP BY status`.execute(db);
+  const runs = await runsInWindow(db, now);
   const deliveries = await sql<{ routing: string; n: string; last: Date }>`
     SELECT routing, count(*) AS n, max(received_at) AS last
     FROM webhook_deliveries WHERE received_at > ${since} GROUP BY routing`.execute(db);
@@ -55,10 +57,8 @@ export async function ingestActivity(db: Db, now: Date): Promise<IngestActivity>
     out.pushes.total += Number(row.n);
     out.pushes.last24h += Number(row.recent);
   }
-  for (const row of runs.rows) {
-    out.runsLast24h[row.status] = Number(row.n);
-    out.gapsLast24h += Number(row.gaps);
-  }
+  out.runsLast24h = runs.byStatus;
+  out.gapsLast24h = runs.gaps;
   for (const row of deliveries.rows) {
     // Bounded keys: a routing from client input is folded into the fixed set.
     const key = routingLabel(row.routing, REJECTION_REASONS);

@@ -37,7 +37,17 @@ function lastBackfillLine(report: StatusReport): string {
 function credentialsTable(report: StatusReport): string[] {
   const now = report.generatedAt;
   return table(
-    ['credential', 'quota', 'remaining', 'resets', 'poll', 'enrich', 'commits', 'background', 'blocked'],
+    [
+      'credential',
+      'quota',
+      'remaining',
+      'resets',
+      'poll',
+      'enrich',
+      'commits',
+      'background',
+      'blocked',
+    ],
     report.credentials.map((c) => [
       c.label,
       String(c.quota),

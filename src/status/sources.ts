@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { GithubMode, RunStatus, SourceKind } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
+import { runWindowStart, sourceWindowSql } from './run-hours.ts';
 
 /** One source as an operator sees it: where it is, how its last run went, when it polls next. */
 export interface SourceStatus {
@@ -159,16 +160,16 @@ function stateSql(overdueBefore: Date) {
 
 /**
  * The chosen sources (`chosen`: a query yielding event_sources rows and an `ord` column)
- * with their latest run and the last 24 hours' runs, events and gaps. Both lateral
- * subqueries walk ingestion_runs_source_started (source_id, started_at DESC), for these
- * rows only: a page, never the whole table.
+ * with their latest run (ingestion_runs_source_started, one row each) and the last 24
+ * hours' runs, events and gaps (24 rollup rows each and the runs in flight: run-hours.ts),
+ * for these rows only: a page, never the whole table, never every run.
  */
 async function statusesOf(
   db: Db,
   now: Date,
   chosen: ReturnType<typeof sql>,
 ): Promise<SourceStatus[]> {
-  const since = new Date(now.getTime() - 86_400_000);
+  const since = runWindowStart(now);
   const r = await sql<SourceRow>`
     SELECT s.id, s.kind, s.target, s.mode, s.enabled, s.poll_interval_seconds, s.next_poll_at,
            s.consecutive_failures, s.last_error,
@@ -182,12 +183,7 @@ async function statusesOf(
       SELECT id, status, started_at, finished_at, events_created, error
       FROM ingestion_runs WHERE source_id = s.id ORDER BY started_at DESC LIMIT 1
     ) last ON true
-    CROSS JOIN LATERAL (
-      SELECT count(*) AS runs, coalesce(sum(events_created), 0) AS events,
-             coalesce(sum(events_rejected), 0) AS rejected,
-             count(*) FILTER (WHERE gap_detected) AS gaps
-      FROM ingestion_runs WHERE source_id = s.id AND started_at > ${since}
-    ) day
+    ${sourceWindowSql(since)}
     ORDER BY s.ord`.execute(db);
   return r.rows.map(toStatus);
 }

@@ -35,9 +35,22 @@ const ingestOverview = sql`
     WHERE source_id = s.id ORDER BY started_at DESC LIMIT 1
   ) last ON true
   CROSS JOIN LATERAL (
-    SELECT count(*) AS runs, coalesce(sum(events_created), 0) AS events,
-           count(*) FILTER (WHERE gap_detected) AS gaps, coalesce(sum(events_rejected), 0) AS rejected
-    FROM ingestion_runs WHERE source_id = s.id AND started_at > now() - interval '24 hours'
+    SELECT date_trunc('hour', now(), 'UTC') - interval '23 hours' AS since
+  ) w
+  -- The last 24 hours as the status page counts them (src/status/run-hours.ts): the current
+  -- UTC hour and the 23 before it, from the hourly rollups plus the runs in flight.
+  CROSS JOIN LATERAL (
+    SELECT h.runs + l.runs AS runs, h.events + l.events AS events, h.gaps + l.gaps AS gaps,
+           h.rejected + l.rejected AS rejected
+    FROM (
+      SELECT coalesce(sum(runs), 0) AS runs, coalesce(sum(events), 0) AS events,
+             coalesce(sum(gaps), 0) AS gaps, coalesce(sum(rejected), 0) AS rejected
+      FROM ingestion_run_hours WHERE source_id = s.id AND hour >= w.since
+    ) h, (
+      SELECT count(*) AS runs, coalesce(sum(events_created), 0) AS events,
+             count(*) FILTER (WHERE gap_detected) AS gaps, coalesce(sum(events_rejected), 0) AS rejected
+      FROM ingestion_runs WHERE source_id = s.id AND status = 'running' AND started_at >= w.since
+    ) l
   ) day`;
 
 const enrichmentBacklog = sql`
