@@ -1,6 +1,11 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import { type BackfillFileState, GAP_STATES, type GapState } from '../db/schema.ts';
+import {
+  type BackfillFileState,
+  GAP_STATES,
+  type GapState,
+  type SourceKind,
+} from '../db/schema.ts';
 
 /** Gaps and archive backfill as an operator sees them (status page, bin/status, /status). */
 export interface GapStatus {
@@ -17,6 +22,8 @@ export interface GapStatus {
     toAt: Date;
     lastError: string | null;
   } | null;
+  /** The open gaps, oldest window first (at most OPEN_GAPS_LISTED; byState.open counts them all). */
+  open: OpenGap[];
   /** The most recent file import (bin/backfill or a gap fill). */
   lastBackfill: {
     file: string;
@@ -32,6 +39,20 @@ export interface GapStatus {
 
 export { GAP_STATES };
 
+/** An open gap as the page and bin/status list it: which source, which window, why still open. */
+export interface OpenGap {
+  id: number;
+  sourceId: number;
+  source: { kind: SourceKind; target: string | null };
+  fromAt: Date;
+  toAt: Date;
+  attempts: number;
+  nextAttemptAt: Date;
+  lastError: string | null;
+}
+
+export const OPEN_GAPS_LISTED = 20;
+
 export async function gapStatus(db: Db): Promise<GapStatus> {
   const states = await sql<{ state: GapState; n: string; recovered: string; next: Date | null }>`
     SELECT state, count(*) AS n, coalesce(sum(events_recovered), 0) AS recovered,
@@ -46,6 +67,21 @@ export async function gapStatus(db: Db): Promise<GapStatus> {
   }>`
     SELECT id, source_id, from_at, to_at, last_error FROM gaps
     WHERE state = 'open' ORDER BY created_at, id LIMIT 1`.execute(db);
+  const open = await sql<{
+    id: string;
+    source_id: string;
+    kind: SourceKind;
+    target: string | null;
+    from_at: Date;
+    to_at: Date;
+    attempts: number;
+    next_attempt_at: Date;
+    last_error: string | null;
+  }>`
+    SELECT g.id, g.source_id, s.kind, s.target, g.from_at, g.to_at, g.attempts,
+           g.next_attempt_at, g.last_error
+    FROM gaps g JOIN event_sources s ON s.id = g.source_id
+    WHERE g.state = 'open' ORDER BY g.from_at, g.id LIMIT ${OPEN_GAPS_LISTED}`.execute(db);
   const last = await sql<{
     file: string;
     scope: string;
@@ -64,6 +100,16 @@ export async function gapStatus(db: Db): Promise<GapStatus> {
     eventsRecovered: 0,
     nextFillAt: null,
     oldestOpen: null,
+    open: open.rows.map((g) => ({
+      id: Number(g.id),
+      sourceId: Number(g.source_id),
+      source: { kind: g.kind, target: g.target },
+      fromAt: g.from_at,
+      toAt: g.to_at,
+      attempts: g.attempts,
+      nextAttemptAt: g.next_attempt_at,
+      lastError: g.last_error,
+    })),
     lastBackfill: null,
   };
   for (const row of states.rows) {

@@ -8,6 +8,7 @@ import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type CommitsStatus, commitsStatus } from './commits.ts';
 import { deploymentBudget } from './credentials.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
+import { type MirrorStatus, mirrorStatuses } from './mirrors.ts';
 import {
   type LastReconcile,
   lastReconcile,
@@ -41,6 +42,8 @@ export interface StatusReport {
   activity: IngestActivity;
   /** Recorded gaps by state, pushes recovered from the archive, the last backfill. */
   gaps: GapStatus;
+  /** The archive mirrors configured here or read by any process, and what each added. */
+  mirrors: MirrorStatus[];
   enrichment: Backlog;
   /** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
   commits: CommitsStatus;
@@ -118,6 +121,7 @@ export async function readStatus(
     sources: page.sources,
     activity: await ingestActivity(db, now),
     gaps: await gapStatus(db),
+    mirrors: await mirrorStatuses(db, config.archive.mirrors),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
     commits: await commitsStatus(db, now),
     budget: null,

@@ -25,6 +25,45 @@ function gapsLine(report: StatusReport): string {
   return `Gaps: ${g.byState.open} open${next}, ${g.byState.filled} filled, ${g.byState.unavailable} unavailable; ${count(g.eventsRecovered)} pushes recovered from the archive`;
 }
 
+/** The open gaps (oldest window first): which source, which window, why still open. */
+function openGapsLines(report: StatusReport): string[] {
+  const g = report.gaps;
+  if (g.open.length === 0) return [];
+  const rows = table(
+    ['gap', 'source', 'from (UTC)', 'to (UTC)', 'attempts', 'next fill', 'last error'],
+    g.open.map((x) => [
+      String(x.id),
+      `${sourceLabel(x.source)} (${x.sourceId})`,
+      x.fromAt.toISOString().slice(0, 16).replace('T', ' '),
+      x.toAt.toISOString().slice(0, 16).replace('T', ' '),
+      String(x.attempts),
+      relative(x.nextAttemptAt, report.generatedAt),
+      x.lastError ?? '-',
+    ]),
+  ).map((l) => `  ${l}`);
+  const more = g.byState.open - g.open.length;
+  return [...rows, ...(more > 0 ? [`  and ${count(more)} more`] : [])];
+}
+
+/** The archive mirrors configured here or read by any process, and what each added. */
+function mirrorsLines(report: StatusReport): string[] {
+  if (report.mirrors.length === 0) return [];
+  return [
+    'Mirrors:',
+    ...table(
+      ['mirror', 'hours read', 'missing', 'failed', 'pushes added', 'last read'],
+      report.mirrors.map((m) => [
+        `${m.mirror || '(local files)'}${m.configured ? '' : ' (not in GHARCHIVE_URL here)'}`,
+        count(m.hoursImported),
+        count(m.hoursMissing),
+        count(m.hoursFailed),
+        count(m.pushesAdded),
+        relative(m.lastReadAt, report.generatedAt),
+      ]),
+    ).map((l) => `  ${l}`),
+  ];
+}
+
 /** "Last backfill: 2026-11-20-10 (gap:3) completed 5m ago: 1,000 pushes stored". */
 function lastBackfillLine(report: StatusReport): string {
   const b = report.gaps.lastBackfill;
@@ -169,7 +208,9 @@ export function renderText(report: StatusReport): string {
         : ''
     }`,
     gapsLine(report),
+    ...openGapsLines(report),
     lastBackfillLine(report),
+    ...mirrorsLines(report),
     '',
     ...sourcesText(report),
   );

@@ -1,10 +1,13 @@
 import { escapeHtml } from './html.ts';
 
 /**
- * A small inline SVG bar chart (stacked when given several series): no script, no external
- * asset, readable at a glance. One bar per minute (or per `stepMinutes`); the y axis is
- * labelled with its maximum. `marked` shades the points it flags (open gaps on the
- * coverage chart), so a hole reads as a hole even when its bar is empty.
+ * A small bar chart (stacked when given several series): inline SVG for the bars, no script,
+ * no external asset. One bar per minute (or per `stepMinutes`). The text — the y axis's
+ * maximum, the dates and times under the x axis, "nothing in this window" — is HTML beside
+ * the SVG, not SVG text: the SVG stretches to its box (preserveAspectRatio none), so text in
+ * it would shrink on a phone (5 px at 390 px) and swell on a wide screen; as HTML it is the
+ * page's own size everywhere. `marked` shades the points it flags (open gaps on the coverage
+ * chart), so a hole reads as a hole even when its bar is empty.
  */
 
 export interface ChartSeries {
@@ -18,33 +21,35 @@ export interface ChartOptions {
   /** The first point's time; each point is one minute (or `stepMinutes`). */
   start: Date;
   stepMinutes?: number;
-  width?: number;
-  height?: number;
   /** Points to shade behind the bars, with what the shading means. */
   marked?: { label: string; color: string; at: boolean[] };
 }
 
-const PAD = { left: 40, right: 8, top: 10, bottom: 22 };
+/** The SVG's own coordinates: bars are drawn in these and stretched to the box. */
+const VIEW_W = 1000;
+const VIEW_H = 150;
+/** Dates under the x axis: the first point, the middle, the last (room for three on a phone). */
+const X_LABELS = 3;
 
-function hhmm(d: Date): string {
-  return d.toISOString().slice(11, 16);
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+/** "Dec 2 14:05" (UTC): a date with the time, short enough for four under a phone's chart. */
+export function dateTick(d: Date): string {
+  return `${MONTHS[d.getUTCMonth()]} ${d.getUTCDate()} ${d.toISOString().slice(11, 16)}`;
 }
 
 export function barChart(series: ChartSeries[], opts: ChartOptions): string {
-  const width = opts.width ?? 560;
-  const height = opts.height ?? 150;
   const points = Math.max(1, ...series.map((s) => s.values.length));
   const totals = Array.from({ length: points }, (_, i) =>
     series.reduce((sum, s) => sum + (s.values[i] ?? 0), 0),
   );
   const max = Math.max(1, ...totals);
-  const plotW = width - PAD.left - PAD.right;
-  const plotH = height - PAD.top - PAD.bottom;
-  const step = plotW / points;
-  const barW = Math.max(1, step - (step > 3 ? 1 : 0));
-  const y = (v: number) => PAD.top + plotH - (v / max) * plotH;
+  const step = VIEW_W / points;
+  const barW = Math.max(0.5, step * (step > 3 ? 0.8 : 1));
+  const y = (v: number) => VIEW_H - (v / max) * VIEW_H;
   const stepMs = (opts.stepMinutes ?? 1) * 60_000;
-  const at = (i: number) => hhmm(new Date(opts.start.getTime() + i * stepMs));
+  const timeOf = (i: number) => new Date(opts.start.getTime() + i * stepMs);
+  const at = (i: number) => dateTick(timeOf(i));
 
   const bars: string[] = [];
   const marked = opts.marked;
@@ -52,7 +57,7 @@ export function barChart(series: ChartSeries[], opts: ChartOptions): string {
     for (let i = 0; i < points; i++) {
       if (!marked.at[i]) continue;
       bars.push(
-        `<rect class="mark" x="${(PAD.left + i * step).toFixed(1)}" y="${PAD.top}" width="${step.toFixed(1)}" height="${plotH}" fill="${marked.color}" fill-opacity="0.18"><title>${at(i)} ${escapeHtml(marked.label)}</title></rect>`,
+        `<rect class="mark" x="${(i * step).toFixed(1)}" y="0" width="${step.toFixed(1)}" height="${VIEW_H}" fill="${marked.color}" fill-opacity="0.18"><title>${at(i)} ${escapeHtml(marked.label)}</title></rect>`,
       );
     }
   }
@@ -64,18 +69,25 @@ export function barChart(series: ChartSeries[], opts: ChartOptions): string {
       const top = y(base + v);
       const h = y(base) - top;
       bars.push(
-        `<rect x="${(PAD.left + i * step).toFixed(1)}" y="${top.toFixed(1)}" width="${barW.toFixed(1)}" height="${Math.max(h, 0.5).toFixed(1)}" fill="${s.color}"><title>${at(i)} ${escapeHtml(s.label)}: ${v}</title></rect>`,
+        `<rect x="${(i * step).toFixed(1)}" y="${top.toFixed(1)}" width="${barW.toFixed(1)}" height="${Math.max(h, 0.5).toFixed(1)}" fill="${s.color}"><title>${at(i)} ${escapeHtml(s.label)}: ${v}</title></rect>`,
       );
       base += v;
     }
   }
 
-  // Time ticks: start, every hour-ish, and the current minute.
+  // Dates under the axis, spread over it; the last one right-aligned to the end.
   const ticks: string[] = [];
-  const tickEvery = Math.max(1, Math.round(points / 4));
-  for (let i = 0; i < points; i += tickEvery) {
-    const x = PAD.left + i * step;
-    ticks.push(`<text x="${x.toFixed(1)}" y="${height - 6}" class="tick">${at(i)}</text>`);
+  const shown = Math.min(X_LABELS, points);
+  for (let k = 0; k < shown; k++) {
+    const i = shown === 1 ? 0 : Math.round((k * (points - 1)) / (shown - 1));
+    const t = timeOf(i);
+    const place =
+      k === shown - 1 && shown > 1
+        ? 'right:0'
+        : `left:${((i / points) * 100).toFixed(1)}%${k > 0 ? ';transform:translateX(-50%)' : ''}`;
+    ticks.push(
+      `<time datetime="${t.toISOString()}" style="${place}">${escapeHtml(dateTick(t))}</time>`,
+    );
   }
   const total = totals.reduce((a, b) => a + b, 0);
   const keys = [...series, ...(marked ? [{ label: marked.label, color: marked.color }] : [])];
@@ -86,21 +98,16 @@ export function barChart(series: ChartSeries[], opts: ChartOptions): string {
     .join(' ');
   const span =
     (opts.stepMinutes ?? 1) === 1 ? `${points} min` : `${(points * stepMs) / 3_600_000} h`;
-  const empty =
-    total === 0
-      ? `<text x="${PAD.left + plotW / 2}" y="${PAD.top + plotH / 2}" text-anchor="middle" class="empty">nothing in this window</text>`
-      : '';
+  const empty = total === 0 ? '<div class="empty">nothing in this window</div>' : '';
 
   return `<figure class="chart">
 <figcaption>${escapeHtml(opts.title)} <span class="muted">(${total} in ${span}, UTC)</span> ${legend}</figcaption>
-<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="${escapeHtml(opts.title)}" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}">
-<line x1="${PAD.left}" y1="${PAD.top + plotH}" x2="${width - PAD.right}" y2="${PAD.top + plotH}" class="axis"/>
-<line x1="${PAD.left}" y1="${PAD.top}" x2="${PAD.left}" y2="${PAD.top + plotH}" class="axis"/>
-<text x="${PAD.left - 4}" y="${PAD.top + 8}" text-anchor="end" class="tick">${max}</text>
-<text x="${PAD.left - 4}" y="${PAD.top + plotH}" text-anchor="end" class="tick">0</text>
+<div class="plot"><div class="ymax" title="the tallest bar">${max}</div>
+<div class="area">
+<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="${escapeHtml(opts.title)}" viewBox="0 0 ${VIEW_W} ${VIEW_H}" preserveAspectRatio="none">
 ${bars.join('\n')}
-${ticks.join('\n')}
-${empty}
-</svg>
+</svg>${empty}
+<div class="xaxis">${ticks.join('')}</div>
+</div></div>
 </figure>`;
 }

@@ -4,9 +4,10 @@ import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative, spendParts } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
 import type { MinuteSeries } from '../status/series.ts';
-import { type SourceStatus, sourceLabel } from '../status/sources.ts';
 import { barChart } from './chart.ts';
 import { escapeHtml as e } from './html.ts';
+import { credentialsSection, mirrorsSection, openGapsSection } from './page-sections.ts';
+import { sourcesSections } from './page-sources.ts';
 
 /**
  * GET /: the status report as a page a person would rather look at than read. Server-
@@ -47,14 +48,28 @@ td.num, th.num { text-align:right; }
 .err { color:var(--bad); font-size:12px; }
 .charts { display:flex; flex-wrap:wrap; gap:24px; }
 figure.chart { margin:0; flex:1 1 460px; min-width:0; }
-figure.chart svg { width:100%; height:auto; display:block; }
 figcaption { font-weight:600; margin-bottom:4px; }
 .key { white-space:nowrap; font-weight:normal; font-size:12px; margin-left:8px; color:var(--muted); }
 .key i { display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:4px; vertical-align:-1px; }
-svg .axis { stroke:#98a2b3; stroke-width:1; }
-svg .tick { font-size:10px; fill:var(--muted); }
-svg .empty { font-size:12px; fill:var(--muted); }
+.plot { display:flex; gap:6px; align-items:flex-start; }
+.ymax { font-size:12px; color:var(--muted); min-width:2em; text-align:right; font-variant-numeric:tabular-nums; }
+.area { position:relative; flex:1 1 auto; min-width:0; }
+figure.chart svg { width:100%; height:140px; display:block; border-left:1px solid #98a2b3; border-bottom:1px solid #98a2b3; }
+.xaxis { position:relative; height:20px; font-size:12px; color:var(--muted); }
+.xaxis time { position:absolute; top:3px; white-space:nowrap; }
+.empty { position:absolute; left:0; right:0; top:0; height:140px; display:flex; align-items:center; justify-content:center; color:var(--muted); font-size:12px; }
+.scroll { overflow-x:auto; max-width:100%; }
 footer { color:var(--muted); font-size:12px; padding:0 24px 24px; }
+@media (max-width: 600px) {
+  header { padding:12px; }
+  main { padding:12px 12px 24px; }
+  footer { padding:0 12px 16px; }
+  section { padding:10px; }
+  figure.chart { flex-basis:100%; }
+  .cards { grid-template-columns:repeat(auto-fit, minmax(160px, 1fr)); gap:8px; }
+  .card { padding:10px; }
+  .key { margin-left:4px; }
+}
 `;
 
 // Inline, so the browser's automatic /favicon.ico request never happens (and never 404s).
@@ -145,107 +160,6 @@ function commitsCard(report: StatusReport): string {
   ]);
 }
 
-function sourceRow(s: SourceStatus, now: Date): string {
-  const run = s.lastRun;
-  const status = run
-    ? `<span class="pill ${run.status === 'failed' || run.status === 'interrupted' ? 'bad' : run.status === 'running' ? 'warn' : 'ok'}">${e(run.status)}</span>`
-    : '<span class="muted">never run</span>';
-  const error = s.lastError ? `<div class="err">${e(s.lastError)}</div>` : '';
-  return `<tr>
-<td class="num">${s.id}</td>
-<td>${e(sourceLabel(s))}${error}</td>
-<td>${e(s.mode)}</td>
-<td>${s.enabled ? 'yes' : '<span class="muted">no</span>'}</td>
-<td>${status}</td>
-<td>${e(run ? relative(run.finishedAt ?? run.startedAt, now) : '-')}</td>
-<td>${e(s.enabled ? nextPoll(s.nextPollAt, now) : '-')}</td>
-<td class="num">${e(duration(s.pollIntervalSeconds))}</td>
-<td class="num">${s.consecutiveFailures}</td>
-<td class="num">${count(s.eventsCreatedLast24h)}</td>
-<td class="num">${count(s.rejectedLast24h)}</td>
-<td class="num">${s.gapsLast24h}</td>
-</tr>`;
-}
-
-const SOURCE_HEAD = `<thead><tr><th class="num">id</th><th>source</th><th>mode</th><th>enabled</th><th>last run</th><th>when</th><th>next poll</th><th class="num">interval</th><th class="num">failures</th><th class="num">events 24h</th><th class="num">rejected 24h</th><th class="num">gaps 24h</th></tr></thead>`;
-
-/** A link to another view of the sources, keeping what the others do not change. */
-function sourcesHref(p: StatusReport['sourcePage'], change: Record<string, string | null>): string {
-  const q = new URLSearchParams();
-  const merged: Record<string, string | null> = {
-    sources: p.perPage === 50 ? null : String(p.perPage),
-    page: p.page === 1 ? null : String(p.page),
-    state: p.state,
-    kind: p.kind,
-    ...change,
-  };
-  // The defaults stay out of the address: page 1 of 50 is plain "/".
-  const defaults: Record<string, string> = { sources: '50', page: '1' };
-  for (const [k, v] of Object.entries(merged)) if (v !== null && v !== defaults[k]) q.set(k, v);
-  const qs = q.toString();
-  return qs ? `/?${qs}` : '/';
-}
-
-/**
- * Sources readable at 10,000: counts by state and kind (each a link to those sources), the
- * worst and the latest in full, then one page of the chosen ones with links to the others.
- */
-function sourcesSections(report: StatusReport): string {
-  const now = report.generatedAt;
-  const sum = report.sourceSummary;
-  const p = report.sourcePage;
-  const link = (label: string, n: number, change: Record<string, string | null>) =>
-    `<a href="${e(sourcesHref(p, { ...change, page: null }))}">${e(label)}</a> ${count(n)}`;
-  const states = Object.entries(sum.byState)
-    .map(([k, n]) => link(k, n, { state: k, kind: null }))
-    .join(' · ');
-  const kinds = Object.entries(sum.byKind)
-    .filter(([, n]) => n > 0)
-    .map(([k, n]) => link(k, n, { kind: k, state: null }))
-    .join(' · ');
-  const highlight = (id: string, title: string, rows: SourceStatus[], none: string) =>
-    `<h3>${e(title)}</h3><table id="${id}">${SOURCE_HEAD}<tbody>${rows.map((s) => sourceRow(s, now)).join('\n') || `<tr><td colspan="12" class="muted">${e(none)}</td></tr>`}</tbody></table>`;
-  const filter = [p.state && `state ${p.state}`, p.kind && `kind ${p.kind}`].filter(Boolean);
-  const nav = [
-    p.page > 1
-      ? `<a href="${e(sourcesHref(p, { page: String(p.page - 1) }))}" rel="prev">← previous</a>`
-      : '',
-    p.page < p.pages
-      ? `<a href="${e(sourcesHref(p, { page: String(p.page + 1) }))}" rel="next">next →</a>`
-      : '',
-    filter.length ? `<a href="/">all sources</a>` : '',
-  ]
-    .filter(Boolean)
-    .join(' · ');
-  return `<section><h2>Sources <span class="muted">(${count(sum.total)})</span></h2>
-<p id="source-summary">${states}<br><span class="muted">by kind:</span> ${kinds || 'none'}</p>
-${sum.total > 0 ? highlight('sources-failing', 'Most failing', sum.mostFailing, 'none: no enabled source is failing') : ''}
-${sum.total > 0 ? highlight('sources-overdue', `Most overdue: next poll more than ${duration(sum.overdueAfterSeconds)} past`, sum.mostOverdue, 'none: every enabled source is polled on time') : ''}
-${sum.total > 0 ? highlight('sources-latest', 'Latest polled', sum.latest, 'none polled yet') : ''}
-<h3>${filter.length ? `${e(filter.join(', '))}: ` : 'All: '}page ${count(p.page)} of ${count(Math.max(1, p.pages))} <span class="muted">(${count(p.total)} matching, ${p.perPage} a page)</span></h3>
-<table id="sources">${SOURCE_HEAD}
-<tbody>${report.sources.map((s) => sourceRow(s, now)).join('\n') || `<tr><td colspan="12" class="muted">${sum.total === 0 ? 'No sources yet: bin/sources add public, or bin/sources import FILE' : 'No sources on this page'}</td></tr>`}</tbody></table>
-<p class="muted" id="source-pages">${nav}</p></section>`;
-}
-
-/** The pool, one row per credential (labels only: a token's fingerprint, an installation id). */
-function credentialsSection(report: StatusReport): string {
-  const now = report.generatedAt;
-  if (report.credentials.length === 0) return '';
-  const rows = report.credentials
-    .map((c) => {
-      const blocked = c.blocked
-        ? `<span class="pill ${c.blockReason === 'auth' ? 'bad' : 'warn'}">${c.blockReason === 'auth' ? '401' : 'rate limit'} until ${e(relative(c.blockedUntil, now).replace('in ', ''))}</span>`
-        : 'no';
-      const parts = spendParts(c);
-      return `<tr><td><code>${e(c.label)}</code></td><td class="num">${count(c.quota)}</td><td class="num">${c.remaining === null ? '?' : count(c.remaining)}</td><td>${e(relative(c.resetAt, now))}</td><td class="num">${e(parts.poll)}</td><td class="num">${count(c.spent.enrich)}</td><td class="num">${count(c.spent.commits)}</td><td class="num">${e(parts.background)}</td><td>${blocked}</td></tr>`;
-    })
-    .join('\n');
-  return `<section><h2>Credentials <span class="muted">(${report.credentials.length})</span></h2>
-<table id="credentials"><thead><tr><th>credential</th><th class="num">quota</th><th class="num">remaining</th><th>resets</th><th class="num">poll spent</th><th class="num">enrich spent</th><th class="num">commits spent</th><th class="num" title="enrich + commits: they share this allowance">background</th><th>blocked</th></tr></thead>
-<tbody>${rows}</tbody></table></section>`;
-}
-
 /** The last hours by the origin each push first arrived from, open gaps shaded. */
 function coverageChart(coverage: CoverageHour[]): string {
   if (coverage.length === 0) return '';
@@ -327,12 +241,12 @@ export function renderPage(
   ];
 
   const queues = report.queues
-    ? `<table><thead><tr><th>queue</th><th class="num">waiting</th><th class="num">active</th><th class="num">completed</th><th class="num">failed</th><th class="num">oldest waiting</th></tr></thead><tbody>${report.queues
+    ? `<div class="scroll"><table><thead><tr><th>queue</th><th class="num">waiting</th><th class="num">active</th><th class="num">completed</th><th class="num">failed</th><th class="num">oldest waiting</th></tr></thead><tbody>${report.queues
         .map(
           (q) =>
             `<tr><td>${e(q.name)}</td><td class="num">${q.jobs.created + q.jobs.retry}</td><td class="num">${q.jobs.active}</td><td class="num">${q.jobs.completed}</td><td class="num">${q.jobs.failed}</td><td class="num">${q.oldestWaitingSeconds === null ? '-' : e(duration(q.oldestWaitingSeconds))}</td></tr>`,
         )
-        .join('')}</tbody></table>
+        .join('')}</tbody></table></div>
 <p class="muted">Last reconcile: ${
         report.lastReconcile
           ? `${e(report.lastReconcile.state)} ${e(relative(report.lastReconcile.completedAt ?? report.lastReconcile.startedAt, now))}`
@@ -355,9 +269,9 @@ ${barChart(
   { title: `Requests spent per minute, last ${hours} h`, start: series.start },
 )}
 </div>`;
-  const coverageSection = coverage.length
-    ? `<section id="coverage"><h2>Coverage <span class="muted">(bin/status --coverage, view hourly_coverage)</span></h2><div class="charts">${coverageChart(coverage)}</div></section>`
-    : '';
+  const coverageSection = `<section id="coverage"><h2>Coverage <span class="muted">(bin/status --coverage, view hourly_coverage)</span></h2>${coverage.length ? `<div class="charts">${coverageChart(coverage)}</div>` : ''}
+${mirrorsSection(report)}
+${openGapsSection(report)}</section>`;
 
   return `<!doctype html>
 <html lang="en">
@@ -374,11 +288,11 @@ ${barChart(
 <span class="muted">as of ${e(now.toISOString().replace('T', ' ').slice(0, 19))} UTC · <a href="/status">JSON</a> · <a href="/metrics">metrics</a></span></header>
 <main>
 <div class="cards">${cards.join('\n')}</div>
+${credentialsSection(report)}
 <section><h2>Activity</h2>${charts}</section>
 ${coverageSection}
 ${sourcesSections(report)}
 <section><h2>Queues</h2>${queues}</section>
-${credentialsSection(report)}
 </main>
 <footer>Refreshes every 30 s. Same data: <code>bin/status</code>, <code>GET /status</code>, and the <code>ingest_overview</code>, <code>enrichment_backlog</code>, <code>queue_overview</code> views.</footer>
 </body>
