@@ -9,7 +9,8 @@ import { type Kysely, sql } from 'kysely';
 // three spend indexes carry points so the window still reads them alone.
 
 /** The same text as SPENDS_QUOTA in src/github/ledger.ts (the planner matches the predicate). */
-const SPENDS_QUOTA = sql`counted IS NOT FALSE AND NOT (outcome = 'abandoned' AND sent_at IS NULL)`;
+const SPENDS = `counted IS NOT FALSE AND NOT (outcome = 'abandoned' AND sent_at IS NULL)`;
+const SPENDS_QUOTA = sql.raw(SPENDS);
 
 const spends = (row: 'OLD' | 'NEW') =>
   `(${row}.counted IS NOT FALSE AND NOT (${row}.outcome = 'abandoned' AND ${row}.sent_at IS NULL))`;
@@ -74,6 +75,36 @@ async function spendIndexes(db: Kysely<unknown>, include: string): Promise<void>
   );
 }
 
+/**
+ * What a prune of the ledger tallies (2026-11-29T0920's trigger function), so /metrics'
+ * counters never go down: the requests by purpose and status as before, and now the points
+ * the #graphql keys spent, by credential label (gpi_github_graphql_points_total).
+ */
+function tallyFunction(withPoints: boolean): string {
+  const points = withPoints
+    ? `
+        UNION ALL
+        SELECT 'gpi_github_graphql_points_total',
+               jsonb_build_object('credential', left(credential, -length('#graphql'))),
+               sum(coalesce(points, 1))
+        FROM gone WHERE credential LIKE '%#graphql' AND outcome NOT IN ('reserved', 'sent')
+          AND ${SPENDS}
+        GROUP BY credential`
+    : '';
+  return `
+    CREATE OR REPLACE FUNCTION tally_deleted_github_requests() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO metric_tallies (metric, labels, n)
+      SELECT 'gpi_github_requests_total',
+             jsonb_build_object('purpose', purpose, 'status', coalesce(status::text, outcome)),
+             count(*)
+      FROM gone WHERE outcome NOT IN ('reserved', 'sent')
+      GROUP BY purpose, coalesce(status::text, outcome)${points}
+      ON CONFLICT (metric, labels) DO UPDATE SET n = metric_tallies.n + excluded.n;
+      RETURN NULL;
+    END $$`;
+}
+
 export async function up(db: Kysely<unknown>): Promise<void> {
   // No ledger write between the new function and its trigger (as in 2026-12-01T1300).
   await sql`LOCK TABLE github_requests IN SHARE ROW EXCLUSIVE MODE`.execute(db);
@@ -87,10 +118,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await sql.raw(updateTrigger(`\n      OR OLD.points IS DISTINCT FROM NEW.points`)).execute(db);
   // Every existing row has points NULL (weight 1): the counters are exact as they stand.
   await spendIndexes(db, ', points');
+  await sql.raw(tallyFunction(true)).execute(db);
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
   await sql`LOCK TABLE github_requests IN SHARE ROW EXCLUSIVE MODE`.execute(db);
+  await sql.raw(tallyFunction(false)).execute(db);
   await spendIndexes(db, '');
   await sql`DROP TRIGGER github_request_minutes_update ON github_requests`.execute(db);
   await sql.raw(updateTrigger('')).execute(db);
