@@ -193,6 +193,21 @@ describe('graphql()', () => {
     expect(g.blockReason).toBe('auth');
     expect(fake.graphql.queries).toHaveLength(0);
     expect((await rateRow(label))?.block_reason).toBe('auth');
+    // The token is good again (a glitch): once REST's block ran out, its accepted answer clears
+    // the ladder of both keys, so GraphQL is not left waiting out its own.
+    fake.reset();
+    seed();
+    await sql`UPDATE github_rate_limits SET blocked_until = now() - interval '1 second'
+      WHERE credential = ${label}`.execute(t.db);
+    expect((await gh.request({ purpose: 'poll', path: '/events' })).status).toBe(200);
+    for (const k of [label, key]) {
+      expect(await rateRow(k)).toMatchObject({
+        auth_failures: 0,
+        block_reason: null,
+        blocked_until: null,
+      });
+    }
+    expect((await gh.graphql(query(1))).cost).toBe(1);
   });
 
   it('RESOURCE_LIMITS_EXCEEDED is returned with its partial data and its cost', async () => {
