@@ -141,6 +141,50 @@ describe('docs/cli.md', () => {
   });
 });
 
+describe('commands written in the manual', () => {
+  const pages = [
+    'README.md',
+    ...readdirSync(`${ROOT}docs`)
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `docs/${f}`),
+  ];
+  /** Each `bin/NAME [sub] … --flag …` the pages write, up to the end of its command. */
+  const uses: { page: string; name: string; sub: string | null; flag: string }[] = [];
+  for (const page of pages) {
+    const text = readFileSync(`${ROOT}${page}`, 'utf8');
+    for (const m of text.matchAll(/\bbin\/([a-z][a-z-]*)((?:[ \t]+[^\s`|;&#)]+)*)/g)) {
+      const args = m[2]!.trim().split(/\s+/).filter(Boolean);
+      const sub = args[0] && /^[a-z]+$/.test(args[0]) ? args[0] : null;
+      for (const arg of args) {
+        const flag = /^[[(]*(--[a-z][a-z-]*)/.exec(arg)?.[1];
+        if (flag) uses.push({ page, name: m[1]!, sub, flag });
+      }
+    }
+  }
+
+  it('are there to check', () => {
+    expect(uses.length).toBeGreaterThan(20);
+  });
+
+  it('use only flags the command (or its subcommand) lists in --help', async () => {
+    const helps = new Map<string, string>();
+    const help = async (argv: string[]) => {
+      const key = argv.join(' ');
+      if (!helps.has(key)) helps.set(key, (await runBin(argv[0]!, argv.slice(1), {})).out);
+      return helps.get(key)!;
+    };
+    const unknown: string[] = [];
+    for (const u of uses) {
+      if (!executables.includes(u.name)) continue; // "names no command" tests that
+      const listed = (text: string) => new RegExp(`${u.flag}(?![a-z-])`).test(text);
+      if (listed(await help([u.name, '--help']))) continue;
+      if (u.sub && listed(await help([u.name, u.sub, '--help']))) continue;
+      unknown.push(`${u.page}: bin/${u.name}${u.sub ? ` ${u.sub}` : ''} ${u.flag}`);
+    }
+    expect(unknown).toEqual([]);
+  }, 120_000);
+});
+
 describe('docs/observability.md', () => {
   const page = docPage('observability.md');
   const documented = firstCellNames(section(page, 'Log events')).flatMap((cell) =>
