@@ -1,10 +1,12 @@
 import { sql } from 'kysely';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
-import { type BudgetPolicy, budgetSnapshot } from '../github/budget.ts';
+import type { BudgetPolicy } from '../github/budget.ts';
+import { budgetWithGraphQL } from '../github/budget-graphql.ts';
 import type { PoolBudget } from '../github/budget-types.ts';
 import { defaultQuota } from '../github/credential.ts';
 import { credentialLabels } from '../github/credentials.ts';
+import { GRAPHQL_DEFAULT_QUOTA, graphqlKey, labelOf } from '../github/graphql-key.ts';
 
 /**
  * Whose budget the status surfaces show: the deployment's, read from the database, not the
@@ -27,12 +29,6 @@ const SEEN_WITHIN_MS = 24 * 3_600_000;
 /** The window counters' retention (migration 2026-12-01T1300): what they can say. */
 const COUNTED_WITHIN_MS = 2 * 3_600_000;
 
-/** `token:1a2b#graphql` → `token:1a2b`. */
-export function credentialOfKey(key: string): string {
-  const hash = key.indexOf('#');
-  return hash < 0 ? key : key.slice(0, hash);
-}
-
 /** Only the fallback of a process with nothing configured. */
 function isFallback(label: string): boolean {
   return label === 'anonymous' || label === 'fixture';
@@ -48,7 +44,7 @@ export async function knownCredentials(db: Db, now: Date): Promise<string[]> {
     UNION
     SELECT DISTINCT credential FROM github_request_minutes
     WHERE minute >= ${counted} AND poll + enrich + commits > 0`.execute(db);
-  return [...new Set(r.rows.map((row) => credentialOfKey(row.credential)))].sort();
+  return [...new Set(r.rows.map((row) => labelOf(row.credential)))].sort();
 }
 
 /** This process's credentials first (configuration order), then the rest the database knows. */
@@ -72,7 +68,19 @@ export async function deploymentPolicy(db: Db, config: Config, now: Date): Promi
   };
 }
 
-/** Every credential of the deployment (one statement) and their total, as github.budget() does for one process. */
+/** Each credential's GraphQL key (anonymous has none), the whole window commits' (ADR 0114). */
+export function graphqlPolicyFor(policy: BudgetPolicy): BudgetPolicy | null {
+  const credentials = policy.credentials
+    .filter((c) => c.label !== 'anonymous')
+    .map((c) => ({ label: graphqlKey(c.label), defaultQuota: GRAPHQL_DEFAULT_QUOTA }));
+  return credentials.length > 0 ? { credentials, share: 1 } : null;
+}
+
+/**
+ * Every credential of the deployment with its GraphQL window (one statement) and their total,
+ * as github.budget() gives them for one process's credentials.
+ */
 export async function deploymentBudget(db: Db, config: Config, now: Date): Promise<PoolBudget> {
-  return budgetSnapshot(db, await deploymentPolicy(db, config, now), now);
+  const policy = await deploymentPolicy(db, config, now);
+  return budgetWithGraphQL(db, policy, graphqlPolicyFor(policy), now);
 }

@@ -47,6 +47,8 @@ beforeAll(async () => {
       .selectFrom('github_rate_limits')
       .select('credential')
       .where('block_reason', '=', 'auth')
+      // A 401 blocks the credential's GraphQL key too (ADR 0110 §1): the REST row says which.
+      .where('credential', 'not like', '%#graphql')
       .execute();
   for (let i = 0; i < 40 && (await blockedRow()).length === 0; i++) {
     expect((await worker.request({ purpose: 'poll', path: '/users/u0' })).status).toBe(200);
