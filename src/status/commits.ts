@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
-import { COMMITS_STATES, type CommitsState } from '../db/schema.ts';
+import { COMMITS_STATES, type CommitsState, PUSH_ORIGINS, type PushOrigin } from '../db/schema.ts';
 
 /**
  * Commits as an operator sees them (ADR 0070): pushes by commits_state, the fetch backlog
@@ -13,6 +13,8 @@ export interface CommitsStatus {
   byState: Record<CommitsState, number>;
   /** Pending pushes whose next attempt has come. */
   pendingDue: number;
+  /** The backlog (pending pushes) by the origin each push first arrived from. */
+  pendingByOrigin: Record<PushOrigin, number>;
   /** Requests of purpose 'commits' reserved in the last hour. */
   requestsLastHour: number;
   stored: number;
@@ -42,12 +44,23 @@ export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
   const out: CommitsStatus = {
     byState: Object.fromEntries(COMMITS_STATES.map((s) => [s, 0])) as Record<CommitsState, number>,
     pendingDue: 0,
+    pendingByOrigin: Object.fromEntries(PUSH_ORIGINS.map((o) => [o, 0])) as Record<
+      PushOrigin,
+      number
+    >,
     requestsLastHour: 0,
     stored: 0,
     storedEstimated: false,
   };
   for (const row of (await commitsStateCounts().execute(db)).rows) {
     out.byState[row.commits_state] = Number(row.n);
+  }
+  // The pending rows only (push_events_commits_state): bounded by the backlog, not the store.
+  const byOrigin = await sql<{ origin: PushOrigin; n: string }>`
+    SELECT origin, count(*) AS n FROM push_events WHERE commits_state = 'pending'
+    GROUP BY origin`.execute(db);
+  for (const row of byOrigin.rows) {
+    if (row.origin in out.pendingByOrigin) out.pendingByOrigin[row.origin] = Number(row.n);
   }
   const b = (await commitsBacklogStatement(now).execute(db)).rows[0]!;
   out.pendingDue = Number(b.due);

@@ -1,3 +1,4 @@
+import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from './commits.ts';
 import { count, duration, nextPoll, relative, spendParts } from './format.ts';
 import type { StatusReport } from './model.ts';
@@ -85,6 +86,7 @@ function credentialsTable(report: StatusReport): string[] {
       'enrich',
       'commits',
       'background',
+      'graphql',
       'blocked',
     ],
     report.credentials.map((c) => [
@@ -96,6 +98,9 @@ function credentialsTable(report: StatusReport): string[] {
       String(c.spent.enrich),
       String(c.spent.commits),
       spendParts(c).background,
+      c.graphql
+        ? `${count(c.graphql.spent)}/${count(c.graphql.quota)}${c.graphql.blocked ? ' blocked' : ''}`
+        : '-',
       c.blocked && c.blockedUntil
         ? c.blockReason === 'auth'
           ? `401${c.authBlock ? ` since ${c.authBlock.since.toISOString()}` : ''} until ${c.blockedUntil.toISOString()}${c.authBlock?.error ? ` (${c.authBlock.error})` : ''}`
@@ -185,7 +190,29 @@ function commitsLines(report: StatusReport): string[] {
       (l) => `  ${l}`,
     ),
     `  ${count(c.pendingDue)} pushes due for fetching, ${count(c.requestsLastHour)} commits requests in the last hour, ${c.storedEstimated ? '~' : ''}${count(c.stored)} commits stored`,
+    `  backlog by origin: ${Object.entries(c.pendingByOrigin)
+      .map(([o, n]) => `${o} ${count(n)}`)
+      .join(', ')}`,
+    ...graphqlLine(report),
   ];
+}
+
+/** The GraphQL points window of the deployment (commits' own budget, ADR 0114). */
+function graphqlLine(report: StatusReport): string[] {
+  const g = report.budget?.graphql;
+  if (!g)
+    return [
+      '  GraphQL: no credential with a GraphQL window (anonymous: commits over GraphQL need one)',
+    ];
+  return [`  GraphQL points: ${graphqlText(g, report.generatedAt)}`];
+}
+
+/** "12/5,000 spent, 4,988 left, resets in 40m" or "... blocked (rate limit) until …". */
+export function graphqlText(g: GraphQLBudget, now: Date): string {
+  const blocked = g.blocked
+    ? `, blocked (${g.blocked.reason === 'auth' ? '401' : 'rate limit'}) until ${g.blocked.until.toISOString()}`
+    : '';
+  return `${count(g.spent)}/${count(g.quota)} spent, ${g.remaining === null ? '? left' : `${count(g.remaining)} left`}, resets ${relative(g.resetAt, now)}${blocked}`;
 }
 
 export function renderText(report: StatusReport): string {

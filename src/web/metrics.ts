@@ -400,6 +400,13 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   const commits = await commitsStatus(db, now);
   const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state (ADR 0070)', ['state']);
   for (const state of COMMITS_STATES) byState.set({ state }, commits.byState[state]);
+  const pendingByOrigin = gauge(
+    'gpi_commits_pending_by_origin',
+    'Pushes pending their commits, by the origin each first arrived from (the backlog by origin)',
+    ['origin'],
+  );
+  for (const [origin, n] of Object.entries(commits.pendingByOrigin))
+    pendingByOrigin.set({ origin }, n);
   gauge('gpi_commits_pending_due', 'Pushes pending their commits whose fetch is due now').set(
     commits.pendingDue,
   );

@@ -1,5 +1,5 @@
 import { count, relative, spendParts } from '../status/format.ts';
-import type { StatusReport } from '../status/model.ts';
+import type { CredentialStatus, StatusReport } from '../status/model.ts';
 import { sourceLabel } from '../status/sources.ts';
 import { dateTick } from './chart.ts';
 import { escapeHtml as e } from './html.ts';
@@ -20,12 +20,21 @@ export function credentialsSection(report: StatusReport): string {
         ? `<span class="pill ${c.blockReason === 'auth' ? 'bad' : 'warn'}">${c.blockReason === 'auth' ? '401' : 'rate limit'} until ${e(relative(c.blockedUntil, now).replace('in ', ''))}</span>`
         : 'no';
       const parts = spendParts(c);
-      return `<tr><td><code>${e(c.label)}</code></td><td class="num">${count(c.quota)}</td><td class="num">${c.remaining === null ? '?' : count(c.remaining)}</td><td>${e(relative(c.resetAt, now))}</td><td class="num">${e(parts.poll)}</td><td class="num">${count(c.spent.enrich)}</td><td class="num">${count(c.spent.commits)}</td><td class="num">${e(parts.background)}</td><td>${blocked}</td></tr>`;
+      return `<tr><td><code>${e(c.label)}</code></td><td class="num">${count(c.quota)}</td><td class="num">${c.remaining === null ? '?' : count(c.remaining)}</td><td>${e(relative(c.resetAt, now))}</td><td class="num">${e(parts.poll)}</td><td class="num">${count(c.spent.enrich)}</td><td class="num">${count(c.spent.commits)}</td><td class="num">${e(parts.background)}</td><td>${graphqlCell(c.graphql, now)}</td><td>${blocked}</td></tr>`;
     })
     .join('\n');
   return `<section id="credentials-section"><h2>Credentials <span class="muted">(${report.credentials.length}: the deployment's, as the database knows them)</span></h2>
-<div class="scroll"><table id="credentials"><thead><tr><th>credential</th><th class="num">quota</th><th class="num">remaining</th><th>resets</th><th class="num">poll spent</th><th class="num">enrich spent</th><th class="num">commits spent</th><th class="num" title="enrich + commits: they share this allowance">background</th><th>blocked</th></tr></thead>
+<div class="scroll"><table id="credentials"><thead><tr><th>credential</th><th class="num">quota</th><th class="num">remaining</th><th>resets</th><th class="num">poll spent</th><th class="num">enrich spent</th><th class="num">commits spent</th><th class="num" title="enrich + commits: they share this allowance">background</th><th title="the credential's GraphQL points window: commits' own">GraphQL points</th><th>blocked</th></tr></thead>
 <tbody>${rows}</tbody></table></div></section>`;
+}
+
+/** A credential's GraphQL window: spent of its quota, what is left, the reset, a block. */
+function graphqlCell(g: CredentialStatus['graphql'], now: Date): string {
+  if (!g) return '<span class="muted">none</span>';
+  const block = g.blocked
+    ? ` <span class="pill ${g.blocked.reason === 'auth' ? 'bad' : 'warn'}">${g.blocked.reason === 'auth' ? '401' : 'rate limit'} until ${e(relative(g.blocked.until, now).replace('in ', ''))}</span>`
+    : '';
+  return `${count(g.spent)}/${count(g.quota)} <span class="muted">(${g.remaining === null ? '?' : count(g.remaining)} left, resets ${e(relative(g.resetAt, now))})</span>${block}`;
 }
 
 /** The archive mirrors configured or read, and what each added (docs/mirrors.md). */

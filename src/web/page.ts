@@ -1,4 +1,4 @@
-import { REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
+import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative, spendParts } from '../status/format.ts';
@@ -153,6 +153,10 @@ function commitsCard(report: StatusReport): string {
   return card('Commits', `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`, [
     ['pending (due now)', `${count(c.byState.pending)} (${count(c.pendingDue)})`],
     ['requests (1h)', count(c.requestsLastHour)],
+    ...PUSH_ORIGINS.map((o): [string, string] => [
+      `backlog from ${o}`,
+      count(c.pendingByOrigin[o]),
+    ]),
     ...COMMITS_STATES.filter((s) => s !== 'pending').map((s): [string, string] => [
       `${s} pushes`,
       count(c.byState[s]),
@@ -209,6 +213,12 @@ export function renderPage(
           ['enrich spent', count(b.spent.enrich)],
           ['commits spent', count(b.spent.commits)],
           ['enrich + commits', spendParts(b).background],
+          [
+            'GraphQL points',
+            b.graphql
+              ? `${count(b.graphql.spent)} of ${count(b.graphql.quota)}${b.graphql.blocked ? ', blocked' : ''}`
+              : 'none (anonymous)',
+          ],
           [
             'blocked',
             b.blockedUntil && b.blockedUntil > now

@@ -78,6 +78,8 @@ describe('commits status', () => {
     expect(report.commits).toEqual({
       byState: BY_STATE,
       pendingDue: 2,
+      // The default origin of a stored push is poll: the whole backlog came from polls.
+      pendingByOrigin: { poll: 3, webhook: 0, archive: 0 },
       requestsLastHour: 3,
       stored: 7,
       storedEstimated: false,

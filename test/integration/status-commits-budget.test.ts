@@ -36,6 +36,64 @@ beforeAll(async () => {
   await spendRows(t.db, 'fixture', 'commits', COMMITS, { ageSeconds: 240 });
   await spendRows(t.db, TOKEN, 'commits', 5, { ageSeconds: 300 });
   await spendRows(t.db, TOKEN, 'enrich', 2, { ageSeconds: 300 });
+  // GraphQL: 3 queries of 4 points on the token's #graphql key, blocked by a rate limit.
+  for (let i = 0; i < 3; i++) {
+    await t.db
+      .insertInto('github_requests')
+      .values({
+        credential: `${TOKEN}#graphql`,
+        purpose: 'commits',
+        method: 'POST',
+        path: '/graphql',
+        outcome: 'completed',
+        status: 200,
+        counted: true,
+        points: 4,
+        reserved_at: new Date(Date.now() - 120_000),
+        sent_at: new Date(Date.now() - 120_000),
+        finished_at: new Date(Date.now() - 120_000),
+      })
+      .execute();
+  }
+  await t.db
+    .insertInto('github_rate_limits')
+    .values({
+      credential: `${TOKEN}#graphql`,
+      quota: 5000,
+      remaining: 4988,
+      reset_at: new Date(Date.now() + 1_800_000),
+      blocked_until: new Date(Date.now() + 600_000),
+      block_reason: 'rate_limit',
+    })
+    .execute();
+  // The commits backlog: pending pushes of each origin (2 polled, 1 webhook, 3 archive).
+  let n = 0;
+  for (const [origin, k] of [
+    ['poll', 2],
+    ['webhook', 1],
+    ['archive', 3],
+  ] as const) {
+    for (let i = 0; i < k; i++) {
+      n++;
+      const head = n.toString(16).padStart(40, 'e');
+      await t.db
+        .insertInto('push_events')
+        .values({
+          id: String(80_000_000_000 + n),
+          actor_id: '1',
+          repository_id: '77',
+          ref: `refs/heads/backlog-${n}`,
+          head,
+          before: '0'.repeat(40),
+          created_at: new Date(),
+          payload: JSON.stringify({ head }),
+          origin,
+          commits_state: 'pending',
+          commits_next_attempt_at: new Date(),
+        })
+        .execute();
+    }
+  }
   web = await startTestWeb(t);
   report = (await (await fetch(`${web.url}/status`)).json()) as typeof report;
 });
@@ -82,14 +140,39 @@ describe('commit requests beside the rest of the budget', () => {
       'enrich',
       'commits',
       'background',
+      'graphql',
       'blocked',
     ]);
     expect(r.out).toMatch(
       new RegExp(
-        `^\\s+${TOKEN}\\s+5000\\s+\\?\\s+never\\s+0/1,667\\s+2\\s+5\\s+7/3,333\\s+no$`,
+        `^\\s+${TOKEN}\\s+5000\\s+\\?\\s+never\\s+0/1,667\\s+2\\s+5\\s+7/3,333\\s+12/5,000 blocked\\s+no$`,
         'm',
       ),
     );
+  });
+
+  it('/status and bin/status show the GraphQL window and the backlog by origin (issue 26 item 8)', async () => {
+    const token = report.credentials.find((c) => c.label === TOKEN) as unknown as {
+      graphql: { spent: number; quota: number; blocked: { reason: string } | null };
+    };
+    expect(token.graphql).toMatchObject({
+      spent: 12,
+      quota: 5000,
+      blocked: { reason: 'rate_limit' },
+    });
+    const r = await runBin('status', [], {
+      DATABASE_URL: t.url,
+      GITHUB_MODE: 'fixture',
+      LOG_LEVEL: 'silent',
+    });
+    expect(r.code, r.err).toBe(0);
+    expect(r.out).toMatch(/^ {2}backlog by origin: poll 2, webhook 1, archive 3$/m);
+    expect(r.out).toMatch(/^ {2}GraphQL points: 12\/10,000 spent, /m);
+    const html = await (await fetch(`${web.url}/`)).text();
+    expect(html).toContain('<dt>backlog from archive</dt><dd>3</dd>');
+    expect(html).toContain('<dt>GraphQL points</dt><dd>12 of 10,000</dd>');
+    const cell = cellsOf(html, 'credentials', TOKEN)[8];
+    expect(cell).toMatch(/^12\/5,000 \(\d[\d,]* left, resets in \d+m\d*s?\) rate limit until /);
   });
 
   it('the page shows them on the budget card, in the credentials table and in the chart', async () => {
@@ -121,6 +204,7 @@ describe('commit requests beside the rest of the budget', () => {
         new RegExp(`fill="${commitsColor}"><title>[^<]* commits: (\\d+)</title>`, 'g'),
       ),
     ];
-    expect(bars.reduce((n, m) => n + Number(m[1]), 0)).toBe(COMMITS + 5);
+    // Every commits request: the REST ones of both credentials and the 3 GraphQL queries.
+    expect(bars.reduce((n, m) => n + Number(m[1]), 0)).toBe(COMMITS + 5 + 3);
   });
 });
