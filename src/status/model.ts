@@ -116,7 +116,7 @@ export async function readStatus(
     activity: await ingestActivity(db, now),
     gaps: await gapStatus(db),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
-    commits: await commitsStatus(db, now),
+    commits: await commitsStatus(db, now, config.github),
     budget: null,
     credentials: [],
     queues: null,

@@ -134,6 +134,8 @@ function commitsLines(report: StatusReport): string[] {
       (l) => `  ${l}`,
     ),
     `  ${count(c.pendingDue)} pushes due for fetching, ${count(c.requestsLastHour)} commits requests in the last hour, ${c.storedEstimated ? '~' : ''}${count(c.stored)} commits stored`,
+    // Why new pushes get none, when none do (ADR 0112): one line an operator can act on.
+    ...(c.off ? [`  commits are off: ${c.off}`] : []),
   ];
 }
 
