@@ -5,6 +5,8 @@ import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type ByteSource, localFileSource } from '../../src/backfill/archive.ts';
 import { type ImportTarget, importFile } from '../../src/backfill/import.ts';
+import { fetchCycle } from '../../src/commits/fetch.ts';
+import type { GitHubClient } from '../../src/github/types.ts';
 import { pollSource } from '../../src/ingestion/runner.ts';
 import { addSource, setSourceCommits } from '../../src/ingestion/sources.ts';
 import { gzipLines } from '../support/archive-server.ts';
@@ -12,6 +14,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, testConfig } from '../support/github-client.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
+import { spendRows } from '../support/ledger-factories.ts';
 import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';
 
 // Who gets commits (issue 26 item 3, ADR 0112): a push of any origin — a poll, a webhook
@@ -95,11 +98,16 @@ const repoIdOf = (ev: GitHubEvent) => (ev.repo as { id: number }).id;
 
 // --- the origins, each by its real path ----------------------------------------------------
 
-async function byPoll(publicId: number, evs: GitHubEvent[], anonymous: boolean) {
+async function byPoll(
+  publicId: number,
+  evs: GitHubEvent[],
+  anonymous: boolean,
+  client?: GitHubClient,
+) {
   fake.addEvents('public', evs);
   const token = anonymous ? null : undefined;
   const config = testConfig(t, { apiUrl: fake.url, token });
-  const github = clients.make({ apiUrl: fake.url, token });
+  const github = client ?? clients.make({ apiUrl: fake.url, token });
   const run = await pollSource(
     {
       config,
@@ -284,6 +292,44 @@ describe.each(ARCHIVE_ORIGINS)('a push read by %s', (origin) => {
     const covered = event({ covered: true });
     expect((await byArchive(origin, id, [covered], true)).commitsPending).toBe(0);
     expect(await stateOf(repoIdOf(covered))).toEqual(SKIPPED);
+  });
+});
+
+describe('the public backlog and the polls', () => {
+  it('a poll still runs when commits have spent the background allowance, the backlog waiting', async () => {
+    const id = await sources({ public: true });
+    const github = clients.make({ apiUrl: fake.url });
+    const backlog = Array.from({ length: 20 }, () => event({ covered: false }));
+    await byPoll(id, backlog, false, github);
+    const pending = async () =>
+      Number(
+        (
+          await sql<{ n: string }>`
+            SELECT count(*) AS n FROM push_events WHERE commits_state = 'pending'`.execute(t.db)
+        ).rows[0]!.n,
+      );
+    expect(await pending()).toBe(20);
+    // Commits have spent all but two requests of the background allowance this hour.
+    const { allowance } = await github.budget();
+    await spendRows(t.db, github.credential, 'commits', allowance.enrich - 2);
+    const config = testConfig(t, { apiUrl: fake.url });
+    const cycle = await fetchCycle({
+      config,
+      db: t.db,
+      github,
+      logger: memoryLogger('silent').logger,
+      workerId: 'test-fetcher',
+    });
+    expect(cycle.requests).toBeLessThanOrEqual(2);
+    expect(cycle.stoppedBy).not.toBe('idle');
+    expect(await pending()).toBeGreaterThanOrEqual(18);
+    // The poll's own allowance is whole: it polls, and what it stores is covered too.
+    const more = [event({ covered: false }), event({ covered: false })];
+    await byPoll(id, more, false, github);
+    for (const ev of more) expect(await stateOf(repoIdOf(ev))).toEqual(PENDING);
+    const after = await github.budget();
+    expect(after.spent.poll).toBeGreaterThanOrEqual(2);
+    expect(after.spent.commits).toBeLessThanOrEqual(allowance.enrich);
   });
 });
 
