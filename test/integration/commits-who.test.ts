@@ -311,7 +311,8 @@ describe('the public backlog and the polls', () => {
     expect(await pending()).toBe(20);
     // Commits have spent all but two requests of the background allowance this hour.
     const { allowance } = await github.budget();
-    await spendRows(t.db, github.credential, 'commits', allowance.enrich - 2);
+    // Now, after the poll: inside the window GitHub's first answer to this token opened.
+    await spendRows(t.db, github.credential, 'commits', allowance.enrich - 2, { ageSeconds: 0 });
     const config = testConfig(t, { apiUrl: fake.url });
     const cycle = await fetchCycle({
       config,
