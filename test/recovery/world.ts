@@ -100,6 +100,8 @@ export function spawnBin(
       PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}`,
       HOME: process.env.HOME ?? '/tmp',
       LOG_LEVEL: 'info',
+      // vitest.config.ts's compile cache: a quicker start, the same process.
+      NODE_COMPILE_CACHE: process.env.NODE_COMPILE_CACHE,
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
