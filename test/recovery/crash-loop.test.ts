@@ -82,7 +82,7 @@ describe('crash loop', () => {
       const dying = start({ ...env, FAULT_POINT: 'ingest.after_page_commit' });
       const death = await Promise.race([
         dying.exited,
-        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 30_000)),
+        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 90_000)),
       ]);
       expect(death, `round ${round}: the worker never reached its fault point`).toEqual({
         code: null,

@@ -85,7 +85,7 @@ describe('a worker killed mid-job', () => {
 
   for (const [i, queue] of ALL_QUEUES.entries()) {
     it(`${queue}: the next worker fails the orphan at start-up, and the queue's next job runs after it`, {
-      timeout: 60_000,
+      timeout: 180_000,
     }, async () => {
       let scratch: ScratchDatabase | undefined;
       try {
@@ -121,7 +121,7 @@ describe('a worker killed mid-job', () => {
         }
         const exit = await Promise.race([
           first.exited,
-          new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 30_000)),
+          new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 90_000)),
         ]);
         expect(exit, `the worker never ran a ${queue} job`).toEqual({
           code: null,
@@ -188,7 +188,7 @@ describe('a worker killed mid-job', () => {
   }
 
   it('with an older worker alive, the orphan waits out the grace, then the queue moves', {
-    timeout: 90_000,
+    timeout: 180_000,
   }, async () => {
     let scratch: ScratchDatabase | undefined;
     try {

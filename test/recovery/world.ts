@@ -134,7 +134,8 @@ export function spawnBin(
     stderr,
     stdout,
     exited,
-    waitForLine: (pred, what, timeoutMs = 20_000) =>
+    // A hang guard: a process start on a loaded machine takes seconds, never a minute.
+    waitForLine: (pred, what, timeoutMs = 60_000) =>
       waitFor(
         () => {
           if (child.exitCode !== null || child.signalCode !== null)
