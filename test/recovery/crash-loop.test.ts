@@ -165,7 +165,7 @@ describe('crash loop', () => {
           SELECT count(*)::int AS n FROM ingestion_runs WHERE status = 'running'`.execute(t.db);
         return r.rows[0]!.n === 0;
       },
-      { timeoutMs: 20_000, what: 'no run left running' },
+      { timeoutMs: 60_000, what: 'no run left running' },
     );
     last.process.kill('SIGTERM');
     expect(await last.exited).toEqual({ code: 0, signal: null });

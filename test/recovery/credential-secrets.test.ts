@@ -105,7 +105,7 @@ describe('credential pool secrets', () => {
             AND error LIKE 'GITHUB_AUTH_FAILED:%'`.execute(t.db);
         return r.rows[0]!.n === 1;
       },
-      { timeoutMs: 20_000, what: 'the 401 run to fail' },
+      { timeoutMs: 60_000, what: 'the 401 run to fail' },
     );
 
     const outputs: Record<string, string> = {

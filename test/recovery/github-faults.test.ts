@@ -316,7 +316,7 @@ describe('the real worker under a storm of faults', () => {
     const ticks = () =>
       worker.lines.filter((l) => l.event === 'job.completed' && l.queue === 'poll-sources').length;
     const at = ticks();
-    await waitFor(() => ticks() >= at + 3, { timeoutMs: 20_000, what: 'three more ticks' });
+    await waitFor(() => ticks() >= at + 3, { timeoutMs: 60_000, what: 'three more ticks' });
     expect(worker.process.exitCode).toBeNull();
     const runs = await sql<{ source_id: string; n: number }>`
       SELECT source_id::text, count(*)::int AS n FROM ingestion_runs GROUP BY 1`.execute(t.db);
