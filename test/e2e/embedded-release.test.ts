@@ -84,7 +84,7 @@ describe('releasing the embedded Postgres', () => {
     await closing;
     await new Promise((r) => setTimeout(r, 200)); // let any late socket error arrive
     expect(errors).toEqual([]);
-  }, 60_000);
+  }, 180_000);
 
   it('does not wait for connections to the maintenance database: bin/db status, holders', async () => {
     const handle = await acquire('test');

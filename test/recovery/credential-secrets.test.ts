@@ -68,7 +68,7 @@ function leaks(text: string): string[] {
 
 describe('credential pool secrets', () => {
   it('no token, installation token, JWT or key line in any log, output or table', {
-    timeout: 90_000,
+    timeout: 180_000,
   }, async () => {
     const world = seedPushes(fake, 8, 1300);
     await addPublicSource(t);

@@ -35,7 +35,7 @@ afterAll(async () => {
   await db?.destroy();
   await fake?.close();
   await server?.destroy();
-}, 60_000);
+}, 180_000);
 
 async function settled(expected: { events: number; entities: number }): Promise<boolean> {
   try {

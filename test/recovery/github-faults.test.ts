@@ -268,7 +268,7 @@ describe('GitHub faults on the enrichment path', () => {
 
 describe('the real worker under a storm of faults', () => {
   it('never exits, records every failure once, and stops cleanly', {
-    timeout: 60_000,
+    timeout: 180_000,
   }, async () => {
     // One repository source per fault, plus a profile fault per actor. The faults that
     // block the credential (403/429 rate limits, the 401) come last: once one of them has
