@@ -60,7 +60,8 @@ function askField(alias: string, a: Ask, vars: string[], values: Record<string, 
   }
   if (a.kind === 'count') {
     values[x] = a.of;
-    return `${alias}: object(oid: $${x}) { ... on Commit { history(first: 1) { totalCount } } }`;
+    const first = a.first ?? 1;
+    return `${alias}: object(oid: $${x}) { ... on Commit { history(first: ${first}) { totalCount${first > 1 ? ' nodes { oid }' : ''} } } }`;
   }
   const c = `${alias}c`;
   vars.push(`$${c}: String`);
@@ -281,6 +282,7 @@ export function readItem(
   const staged = new Map<string, { commit: FetchedCommit; parents: string[] }>();
   const cut = new Set<string>();
   const counts = new Map<string, number>();
+  const ancestors = new Map<string, Set<string>>();
   let headTotal = ev.headTotal;
   let headMissing = false;
   let baseMissing = false;
@@ -302,7 +304,15 @@ export function readItem(
         return;
       }
       if (a.kind === 'count') {
-        counts.set(a.of, history(target, what, 1).total);
+        const h = history(target, what, a.first ?? 1);
+        counts.set(a.of, h.total);
+        if (h.nodes.length > 0) {
+          const oids = h.nodes.map((n, k) => oidOf(n, `${what}[${k}]`));
+          if (oids[0] !== a.of || new Set(oids).size !== oids.length) {
+            throw new GraphQLAnswerInvalid(`${what}: not the history of ${a.of}`);
+          }
+          ancestors.set(a.of, new Set(oids));
+        }
         return;
       }
       if (a.kind === 'walk') {
@@ -358,6 +368,7 @@ export function readItem(
   for (const [k, v] of staged) ev.nodes.set(k, v);
   for (const k of cut) ev.cut.add(k);
   for (const [k, v] of counts) ev.counts.set(k, v);
+  for (const [k, v] of ancestors) ev.ancestors.set(k, v);
   if (ev.base && counts.has(ev.base)) ev.baseTotal = counts.get(ev.base)!;
   if (basePage.total >= 0) {
     ev.baseTotal = basePage.total;

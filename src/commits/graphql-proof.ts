@@ -55,6 +55,8 @@ export interface PushEvidence {
   basePages: number;
   /** |anc(x)| for commits other than head and base (a force push's fork point). */
   counts: Map<string, number>;
+  /** A prefix of the history of a commit other than the base (a fork point's ancestors). */
+  ancestors: Map<string, Set<string>>;
   rounds: number;
 }
 
@@ -63,8 +65,8 @@ export type Ask =
   | { kind: 'walk'; from: string; first: number }
   /** The next page of the base's history: oids only (one request whatever its size). */
   | { kind: 'base'; first: number; after: string | null }
-  /** |anc(of)|: history(first: 1) { totalCount }. */
-  | { kind: 'count'; of: string };
+  /** |anc(of)|, and with `first` > 1 the oids of its newest ancestors (one request either way). */
+  | { kind: 'count'; of: string; first?: number };
 
 export type Verdict =
   | {
@@ -95,7 +97,7 @@ export interface ProofLimits {
 }
 
 export const DEFAULT_PROOF_LIMITS: Omit<ProofLimits, 'cap'> = {
-  maxRounds: 5,
+  maxRounds: 7,
   maxBasePages: 4,
   maxFrontier: 4,
 };
@@ -119,15 +121,39 @@ export function newEvidence(head: string, base: string | null): PushEvidence {
     baseCursor: null,
     basePages: 0,
     counts: new Map(),
+    ancestors: new Map(),
     rounds: 0,
   };
 }
 
-/** The first round: the head with its parents, and the base's count and newest ancestors. */
-export function firstAsks(ev: PushEvidence, baseFirst = PAGE_MAX): Ask[] {
+/**
+ * The first round: the head with its parents (2 requests). Most pushes are one commit on
+ * top of their base, proven by that alone (linearProof); the base's count and newest
+ * ancestors come in the next round only for the others. `withBase` asks them at once.
+ */
+export function firstAsks(ev: PushEvidence, baseFirst = PAGE_MAX, withBase = false): Ask[] {
   const asks: Ask[] = [{ kind: 'walk', from: ev.head, first: 1 }];
-  if (ev.base) asks.push({ kind: 'base', first: baseFirst, after: null });
+  if (ev.base && withBase) asks.push({ kind: 'base', first: baseFirst, after: null });
   return asks;
+}
+
+/**
+ * Without any count: the walk is closed, stops only at the base, and every commit in it
+ * has the base as an ancestor through the fetched edges. Then anc(head) = W ∪ anc(base),
+ * and no commit of W is in anc(base) (it would be its own ancestor): W is the push.
+ */
+function linearProof(ev: PushEvidence, w: Walk): boolean {
+  if (!ev.base || w.boundary.size > 0 || w.stops.size !== 1 || !w.stops.has(ev.base)) return false;
+  const reaches = new Map<string, boolean>();
+  const order = topologicalOrder(ev, w.members);
+  if (order.length !== w.members.length) return false;
+  for (const x of order) {
+    reaches.set(
+      x,
+      ev.nodes.get(x)!.parents.some((p) => p === ev.base || reaches.get(p) === true),
+    );
+  }
+  return w.members.length > 0 && w.members.every((x) => reaches.get(x) === true);
 }
 
 /** Requests an ask costs in GitHub's formula (connections × the `first` around them). */
@@ -266,10 +292,15 @@ export function judge(ev: PushEvidence, limits: ProofLimits): Verdict {
   if (ev.headMissing) return { kind: 'gone', reason: `GitHub has no commit ${ev.head}` };
   if (ev.base && ev.baseMissing)
     return { kind: 'fallback', reason: `GitHub has no commit ${ev.base} (the base)` };
-  if (ev.headTotal === null || (ev.base && ev.baseTotal === null)) {
-    return { kind: 'invalid', reason: 'the answer gave no history count' };
-  }
+  if (ev.headTotal === null) return { kind: 'invalid', reason: 'the answer gave no history count' };
   const tH = ev.headTotal;
+  if (ev.base && ev.baseTotal === null) {
+    const w0 = walkFrom(ev, ev.head, ev.baseOids);
+    if (!w0.cut && linearProof(ev, w0)) {
+      return proven(ev, w0.members, w0.members.length, limits.cap, 'linear');
+    }
+    return more(ev, limits, [baseAsk(ev, limits)], 'the base not yet counted');
+  }
   if (ev.base && ev.baseOids.has(ev.head)) {
     // The base's own history lists the head: anc(head) ⊆ anc(base), nothing is new.
     return { kind: 'proven', commits: [], total: 0, firstPosition: 0, how: 'behind' };
@@ -318,15 +349,13 @@ export function judge(ev: PushEvidence, limits: ProofLimits): Verdict {
         'a side branch forked below the base history fetched',
       );
     }
-    const frontier = frontierAsks(w.boundary, Math.max(1, remaining), limits);
+    // Not known to be a fast-forward: the counts do not size what is left (a force push's
+    // rewritten commits), so each round reads further than the last.
+    const want = ff || remaining > 0 ? remaining : 2 ** (ev.rounds + 1);
+    const frontier = frontierAsks(w.boundary, Math.max(1, want), limits);
     if (frontier === null)
       return { kind: 'fallback', reason: `${w.boundary.size} branches to follow` };
-    return more(
-      ev,
-      limits,
-      [...frontier, ev.basePages < 2 ? baseAsk(ev, limits) : null],
-      'not walked down to the base',
-    );
+    return more(ev, limits, frontier, 'not walked down to the base');
   }
 
   if (ff) {
@@ -366,9 +395,9 @@ export function judge(ev: PushEvidence, limits: ProofLimits): Verdict {
   const fork = [...w.stops][0]!;
   const asks: Ask[] = [];
   const tM = ev.counts.get(fork);
-  if (tM === undefined) asks.push({ kind: 'count', of: fork });
-  // The base's own walk down to the fork point: anc(base) = L ∪ anc(fork).
-  const l = walkFrom(ev, ev.base, new Set([fork]));
+  if (tM === undefined) asks.push({ kind: 'count', of: fork, first: PAGE_MAX });
+  // The base's own walk down to the fork point and its known ancestors: anc(base) = L ∪ anc(fork).
+  const l = walkFrom(ev, ev.base, new Set([fork, ...(ev.ancestors.get(fork) ?? [])]));
   if (l.cut)
     return { kind: 'fallback', reason: `commit ${l.cut} has more parents than were asked for` };
   if (l.boundary.size > 0) {

@@ -104,6 +104,7 @@ const BATCH_EXAMPLES = [
         asks: [
           { kind: 'walk', from: oid('d'), first: 100 },
           { kind: 'count', of: oid('e') },
+          { kind: 'count', of: oid('f'), first: 100 },
           { kind: 'base', first: 100, after: `${oid('c')} 99` },
         ],
       },

@@ -123,8 +123,10 @@ describe('proving a push from GraphQL answers', () => {
       total: 12,
       how: 'linear',
     });
-    // one query for the first round of both, one for the rest of the long one
-    expect(res.queries).toBe(2);
+    // round 1 (both heads) proves the one-commit push without any count; the long one
+    // then has its base counted (round 2) and is walked exactly as far as the counts say
+    expect(res.queries).toBe(3);
+    expect(res.requests).toBe(2 + 2 + 1 + (1 + 11));
   });
 
   it('a merge whose side branch is older than the mainline (date order interleaves)', async () => {
