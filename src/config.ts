@@ -219,6 +219,8 @@ export const envSchema = z.object({
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   GITHUB_ENDPOINT_RATE_PER_MINUTE: countOrOff(1_000_000).default(900),
+  // GraphQL points a minute per credential (ADR 0114): GitHub allows 2,000; 0 is no pacing.
+  GRAPHQL_POINTS_PER_MINUTE: countOrOff(2_000).default(1800),
   // The most database connections one process's app pool may open (ADR 0140): unset, the
   // pool follows the credentials (src/github/concurrency.ts) within what max_connections leaves.
   DATABASE_POOL_MAX: positiveInt(10_000).optional(),
@@ -274,6 +276,8 @@ export interface Config {
     readonly gateWaitSeconds: number;
     /** GitHub's secondary limit: requests a minute to one endpoint per credential (0: no pacing). */
     readonly endpointRatePerMinute: number;
+    /** GraphQL points a minute per credential, paced (ADR 0114; 0: no pacing). */
+    readonly graphqlPointsPerMinute: number;
   };
   readonly tickSeconds: number;
   readonly pgbossSchema: string;
@@ -363,6 +367,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       responseTimeoutMs: 15_000,
       gateWaitSeconds: e.GATE_WAIT_SECONDS,
       endpointRatePerMinute: e.GITHUB_ENDPOINT_RATE_PER_MINUTE,
+      graphqlPointsPerMinute: e.GRAPHQL_POINTS_PER_MINUTE,
     },
     tickSeconds: e.TICK_SECONDS,
     pgbossSchema: e.PGBOSS_SCHEMA,

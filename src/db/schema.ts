@@ -312,6 +312,11 @@ export interface GithubRequestsTable {
   run_id: BigId | null;
   entity_class: string | null;
   entity_id: BigId | null;
+  /**
+   * GraphQL points this row spends (migration 2026-12-02T0100, ADR 0114): the estimate when
+   * reserved, the answer's rateLimit.cost once settled. NULL is 1: every REST row.
+   */
+  points: number | null;
 }
 
 export interface GithubRateLimitsTable {

@@ -19,6 +19,12 @@ import { SPENDS_QUOTA } from './ledger.ts';
  */
 
 export const HOUR_MS = 3600_000;
+
+/**
+ * What a set of ledger rows `g` spent: each row its points (a GraphQL query's), NULL being 1
+ * (every REST request) — so one window sums requests and points alike (ADR 0114).
+ */
+export const POINTS = sql<number>`COALESCE(sum(COALESCE(g.points, 1)), 0)::int`;
 /**
  * GitHub starts the hour when it receives the first request, and reports the reset in
  * whole seconds; we reserve before sending (and may wait for the gate first). Counting
@@ -199,9 +205,9 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
       ) m
       -- the partial minute before them, row by row (at most a minute of rows)
       CROSS JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE g.purpose = 'poll')::int AS poll,
-          count(*) FILTER (WHERE g.purpose = 'enrich')::int AS enrich,
-          count(*) FILTER (WHERE g.purpose = 'commits')::int AS commits,
+        SELECT COALESCE(sum(COALESCE(g.points, 1)) FILTER (WHERE g.purpose = 'poll'), 0)::int AS poll,
+          COALESCE(sum(COALESCE(g.points, 1)) FILTER (WHERE g.purpose = 'enrich'), 0)::int AS enrich,
+          COALESCE(sum(COALESCE(g.points, 1)) FILTER (WHERE g.purpose = 'commits'), 0)::int AS commits,
           min(g.reserved_at) FILTER (WHERE g.purpose = 'poll') AS oldest_poll,
           min(g.reserved_at) FILTER (WHERE g.purpose <> 'poll') AS oldest_background
         FROM github_requests g
@@ -218,21 +224,21 @@ export function stateCtes(creds: readonly CredentialPolicy[], now: Date) {
       ) p
       -- reserved or sent, no answer yet: in flight, or waiting for the credential's gate
       CROSS JOIN LATERAL (
-        SELECT count(*)::int AS open FROM github_requests g
+        SELECT ${POINTS} AS open FROM github_requests g
         WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
           AND g.reserved_at >= ${floor} AND ${SPENDS_QUOTA} AND g.finished_at IS NULL
       ) o
       -- answered after the observation, in GitHub's hour. The upper bound is always true;
       -- with it the planner estimates a range and takes github_requests_finished.
       CROSS JOIN LATERAL (
-        SELECT count(*)::int AS answered FROM github_requests g
+        SELECT ${POINTS} AS answered FROM github_requests g
         WHERE w.fresh AND g.credential = w.credential AND g.finished_at > w.observed_at
           AND g.finished_at <= 'infinity' AND g.finished_at IS NOT NULL
           AND g.reserved_at >= w.window_start AND ${SPENDS_QUOTA}
       ) a
       -- past the reset, what the count of rows left out: none but a row answered at '-infinity'
       CROSS JOIN LATERAL (
-        SELECT count(*)::int AS answered FROM github_requests g
+        SELECT ${POINTS} AS answered FROM github_requests g
         WHERE NOT w.fresh AND g.credential = w.credential AND g.finished_at <= '-infinity'
           AND g.finished_at IS NOT NULL AND g.reserved_at >= w.window_start AND ${SPENDS_QUOTA}
       ) z
@@ -261,15 +267,17 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
 
 /**
  * The SQL twin of decide(): may `st` (a row of the CTEs above) spend one request of
- * `purpose` now? The reservation inserts only where it holds; decide() explains a no.
+ * `purpose` now — `points` of it (a GraphQL query's estimate; 1 for a REST request)? The
+ * reservation inserts only where it holds; decide() explains a no.
  */
-export function allowsSql(purpose: RequestPurpose, share: number, now: Date) {
+export function allowsSql(purpose: RequestPurpose, share: number, now: Date, points = 1) {
   const background = sql`floor(st.quota * ${share}::float8)`;
+  const cost = sql`${points}::int`;
   const room = isBackground(purpose)
-    ? sql`st.enrich + st.commits < ${background}`
-    : sql`st.poll < st.quota - ${background}`;
+    ? sql`st.enrich + st.commits + ${cost} <= ${background}`
+    : sql`st.poll + ${cost} <= st.quota - ${background}`;
   return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
-    AND (st.remaining IS NULL OR st.remaining > 0) AND ${room}`;
+    AND (st.remaining IS NULL OR st.remaining >= ${cost}) AND ${room}`;
 }
 
 /** How many requests of `purpose` `st` may still make in its window (its allowance, within what GitHub has left). */
@@ -327,6 +335,8 @@ export function decide(
   share: number,
   purpose: RequestPurpose,
   now: Date,
+  /** What the request spends: a GraphQL query's estimated points, 1 for a REST request. */
+  points = 1,
 ): Refusal | null {
   const { rl, credential } = state;
   if (rl?.blockedUntil && rl.blockedUntil.getTime() > now.getTime()) {
@@ -338,15 +348,15 @@ export function decide(
       credential,
     };
   }
-  if (state.remaining !== null && state.remaining <= 0) {
+  if (state.remaining !== null && state.remaining < points) {
     const retryAt = freesAt(state, state.spent.oldest.any, now);
     return { ok: false, reason: 'remaining', retryAt, credential };
   }
   const allowance = allowanceFor(state.quota, share);
   const { spent } = state;
   const full = isBackground(purpose)
-    ? spent.enrich + spent.commits >= allowance.enrich
-    : spent.poll >= allowance.poll;
+    ? spent.enrich + spent.commits + points > allowance.enrich
+    : spent.poll + points > allowance.poll;
   if (full) {
     const oldest = isBackground(purpose) ? spent.oldest.background : spent.oldest.poll;
     const retryAt = freesAt(state, oldest, now);

@@ -65,6 +65,24 @@ export interface BudgetSnapshot {
   blockedUntil: Date | null;
   /** Why it is blocked: rate_limit (403/429) or auth (401). */
   blockReason: BlockReason | null;
+  /**
+   * The credential's GraphQL window (its `#graphql` budget key, ADR 0114); null when it has
+   * none (anonymous). Absent where only the REST budget was read.
+   */
+  graphql?: GraphQLBudget | null;
+}
+
+/** A credential's GraphQL points window, as budget(), /status and /metrics show it. */
+export interface GraphQLBudget {
+  /** Points an hour (5,000 for a token; an installation's x-ratelimit-limit, up to 12,500). */
+  quota: number;
+  /** Last seen remaining less the points spent since; null when GitHub never told us. */
+  remaining: number | null;
+  resetAt: Date | null;
+  /** Set while a 403/429 (rate_limit) or a 401 on either key (auth) blocks it. */
+  blocked: { until: Date; reason: BlockReason } | null;
+  /** Points spent (or reserved) by commits in the current window. */
+  spent: number;
 }
 
 /** Every credential's budget, and the pool's total in the BudgetSnapshot fields. */

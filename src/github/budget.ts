@@ -10,6 +10,7 @@ import {
   budgetStateStatement,
   type CredentialPolicy,
   decide,
+  POINTS,
   roomSql,
   type StateRow,
   stateCtes,
@@ -66,20 +67,22 @@ async function reserveOn(
   meta: Meta,
 ): Promise<BudgetDecision> {
   const now = meta.now;
+  const points = meta.points ?? 1;
   const r = await sql<StateRow & { id: string | null }>`
     WITH ${stateCtes([cred], now)},
     ins AS (
       INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at,
-        job_id, run_id, entity_class, entity_id)
+        job_id, run_id, entity_class, entity_id, points)
       SELECT st.credential, ${purpose}, ${meta.method ?? 'GET'}, ${meta.path ?? UNSPECIFIED_PATH},
         'reserved', ${now}::timestamptz, ${meta.jobId ?? null}::text, ${meta.runId ?? null}::bigint,
-        ${meta.entity?.class ?? null}::text, ${meta.entity?.id ?? null}::bigint
-      FROM st WHERE ${allowsSql(purpose, share, now)}
+        ${meta.entity?.class ?? null}::text, ${meta.entity?.id ?? null}::bigint,
+        ${meta.points ?? null}::int
+      FROM st WHERE ${allowsSql(purpose, share, now, points)}
       RETURNING id
     )
     SELECT st.*, (SELECT id FROM ins) AS id FROM st`.execute(trx);
   const row = r.rows[0]!;
-  const no = decide(toState(row), share, purpose, now);
+  const no = decide(toState(row), share, purpose, now, points);
   if ((no === null) !== (row.id !== null)) {
     throw new BudgetRuleMismatch({
       credential: cred.label,
@@ -173,13 +176,14 @@ async function pickAndLock(
   exclude: ReadonlySet<string>,
   path: string | undefined,
   wait: boolean,
+  points = 1,
 ) {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   const order = lockInOrder({
     from: 'st',
     open: sql`st.open`,
     room: roomSql(purpose, policy.share),
-    allows: allowsSql(purpose, policy.share, now),
+    allows: allowsSql(purpose, policy.share, now, points),
     path,
     now,
     wait,
@@ -189,7 +193,7 @@ async function pickAndLock(
     SELECT st.*, ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit
     FROM st ORDER BY st.ord`.execute(trx);
   const picked = r.rows[0]?.picked ?? null;
-  const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now));
+  const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now, points));
   const allRefuse = refusals.every((x) => x !== null);
   // Not waiting, every one with room may have its lock held elsewhere: contended, not a no.
   const contended = !wait && picked === null && !allRefuse;
@@ -220,6 +224,7 @@ async function quickPickAndLock(
   exclude: ReadonlySet<string>,
   path: string | undefined,
   wait: boolean,
+  points = 1,
 ): Promise<CredentialPolicy | null> {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   if (candidates.length === 0) return null;
@@ -235,8 +240,8 @@ async function quickPickAndLock(
     allows: sql`(ap.blocked_until IS NULL OR ap.blocked_until <= ${now}::timestamptz)
       AND (ap.rl_quota IS NULL
         OR (CASE WHEN ap.fresh THEN ap.rl_remaining - ap.open
-                 ELSE ap.quota - ap.poll - ap.background END) > 0)
-      AND ${left} > 0`,
+                 ELSE ap.quota - ap.poll - ap.background END) >= ${points}::int)
+      AND ${left} >= ${points}::int`,
     path,
     now,
     wait,
@@ -253,7 +258,7 @@ async function quickPickAndLock(
           AND n.minute >= date_trunc('minute', w.window_start, 'UTC') AND n.minute >= ${floor}
       ) m
       CROSS JOIN LATERAL (
-        SELECT count(*)::int AS open FROM github_requests g
+        SELECT ${POINTS} AS open FROM github_requests g
         WHERE g.credential = w.credential AND g.reserved_at >= w.window_start
           AND g.reserved_at >= ${floor} AND ${SPENDS_QUOTA} AND g.finished_at IS NULL
       ) o
@@ -346,10 +351,20 @@ async function reservePool(
     const wait = !noWait && !(inTransaction && refused.length > 0);
     const out = await within(async (trx) => {
       // The cheap choice first; the exact one only when it sees no room anywhere.
-      const quick = await quickPickAndLock(trx, policy, purpose, meta.now, lost, meta.path, wait);
+      const pts = meta.points ?? 1;
+      const quick = await quickPickAndLock(
+        trx,
+        policy,
+        purpose,
+        meta.now,
+        lost,
+        meta.path,
+        wait,
+        pts,
+      );
       const exact = quick
         ? { picked: quick, refusals: [], contended: false }
-        : await pickAndLock(trx, policy, purpose, meta.now, lost, meta.path, wait);
+        : await pickAndLock(trx, policy, purpose, meta.now, lost, meta.path, wait, pts);
       if (exact.contended) return { contended: true } as const;
       if (!exact.picked) {
         return { final: true, d: poolRefusal([...refused, ...exact.refusals]) } as const;
@@ -369,7 +384,7 @@ async function reservePool(
   }
 }
 
-function snapshotOf(row: StateRow, share: number, now: Date): BudgetSnapshot {
+export function snapshotOf(row: StateRow, share: number, now: Date): BudgetSnapshot {
   const state = toState(row);
   const blocked = state.rl?.blockedUntil;
   const isBlocked = !!blocked && blocked.getTime() > now.getTime();

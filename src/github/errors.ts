@@ -256,3 +256,13 @@ export class GitHubRequestFailed extends AppError {
     this.status = status;
   }
 }
+
+/** GraphQL asked of a pool with no credential GitHub's GraphQL API takes (anonymous). */
+export class GraphQLNeedsCredential extends AppError {
+  constructor() {
+    super(
+      'GITHUB_GRAPHQL_NO_CREDENTIAL',
+      'GitHub GraphQL needs a credential: set GITHUB_TOKEN, GITHUB_TOKENS or a GitHub App (anonymous requests are REST only)',
+    );
+  }
+}

@@ -24,6 +24,8 @@ export interface ReservationRow {
   jobId?: string | null;
   runId?: number | null;
   entity?: { class: EntityClass; id: string | number };
+  /** A GraphQL query's estimated points (ADR 0114); none for a REST request (NULL: 1). */
+  points?: number;
   now: Date;
 }
 
@@ -36,6 +38,8 @@ export interface Settlement {
   durationMs: number;
   rateLimit: RateLimitState | null;
   error?: string;
+  /** A GraphQL answer's points (its rateLimit.cost, else the estimate); REST: not written. */
+  points?: number;
   now: Date;
 }
 
@@ -55,6 +59,7 @@ function settlement(db: Db, id: number, s: Settlement) {
       rate_limit_remaining: s.rateLimit?.remaining ?? null,
       rate_limit_reset: s.rateLimit?.resetAt ?? null,
       error: s.error ?? null,
+      ...(s.points === undefined ? {} : { points: s.points }),
     })
     .where('id', '=', String(id));
 }

@@ -56,6 +56,15 @@ export function routeTemplate(path: string): string {
   return `/${out.join('/')}`;
 }
 
+/**
+ * GraphQL's pacing (ADR 0110 §4, ADR 0114): a query of `points` holds the credential's
+ * `/graphql` row for points × 60 s / GRAPHQL_POINTS_PER_MINUTE, so its points a minute stay
+ * under that rate however they are spread over queries.
+ */
+export function pointsSpacingMs(points: number, pointsPerMinute: number): number {
+  return pointsPerMinute > 0 ? (points * 60_000) / pointsPerMinute : 0;
+}
+
 /** The least time between two requests of a credential to one endpoint; 0 when pacing is off. */
 export function spacingMs(ratePerMinute: number): number {
   return ratePerMinute > 0 ? 60_000 / ratePerMinute : 0;
@@ -78,12 +87,19 @@ export function sentStatement(
     method: string;
     now: Date;
     spacingMs: number;
+    /**
+     * The most the row may stand ahead of `now` (clock skew guard): one spacing for REST,
+     * whose spacing is the same every request; a minute for GraphQL, whose spacing is the
+     * points of the query before (ADR 0114).
+     */
+    maxAheadMs?: number;
     jobId?: string | null;
     runId?: number | null;
   },
 ): RawBuilder<{ slot: Date | null }> {
   const now = sql`${at.now}::timestamptz`;
   const spacing = sql`make_interval(secs => ${at.spacingMs / 1000}::float8)`;
+  const ahead = sql`make_interval(secs => ${(at.maxAheadMs ?? at.spacingMs) / 1000}::float8)`;
   const pace =
     at.spacingMs > 0
       ? sql`, pace AS (
@@ -94,7 +110,7 @@ export function sentStatement(
         -- is (the previous holder waited for its slot before sending); a clock that jumped
         -- back, or another process's clock ahead of ours, must not make us wait longer.
         DO UPDATE SET next_at = GREATEST(
-          LEAST(p.next_at, ${now} + ${spacing} + interval '1 second'), ${now}) + ${spacing}
+          LEAST(p.next_at, ${now} + ${ahead} + interval '1 second'), ${now}) + ${spacing}
       RETURNING next_at - ${spacing} AS slot
     )`
       : sql``;

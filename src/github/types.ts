@@ -59,6 +59,41 @@ export interface GitHubResponse<T = unknown> {
   counted: boolean;
 }
 
+/**
+ * One GraphQL query (ADR 0110, ADR 0114): POST /graphql on a credential's `#graphql` budget
+ * key, with `points` (its estimated cost, >= 1) reserved before it is sent. Commits only:
+ * polls and enrichment are REST.
+ */
+export interface GraphQLRequest {
+  purpose: 'commits';
+  query: string;
+  variables?: Record<string, unknown>;
+  /** The estimate reserved before sending (an integer >= 1). */
+  points: number;
+  jobId?: string | null;
+  runId?: number | null;
+}
+
+/** One entry of a GraphQL answer's `errors`, bounded (ADR 0114). */
+export interface GraphQLErrorEntry {
+  type?: string;
+  message: string;
+  path?: readonly (string | number)[];
+}
+
+export interface GraphQLAnswer<T = unknown> {
+  /** Partial data is kept when errors came with it (RESOURCE_LIMITS_EXCEEDED). */
+  data: T | null;
+  errors: readonly GraphQLErrorEntry[];
+  /** rateLimit.cost when the query asked for it. */
+  cost: number | null;
+  /** The credential's #graphql window as the answer told it. */
+  rateLimit: RateLimitState | null;
+  /** The label (no #graphql). */
+  credential: string;
+  requestId: number;
+}
+
 /** The pool said no; `rejected` lists every credential's auth block when a 401 blocks each. */
 export type PoolRefusal = BudgetRefusal & { rejected?: readonly AuthBlock[] };
 
@@ -186,6 +221,17 @@ export interface GitHubClient {
     trx: Db,
     answer: HeldAnswer<T>,
   ): Promise<{ response: GitHubResponse<T>; error: null } | { response: null; error: unknown }>;
+  /** True when the pool has a credential GraphQL accepts (a token, an installation, fixture). */
+  readonly graphqlEnabled: boolean;
+  /**
+   * One GraphQL query on the credential with the most of its `#graphql` window left, through
+   * that key's gate, paced by points. Throws like request(): BudgetExhausted, RateLimited
+   * (403/429, secondary limits, a 200 of type RATE_LIMITED), GitHubUnavailable (5xx, 502,
+   * timeouts), MalformedResponse, GitHubAuthFailed / PoolRejected, FixtureMiss, and
+   * GraphQLNeedsCredential when the pool is anonymous. A 200 whose errors include
+   * RESOURCE_LIMITS_EXCEEDED is returned with its partial data.
+   */
+  graphql<T = unknown>(req: GraphQLRequest): Promise<GraphQLAnswer<T>>;
   /** The pool's total (BudgetSnapshot fields) and each credential's budget (`credentials`). */
   budget(): Promise<PoolBudget>;
   close(): Promise<void>;

@@ -2,6 +2,7 @@ import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { type Backlog, backlog } from '../enrichment/due.ts';
 import { authBlocks } from '../github/auth-blocks.ts';
+import type { GraphQLBudget } from '../github/budget-types.ts';
 import type { AuthBlock } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
@@ -71,6 +72,11 @@ export interface CredentialStatus {
   authBlock: { since: Date; failures: number; error: string | null } | null;
   spent: BudgetSnapshot['spent'];
   allowance: BudgetSnapshot['allowance'];
+  /**
+   * Its GraphQL points window (the `#graphql` budget key, ADR 0114): quota, remaining,
+   * resetAt, blocked ({ until, reason } or null), points spent by commits; null without one.
+   */
+  graphql: GraphQLBudget | null;
 }
 
 function credentialStatus(b: BudgetSnapshot, auth: AuthBlock | undefined): CredentialStatus {
@@ -88,6 +94,7 @@ function credentialStatus(b: BudgetSnapshot, auth: AuthBlock | undefined): Crede
         : null,
     spent: b.spent,
     allowance: b.allowance,
+    graphql: b.graphql ?? null,
   };
 }
 

@@ -19,6 +19,7 @@ import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import type { ByteBudget } from './body-budget.ts';
+import { collectGraphQL } from './graphql-metrics.ts';
 
 /** The allowances a budget reports: polls', and the background one (enrich and commits share it). */
 const ALLOWANCES = [
@@ -341,7 +342,9 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     remaining: number;
     reset_at: Date;
   }>`
-    SELECT credential, quota, remaining, reset_at FROM github_rate_limits`.execute(db);
+    SELECT credential, quota, remaining, reset_at FROM github_rate_limits
+    -- a credential's GraphQL window is its own set (gpi_github_graphql_*), never a credential
+    WHERE credential NOT LIKE '%#graphql'`.execute(db);
   const remaining = gauge(
     'gpi_github_rate_limit_remaining',
     'x-ratelimit-remaining as GitHub last reported it, by credential',
@@ -470,5 +473,8 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     for (const purpose of REQUEST_PURPOSES) spent.set({ purpose }, budget.spent[purpose]);
     for (const purpose of ALLOWANCES) allowance.set({ purpose }, budget.allowance[purpose]);
     credentialGauges(gauge, budget.credentials);
+    await collectGraphQL(db, counter, gauge, budget.credentials);
+  } else {
+    await collectGraphQL(db, counter, gauge, null);
   }
 }

@@ -39,6 +39,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['GATE_WAIT_SECONDS', '601', /integer from 1 to 600/],
   ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '-1', /integer from 0 \(off\) to 1000000/],
   ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '15.5', /integer from 0 \(off\)/],
+  ['GRAPHQL_POINTS_PER_MINUTE', '2001', /integer from 0 \(off\) to 2000/],
+  ['GRAPHQL_POINTS_PER_MINUTE', 'fast', /integer from 0 \(off\) to 2000/],
   ['DATABASE_POOL_MAX', '0', /integer from 1 to 10000/],
   ['DATABASE_POOL_MAX', 'lots', /integer from 1 to 10000/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
@@ -113,6 +115,8 @@ describe('config: defaults and parsing', () => {
     expect(loadConfig({ GITHUB_ENDPOINT_RATE_PER_MINUTE: '0' }).github.endpointRatePerMinute).toBe(
       0,
     );
+    expect(c.github.graphqlPointsPerMinute).toBe(1800);
+    expect(loadConfig({ GRAPHQL_POINTS_PER_MINUTE: '0' }).github.graphqlPointsPerMinute).toBe(0);
     expect(c.databasePoolMax).toBeUndefined();
     expect(loadConfig({ DATABASE_POOL_MAX: '40' }).databasePoolMax).toBe(40);
     expect(c.tickSeconds).toBe(60);

@@ -1,0 +1,144 @@
+import { parseJson } from '../json/exact.ts';
+import { MAX_WAIT_SECONDS, RESET_SKEW_SECONDS } from './answer-headers.ts';
+import type { RateLimitState } from './budget-types.ts';
+import { statusError } from './classify.ts';
+import { MalformedResponse, RateLimited } from './errors.ts';
+import { parseRateLimit } from './rate-limit.ts';
+import type { AnswerReader } from './send.ts';
+import type { RawResponse } from './transport.ts';
+import type { GraphQLAnswer, GraphQLErrorEntry } from './types.ts';
+
+/**
+ * Reading a GraphQL answer (ADR 0114). GitHub answers 200 for most failures of a query, with
+ * `errors` beside (or instead of) `data`; everything in the body is bounded before it is kept:
+ * - a 200 whose errors say RATE_LIMITED (RATE_LIMIT since 2025) is a rate limit of the
+ *   credential's #graphql key, thrown like a 403: that key waits for its reset;
+ * - any other 200 is returned, partial data kept (RESOURCE_LIMITS_EXCEEDED, NOT_FOUND);
+ * - the window is `x-ratelimit-*` when `x-ratelimit-resource` says graphql (or is absent),
+ *   else the query's `rateLimit { limit remaining resetAt }`; the cost is `rateLimit.cost`.
+ */
+
+/** The errors of one answer kept (a query of 100 aliases fails at most 100 ways). */
+export const MAX_ERRORS = 200;
+const MAX_MESSAGE = 1000;
+const MAX_TYPE = 100;
+const MAX_PATH = 50;
+/** The most points one query can cost (500,000 nodes / 100 is 5,000): a bigger cost is not GitHub's. */
+export const MAX_COST = 100_000;
+const RATE_LIMIT_TYPES = new Set(['RATE_LIMITED', 'RATE_LIMIT']);
+const MIN_BACKOFF_MS = 60_000;
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+const isCount = (v: unknown, max: number): v is number =>
+  typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 && v <= max;
+
+function errorsOf(path: string, raw: unknown): GraphQLErrorEntry[] {
+  if (raw === undefined || raw === null) return [];
+  if (!Array.isArray(raw)) throw new MalformedResponse(path, '`errors` is not a list');
+  return raw.slice(0, MAX_ERRORS).map((e) => {
+    if (!isObject(e)) throw new MalformedResponse(path, 'an entry of `errors` is not an object');
+    const message = typeof e.message === 'string' ? e.message.slice(0, MAX_MESSAGE) : '';
+    const entry: GraphQLErrorEntry = { message };
+    const type = typeof e.type === 'string' ? e.type.slice(0, MAX_TYPE) : undefined;
+    const at = Array.isArray(e.path)
+      ? e.path
+          .slice(0, MAX_PATH)
+          .filter(
+            (p): p is string | number =>
+              (typeof p === 'string' && p.length <= MAX_MESSAGE) ||
+              (typeof p === 'number' && Number.isSafeInteger(p)),
+          )
+      : undefined;
+    return { ...entry, ...(type ? { type } : {}), ...(at ? { path: at } : {}) };
+  });
+}
+
+/** The query's own `rateLimit` selection, as asked (top level, unaliased). */
+function rateLimitField(data: unknown): Record<string, unknown> | null {
+  return isObject(data) && isObject(data.rateLimit) ? data.rateLimit : null;
+}
+
+/** The window from `rateLimit { limit remaining resetAt }`, its reset within the hour. */
+export function bodyRateLimit(data: unknown, now: Date): RateLimitState | null {
+  const rl = rateLimitField(data);
+  if (!rl || !isCount(rl.limit, 2_147_483_647) || !isCount(rl.remaining, 2_147_483_647)) {
+    return null;
+  }
+  if (typeof rl.resetAt !== 'string') return null;
+  const at = Date.parse(rl.resetAt);
+  const latest = now.getTime() + (MAX_WAIT_SECONDS + RESET_SKEW_SECONDS) * 1000;
+  if (!Number.isFinite(at) || at > latest) return null;
+  return { limit: rl.limit, remaining: rl.remaining, resetAt: new Date(at) };
+}
+
+/** The window an answer reports for the #graphql key: its headers when they are GraphQL's. */
+export function graphqlRateLimit(raw: RawResponse, now: Date): RateLimitState | null {
+  const resource = raw.headers['x-ratelimit-resource'];
+  const fromHeaders =
+    resource === undefined || resource === 'graphql' ? parseRateLimit(raw.headers, now) : null;
+  if (fromHeaders) return fromHeaders;
+  if (raw.status < 200 || raw.status >= 300 || !raw.body) return null;
+  try {
+    return bodyRateLimit((parseJson(raw.body) as { data?: unknown })?.data, now);
+  } catch {
+    return null;
+  }
+}
+
+export function graphqlReader<T>(o: {
+  path: string;
+  id: number;
+  credential: string;
+  estimate: number;
+  now: () => Date;
+}): AnswerReader<GraphQLAnswer<T>> {
+  const { path } = o;
+  return {
+    classify(raw) {
+      const now = o.now();
+      if (raw.status < 200 || raw.status >= 300) throw statusError(path, raw, o.credential, now);
+      if (raw.body === null || raw.body === '') {
+        throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
+      }
+      let body: unknown;
+      try {
+        body = parseJson(raw.body);
+      } catch (err) {
+        throw new MalformedResponse(
+          path,
+          `HTTP ${raw.status} body is not JSON (${raw.body.length} bytes)`,
+          err,
+          raw.status,
+        );
+      }
+      if (!isObject(body)) throw new MalformedResponse(path, 'the answer is not an object');
+      const data = body.data ?? null;
+      if (data !== null && !isObject(data)) {
+        throw new MalformedResponse(path, '`data` is not an object');
+      }
+      const errors = errorsOf(path, body.errors);
+      if (data === null && errors.length === 0) {
+        throw new MalformedResponse(path, 'neither `data` nor `errors`');
+      }
+      if (errors.some((e) => e.type && RATE_LIMIT_TYPES.has(e.type))) {
+        const rl = graphqlRateLimit(raw, now);
+        const reset = rl && rl.resetAt.getTime() > now.getTime() ? rl.resetAt : null;
+        throw new RateLimited(raw.status, reset ?? new Date(now.getTime() + MIN_BACKOFF_MS), path);
+      }
+      const cost = rateLimitField(data)?.cost;
+      return {
+        data: data as T | null,
+        errors,
+        cost: isCount(cost, MAX_COST) ? cost : null,
+        rateLimit: null, // set from the answer's window once read (graphql.ts)
+        credential: o.credential,
+        requestId: o.id,
+      };
+    },
+    rateLimit: (raw, now) => graphqlRateLimit(raw, now),
+    // What the query cost, as GitHub said; else what was reserved (a timeout costs too).
+    points: (result) => result?.cost ?? o.estimate,
+  };
+}
