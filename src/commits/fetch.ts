@@ -18,14 +18,24 @@ import {
   COMPARE_UNPAGED_MAX,
   type CompareAnswer,
   CompareInvalid,
+  checkAgainstPush,
   comparePath,
   type FetchedCommit,
   parseCompare,
   ZERO_SHA,
 } from './compare.ts';
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
+import { defaultTipAtPush } from './default-tip.ts';
+import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from './graphql-fetch.ts';
 import { commitsShare } from './share.ts';
-import { bumpRepository, deferPush, markFailedAttempt, markGone, markNone } from './state.ts';
+import {
+  bumpRepository,
+  deferPush,
+  markFailedAttempt,
+  markGone,
+  markNone,
+  refreshRepository,
+} from './state.ts';
 import { storeFetched } from './store-fetched.ts';
 
 /**
@@ -75,6 +85,8 @@ export interface FetchResult {
 }
 
 const GONE_STATUSES = new Set([404, 410, 451]);
+/** commits_error of a push whose default-branch base answered 404 once (retried once). */
+const DEFAULT_BRANCH_404 = 'the default branch answered 404';
 /** A new branch waits this long for its repository's profile before it is tried again. */
 export const WAIT_FOR_REPOSITORY_SECONDS = 60;
 
@@ -151,7 +163,10 @@ async function send(ctx: Ctx, path: string, maxCommits: number): Promise<Compare
   if (response.status !== 200) {
     throw new GitHubRequestFailed(path, response.status, 'unexpected status');
   }
-  return parseCompare(response.data, path, maxCommits);
+  const answer = parseCompare(response.data, path, maxCommits);
+  return maxCommits === COMPARE_UNPAGED_MAX
+    ? checkAgainstPush(answer, path, ctx.claim.head, COMPARE_UNPAGED_MAX)
+    : answer;
 }
 
 /**
@@ -269,12 +284,33 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
   });
   if (!claim) return { outcome: 'idle', requests: 0 };
   faultPoint('commits.after_claim');
+  return fetchClaimed(deps, claim, jobId, log);
+}
+
+/** The REST compare of one claimed push (also the GraphQL batches' fallback). */
+export async function fetchClaimed(
+  deps: FetchDeps,
+  claim: CommitsClaim,
+  jobId: string | null,
+  log: FetchDeps['logger'],
+): Promise<FetchResult> {
+  const { db, config } = deps;
+  const clock = deps.clock ?? systemClock;
   const push = keyOf(claim);
 
-  const base = await baseOf(deps, claim);
+  let base = await baseOf(deps, claim);
   if (typeof base !== 'string') {
     logResult(log, base);
     return base;
+  }
+  // A new branch: the default branch's tip at push time when the stored pushes prove it
+  // (ADR 0111), else the branch by name (its tip now), whose answer is never trusted
+  // to be the whole set: `partial`, count unknown.
+  let tipNowOnly = false;
+  if (ZERO_SHA.test(claim.before) && base === claim.defaultBranch) {
+    const tip = await defaultTipAtPush(db, claim, claim.defaultBranch);
+    if (tip?.proven) base = tip.sha;
+    else tipNowOnly = true;
   }
 
   // The attempt counted before any request (ADR 0120): a process that dies mid-request has
@@ -309,6 +345,16 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
   };
   if (!sent) {
     const detail = `GitHub answered ${ctx.status} for the comparison ${ctx.base}...${claim.head}`;
+    if (tipNowOnly && !claim.lastError?.startsWith(DEFAULT_BRANCH_404)) {
+      // The default branch may have been renamed: the profile is fetched again and the
+      // push tried once more against the new name, before a second 404 makes it gone.
+      await refreshRepository(db, claim.repositoryId, now);
+      const retryAt = new Date(now.getTime() + WAIT_FOR_REPOSITORY_SECONDS * 1000);
+      await deferPush(db, claim, retryAt, `${DEFAULT_BRANCH_404}: ${detail}`);
+      const result: FetchResult = { ...common, outcome: 'waiting', retryAt, detail };
+      logResult(log, result);
+      return result;
+    }
     const applied = await markGone(db, claim, detail);
     const result: FetchResult = applied
       ? { ...common, outcome: 'gone', detail }
@@ -320,6 +366,7 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
     firstPosition: sent.firstPosition,
     emails: config.commits.emails,
     now,
+    countUnknown: tipNowOnly,
   });
   faultPoint('commits.after_store');
   const result: FetchResult = stored.applied
@@ -470,6 +517,9 @@ export interface CommitsCycleSummary {
   outcomes: Record<FetchOutcome, number>;
   stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
   retryAt?: Date;
+  /** GraphQL points and queries the batches spent (ADR 0111). */
+  points?: number;
+  queries?: number;
 }
 
 export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
@@ -508,6 +558,23 @@ export async function fetchCycle(
     if (opts.shouldStop?.() || opts.signal?.aborted) {
       summary.stoppedBy = 'stopped';
       break;
+    }
+    if (deps.config.commits.transport === 'graphql' && deps.github.graphqlEnabled) {
+      // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
+      const room = Math.min(GRAPHQL_BATCH_PUSHES, cap - summary.processed);
+      const b = await fetchGraphQLBatch(deps, { jobId: opts.jobId, maxPushes: room });
+      for (const [k, n] of Object.entries(b.outcomes)) summary.outcomes[k as FetchOutcome] += n;
+      summary.requests += b.requests;
+      summary.newActors += b.newActors;
+      summary.points = (summary.points ?? 0) + b.points;
+      summary.queries = (summary.queries ?? 0) + b.queries;
+      summary.processed += b.claimed;
+      if (b.stoppedBy) {
+        summary.stoppedBy = b.stoppedBy;
+        summary.retryAt = b.retryAt;
+        break;
+      }
+      continue;
     }
     const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
     summary.outcomes[r.outcome] += 1;

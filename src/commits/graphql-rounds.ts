@@ -70,6 +70,8 @@ export interface ProveOptions {
   maxRequests: number;
   /** How deep the first round reads the base's history (oids only: 1 request whatever). */
   baseFirst?: number;
+  /** A transport error GitHub may not repeat for a smaller query (a 502, a timeout). */
+  isSplittable?: (err: unknown) => boolean;
 }
 
 interface Open {
@@ -94,9 +96,19 @@ export async function proveAll(
     requests: 0,
     stoppedBy: null,
   };
+  // Few pushes: one query of 1 point has room to read each one deep at once (most pushes
+  // proven in one round); many: the cheapest first round, the rest sized by the counts.
+  const per = Math.floor(opts.maxRequests / Math.max(1, pushes.length));
   let open: Open[] = pushes.map((push) => {
     const ev = newEvidence(push.head, push.base);
     out.evidence.set(push.key, ev);
+    if (per >= 4) {
+      const walk: Ask = { kind: 'walk', from: push.head, first: Math.min(100, per - 2) };
+      const asks: Ask[] = push.base
+        ? [walk, { kind: 'base', first: opts.baseFirst ?? 100, after: null }]
+        : [walk];
+      return { push, ev, asks, defaultBranch: push.baseFrom === 'default-now', splits: 0 };
+    }
     const asks =
       push.baseFrom === 'default-now'
         ? [{ kind: 'walk', from: push.head, first: 1 } as Ask]
@@ -131,7 +143,7 @@ export async function proveAll(
       out.points += q.points;
       answer = await send(q);
     } catch (err) {
-      if (!isSplittable(err)) throw err;
+      if (!(opts.isSplittable ?? isSplittable)(err)) throw err;
       if (batch.length === 1) {
         out.verdicts.set(batch[0]!.push.key, {
           kind: 'fallback',

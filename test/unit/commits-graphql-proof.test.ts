@@ -123,10 +123,20 @@ describe('proving a push from GraphQL answers', () => {
       total: 12,
       how: 'linear',
     });
-    // round 1 (both heads) proves the one-commit push without any count; the long one
-    // then has its base counted (round 2) and is walked exactly as far as the counts say
-    expect(res.queries).toBe(3);
-    expect(res.requests).toBe(2 + 2 + 1 + (1 + 11));
+    // two pushes leave room in one 1-point query to read both deep: one round
+    expect(res.queries).toBe(1);
+    expect(res.requests).toBe(2 * (1 + 72) + 2);
+    expect(res.points).toBe(1);
+    // many pushes (here: a tight bound) take the cheapest first round: the one-commit push
+    // is proven by its parents alone, the long one has its base counted and is walked as
+    // far as the counts say
+    const tight = await prove(
+      d,
+      [push(r, root.at(-1)!, one[0]!), push(r, one[0]!, twelve.at(-1)!)],
+      { maxRequests: 7 },
+    );
+    expect(provenShas(tight.verdicts.get(`o/linear:${twelve.at(-1)}`)).shas).toEqual(twelve);
+    expect(tight.requests).toBe(2 + 2 + 1 + (1 + 11));
   });
 
   it('a merge whose side branch is older than the mainline (date order interleaves)', async () => {
@@ -181,12 +191,19 @@ describe('proving a push from GraphQL answers', () => {
     });
   });
 
-  it('more than the cap by the counts goes to REST compare (newest 250 and the true count)', async () => {
+  it('more than the cap: partial with the true count, or REST compare when not read whole', async () => {
     const { d, repo } = world();
     const r = repo(5, 'o/big');
     const root = r.line(1, null);
     const many = r.line(20, root[0]!);
-    const res = await prove(d, [push(r, root[0]!, many.at(-1)!)], { cap: 5 });
+    const read = await prove(d, [push(r, root[0]!, many.at(-1)!)], { cap: 5 });
+    expect(provenShas(read.verdicts.get(`o/big:${many.at(-1)}`))).toEqual({
+      shas: many.slice(15),
+      total: 20,
+      firstPosition: 15,
+      how: 'linear',
+    });
+    const res = await prove(d, [push(r, root[0]!, many.at(-1)!)], { cap: 5, maxRequests: 3 });
     expect(res.verdicts.get(`o/big:${many.at(-1)}`)).toMatchObject({
       kind: 'fallback',
       reason: expect.stringMatching(/over the cap/),
