@@ -61,6 +61,7 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['COMMITS_SHARE', '1.5', /number from 0 to 1.*"1.5"/],
   ['COMMITS_SHARE', '-0.1', /number from 0 to 1/],
   ['COMMITS_SHARE', 'half', /number from 0 to 1/],
+  ['COMMITS_TRANSPORT', 'soap', /one of graphql, rest.*"soap"/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -150,6 +151,11 @@ describe('config: defaults and parsing', () => {
       expect(loadConfig({ COMMIT_EMAILS: mode }).commits.emails).toBe(mode);
     }
     expect(loadConfig({ COMMITS_MAX_PER_PUSH: '10000' }).commits.maxPerPush).toBe(10_000);
+  });
+
+  it('fetches commits by GraphQL unless COMMITS_TRANSPORT says rest', () => {
+    expect(loadConfig({}).commits.transport).toBe('graphql');
+    expect(loadConfig({ COMMITS_TRANSPORT: 'rest' }).commits.transport).toBe('rest');
   });
 
   it('takes COMMITS_SHARE from 0 to 1, both ends included', () => {
