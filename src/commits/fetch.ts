@@ -26,7 +26,7 @@ import {
 } from './compare.ts';
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
-import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from './graphql-fetch.ts';
+import { logResult } from './fetch-log.ts';
 import { commitsShare } from './share.ts';
 import {
   bumpRepository,
@@ -467,130 +467,10 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
   throw err;
 }
 
-/** `log` is already bound to the job (job_id), when a job runs this. */
-function logResult(log: FetchDeps['logger'], r: FetchResult): void {
-  const fields = {
-    repo: r.repo ?? null,
-    repository_id: r.push?.repositoryId,
-    ref: r.push?.ref,
-    before: r.push?.before,
-    head: r.push?.head,
-    count: r.commitCount ?? null,
-    stored: r.stored ?? null,
-    state: r.outcome,
-    status: r.status ?? null,
-    request_id: r.requestId ?? null,
-    requests: r.requests,
-  };
-  const what = `${r.repo ?? r.push?.repositoryId} ${r.push?.ref} ${r.push?.before.slice(0, 7)}...${r.push?.head.slice(0, 7)}`;
-  if (r.outcome === 'retry' || r.outcome === 'failed') {
-    log.warn(
-      {
-        event: 'commits.failed',
-        ...fields,
-        will_retry: r.outcome === 'retry',
-        retry_at: r.retryAt,
-        detail: r.detail,
-      },
-      `commits of ${what}: ${r.detail}`,
-    );
-  } else {
-    log.info(
-      { event: 'commits.fetched', ...fields, detail: r.detail },
-      `commits of ${what}: ${r.outcome}${r.commitCount === undefined ? '' : ` (${r.stored}/${r.commitCount})`}`,
-    );
-  }
-}
-
-export interface CommitsCycleOptions {
-  jobId?: string | null;
-  maxPushes?: number;
-  shouldStop?: () => boolean;
-  signal?: AbortSignal;
-}
-
-export interface CommitsCycleSummary {
-  processed: number;
-  requests: number;
-  /** Commit authors new to `actors`: the job hints an enrich-actor cycle for them. */
-  newActors: number;
-  outcomes: Record<FetchOutcome, number>;
-  stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
-  retryAt?: Date;
-  /** GraphQL points and queries the batches spent (ADR 0111). */
-  points?: number;
-  queries?: number;
-}
-
-export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
-  return {
-    idle: 0,
-    complete: 0,
-    partial: 0,
-    gone: 0,
-    none: 0,
-    retry: 0,
-    failed: 0,
-    waiting: 0,
-    rate_limited: 0,
-    budget_exhausted: 0,
-  };
-}
-
-/** One cycle (the fetch-commits job): fetchOnce until idle, told no, rate-limited, the cap, or stop. */
-export async function fetchCycle(
-  deps: FetchDeps,
-  opts: CommitsCycleOptions = {},
-): Promise<CommitsCycleSummary> {
-  const summary: CommitsCycleSummary = {
-    processed: 0,
-    requests: 0,
-    newActors: 0,
-    outcomes: emptyFetchOutcomes(),
-    stoppedBy: 'idle',
-  };
-  const cap = opts.maxPushes ?? Number.POSITIVE_INFINITY;
-  for (;;) {
-    if (summary.processed >= cap) {
-      summary.stoppedBy = 'cap';
-      break;
-    }
-    if (opts.shouldStop?.() || opts.signal?.aborted) {
-      summary.stoppedBy = 'stopped';
-      break;
-    }
-    if (deps.config.commits.transport === 'graphql' && deps.github.graphqlEnabled) {
-      // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
-      const room = Math.min(GRAPHQL_BATCH_PUSHES, cap - summary.processed);
-      const b = await fetchGraphQLBatch(deps, { jobId: opts.jobId, maxPushes: room });
-      for (const [k, n] of Object.entries(b.outcomes)) summary.outcomes[k as FetchOutcome] += n;
-      summary.requests += b.requests;
-      summary.newActors += b.newActors;
-      summary.points = (summary.points ?? 0) + b.points;
-      summary.queries = (summary.queries ?? 0) + b.queries;
-      summary.processed += b.claimed;
-      if (b.stoppedBy) {
-        summary.stoppedBy = b.stoppedBy;
-        summary.retryAt = b.retryAt;
-        break;
-      }
-      continue;
-    }
-    const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
-    summary.outcomes[r.outcome] += 1;
-    summary.requests += r.requests;
-    summary.newActors += r.newActors ?? 0;
-    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') {
-      summary.stoppedBy = r.outcome;
-      summary.retryAt = r.retryAt;
-      break;
-    }
-    summary.processed += 1;
-    if (r.outcome === 'rate_limited') {
-      summary.stoppedBy = 'rate_limited';
-      summary.retryAt = r.retryAt;
-      break;
-    }
-  }
-  return summary;
-}
+// The cycle (fetchOnce or GraphQL batches until told to stop) lives in cycle.ts.
+export {
+  type CommitsCycleOptions,
+  type CommitsCycleSummary,
+  emptyFetchOutcomes,
+  fetchCycle,
+} from './cycle.ts';

@@ -1,18 +1,14 @@
 import { sql } from 'kysely';
 import { systemClock } from '../clock.ts';
 import { redact } from '../enrichment/attempts.ts';
-import { GitHubUnavailable, RateLimited } from '../github/errors.ts';
+import { faultPoint } from '../fault.ts';
+import { BudgetExhausted, GateTimeout, GitHubUnavailable, RateLimited } from '../github/errors.ts';
 import { type CommitsClaim, claimNextPush, releasePush, stillOurs } from './claim.ts';
 import { ZERO_SHA } from './compare.ts';
+import { emptyFetchOutcomes } from './cycle.ts';
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
-import {
-  emptyFetchOutcomes,
-  type FetchDeps,
-  type FetchOutcome,
-  type FetchResult,
-  fetchClaimed,
-} from './fetch.ts';
+import { type FetchDeps, type FetchOutcome, type FetchResult, fetchClaimed } from './fetch.ts';
 import { DEFAULT_PROOF_LIMITS } from './graphql-proof.ts';
 import { type Final, proveAll, type RoundPush } from './graphql-rounds.ts';
 import { markFailedAttempt, markGone, markNone } from './state.ts';
@@ -169,6 +165,7 @@ export async function fetchGraphQLBatch(
       isSplittable: (err) => err instanceof GitHubUnavailable,
     },
   );
+  faultPoint('commits.after_response');
   summary.queries = proved.queries;
   summary.points = proved.points;
 
@@ -181,10 +178,18 @@ export async function fetchGraphQLBatch(
       rest.push(p.claim);
     } else count(r);
   }
-  if (proved.stoppedBy instanceof RateLimited) {
+  const stop = proved.stoppedBy;
+  if (stop instanceof RateLimited) {
     summary.stoppedBy = 'rate_limited';
-    summary.retryAt = proved.stoppedBy.retryAt;
-  } else if (proved.stoppedBy) summary.stoppedBy = 'budget_exhausted';
+    summary.retryAt = stop.retryAt;
+  } else if (stop instanceof BudgetExhausted || stop instanceof GateTimeout) {
+    summary.stoppedBy = 'budget_exhausted';
+  } else if (stop) {
+    // Not a budget event (bad credentials, a bug): the claims go back untouched, and the
+    // error stops the cycle loudly.
+    for (const claim of rest) await releasePush(db, claim);
+    throw stop;
+  }
 
   for (const claim of rest) {
     if (summary.stoppedBy) {
