@@ -2,7 +2,7 @@ import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import type { EntityClass, RateLimitState } from './budget-types.ts';
-import { rateLimitUpsert } from './rate-limit.ts';
+import { rateLimitUpsert, siblingAuthCleared } from './rate-limit.ts';
 
 /**
  * The request ledger (github_requests): one row per request, written BEFORE it is sent
@@ -78,8 +78,11 @@ export async function settle(
   accepted = false,
 ): Promise<void> {
   if (s.rateLimit && credential !== null) {
+    const settled = db.with('settled', () => settlement(db, id, s).returning('id'));
     await rateLimitUpsert(
-      db.with('settled', () => settlement(db, id, s).returning('id')),
+      accepted
+        ? settled.with('sibling', () => siblingAuthCleared(db, credential).returning('credential'))
+        : settled,
       credential,
       s.rateLimit,
       s.now,
@@ -109,9 +112,14 @@ export function settleAndUnlock(
       SELECT ${unlock} AS unlocked FROM (SELECT count(*) FROM settled) AS done`;
   }
   const rl = rateLimitUpsert(db, credential, s.rateLimit, s.now, accepted).returning('credential');
-  return sql`WITH settled AS (${settled}), rl AS (${rl})
+  // An accepted answer clears the credential's other key's auth ladder too (ADR 0114).
+  const sibling = accepted
+    ? sql`, sibling AS (${siblingAuthCleared(db, credential).returning('credential')})`
+    : sql``;
+  const siblings = accepted ? sql` + (SELECT count(*) FROM sibling)` : sql``;
+  return sql`WITH settled AS (${settled}), rl AS (${rl})${sibling}
     SELECT ${unlock} AS unlocked
-    FROM (SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM rl)) AS done`;
+    FROM (SELECT (SELECT count(*) FROM settled) + (SELECT count(*) FROM rl)${siblings}) AS done`;
 }
 
 /**

@@ -3,6 +3,7 @@ import type { Db } from '../db/pool.ts';
 import type { BlockReason, Database } from '../db/schema.ts';
 import { rateLimitResetOf, retryAfterOf } from './answer-headers.ts';
 import type { RateLimitState } from './budget-types.ts';
+import { graphqlKey, isGraphQLKey, labelOf } from './graphql-key.ts';
 
 /** Response headers, lower-cased names (fetch and fixture files both give these). */
 export type Headers = Record<string, string | undefined>;
@@ -110,12 +111,35 @@ export function rateLimitUpsert(
     );
 }
 
+/**
+ * The other budget key of the same credential (REST's label ↔ `label#graphql`, ADR 0114): a
+ * 401 on either blocks both, so an answer that accepts the credential on either clears both.
+ */
+export function siblingKey(key: string): string {
+  return isGraphQLKey(key) ? labelOf(key) : graphqlKey(key);
+}
+
+/**
+ * Clears the auth ladder of the credential's other key — a statement that writes nothing
+ * unless that row is on the ladder (an index probe on every accepted answer).
+ */
+export function siblingAuthCleared(
+  qc: Pick<QueryCreator<Database>, 'updateTable'>,
+  credential: string,
+) {
+  return qc
+    .updateTable('github_rate_limits')
+    .set(AUTH_CLEARED)
+    .where('credential', '=', siblingKey(credential))
+    .where((eb) => eb.or([eb('auth_failures', '>', 0), eb('block_reason', '=', 'auth')]));
+}
+
 /** The auth ladder's clearing, for an accepted answer that carried no x-ratelimit-* headers. */
 export async function clearAuthFailures(db: Db, credential: string): Promise<void> {
   await db
     .updateTable('github_rate_limits')
     .set(AUTH_CLEARED)
-    .where('credential', '=', credential)
+    .where('credential', 'in', [credential, siblingKey(credential)])
     .where((eb) => eb.or([eb('auth_failures', '>', 0), eb('block_reason', '=', 'auth')]))
     .execute();
 }

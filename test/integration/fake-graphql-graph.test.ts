@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { GRAPHQL_QUERY_EXAMPLES } from '../../src/commits/graphql-queries.ts';
+import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
 import { ZERO } from '../support/commit-world.ts';
 import { ancestors } from '../support/fake-commit-graph.ts';
 import { historyQuery, postGraphQL } from '../support/fake-graphql-http.ts';
@@ -12,9 +13,13 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
  */
 
 const fake = useFakeGitHub();
+/** The fake, like GitHub, refuses a REST request without the pinned API version. */
+const PINNED = { 'x-github-api-version': GITHUB_API_VERSION };
 
 const compare = async (repo: string, basehead: string) => {
-  const r = await fetch(`${fake.url}/repos/${repo}/compare/${basehead}?per_page=100&page=1`);
+  const r = await fetch(`${fake.url}/repos/${repo}/compare/${basehead}?per_page=100&page=1`, {
+    headers: PINNED,
+  });
   return {
     status: r.status,
     body: r.status === 200 ? ((await r.json()) as Record<string, unknown>) : null,
@@ -175,11 +180,14 @@ describe('renames and deletions', () => {
     );
     expect(strict.body.errors[0]).toMatchObject({ type: 'NOT_FOUND', path: ['repository'] });
     const moved = await fetch(`${fake.url}/repos/octo/old/compare/${a}...${b}`, {
+      headers: PINNED,
       redirect: 'manual',
     });
     expect(moved.status).toBe(301);
     expect(moved.headers.get('location')).toBe(`${fake.url}/repositories/44/compare/${a}...${b}`);
-    const followed = await fetch(`${fake.url}/repos/octo/old/compare/${a}...${b}`);
+    const followed = await fetch(`${fake.url}/repos/octo/old/compare/${a}...${b}`, {
+      headers: PINNED,
+    });
     expect(((await followed.json()) as { total_commits: number }).total_commits).toBe(1);
   });
 
@@ -218,7 +226,9 @@ describe('renames and deletions', () => {
       old: null,
       new: { name: 'main' },
     });
-    const profile = (await (await fetch(`${fake.url}/repos/octo/legacy`)).json()) as {
+    const profile = (await (
+      await fetch(`${fake.url}/repos/octo/legacy`, { headers: PINNED })
+    ).json()) as {
       default_branch: string;
     };
     expect(profile.default_branch).toBe('main');

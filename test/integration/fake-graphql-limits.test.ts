@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
 import { chain } from '../support/commit-world.ts';
 import { postGraphQL } from '../support/fake-graphql-http.ts';
 import { repoProfile } from '../support/github-factories.ts';
@@ -227,7 +228,7 @@ describe('GitHub’s other limits', () => {
     const query = postGraphQL(fake, tip);
     while (fake.inFlight === 0) await new Promise((r) => setImmediate(r));
     const rest = await fetch(`${fake.url}/events`, {
-      headers: { authorization: 'bearer token-a' },
+      headers: { authorization: 'bearer token-a', 'x-github-api-version': GITHUB_API_VERSION },
     });
     expect(rest.status).toBe(200);
     const second = await postGraphQL(fake, tip);

@@ -1,15 +1,21 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { tokenLabel } from '../../src/github/credential.ts';
 import {
   BudgetExhausted,
+  FixtureMiss,
   GitHubAuthFailed,
   GraphQLNeedsCredential,
   RateLimited,
 } from '../../src/github/errors.ts';
 import { graphqlKey } from '../../src/github/graphql-key.ts';
+import { fixtureFile } from '../../src/github/transport.ts';
 import { chain } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { appKeys } from '../support/github-app-keys.ts';
 import { clientFactory, randomToken } from '../support/github-client.ts';
 import { repoProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
@@ -193,6 +199,21 @@ describe('graphql()', () => {
     expect(g.blockReason).toBe('auth');
     expect(fake.graphql.queries).toHaveLength(0);
     expect((await rateRow(label))?.block_reason).toBe('auth');
+    // The token is good again (a glitch): once REST's block ran out, its accepted answer clears
+    // the ladder of both keys, so GraphQL is not left waiting out its own.
+    fake.reset();
+    seed();
+    await sql`UPDATE github_rate_limits SET blocked_until = now() - interval '1 second'
+      WHERE credential = ${label}`.execute(t.db);
+    expect((await gh.request({ purpose: 'poll', path: '/events' })).status).toBe(200);
+    for (const k of [label, key]) {
+      expect(await rateRow(k)).toMatchObject({
+        auth_failures: 0,
+        block_reason: null,
+        blocked_until: null,
+      });
+    }
+    expect((await gh.graphql(query(1))).cost).toBe(1);
   });
 
   it('RESOURCE_LIMITS_EXCEEDED is returned with its partial data and its cost', async () => {
@@ -281,6 +302,79 @@ describe('graphql()', () => {
     });
     expect(b.credentials[0]!.spent).toEqual({ poll: 0, enrich: 0, commits: 0 });
     expect(b.graphql).toEqual(b.credentials[0]!.graphql);
+  });
+
+  it('a pool of a token and two installations adds their GraphQL windows, each as GitHub says', async () => {
+    seed();
+    const keys = appKeys();
+    fake.addApp({
+      id: 4242,
+      publicKey: keys.publicKey,
+      installations: [{ id: 101 }, { id: 202 }],
+    });
+    fake.graphql.setRateLimit({ limit: 12_500 }, { installation: 101 });
+    fake.graphql.setRateLimit({ limit: 10_000 }, { installation: 202 });
+    const token = randomToken();
+    const gh = clients.make({
+      apiUrl: fake.url,
+      token,
+      env: {
+        GITHUB_APP_ID: '4242',
+        GITHUB_APP_PRIVATE_KEY: keys.privateKey,
+        GITHUB_APP_INSTALLATION_IDS: '101,202',
+      },
+    });
+    // Three at once go to three keys (the pick takes the one with the fewest open first);
+    // a round that raced onto one key twice is followed by another, until each has answered.
+    const answers: Awaited<ReturnType<typeof gh.graphql>>[] = [];
+    for (let round = 0; round < 10; round++) {
+      answers.push(...(await Promise.all([1, 2, 3].map(() => gh.graphql(query(1))))));
+      if (new Set(answers.map((a) => a.credential)).size === 3) break;
+    }
+    expect(new Set(answers.map((a) => a.credential)).size).toBe(3);
+    expect(answers.find((a) => a.credential === 'installation:101')!.rateLimit).toMatchObject({
+      limit: 12_500,
+    });
+    const b = await gh.budget();
+    const quota = Object.fromEntries(b.credentials.map((c) => [c.credential, c.graphql?.quota]));
+    expect(quota).toEqual({
+      [tokenLabel(token)]: 5000,
+      'installation:101': 12_500,
+      'installation:202': 10_000,
+    });
+    const n = answers.length;
+    expect(b.graphql).toMatchObject({ quota: 27_500, remaining: 27_500 - n, spent: n });
+    // Their REST windows are untouched by it.
+    expect(b.spent).toEqual({ poll: 0, enrich: 0, commits: 0 });
+  });
+
+  it('fixture mode answers from post/graphql.json, or is FixtureMiss naming it', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gpi-graphql-fixtures-'));
+    try {
+      const gh = clients.make({ apiUrl: fake.url, mode: 'fixture', fixturesDir: dir, token: null });
+      expect(gh.graphqlEnabled).toBe(true);
+      const miss = await gh.graphql(query(1)).catch((e) => e);
+      expect(miss).toBeInstanceOf(FixtureMiss);
+      expect(miss.message).toContain(path.join(dir, 'post', 'graphql.json'));
+      const file = fixtureFile(dir, 'POST', '/graphql');
+      mkdirSync(path.dirname(file), { recursive: true });
+      writeFileSync(
+        file,
+        JSON.stringify({
+          status: 200,
+          body: { data: { rateLimit: { cost: 2 }, viewer: { login: 'x' } } },
+        }),
+      );
+      const a = await gh.graphql<{ viewer: { login: string } }>(query(1));
+      expect(a).toMatchObject({ credential: 'fixture', cost: 2, data: { viewer: { login: 'x' } } });
+      const rows = await ledger('fixture#graphql');
+      expect(rows.map((r) => [r.outcome, r.points])).toEqual([
+        ['error', 1],
+        ['completed', 2],
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('an anonymous pool has no GraphQL', async () => {

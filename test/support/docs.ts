@@ -71,3 +71,39 @@ export function emittedLogEvents(): { literal: Set<string>; patterns: RegExp[] }
   }
   return { literal, patterns };
 }
+
+/**
+ * The anchor GitHub gives a heading (github-slugger's rule): its text without markup, lower
+ * case, punctuation other than `-` and `_` dropped, each space a `-`.
+ */
+export function headingSlug(heading: string): string {
+  return heading
+    .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .toLowerCase()
+    .replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '')
+    .replace(/ /g, '-');
+}
+
+/**
+ * Every anchor a link can reach in `page`: each heading's slug (a repeated one numbered
+ * `-1`, `-2` as GitHub does) and each explicit `<a id="…">` / `<a name="…">`. Code blocks are
+ * skipped: a `#` line in one is not a heading.
+ */
+export function pageAnchors(page: string): Set<string> {
+  const anchors = new Set<string>();
+  const seen = new Map<string, number>();
+  let fenced = false;
+  for (const line of page.split('\n')) {
+    if (/^```/.test(line)) fenced = !fenced;
+    if (fenced) continue;
+    const h = /^#{1,6} (.*?)\s*#*\s*$/.exec(line);
+    if (h) {
+      const slug = headingSlug(h[1]!);
+      const n = seen.get(slug) ?? 0;
+      anchors.add(n === 0 ? slug : `${slug}-${n}`);
+      seen.set(slug, n + 1);
+    }
+    for (const m of line.matchAll(/<a (?:id|name)="([^"]+)"/g)) anchors.add(m[1]!);
+  }
+  return anchors;
+}

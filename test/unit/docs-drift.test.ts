@@ -1,18 +1,57 @@
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ENV_VARS } from '../../src/config.ts';
 import { REQUEST_PURPOSES } from '../../src/db/schema.ts';
 import { ALL_QUEUES } from '../../src/queue/names.ts';
 import { ROOT, runBin } from '../support/cli.ts';
-import { docPage, emittedLogEvents, firstCellNames, section } from '../support/docs.ts';
+import {
+  docPage,
+  emittedLogEvents,
+  firstCellNames,
+  pageAnchors,
+  section,
+} from '../support/docs.ts';
 
 /**
  * The manual cannot drift from the code (issue 21): every variable the config parses is in
  * docs/configuration.md and nothing else is; every executable in bin/ and every flag its
  * --help lists is in docs/cli.md, and the page names no command that does not exist; every
  * log event the code emits is in docs/observability.md, and the page lists none it does not.
+ * And the manual is one a newcomer can find things in (issue 25 item 10): each variable has
+ * its own anchor (configuration.md#github_token), every page.md#anchor link reaches a
+ * heading, every `bin/… --flag` a page writes is one the command's --help lists, and the
+ * prose names no ADR or issue outside a page's closing "Design records" section.
  * (Tables, views and metrics need a database: test/integration/docs-drift.test.ts.)
  */
+
+/** `docs/../README.md` → `README.md`: a path inside the checkout, without `.` and `..`. */
+function normalize(path: string): string {
+  const out: string[] = [];
+  for (const part of path.split('/')) {
+    if (part === '..') out.pop();
+    else if (part !== '.' && part !== '') out.push(part);
+  }
+  return out.join('/');
+}
+
+/** Every file under src/ and bin/ (where user-facing messages are written). */
+function codeFiles(dir = `${ROOT}src`): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(dir)) {
+    const path = `${dir}/${entry}`;
+    if (statSync(path).isDirectory()) out.push(...codeFiles(path));
+    else out.push(path);
+  }
+  return out;
+}
+
+/** The user-facing pages: README.md and docs/*.md (the ADRs under docs/adr/ are history). */
+const manualPages = [
+  'README.md',
+  ...readdirSync(`${ROOT}docs`)
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 const executables = readdirSync(`${ROOT}bin`).filter((f) => statSync(`${ROOT}bin/${f}`).isFile());
 
@@ -26,6 +65,65 @@ describe('docs/configuration.md', () => {
   it('names no variable the config does not read', () => {
     const known = new Set<string>(ENV_VARS);
     expect(names.filter((n) => /^[A-Z][A-Z0-9_]+$/.test(n) && !known.has(n))).toEqual([]);
+  });
+
+  it('gives every variable its own section, reached as configuration.md#<name in lower case>', () => {
+    const page = docPage('configuration.md');
+    const anchors = pageAnchors(page);
+    const headings = new Set(page.split('\n').filter((l) => /^#{2,4} `[A-Z0-9_]+`$/.test(l)));
+    const lacking = ENV_VARS.filter(
+      (v) =>
+        !anchors.has(v.toLowerCase()) ||
+        ![...headings].some((h) => h.endsWith(` \`${v}\``)) ||
+        !page.includes(`| [\`${v}\`](#${v.toLowerCase()}) |`),
+    );
+    expect(lacking, 'a variable without its own heading, or not linked from the table').toEqual([]);
+    // One section a variable: no heading for a variable the config does not read.
+    const known = new Set<string>(ENV_VARS);
+    const stray = [...headings].map((h) => h.replace(/^#+ `|`$/g, '')).filter((n) => !known.has(n));
+    expect(stray).toEqual([]);
+  });
+});
+
+describe('links between the pages of the manual', () => {
+  const pages = manualPages;
+  const anchorsOf = new Map<string, Set<string>>();
+  /** The anchors of a page of the checkout (none when there is no such page). */
+  const anchors = (page: string) => {
+    let a = anchorsOf.get(page);
+    if (!a) {
+      a = existsSync(`${ROOT}${page}`)
+        ? pageAnchors(readFileSync(`${ROOT}${page}`, 'utf8'))
+        : new Set<string>();
+      anchorsOf.set(page, a);
+    }
+    return a;
+  };
+
+  it('reach a heading that exists (page.md#anchor, #anchor)', () => {
+    const broken: string[] = [];
+    for (const page of pages) {
+      const text = readFileSync(`${ROOT}${page}`, 'utf8');
+      const dir = page.includes('/') ? page.slice(0, page.lastIndexOf('/') + 1) : '';
+      for (const m of text.matchAll(/\]\(([^)\s#]*)#([^)\s]+)\)/g)) {
+        const [file, anchor] = [m[1]!, m[2]!];
+        if (/^[a-z]+:/.test(file) || (file !== '' && !file.endsWith('.md'))) continue;
+        const target = file === '' ? page : normalize(dir + file);
+        if (!anchors(target).has(anchor)) broken.push(`${page}: ${file}#${anchor}`);
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+
+  it('the code names only anchors the manual has (docs/page.md#anchor in messages)', () => {
+    const broken: string[] = [];
+    for (const file of [...codeFiles(`${ROOT}src`), ...codeFiles(`${ROOT}bin`)]) {
+      const text = readFileSync(file, 'utf8');
+      for (const m of text.matchAll(/\bdocs\/([a-z-]+\.md)#([a-z0-9_-]+)/g)) {
+        if (!anchors(`docs/${m[1]!}`).has(m[2]!)) broken.push(`${file}: docs/${m[1]}#${m[2]}`);
+      }
+    }
+    expect(broken).toEqual([]);
   });
 });
 
@@ -48,6 +146,68 @@ describe('docs/cli.md', () => {
     const named = [...new Set([...page.matchAll(/\bbin\/([a-z][a-z-]*)/g)].map((m) => m[1]!))];
     expect(named.filter((n) => n !== 'lib' && !executables.includes(n))).toEqual([]);
   });
+});
+
+describe('the prose says what happens, not how it was built', () => {
+  const pages = manualPages;
+  /** ADR numbers, this project's issue numbers, links into docs/adr/, build streams. */
+  const history = /\bADRs? ?\d{3,4}\b|\b[Ii]ssues? #?\d+|\badr\/\d{4}-|\(stream [a-z-]+\)/;
+
+  it('names no ADR or issue outside the one "Design records" section a page may end with', () => {
+    const found: string[] = [];
+    for (const page of pages) {
+      const lines = readFileSync(`${ROOT}${page}`, 'utf8').split('\n');
+      const records = lines.indexOf('## Design records');
+      if (records >= 0 && lines.slice(records + 1).some((l) => /^#{1,2} /.test(l))) {
+        found.push(`${page}: "## Design records" is not the last section`);
+      }
+      const prose = records >= 0 ? lines.slice(0, records) : lines;
+      prose.forEach((line, i) => {
+        const m = history.exec(line);
+        if (m) found.push(`${page}:${i + 1}: ${m[0]}`);
+      });
+    }
+    expect(found).toEqual([]);
+  });
+});
+
+describe('commands written in the manual', () => {
+  const pages = manualPages;
+  /** Each `bin/NAME [sub] … --flag …` the pages write, up to the end of its command. */
+  const uses: { page: string; name: string; sub: string | null; flag: string }[] = [];
+  for (const page of pages) {
+    const text = readFileSync(`${ROOT}${page}`, 'utf8');
+    for (const m of text.matchAll(/\bbin\/([a-z][a-z-]*)((?:[ \t]+[^\s`|;&#)]+)*)/g)) {
+      const args = m[2]!.trim().split(/\s+/).filter(Boolean);
+      const sub = args[0] && /^[a-z]+$/.test(args[0]) ? args[0] : null;
+      for (const arg of args) {
+        const flag = /^[[(]*(--[a-z][a-z-]*)/.exec(arg)?.[1];
+        if (flag) uses.push({ page, name: m[1]!, sub, flag });
+      }
+    }
+  }
+
+  it('are there to check', () => {
+    expect(uses.length).toBeGreaterThan(20);
+  });
+
+  it('use only flags the command (or its subcommand) lists in --help', async () => {
+    const helps = new Map<string, string>();
+    const help = async (argv: string[]) => {
+      const key = argv.join(' ');
+      if (!helps.has(key)) helps.set(key, (await runBin(argv[0]!, argv.slice(1), {})).out);
+      return helps.get(key)!;
+    };
+    const unknown: string[] = [];
+    for (const u of uses) {
+      if (!executables.includes(u.name)) continue; // "names no command" tests that
+      const listed = (text: string) => new RegExp(`${u.flag}(?![a-z-])`).test(text);
+      if (listed(await help([u.name, '--help']))) continue;
+      if (u.sub && listed(await help([u.name, u.sub, '--help']))) continue;
+      unknown.push(`${u.page}: bin/${u.name}${u.sub ? ` ${u.sub}` : ''} ${u.flag}`);
+    }
+    expect(unknown).toEqual([]);
+  }, 120_000);
 });
 
 describe('docs/observability.md', () => {
