@@ -143,7 +143,12 @@ describe('config: defaults and parsing', () => {
       download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
     });
     expect(loadConfig({ ARCHIVE_SERVE: 'off' }).archive.serve).toBe(false);
-    expect(c.commits).toEqual({ emails: 'hash', maxPerPush: 250, share: 0.5, transport: 'graphql' });
+    expect(c.commits).toEqual({
+      emails: 'hash',
+      maxPerPush: 250,
+      share: 0.5,
+      transport: 'graphql',
+    });
   });
 
   it('takes each COMMIT_EMAILS mode and a COMMITS_MAX_PER_PUSH within its bound', () => {
