@@ -313,7 +313,9 @@ describe('the public backlog and the polls', () => {
     const { allowance } = await github.budget();
     // Now, after the poll: inside the window GitHub's first answer to this token opened.
     await spendRows(t.db, github.credential, 'commits', allowance.enrich - 2, { ageSeconds: 0 });
-    const config = testConfig(t, { apiUrl: fake.url });
+    // REST compare: the transport that spends the REST window polls share (GraphQL batches
+    // spend a window of their own, which polls never read: github-graphql.test.ts).
+    const config = testConfig(t, { apiUrl: fake.url, env: { COMMITS_TRANSPORT: 'rest' } });
     const cycle = await fetchCycle({
       config,
       db: t.db,
