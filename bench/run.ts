@@ -11,7 +11,7 @@ import { secondsSince } from './lib/stats.ts';
  * bench/results/latest.json; targets are reported as PASS/MISS, never asserted. The one
  * hard failure: a hot query planned as a sequential scan on a big table (exit 1).
  *
- * Names: hot, ingest, enrich, backfill, status, watch, worker, commits, export (default: all). The soak is separate: `npm run bench:soak`.
+ * Names: hot, ingest, enrich, backfill, backfill-commits, status, watch, worker, commits, commits-graphql, export (default: all). The soak is separate: `npm run bench:soak`.
  */
 
 type Bench = (database: BenchDatabase, results: ResultLog) => Promise<string[]>;
@@ -21,10 +21,12 @@ const BENCHES: Record<string, () => Promise<Bench>> = {
   enrich: async () => (await import('./enrich.ts')).benchEnrich,
   hot: async () => benchHotQueries,
   backfill: async () => (await import('./backfill.ts')).benchBackfill,
+  'backfill-commits': async () => (await import('./backfill-commits.ts')).benchBackfillCommits,
   status: async () => (await import('./status.ts')).benchStatus,
   watch: async () => (await import('./watch.ts')).benchWatch,
   worker: async () => (await import('./watch-worker.ts')).benchWatchWorker,
   commits: async () => (await import('./commits.ts')).benchCommits,
+  'commits-graphql': async () => (await import('./commits-graphql.ts')).benchCommitsGraphQL,
   export: async () => (await import('./export.ts')).benchExport,
 };
 

@@ -250,6 +250,8 @@ export const envSchema = z.object({
   COMMITS_MAX_PER_PUSH: positiveInt(10_000).default(250),
   // commits-fetch (ADR 0071): commits' part of the background allowance while enrichment waits.
   COMMITS_SHARE: fraction.default(0.5),
+  // ADR 0111: batched GraphQL (REST compare where GraphQL cannot prove a push), or REST only.
+  COMMITS_TRANSPORT: z.enum(['graphql', 'rest']).default('graphql'),
 });
 
 /** Names of every variable the config knows (the docs drift test and the compose check use this). */
@@ -317,6 +319,8 @@ export interface Config {
     readonly maxPerPush: number;
     /** COMMITS_SHARE: ceil(background × share) is what commits take while enrichment waits. */
     readonly share: number;
+    /** COMMITS_TRANSPORT: GraphQL batches (with a credential) or REST compare only. */
+    readonly transport: 'graphql' | 'rest';
   };
 }
 
@@ -399,6 +403,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       emails: e.COMMIT_EMAILS,
       maxPerPush: e.COMMITS_MAX_PER_PUSH,
       share: e.COMMITS_SHARE,
+      transport: e.COMMITS_TRANSPORT,
     },
   });
 }

@@ -10,11 +10,11 @@ import { nodeProblem } from './node-check.mjs';
 // follows the machine's memory), and it leaves room for a 25 MB webhook body (~45 MB of heap
 // per delivery in flight). Each applies only when not already set (NODE_OPTIONS, the
 // command line, the environment): an operator's own value always wins.
-const V8_DEFAULTS = [
+export const V8_DEFAULTS = [
   ['--max-semi-space-size', '4'],
   ['--max-old-space-size', '192'],
 ];
-const MALLOC_ENV = {
+export const MALLOC_ENV = {
   MALLOC_ARENA_MAX: '2',
   // A fixed threshold turns off glibc's sliding one: after the first 24 MB webhook body is
   // freed it would serve every later one from an arena that is never given back to the OS.

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { commitsTargets, NO_TARGETS } from '../commits/targets.ts';
+import { commitsOffReason, commitsTargetsUnless, NO_TARGETS } from '../commits/targets.ts';
 import { kyselyOn } from '../db/session.ts';
 import { AppError } from '../errors.ts';
 import { dropStage, insertStagedEntities, prepareStage } from '../ingestion/bulk-store.ts';
@@ -228,9 +228,11 @@ export async function readAndStore(
     loggedClashes += Math.min(room, clashes.length);
     logIdClashes(log, clashes.slice(0, room));
   };
-  // Who gets commits, read once for the file (ADR 0070): a pre-2025-10 line's inline
-  // commits are stored, a targeted push without them is left pending for the fetcher.
-  const targets = deps.db ? await commitsTargets(deps.db) : NO_TARGETS;
+  // Who gets commits, read once for the file (ADR 0070, ADR 0112): a pre-2025-10 line's
+  // inline commits are stored, a covered push without them is left pending for the fetcher.
+  const off =
+    !deps.db || (deps.config !== undefined && commitsOffReason(deps.config.github) !== null);
+  const targets = deps.db ? await commitsTargetsUnless(off, deps.db) : NO_TARGETS;
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
   // inserted just before, on the second connection (ADR 0040).
   const store = async (

@@ -1,4 +1,5 @@
 import { type App, createApp } from '../app.ts';
+import { commitsOffReason } from '../commits/targets.ts';
 import type { EventSource } from '../db/schema.ts';
 import { NotFound, UsageError } from '../errors.ts';
 import {
@@ -210,6 +211,9 @@ export async function main(argv: string[]): Promise<number> {
           line(
             `source ${source.id} commits ${setting}: ${describeSource(source)} (${source.mode}); applies to pushes stored from now on`,
           );
+          // On, yet nobody's commits are fetched without a credential (ADR 0112): say so.
+          const off = setting === 'on' ? commitsOffReason(app.config.github) : null;
+          if (off) process.stderr.write(`sources: commits stay off in this process: ${off}\n`);
           return 0;
         } catch (err) {
           if (!(err instanceof NotFound)) throw err;

@@ -31,6 +31,8 @@ export interface CommitsClaim extends PushKey {
   /** The lease as Postgres text (microseconds kept): what proves the claim is still ours. */
   lease: string;
   previousLease: string | null;
+  /** commits_error as the claim found it (why the last attempt did not end the push). */
+  lastError: string | null;
 }
 
 export interface CommitsClaimOptions {
@@ -53,6 +55,7 @@ interface ClaimRow {
   full_name: string | null;
   default_branch: string | null;
   enrichment_state: EnrichmentState | null;
+  last_error: string | null;
 }
 
 /** Due, and free: the same predicate in every part of the statement and in due.ts. */
@@ -119,7 +122,7 @@ export function claimStatement(opts: CommitsClaimOptions) {
       WHERE t.repository_id = pick.repository_id AND t.ref = pick.ref
         AND t.before = pick.before AND t.head = pick.head
       RETURNING t.repository_id, t.ref, t.before, t.head, t.commits_attempts AS attempts,
-        t.commits_claimed_until::text AS lease, pick.prev_until
+        t.commits_claimed_until::text AS lease, pick.prev_until, t.commits_error AS last_error
     ),
     turn AS (
       INSERT INTO commit_fetch_turns (repository_id, served_at)
@@ -127,7 +130,7 @@ export function claimStatement(opts: CommitsClaimOptions) {
       ON CONFLICT (repository_id) DO UPDATE SET served_at = EXCLUDED.served_at
     )
     SELECT claimed.repository_id::text AS repository_id, claimed.ref, claimed.before,
-      claimed.head, claimed.attempts, claimed.lease, claimed.prev_until,
+      claimed.head, claimed.attempts, claimed.lease, claimed.prev_until, claimed.last_error,
       repo.full_name, repo.default_branch, repo.enrichment_state
     FROM claimed LEFT JOIN repositories repo ON repo.id = claimed.repository_id`;
 }
@@ -151,6 +154,7 @@ export async function claimNextPush(
     repositoryState: row.enrichment_state,
     lease: row.lease,
     previousLease: row.prev_until,
+    lastError: row.last_error,
   };
 }
 

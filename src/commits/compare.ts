@@ -22,9 +22,10 @@ export const COMPARE_UNPAGED_MAX = 250;
 /** The largest page GitHub serves with per_page. */
 export const COMPARE_PAGE_MAX = 100;
 
-// Bounds on what one commit may bring. A real message is a few KB; the kernel's longest
-// are ~100 KB. Anything larger is cut (at a character, never a key field) and said so.
-const MESSAGE_MAX = 200_000;
+// Bounds on what one commit may bring. A real message is a few KB; anything longer is cut
+// at 65,536 characters, as docs/commits.md says and as every other path cuts it (inline
+// commits, GraphQL answers).
+export const MESSAGE_MAX = 65_536;
 const NAME_MAX = 1_000;
 const PARENTS_MAX = 64;
 const SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
@@ -147,5 +148,37 @@ export function parseCompare(data: unknown, path: string, maxCommits: number): C
   const deep = inspectJson(o.commits, 16, 'commits');
   if (deep.tooDeep) throw new CompareInvalid(path, `nested too deep at ${deep.tooDeep}`);
   const commits = o.commits.map((c, i) => commitOf(c, path, i));
+  const seen = new Set<string>();
+  for (const c of commits) {
+    if (seen.has(c.sha)) throw new CompareInvalid(path, `${c.sha} is listed twice`);
+    seen.add(c.sha);
+  }
+  if (commits.length > total) {
+    throw new CompareInvalid(path, `${commits.length} commits where total_commits says ${total}`);
+  }
   return { totalCommits: total, commits };
+}
+
+/**
+ * An unpaged answer against the push it answers (the red team's lying compare): it holds
+ * every commit of the range when the range fits (total ≤ what one answer holds), and its
+ * last commit is the push's head — a range is reachable from its head, oldest first.
+ */
+export function checkAgainstPush(
+  a: CompareAnswer,
+  path: string,
+  head: string,
+  unpagedMax: number,
+): CompareAnswer {
+  if (a.totalCommits <= unpagedMax && a.commits.length !== a.totalCommits) {
+    throw new CompareInvalid(
+      path,
+      `${a.commits.length} commits where total_commits says ${a.totalCommits}`,
+    );
+  }
+  const last = a.commits.at(-1);
+  if (last && last.sha !== head) {
+    throw new CompareInvalid(path, `the last commit is ${last.sha}, not the head ${head}`);
+  }
+  return a;
 }

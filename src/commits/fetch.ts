@@ -18,14 +18,24 @@ import {
   COMPARE_UNPAGED_MAX,
   type CompareAnswer,
   CompareInvalid,
+  checkAgainstPush,
   comparePath,
   type FetchedCommit,
   parseCompare,
   ZERO_SHA,
 } from './compare.ts';
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
+import { defaultTipAtPush } from './default-tip.ts';
+import { logResult } from './fetch-log.ts';
 import { commitsShare } from './share.ts';
-import { bumpRepository, deferPush, markFailedAttempt, markGone, markNone } from './state.ts';
+import {
+  bumpRepository,
+  deferPush,
+  markFailedAttempt,
+  markGone,
+  markNone,
+  refreshRepository,
+} from './state.ts';
 import { storeFetched } from './store-fetched.ts';
 
 /**
@@ -75,6 +85,8 @@ export interface FetchResult {
 }
 
 const GONE_STATUSES = new Set([404, 410, 451]);
+/** commits_error of a push whose default-branch base answered 404 once (retried once). */
+const DEFAULT_BRANCH_404 = 'the default branch answered 404';
 /** A new branch waits this long for its repository's profile before it is tried again. */
 export const WAIT_FOR_REPOSITORY_SECONDS = 60;
 
@@ -151,7 +163,10 @@ async function send(ctx: Ctx, path: string, maxCommits: number): Promise<Compare
   if (response.status !== 200) {
     throw new GitHubRequestFailed(path, response.status, 'unexpected status');
   }
-  return parseCompare(response.data, path, maxCommits);
+  const answer = parseCompare(response.data, path, maxCommits);
+  return maxCommits === COMPARE_UNPAGED_MAX
+    ? checkAgainstPush(answer, path, ctx.claim.head, COMPARE_UNPAGED_MAX)
+    : answer;
 }
 
 /**
@@ -269,12 +284,33 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
   });
   if (!claim) return { outcome: 'idle', requests: 0 };
   faultPoint('commits.after_claim');
+  return fetchClaimed(deps, claim, jobId, log);
+}
+
+/** The REST compare of one claimed push (also the GraphQL batches' fallback). */
+export async function fetchClaimed(
+  deps: FetchDeps,
+  claim: CommitsClaim,
+  jobId: string | null,
+  log: FetchDeps['logger'],
+): Promise<FetchResult> {
+  const { db, config } = deps;
+  const clock = deps.clock ?? systemClock;
   const push = keyOf(claim);
 
-  const base = await baseOf(deps, claim);
+  let base = await baseOf(deps, claim);
   if (typeof base !== 'string') {
     logResult(log, base);
     return base;
+  }
+  // A new branch: the default branch's tip at push time when the stored pushes prove it
+  // (ADR 0111), else the branch by name (its tip now), whose answer is never trusted
+  // to be the whole set: `partial`, count unknown.
+  let tipNowOnly = false;
+  if (ZERO_SHA.test(claim.before) && base === claim.defaultBranch) {
+    const tip = await defaultTipAtPush(db, claim, claim.defaultBranch);
+    if (tip?.proven) base = tip.sha;
+    else tipNowOnly = true;
   }
 
   // The attempt counted before any request (ADR 0120): a process that dies mid-request has
@@ -309,6 +345,16 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
   };
   if (!sent) {
     const detail = `GitHub answered ${ctx.status} for the comparison ${ctx.base}...${claim.head}`;
+    if (tipNowOnly && !claim.lastError?.startsWith(DEFAULT_BRANCH_404)) {
+      // The default branch may have been renamed: the profile is fetched again and the
+      // push tried once more against the new name, before a second 404 makes it gone.
+      await refreshRepository(db, claim.repositoryId, now);
+      const retryAt = new Date(now.getTime() + WAIT_FOR_REPOSITORY_SECONDS * 1000);
+      await deferPush(db, claim, retryAt, `${DEFAULT_BRANCH_404}: ${detail}`);
+      const result: FetchResult = { ...common, outcome: 'waiting', retryAt, detail };
+      logResult(log, result);
+      return result;
+    }
     const applied = await markGone(db, claim, detail);
     const result: FetchResult = applied
       ? { ...common, outcome: 'gone', detail }
@@ -320,6 +366,7 @@ export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promi
     firstPosition: sent.firstPosition,
     emails: config.commits.emails,
     now,
+    countUnknown: tipNowOnly,
   });
   faultPoint('commits.after_store');
   const result: FetchResult = stored.applied
@@ -420,110 +467,10 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
   throw err;
 }
 
-/** `log` is already bound to the job (job_id), when a job runs this. */
-function logResult(log: FetchDeps['logger'], r: FetchResult): void {
-  const fields = {
-    repo: r.repo ?? null,
-    repository_id: r.push?.repositoryId,
-    ref: r.push?.ref,
-    before: r.push?.before,
-    head: r.push?.head,
-    count: r.commitCount ?? null,
-    stored: r.stored ?? null,
-    state: r.outcome,
-    status: r.status ?? null,
-    request_id: r.requestId ?? null,
-    requests: r.requests,
-  };
-  const what = `${r.repo ?? r.push?.repositoryId} ${r.push?.ref} ${r.push?.before.slice(0, 7)}...${r.push?.head.slice(0, 7)}`;
-  if (r.outcome === 'retry' || r.outcome === 'failed') {
-    log.warn(
-      {
-        event: 'commits.failed',
-        ...fields,
-        will_retry: r.outcome === 'retry',
-        retry_at: r.retryAt,
-        detail: r.detail,
-      },
-      `commits of ${what}: ${r.detail}`,
-    );
-  } else {
-    log.info(
-      { event: 'commits.fetched', ...fields, detail: r.detail },
-      `commits of ${what}: ${r.outcome}${r.commitCount === undefined ? '' : ` (${r.stored}/${r.commitCount})`}`,
-    );
-  }
-}
-
-export interface CommitsCycleOptions {
-  jobId?: string | null;
-  maxPushes?: number;
-  shouldStop?: () => boolean;
-  signal?: AbortSignal;
-}
-
-export interface CommitsCycleSummary {
-  processed: number;
-  requests: number;
-  /** Commit authors new to `actors`: the job hints an enrich-actor cycle for them. */
-  newActors: number;
-  outcomes: Record<FetchOutcome, number>;
-  stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
-  retryAt?: Date;
-}
-
-export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
-  return {
-    idle: 0,
-    complete: 0,
-    partial: 0,
-    gone: 0,
-    none: 0,
-    retry: 0,
-    failed: 0,
-    waiting: 0,
-    rate_limited: 0,
-    budget_exhausted: 0,
-  };
-}
-
-/** One cycle (the fetch-commits job): fetchOnce until idle, told no, rate-limited, the cap, or stop. */
-export async function fetchCycle(
-  deps: FetchDeps,
-  opts: CommitsCycleOptions = {},
-): Promise<CommitsCycleSummary> {
-  const summary: CommitsCycleSummary = {
-    processed: 0,
-    requests: 0,
-    newActors: 0,
-    outcomes: emptyFetchOutcomes(),
-    stoppedBy: 'idle',
-  };
-  const cap = opts.maxPushes ?? Number.POSITIVE_INFINITY;
-  for (;;) {
-    if (summary.processed >= cap) {
-      summary.stoppedBy = 'cap';
-      break;
-    }
-    if (opts.shouldStop?.() || opts.signal?.aborted) {
-      summary.stoppedBy = 'stopped';
-      break;
-    }
-    const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
-    summary.outcomes[r.outcome] += 1;
-    summary.requests += r.requests;
-    summary.newActors += r.newActors ?? 0;
-    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') {
-      summary.stoppedBy = r.outcome;
-      summary.retryAt = r.retryAt;
-      break;
-    }
-    summary.processed += 1;
-    if (r.outcome === 'rate_limited') {
-      summary.stoppedBy = 'rate_limited';
-      summary.retryAt = r.retryAt;
-      break;
-    }
-  }
-  return summary;
-}
+// The cycle (fetchOnce or GraphQL batches until told to stop) lives in cycle.ts.
+export {
+  type CommitsCycleOptions,
+  type CommitsCycleSummary,
+  emptyFetchOutcomes,
+  fetchCycle,
+} from './cycle.ts';

@@ -5,6 +5,8 @@
  * here adds an example of each shape it can produce.
  */
 
+import { buildQuery } from './graphql-batch.ts';
+
 /**
  * One batch of pushes, each an alias: the repository by name (renames followed), its
  * default branch's tip, and the history back from the push's head with what a stored
@@ -65,4 +67,54 @@ query NewBranch($owner: String!, $name: String!, $base: String!, $head: String!,
   }
 }`;
 
-export const GRAPHQL_QUERY_EXAMPLES: readonly string[] = [PUSH_HISTORY_BATCH, NEW_BRANCH_COMPARE];
+const oid = (c: string) => c.repeat(40);
+
+/**
+ * What the batched fetcher sends (graphql-batch.ts buildQuery), one example of each shape:
+ * a first round (the head with its parents, the base's newest ancestors), a new branch's
+ * first round (the default branch's tip), and the later rounds (a walk from a commit, a
+ * count, the next page of the base's history). The examples are built by the builder, so
+ * a change to it is validated here.
+ */
+const BATCH_EXAMPLES = [
+  buildQuery(
+    [
+      {
+        fullName: 'octo/one',
+        repositoryId: '1',
+        asks: [
+          { kind: 'walk', from: oid('a'), first: 1 },
+          { kind: 'base', first: 100, after: null },
+        ],
+      },
+      {
+        fullName: 'octo/two',
+        repositoryId: '2',
+        asks: [{ kind: 'walk', from: oid('b'), first: 1 }],
+        defaultBranch: true,
+      },
+    ],
+    [oid('c'), null],
+  ),
+  buildQuery(
+    [
+      {
+        fullName: 'octo/one',
+        repositoryId: '1',
+        asks: [
+          { kind: 'walk', from: oid('d'), first: 100 },
+          { kind: 'count', of: oid('e') },
+          { kind: 'count', of: oid('f'), first: 100 },
+          { kind: 'base', first: 100, after: `${oid('c')} 99` },
+        ],
+      },
+    ],
+    [oid('c')],
+  ),
+].map((q) => q.query);
+
+export const GRAPHQL_QUERY_EXAMPLES: readonly string[] = [
+  PUSH_HISTORY_BATCH,
+  NEW_BRANCH_COMPARE,
+  ...BATCH_EXAMPLES,
+];

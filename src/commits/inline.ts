@@ -40,6 +40,8 @@ export interface CommitsPlan {
 export interface PlannedPush {
   actor: { login: string };
   repository: { fullName: string };
+  /** Known to be a private repository's push (see TargetedPush). */
+  private?: boolean;
   ref: string;
   head: string;
   size: number | null;

@@ -27,7 +27,7 @@ async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sq
 export function markFetched(
   db: Db,
   claim: CommitsClaim,
-  result: { state: 'complete' | 'partial'; commitCount: number },
+  result: { state: 'complete' | 'partial'; commitCount: number | null },
 ): Promise<boolean> {
   return transition(
     db,
@@ -105,5 +105,19 @@ export async function bumpRepository(db: Db, repositoryId: string, now: Date): P
       updated_at = ${now}
     WHERE id = ${repositoryId}::bigint AND default_branch IS NULL
       AND enrichment_state IN ('pending', 'enriched')`.execute(db);
+  return Number(r.numAffectedRows ?? 0) === 1;
+}
+
+/**
+ * The default branch answered 404 (renamed?): the repository's profile is fetched again
+ * now, whatever it held, so the push's one retry compares against the name GitHub has.
+ */
+export async function refreshRepository(db: Db, repositoryId: string, now: Date): Promise<boolean> {
+  const r = await sql`
+    UPDATE repositories SET
+      enrichment_state = 'pending',
+      next_attempt_at = LEAST(next_attempt_at, ${now}::timestamptz),
+      updated_at = ${now}
+    WHERE id = ${repositoryId}::bigint AND enrichment_state IN ('pending', 'enriched')`.execute(db);
   return Number(r.numAffectedRows ?? 0) === 1;
 }

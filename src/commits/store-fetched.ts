@@ -15,7 +15,13 @@ export async function storeFetched(
   db: Db,
   claim: CommitsClaim,
   answer: CompareAnswer,
-  opts: { firstPosition: number; emails: CommitEmailMode; now: Date },
+  opts: {
+    firstPosition: number;
+    emails: CommitEmailMode;
+    now: Date;
+    /** A new branch whose default-branch tip at push time is unknown: `partial`, count NULL. */
+    countUnknown?: boolean;
+  },
 ): Promise<{
   applied: boolean;
   state: 'complete' | 'partial';
@@ -23,9 +29,12 @@ export async function storeFetched(
   newActors: number;
 }> {
   const n = answer.commits.length;
-  const state = n >= answer.totalCommits ? 'complete' : 'partial';
+  const state = n >= answer.totalCommits && !opts.countUnknown ? 'complete' : 'partial';
   return db.transaction().execute(async (trx) => {
-    const applied = await markFetched(trx, claim, { state, commitCount: answer.totalCommits });
+    const applied = await markFetched(trx, claim, {
+      state,
+      commitCount: opts.countUnknown ? null : answer.totalCommits,
+    });
     if (!applied) return { applied, state, newCommits: 0, newActors: 0 };
     const push = {
       repositoryId: claim.repositoryId,

@@ -1,20 +1,26 @@
 import { sql } from 'kysely';
+import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 
 /**
- * Who gets commits (ADR 0070): a push is targeted when its repository (full name), its
- * organisation (the repository's owner) or its actor (login) is the target of an enabled
- * source whose commits are on — whichever way the push arrived. Read once per batch from
- * event_sources into three sets (names compared without case, as GitHub does), so deciding
- * for a push is three set probes, never a query.
+ * Who gets commits (ADR 0070, ADR 0112): a push is targeted when an enabled source whose
+ * commits are on covers it — whichever way the push arrived (poll, webhook, bin/backfill,
+ * gap fill, another instance's archive). A `repo`, `org` or `user` source covers the pushes
+ * to its repository, to its organisation's repositories (the repository's owner) or by its
+ * actor (login); the `public` source covers every public push. Read once per batch from
+ * event_sources into three sets and a flag (names compared without case, as GitHub does),
+ * so deciding for a push is at most three set probes, never a query.
  */
 export interface CommitsTargets {
+  /** An enabled public source has commits on: every push not known to be private. */
+  readonly publicPushes: boolean;
   readonly repositories: ReadonlySet<string>;
   readonly owners: ReadonlySet<string>;
   readonly actors: ReadonlySet<string>;
 }
 
 export const NO_TARGETS: CommitsTargets = {
+  publicPushes: false,
   repositories: new Set(),
   owners: new Set(),
   actors: new Set(),
@@ -23,9 +29,16 @@ export const NO_TARGETS: CommitsTargets = {
 export interface TargetedPush {
   actor: { login: string };
   repository: { fullName: string };
+  /**
+   * True when the push is known to be a private repository's (a delivery's
+   * `repository.private`, an event's `public: false`): the public source does not cover it.
+   * Absent for an archive line (GH Archive holds public events only).
+   */
+  private?: boolean;
 }
 
 export function isTargeted(targets: CommitsTargets, push: TargetedPush): boolean {
+  if (targets.publicPushes && push.private !== true) return true;
   const repo = push.repository.fullName.toLowerCase();
   if (targets.repositories.has(repo)) return true;
   const slash = repo.indexOf('/');
@@ -33,19 +46,33 @@ export function isTargeted(targets: CommitsTargets, push: TargetedPush): boolean
   return targets.actors.has(push.actor.login.toLowerCase());
 }
 
+/**
+ * Why nobody gets commits in this process, or null when a source may turn them on
+ * (ADR 0112): fetching commits needs a credential (GitHub's GraphQL API refuses an
+ * anonymous caller, and 60 REST requests an hour fetch next to nothing). Fixture mode
+ * answers as a credential would.
+ */
+export function commitsOffReason(github: Pick<Config['github'], 'mode' | 'tokens' | 'app'>) {
+  if (github.mode === 'fixture' || github.tokens.length > 0 || github.app) return null;
+  return 'no GitHub credential: commits are fetched with GraphQL, which needs one (set GITHUB_TOKEN, GITHUB_TOKENS or GITHUB_APP_ID)';
+}
+
 export async function loadCommitsTargets(db: Db): Promise<CommitsTargets> {
-  const r = await sql<{ kind: string; target: string }>`
+  const r = await sql<{ kind: string; target: string | null }>`
     SELECT DISTINCT kind, lower(target) AS target FROM event_sources
-    WHERE enabled AND commits_enabled AND target IS NOT NULL`.execute(db);
+    WHERE enabled AND commits_enabled`.execute(db);
+  let publicPushes = false;
   const repositories = new Set<string>();
   const owners = new Set<string>();
   const actors = new Set<string>();
   for (const { kind, target } of r.rows) {
-    if (kind === 'repo') repositories.add(target);
+    if (kind === 'public') publicPushes = true;
+    else if (target === null) continue;
+    else if (kind === 'repo') repositories.add(target);
     else if (kind === 'org') owners.add(target);
     else if (kind === 'user') actors.add(target);
   }
-  return { repositories, owners, actors };
+  return { publicPushes, repositories, owners, actors };
 }
 
 /**
@@ -91,6 +118,14 @@ export function commitsTargets(db: Db): Promise<CommitsTargets> {
     caches.set(db, cache);
   }
   return cache.get(db);
+}
+
+/**
+ * The targets a batch stores with: nobody's when commits are off for the whole process
+ * (`off`: commitsOffReason said why), else the cached read of event_sources.
+ */
+export function commitsTargetsUnless(off: boolean, db: Db): Promise<CommitsTargets> {
+  return off ? Promise.resolve(NO_TARGETS) : commitsTargets(db);
 }
 
 /** Drops what the process holds for `db` (after changing a source in-process). */

@@ -1,3 +1,4 @@
+import { commitsOffReason } from '../commits/targets.ts';
 import type { EventSource } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
 import { BudgetExhausted, GitHubAuthFailed, GitHubRequestFailed } from '../github/errors.ts';
@@ -157,6 +158,7 @@ export async function fetchPages(
         runId: state.runId,
         commitEmails: deps.config.commits.emails,
         targetsFrom: deps.db,
+        commitsOff: commitsOffReason(deps.config.github) !== null,
       },
       async (trx, stored) => {
         await settlePending(deps, lock, trx);

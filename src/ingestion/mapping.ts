@@ -42,6 +42,12 @@ export interface PushRow {
   payload: Record<string, unknown>;
   size: number | null;
   distinctSize: number | null;
+  /**
+   * True when the push is known to be a private repository's (an event's `public: false`, a
+   * delivery's `repository.private`); absent otherwise. Only who gets commits reads it: the
+   * public source covers public pushes (ADR 0112). Not stored.
+   */
+  private?: true;
 }
 
 /** An event set aside: what rejected_events records. */
@@ -152,6 +158,8 @@ export function mapPushEvent(
       payload,
       size,
       distinctSize,
+      // A private repository's event (a token that can see it): not the public source's.
+      ...(ev.public === false ? { private: true as const } : {}),
     },
     sanitisedAt: found.badText?.path ?? null,
   };

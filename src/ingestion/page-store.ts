@@ -1,4 +1,4 @@
-import { commitsTargets } from '../commits/targets.ts';
+import { commitsTargetsUnless } from '../commits/targets.ts';
 import type { CommitEmailMode } from '../config.ts';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
@@ -42,6 +42,8 @@ export interface PageContext {
    * its own: the cache is per Kysely instance, and a poll's session is a new one each run.
    */
   targetsFrom?: Db;
+  /** No credential in this process: nobody's commits are fetched (commitsOffReason, ADR 0112). */
+  commitsOff?: boolean;
 }
 
 export interface StoredPage extends StoreResult {
@@ -85,7 +87,7 @@ export async function storePage<T>(
     runId: ctx.runId,
     // Who gets commits: read once per batch (cached), never per push (ADR 0070).
     commits: {
-      targets: await commitsTargets(ctx.targetsFrom ?? db),
+      targets: await commitsTargetsUnless(ctx.commitsOff === true, ctx.targetsFrom ?? db),
       emails: ctx.commitEmails ?? 'hash',
     },
   };

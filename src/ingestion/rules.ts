@@ -126,8 +126,19 @@ export const TIMESTAMP_RANGE = {
   max: Date.UTC(9999, 11, 31, 23, 59, 59, 999),
 };
 
+/**
+ * The last text parsed and its instant: a poll page parses each event's created_at twice
+ * in a row (its era for the horizon, then the push's row), and this is a pure function.
+ */
+let lastParsed: { value: string; ms: number | null } = { value: '', ms: null };
+
 /** A real calendar instant (no Feb 30, no hour 24) in TIMESTAMP_RANGE, or null. */
 export function parseTimestamp(value: string): Date | null {
+  if (value !== lastParsed.value) lastParsed = { value, ms: parsedMs(value) };
+  return lastParsed.ms === null ? null : new Date(lastParsed.ms);
+}
+
+function parsedMs(value: string): number | null {
   const m = ISO_TIMESTAMP.exec(value);
   if (!m) return null;
   const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as number[];
@@ -147,7 +158,7 @@ export function parseTimestamp(value: string): Date | null {
   if (Number(m[9] ?? 0) > 23 || Number(m[10] ?? 0) > 59) return null;
   const ms = local.getTime() - offsetMinutes * 60_000 + Math.floor(Number(`0${m[7] ?? ''}`) * 1000);
   if (ms < TIMESTAMP_RANGE.min || ms > TIMESTAMP_RANGE.max) return null;
-  return new Date(ms);
+  return ms;
 }
 
 export function timestampField(value: unknown, field: string): Date {

@@ -92,10 +92,11 @@ export function parseSourcesList(raw: string): SourceSpec[] {
 }
 
 /**
- * Whether a new source asks for its pushes' commits (ADR 0070): a repository, organisation
- * or user is followed on purpose; the public timeline is strangers' pushes, whose commits
- * would spend the background allowance for nobody, so it starts off.
+ * Whether a new source asks for its pushes' commits: every kind does, `public` included
+ * (ADR 0112; ADR 0070 had it off). A push's commits are what most users of the timeline
+ * came for, GraphQL batches fetch ~20 pushes a point, and COMMITS_SHARE bounds what they
+ * spend. A process without a credential fetches none whatever this says (commitsOffReason).
  */
-export function commitsEnabledFor(kind: SourceKind): boolean {
-  return kind !== 'public';
+export function commitsEnabledFor(_kind: SourceKind): boolean {
+  return true;
 }

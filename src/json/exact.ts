@@ -184,6 +184,9 @@ export function topLevelElements(text: string): string[] {
 
 const MAX_INT8 = 9223372036854775807n;
 
+/** Canonical decimal text of at most 18 digits: below 10^18, so within bigint as it is. */
+const CANONICAL_SHORT_ID = /^(?:0|[1-9]\d{0,17})$/;
+
 /**
  * A GitHub id as its canonical decimal string, or null when the value is not one: a
  * non-negative integer that fits Postgres bigint, given as a JSON number (exact when it
@@ -198,6 +201,8 @@ export function exactId(value: unknown): string | null {
   if (typeof value === 'string') digits = value;
   else if (isRawJson(value)) digits = value.rawJSON;
   else return null;
+  // Canonical and below 10^18 (so within bigint): the text is the answer, no BigInt needed.
+  if (CANONICAL_SHORT_ID.test(digits)) return digits;
   if (!/^\d{1,19}$/.test(digits)) return null;
   const n = BigInt(digits);
   return n <= MAX_INT8 ? n.toString() : null;

@@ -33,10 +33,15 @@ export function storableText(s: string): string {
   return s.toWellFormed().replaceAll('\u0000', '\uFFFD');
 }
 
+/**
+ * A value still to visit. Its path is built only when a fault is found there (walking the
+ * parents): building every value's path up front was most of the poll path's mapping cost.
+ */
 interface Frame {
   value: unknown;
   depth: number;
-  path: string;
+  parent: Frame | null;
+  key: string | number;
 }
 
 function childPath(path: string, key: string | number): string {
@@ -44,35 +49,44 @@ function childPath(path: string, key: string | number): string {
   return path ? `${path}.${key}` : key;
 }
 
+function pathOf(frame: Frame, root: string): string {
+  const keys: (string | number)[] = [];
+  for (let f: Frame | null = frame; f?.parent; f = f.parent) keys.push(f.key);
+  let path = root;
+  for (let i = keys.length - 1; i >= 0; i--) path = childPath(path, keys[i]!);
+  return path;
+}
+
 /** Depth 1 is a scalar or an empty container at the top; each container adds one. */
 export function inspectJson(value: unknown, maxDepth = MAX_JSON_DEPTH, root = ''): JsonInspection {
   const out: JsonInspection = { tooDeep: null, badText: null };
-  const stack: Frame[] = [{ value, depth: 1, path: root }];
+  const stack: Frame[] = [{ value, depth: 1, parent: null, key: '' }];
   while (stack.length > 0 && (out.tooDeep === null || out.badText === null)) {
-    const { value: v, depth, path } = stack.pop()!;
+    const frame = stack.pop()!;
+    const { value: v, depth } = frame;
     if (typeof v === 'string') {
       const fault = out.badText ? null : textFault(v);
-      if (fault) out.badText = { path: path || 'value', fault };
+      if (fault) out.badText = { path: pathOf(frame, root) || 'value', fault };
       continue;
     }
     if (v === null || typeof v !== 'object' || isRawJson(v)) continue;
     if (depth > maxDepth) {
-      out.tooDeep ??= path || 'value';
+      out.tooDeep ??= pathOf(frame, root) || 'value';
       continue;
     }
     if (Array.isArray(v)) {
       for (let i = v.length - 1; i >= 0; i--) {
-        stack.push({ value: v[i], depth: depth + 1, path: childPath(path, i) });
+        stack.push({ value: v[i], depth: depth + 1, parent: frame, key: i });
       }
       continue;
     }
-    for (const [k, child] of Object.entries(v)) {
-      const at = childPath(path, k);
+    for (const k of Object.keys(v)) {
       if (!out.badText) {
         const fault = textFault(k);
-        if (fault) out.badText = { path: at, fault };
+        if (fault) out.badText = { path: childPath(pathOf(frame, root), k), fault };
       }
-      stack.push({ value: child, depth: depth + 1, path: at });
+      const child = (v as Record<string, unknown>)[k];
+      stack.push({ value: child, depth: depth + 1, parent: frame, key: k });
     }
   }
   return out;

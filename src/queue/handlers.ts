@@ -274,6 +274,9 @@ export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<Commi
       outcome: summary.stoppedBy,
       processed: summary.processed,
       requests: summary.requests,
+      // GraphQL batches (ADR 0111): points on the #graphql window, and the queries sent.
+      points: summary.points ?? 0,
+      queries: summary.queries ?? 0,
       new_actors: summary.newActors,
       outcomes: summary.outcomes,
       continued,

@@ -1,4 +1,6 @@
 import { sql } from 'kysely';
+import { commitsOffReason } from '../commits/targets.ts';
+import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { COMMITS_STATES, type CommitsState, PUSH_ORIGINS, type PushOrigin } from '../db/schema.ts';
 
@@ -20,6 +22,11 @@ export interface CommitsStatus {
   stored: number;
   /** true: `stored` is pg_class.reltuples (the table is too big to count on every status). */
   storedEstimated: boolean;
+  /**
+   * Why no push that arrives now gets its commits fetched, in one line, or null when some do
+   * (ADR 0112): no credential in this process, or no enabled source with commits on.
+   */
+  off: string | null;
 }
 
 export { COMMITS_STATES };
@@ -40,7 +47,20 @@ export function commitsBacklogStatement(now: Date) {
             WHERE purpose = 'commits' AND reserved_at > ${new Date(now.getTime() - 3_600_000)}) AS requests`;
 }
 
-export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
+/** No enabled source asks for commits: one probe of event_sources (a few rows to 10,000). */
+async function noSourceWantsCommits(db: Db): Promise<boolean> {
+  const r = await sql<{ any: boolean }>`
+    SELECT EXISTS (SELECT 1 FROM event_sources WHERE enabled AND commits_enabled) AS any`.execute(
+    db,
+  );
+  return !r.rows[0]!.any;
+}
+
+export async function commitsStatus(
+  db: Db,
+  now: Date,
+  github: Pick<Config['github'], 'mode' | 'tokens' | 'app'>,
+): Promise<CommitsStatus> {
   const out: CommitsStatus = {
     byState: Object.fromEntries(COMMITS_STATES.map((s) => [s, 0])) as Record<CommitsState, number>,
     pendingDue: 0,
@@ -51,6 +71,11 @@ export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
     requestsLastHour: 0,
     stored: 0,
     storedEstimated: false,
+    off:
+      commitsOffReason(github) ??
+      ((await noSourceWantsCommits(db))
+        ? 'no enabled source has commits on (bin/sources commits ID on)'
+        : null),
   };
   for (const row of (await commitsStateCounts().execute(db)).rows) {
     out.byState[row.commits_state] = Number(row.n);

@@ -130,7 +130,7 @@ export async function readStatus(
     gaps: await gapStatus(db),
     mirrors: await mirrorStatuses(db, config.archive.mirrors),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
-    commits: await commitsStatus(db, now),
+    commits: await commitsStatus(db, now, config.github),
     budget: null,
     credentials: [],
     queues: null,

@@ -194,6 +194,8 @@ function commitsLines(report: StatusReport): string[] {
       .map(([o, n]) => `${o} ${count(n)}`)
       .join(', ')}`,
     ...graphqlLine(report),
+    // Why new pushes get none, when none do (ADR 0112): one line an operator can act on.
+    ...(c.off ? [`  commits are off: ${c.off}`] : []),
   ];
 }
 

@@ -397,7 +397,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     dueGauge.set({ class: cls }, b.due);
   }
 
-  const commits = await commitsStatus(db, now);
+  const commits = await commitsStatus(db, now, config.github);
   const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state (ADR 0070)', ['state']);
   for (const state of COMMITS_STATES) byState.set({ state }, commits.byState[state]);
   const pendingByOrigin = gauge(

@@ -1,4 +1,5 @@
 import type http from 'node:http';
+import { commitsOffReason } from '../commits/targets.ts';
 import { quoted } from '../quote.ts';
 import { loggableDeliveryId, receiveDelivery } from '../webhooks/intake.ts';
 import { signatureShaped } from '../webhooks/signature.ts';
@@ -138,6 +139,7 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
           secret,
           boss: deps.boss,
           commitEmails: deps.config.commits.emails,
+          commitsOff: commitsOffReason(deps.config.github) !== null,
         },
         {
           deliveryId,

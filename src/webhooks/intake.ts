@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
 import { hintCommits } from '../commits/hint.ts';
-import { commitsTargets } from '../commits/targets.ts';
+import { commitsTargetsUnless } from '../commits/targets.ts';
 import type { CommitEmailMode } from '../config.ts';
 import { sqlState } from '../db/errors.ts';
 import { inSavepoint } from '../db/savepoint.ts';
@@ -56,6 +56,8 @@ export type IntakeDeps = Pick<Deps, 'db' | 'logger' | 'clock'> & {
   boss?: PgBoss;
   /** COMMIT_EMAILS for the delivery's commits (default hash). */
   commitEmails?: CommitEmailMode;
+  /** No credential in this process: nobody's commits are fetched (commitsOffReason, ADR 0112). */
+  commitsOff?: boolean;
 };
 
 const DELIVERY_ID = /^[\w.:-]{1,100}$/;
@@ -218,7 +220,10 @@ export async function receiveDelivery(
     // inside this try: a database that cannot answer is the same 500 as a failed store).
     const commits =
       verdict.kind === 'push'
-        ? { targets: await commitsTargets(deps.db), emails: deps.commitEmails ?? 'hash' }
+        ? {
+            targets: await commitsTargetsUnless(deps.commitsOff === true, deps.db),
+            emails: deps.commitEmails ?? 'hash',
+          }
         : undefined;
     outcome = await deps.db.transaction().execute(async (trx): Promise<Outcome> => {
       const provisional =

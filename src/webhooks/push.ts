@@ -106,6 +106,7 @@ export function mapPushDelivery(body: Record<string, unknown>, receivedAt: Date)
     },
     size: commits.length,
     distinctSize: distinct,
+    ...(repository.private === true ? { private: true as const } : {}),
   };
 }
 

@@ -84,7 +84,7 @@ describe('releasing the embedded Postgres', () => {
     await closing;
     await new Promise((r) => setTimeout(r, 200)); // let any late socket error arrive
     expect(errors).toEqual([]);
-  }, 60_000);
+  }, 180_000);
 
   it('does not wait for connections to the maintenance database: bin/db status, holders', async () => {
     const handle = await acquire('test');
@@ -94,7 +94,10 @@ describe('releasing the embedded Postgres', () => {
     await plainClient(embeddedUrl(handle.port, 'postgres'), 'gpi-something-else');
     const started = Date.now();
     expect(await handle.release()).toBe('stopped');
-    expect(Date.now() - started).toBeLessThan(2_000); // the cap is 5 s
+    // Waiting for them would take the whole 5 s cap before the stop; not waiting takes only
+    // the stop (about 0.3 s idle, 1-3 s at load average 15). Bounded by the cap itself, not
+    // by an idle machine's speed.
+    expect(Date.now() - started).toBeLessThan(5_000);
   }, 120_000);
 
   it('leaves the server running to a process waiting to join while the last one leaves', async () => {
@@ -116,9 +119,8 @@ describe('releasing the embedded Postgres', () => {
     while ((await exclusive()) === 0) await new Promise((r) => setTimeout(r, 10));
     // A process joins now: it waits on its shared lock.
     const joining = acquire('joiner');
-    const started = Date.now();
+    // 'left_running' is the proof it saw the joiner: past the 5 s cap it would have stopped.
     expect(await releasing).toBe('left_running');
-    expect(Date.now() - started).toBeLessThan(2_000);
     const joined = await joining;
     expect(joined.started).toBe(false); // it used the running server, no stop and restart
     await Promise.all(clients.splice(0).map((c) => c.end()));

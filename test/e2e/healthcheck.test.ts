@@ -34,7 +34,7 @@ describe('bin/healthcheck', () => {
     const after = await runBin('healthcheck', ['worker'], env);
     expect(after.code).toBe(1);
     expect(after.err).toMatch(/the worker on host .* has not sent a heartbeat since/);
-  }, 60_000);
+  }, 180_000);
 
   it('web: healthy while /healthz answers 200 on HTTP_PORT, unhealthy when nothing listens', async () => {
     const port = String(await sparePort());
@@ -51,7 +51,7 @@ describe('bin/healthcheck', () => {
     const down = await runBin('healthcheck', ['web'], env);
     expect(down.code).toBe(1);
     expect(down.err).toMatch(`healthcheck: web unhealthy: http://127.0.0.1:${port}/healthz: `);
-  }, 60_000);
+  }, 180_000);
 
   it('needs to be told which service (exit 2)', async () => {
     const r = await runBin('healthcheck', ['db'], { DATABASE_URL: t.url });

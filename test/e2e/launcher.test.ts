@@ -116,12 +116,13 @@ describe('memory defaults', () => {
   afterAll(() => killAll(children));
 
   async function webProcess(env: Record<string, string> = {}) {
-    const web = spawnBin('web', {
-      DATABASE_URL: t.url,
-      HTTP_PORT: '0',
-      GITHUB_MODE: 'fixture',
-      ...env,
-    });
+    // The launcher applies the defaults itself here (the harness sets them beforehand elsewhere).
+    const web = spawnBin(
+      'web',
+      { DATABASE_URL: t.url, HTTP_PORT: '0', GITHUB_MODE: 'fixture', ...env },
+      [],
+      { launcherApplies: true },
+    );
     children.push(web);
     await web.waitForLine((l) => l.event === 'web.listening', 'web.listening');
     const pid = web.process.pid!;

@@ -103,7 +103,7 @@ describe('stdout is for results, stderr for logs (zero-config path, LOG_LEVEL=tr
     expect(worker.lines.some((l) => l.level === 'debug' || l.level === 'trace')).toBe(true);
     const web = children[0]!;
     expect(web.stdout.join('')).toBe('');
-  }, 90_000);
+  }, 180_000);
 });
 
 describe('before bin/setup', () => {
@@ -291,5 +291,5 @@ describe('on a terminal', () => {
     );
     const lastBarCounts = /\((.*)\)/.exec(bars[bars.length - 1]!)![1];
     expect(summary).toContain(`(${lastBarCounts})`);
-  }, 60_000);
+  }, 180_000);
 });

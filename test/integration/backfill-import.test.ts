@@ -21,6 +21,7 @@ import {
 import { useTestDatabase } from '../support/db.ts';
 import { memoryLogger } from '../support/github-client.ts';
 import { type GitHubEvent, otherEvent, pushEvent } from '../support/github-factories.ts';
+import { waitFor } from '../support/wait.ts';
 
 const t = useTestDatabase();
 let archive: ArchiveServer;
@@ -393,7 +394,17 @@ describe('importing an archive file', () => {
     const evs = events(4000, hour.start);
     archive.setHour(hour.name, evs);
     const body = gzipLines(evs);
-    archive.fail(hour.name, { cutAfterBytes: Math.floor(body.length / 2) });
+    archive.fail(hour.name, {
+      cutAfterBytes: Math.floor(body.length / 2),
+      // Cut once a chunk of the first half is committed: on a loaded machine the whole first
+      // half can arrive before the first commit, and the failure would then leave nothing
+      // to resume from (what this test is about).
+      cutWhen: () =>
+        waitFor(async () => Number((await checkpoint(hour.name))?.lines_done ?? 0) > 0, {
+          timeoutMs: 60_000,
+          what: 'a chunk of the first half committed',
+        }),
+    });
     const cut = await importFile(deps(), archiveHourSource(archive.url, hour), ALL, {
       chunkRows: 100,
     });

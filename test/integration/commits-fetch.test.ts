@@ -300,9 +300,81 @@ describe('ranges', () => {
     await insertPushes(t.db, [
       { repositoryId: 21, ref: 'refs/heads/topic', before: ZERO, head: topic[1]! },
     ]);
-    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'complete', commitCount: 2 });
+    // No record of trunk's tip when the branch was pushed: its tip now is the base, and the
+    // answer is only what the branch has beyond trunk today — partial, count unknown.
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'partial', stored: 2 });
+    expect(await pushState(t.db, topic[1]!, 'refs/heads/topic')).toMatchObject({
+      commits_state: 'partial',
+      commit_count: null,
+    });
     expect(compares()[0]!.path).toBe(`/repos/octo/branchy/compare/trunk...${topic[1]}`);
     expect((await pushShas(t.db, topic[1]!, 'refs/heads/topic')).map((r) => r.sha)).toEqual(topic);
+  });
+
+  it('a new branch merged before the fetch: against the tip at push time (stored pushes prove it), never complete with 0', async () => {
+    const deps = fetcher();
+    await insertRepository(t.db, 31, 'octo/merged', { defaultBranch: 'main' });
+    const main = chain(fake, 'octo/merged', 3, null, { branch: 'main' });
+    const topic = chain(fake, 'octo/merged', 2, main[2]!);
+    const merge = newSha();
+    fake.addCommits('octo/merged', [{ sha: merge, parents: [main[2]!, topic[1]!] }]);
+    fake.setBranch('octo/merged', 'main', merge);
+    const at = (s: number) => new Date(Date.now() - s * 1000);
+    await insertPushes(t.db, [
+      { repositoryId: 31, ref: 'refs/heads/topic', before: ZERO, head: topic[1]!, dueAt: at(60) },
+    ]);
+    // without a record of main at push time: main now holds the branch (behind) → partial, 0 rows
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'partial', stored: 0 });
+    expect(await pushState(t.db, topic[1]!, 'refs/heads/topic')).toMatchObject({
+      commits_state: 'partial',
+      commit_count: null,
+    });
+    // with the pushes to main before and after it stored, main's tip then is proven: exact
+    await sql`DELETE FROM push_events`.execute(t.db);
+    await insertPushes(t.db, [
+      { repositoryId: 31, before: main[1]!, head: main[2]!, state: 'skipped', dueAt: at(120) },
+      { repositoryId: 31, ref: 'refs/heads/topic', before: ZERO, head: topic[1]!, dueAt: at(60) },
+      { repositoryId: 31, before: main[2]!, head: merge, state: 'skipped', dueAt: at(30) },
+    ]);
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'complete', commitCount: 2 });
+    expect(compares().at(-1)!.path).toBe(`/repos/octo/merged/compare/${main[2]}...${topic[1]}`);
+    expect((await pushShas(t.db, topic[1]!, 'refs/heads/topic')).map((r) => r.sha)).toEqual(topic);
+  });
+
+  it('a 404 against the default branch refreshes the repository profile and retries once', async () => {
+    const deps = fetcher();
+    await insertRepository(t.db, 32, 'octo/renamed', { defaultBranch: 'master' });
+    const main = chain(fake, 'octo/renamed', 2, null, { branch: 'main' });
+    const topic = chain(fake, 'octo/renamed', 1, main[1]!);
+    await insertPushes(t.db, [
+      { repositoryId: 32, ref: 'refs/heads/topic', before: ZERO, head: topic[0]! },
+    ]);
+    const first = await fetchOnce(deps);
+    expect(first).toMatchObject({ outcome: 'waiting', status: 404 });
+    expect(await pushState(t.db, topic[0]!, 'refs/heads/topic')).toMatchObject({
+      commits_state: 'pending',
+    });
+    const repo = await sql<{ state: string; due: boolean }>`
+      SELECT enrichment_state AS state, next_attempt_at <= ${deps.clock.now()} AS due
+      FROM repositories WHERE id = 32`.execute(t.db);
+    expect(repo.rows[0]).toEqual({ state: 'pending', due: true });
+    // the profile says main now: the retry compares against it
+    await sql`UPDATE repositories SET default_branch = 'main', enrichment_state = 'enriched' WHERE id = 32`.execute(
+      t.db,
+    );
+    deps.clock.set(first.retryAt!);
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'partial', stored: 1 });
+    // a second 404 (the profile did not change it) is gone
+    await insertRepository(t.db, 33, 'octo/nomaster', { defaultBranch: 'master' });
+    chain(fake, 'octo/nomaster', 1, null, { branch: 'main' });
+    const t2 = chain(fake, 'octo/nomaster', 1, null);
+    await insertPushes(t.db, [
+      { repositoryId: 33, ref: 'refs/heads/x', before: ZERO, head: t2[0]! },
+    ]);
+    const w = await fetchOnce(deps);
+    expect(w).toMatchObject({ outcome: 'waiting' });
+    deps.clock.set(w.retryAt!);
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'gone' });
   });
 
   it('a new branch waits for the repository profile when the default branch is unknown', async () => {
@@ -327,7 +399,8 @@ describe('ranges', () => {
     await sql`UPDATE repositories SET default_branch = 'main', enrichment_state = 'enriched'
       WHERE id = 22`.execute(t.db);
     deps.clock.set(r.retryAt!);
-    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'complete', commitCount: 1 });
+    // against main's tip now (no record of it at push time): partial, count unknown
+    expect(await fetchOnce(deps)).toMatchObject({ outcome: 'partial', stored: 1 });
     expect(await pushState(t.db, topic[0]!, 'refs/heads/topic')).toMatchObject({
       commits_attempts: 1,
     });

@@ -361,11 +361,21 @@ describe('polled events', () => {
     ]);
   });
 
-  it('a public source never targets anybody', async () => {
-    await source('public');
+  it('a public source targets every public push while its commits are on (ADR 0112)', async () => {
+    const pub = await source('public');
+    expect(pub.commits_enabled).toBe(true);
     const ev = pushEvent();
     await poll([ev]);
-    expect((await pushOf(repoIdOf(ev))).commits_state).toBe('skipped');
+    expect(await pushOf(repoIdOf(ev))).toEqual({
+      commits_state: 'pending',
+      commit_count: null,
+      due: true,
+    });
+    const { setSourceCommits } = await import('../../src/ingestion/sources.ts');
+    await setSourceCommits(t.db, Number(pub.id), false);
+    const later = pushEvent();
+    await poll([later]);
+    expect((await pushOf(repoIdOf(later))).commits_state).toBe('skipped');
   });
 });
 

@@ -65,7 +65,15 @@ describe('the fetch-commits job', () => {
     await insertPushes(t.db, [{ repositoryId: 40, before: shas[0]!, head: shas[2]! }]);
     const ctx: JobContext = { deps, boss, isStopping: () => false };
     const r = await handleFetchCommits(ctx, { id: 'job-1' });
-    expect(r).toMatchObject({ outcome: 'idle', processed: 1, requests: 1, continued: false });
+    // by GraphQL (COMMITS_TRANSPORT=graphql, the default): one query of 1 point, no REST request
+    expect(r).toMatchObject({
+      outcome: 'idle',
+      processed: 1,
+      requests: 0,
+      points: 1,
+      queries: 1,
+      continued: false,
+    });
     expect(r.outcomes.complete).toBe(1);
     expect((await pushState(t.db, shas[2]!)).commits_state).toBe('complete');
     const done = log.events('job.completed');

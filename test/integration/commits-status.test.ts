@@ -83,6 +83,8 @@ describe('commits status', () => {
       requestsLastHour: 3,
       stored: 7,
       storedEstimated: false,
+      // No source at all here: nothing asks for commits (ADR 0112).
+      off: 'no enabled source has commits on (bin/sources commits ID on)',
     });
   });
 
@@ -103,6 +105,35 @@ describe('commits status', () => {
     const json = JSON.parse((await run(process.execPath, [BIN, '--json'], { env })).stdout);
     expect(json.commits).toMatchObject({ byState: BY_STATE, pendingDue: 2, requestsLastHour: 3 });
   });
+
+  it('bin/status says in one line why commits are off: no credential, then no source asking', async () => {
+    const base = { ...process.env, DATABASE_URL: t.url, LOG_LEVEL: 'silent' };
+    const anonymous = { ...base, GITHUB_MODE: 'live', GITHUB_TOKEN: '', GITHUB_TOKENS: '' };
+    await sql`INSERT INTO event_sources (kind, target, mode, commits_enabled)
+      VALUES ('public', NULL, 'live', true)`.execute(t.db);
+    try {
+      const text = (await run(process.execPath, [BIN], { env: anonymous })).stdout;
+      const why =
+        'commits are off: no GitHub credential: commits are fetched with GraphQL, which needs one (set GITHUB_TOKEN, GITHUB_TOKENS or GITHUB_APP_ID)';
+      expect(text.split('\n').filter((l) => l.includes('commits are off'))).toEqual([`  ${why}`]);
+      const json = JSON.parse(
+        (await run(process.execPath, [BIN, '--json'], { env: anonymous })).stdout,
+      );
+      expect(json.commits.off).toBe(why.slice('commits are off: '.length));
+      // With a credential and a source whose commits are on, there is no such line.
+      const fixture = { ...base, GITHUB_MODE: 'fixture' };
+      const on = (await run(process.execPath, [BIN], { env: fixture })).stdout;
+      expect(on).toMatch(/^Commits$/m);
+      expect(on).not.toContain('commits are off');
+      await sql`UPDATE event_sources SET commits_enabled = false`.execute(t.db);
+      expect((await run(process.execPath, [BIN], { env: fixture })).stdout).toContain(
+        '  commits are off: no enabled source has commits on (bin/sources commits ID on)',
+      );
+    } finally {
+      await sql`DELETE FROM event_sources`.execute(t.db);
+    }
+    // Four runs of bin/status, seconds each on a loaded machine.
+  }, 150_000);
 
   it('the HTML page has a commits card', async () => {
     const html = await (await fetch(`${web.url}/`)).text();

@@ -65,7 +65,7 @@ describe('bin/sources', () => {
     expect(lines.find((l) => l.includes('octocat/Hello-World'))).toMatch(
       /repo\s+octocat\/Hello-World\s+live\s+yes\s+on\s+due\s+0\s+-/,
     );
-    expect(lines.find((l) => l.includes('public'))).toMatch(/public\s+-\s+live\s+yes\s+off\s+/);
+    expect(lines.find((l) => l.includes('public'))).toMatch(/public\s+-\s+live\s+yes\s+on\s+/);
 
     const json = JSON.parse((await run(['list', '--json'])).out) as {
       id: number;
@@ -73,9 +73,9 @@ describe('bin/sources', () => {
       enabled: boolean;
     }[];
     expect(json.map((s) => s.kind)).toEqual(['public', 'repo', 'org', 'user']);
-    // Commits are on for the sources followed on purpose, off for the public timeline.
+    // Commits are on for every source, the public timeline included (ADR 0112).
     expect(json.map((s) => (s as unknown as { commits_enabled: boolean }).commits_enabled)).toEqual(
-      [false, true, true, true],
+      [true, true, true, true],
     );
     expect(json[0]).toMatchObject({
       id: expect.any(Number),
@@ -127,7 +127,12 @@ describe('bin/sources', () => {
     expect((await run(['list'])).out.split('\n').find((l) => l.includes('Hello-World'))).toMatch(
       /live\s+yes\s+off\s+/,
     );
-    expect((await run(['commits', id, 'on'])).code).toBe(0);
+    // This process has no credential (live, no token): on is stored, and it says why it waits.
+    expect(await run(['commits', id, 'on'])).toEqual({
+      code: 0,
+      out: `source ${id} commits on: repo octocat/Hello-World (live); applies to pushes stored from now on\n`,
+      err: 'sources: commits stay off in this process: no GitHub credential: commits are fetched with GraphQL, which needs one (set GITHUB_TOKEN, GITHUB_TOKENS or GITHUB_APP_ID)\n',
+    });
     expect(await commitsOf()).toBe(true);
   });
 

@@ -73,11 +73,11 @@ async function cutSession(): Promise<void> {
   );
   expect(cut.rows[0].n).toBe(1);
   await waitFor(() => events('worker.liveness_lost').length > lostBefore, {
-    timeoutMs: 5_000,
+    timeoutMs: 30_000,
     what: 'the worker to notice its liveness session was cut',
   });
   await waitFor(async () => (await livenessBackends()) === 0, {
-    timeoutMs: 5_000,
+    timeoutMs: 30_000,
     what: 'the liveness backend to exit',
   });
 }
@@ -97,7 +97,7 @@ describe('job liveness session reconnect', () => {
 
     await allowConnections(true);
     await waitFor(async () => (await lockRows(job)) === 1, {
-      timeoutMs: 5_000,
+      timeoutMs: 30_000,
       what: 'the job lock to be taken by the reconnect',
     });
     await waitFor(async () => (await livenessBackends()) === 1, {
@@ -140,7 +140,7 @@ describe('job liveness session reconnect', () => {
     const c = randomUUID();
     await worker.hold(c);
     await waitFor(async () => (await lockRows(b)) === 1 && (await lockRows(c)) === 1, {
-      timeoutMs: 5_000,
+      timeoutMs: 30_000,
       what: 'the running jobs to be locked again',
     });
     expect(await lockRows(a)).toBe(0);

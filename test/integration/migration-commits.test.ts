@@ -62,11 +62,13 @@ describe('migration 2026-12-01T1000_commits', () => {
     ]);
   });
 
-  it('turns commits on for repo, org and user sources and off for the public timeline', async () => {
+  it('turns commits on for repo, org and user sources (and 2026-12-02T0250 for public)', async () => {
+    // This migration set the public timeline off; 2026-12-02T0250_commits_for_every_source
+    // (ADR 0112, its own test) turned it on, and this database is at the latest.
     const r = await sql<{ kind: string; commits_enabled: boolean }>`
       SELECT kind, commits_enabled FROM event_sources ORDER BY id`.execute(s.db);
     expect(r.rows).toEqual([
-      { kind: 'public', commits_enabled: false },
+      { kind: 'public', commits_enabled: true },
       { kind: 'repo', commits_enabled: true },
       { kind: 'org', commits_enabled: true },
       { kind: 'user', commits_enabled: true },

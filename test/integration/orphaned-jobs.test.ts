@@ -109,7 +109,7 @@ describe('orphan sweep', () => {
         const r = await sweep(1);
         return r.failed.length ? r : null;
       },
-      { timeoutMs: 5_000, what: 'the job to be judged after a 1 s grace' },
+      { timeoutMs: 30_000, what: 'the job to be judged after a 1 s grace' },
     );
     expect(late.failed.map((j) => j.id)).toEqual([id]);
     expect(await stateOf(id)).toBe('failed');
@@ -141,7 +141,7 @@ describe('orphan sweep', () => {
     expect(cut.rows[0]!.n).toBe(1);
     await waitFor(
       async () => (await unlockedActiveJobs(t.db, 'pgboss', [QUEUES.pollSources], 0)).length === 0,
-      { timeoutMs: 10_000, what: 'the lock to be held again after the reconnect' },
+      { timeoutMs: 30_000, what: 'the lock to be held again after the reconnect' },
     );
     expect((await sweep(0)).failed).toEqual([]);
     expect(await stateOf(id)).toBe('active');

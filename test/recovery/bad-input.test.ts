@@ -127,7 +127,7 @@ const sanitised = (v: unknown) => JSON.parse(JSON.stringify(v).replaceAll('\\u00
 describe('bad input on a polled feed', () => {
   for (const [i, c] of POLL_CASES.entries()) {
     it(`${c.name}: ${verdict(c.expect)}`, {
-      timeout: 30_000,
+      timeout: 180_000,
     }, async () => {
       const name = `bad/input-${i}`;
       const { source } = await addSource(t.db, sourceSpec('repo', name), 'live');

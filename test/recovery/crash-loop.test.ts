@@ -12,8 +12,8 @@ import { type Child, killAll, spawnBin } from './world.ts';
  * (FAULT_POINT=ingest.after_page_commit: page 1 committed, the run still open, its
  * poll-sources job still `active`), then — once the source's backoff has passed (the dead
  * poll counted its attempt first, ADR 0120; the test moves the clock on by setting it due)
- * — a fresh worker that must resume at once — every push the feed served stored within
- * 15 s of its spawn — and is itself SIGKILLed once its
+ * — a fresh worker that must resume at once: its start-up sweep fails the dead poll's job
+ * (before it polls), and it stores every push the feed served — and is itself SIGKILLed once its
  * run has completed (whatever else it is doing), so the next round starts over a corpse
  * again. Before ADR 0011 the dead job
  * held the stately poll-sources queue until pg-boss's heartbeat expiry (61 s measured; 3.5
@@ -26,7 +26,10 @@ import { type Child, killAll, spawnBin } from './world.ts';
 
 const ROUNDS = 5;
 const PER_ROUND = 150;
-const RESUME_LIMIT_SECONDS = 15;
+// Bounds for a loaded machine, not claims: how fast a successor resumes is a printed figure
+// (docs/reliability.md). What proves the resume is the order of events: the orphan failed
+// by the successor's sweep before its poll, not by pg-boss's heartbeat expiry.
+const STORED_WITHIN_MS = 120_000;
 
 const t = useTestDatabase();
 const fake = useFakeGitHub();
@@ -48,8 +51,8 @@ async function stored(): Promise<number> {
 }
 
 describe('crash loop', () => {
-  it(`${ROUNDS} workers killed mid-poll: each successor resumes within ${RESUME_LIMIT_SECONDS} s, every push once, no gap`, {
-    timeout: 180_000,
+  it(`${ROUNDS} workers killed mid-poll: each successor fails the orphan and resumes at once, every push once, no gap`, {
+    timeout: 900_000,
   }, async () => {
     await addSource(t.db, sourceSpec('public'), 'live');
     const env = {
@@ -79,16 +82,17 @@ describe('crash loop', () => {
       const dying = start({ ...env, FAULT_POINT: 'ingest.after_page_commit' });
       const death = await Promise.race([
         dying.exited,
-        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 30_000)),
+        new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 90_000)),
       ]);
       expect(death, `round ${round}: the worker never reached its fault point`).toEqual({
         code: null,
         signal: 'SIGKILL',
       });
-      const orphaned = await sql<{ n: number }>`
-        SELECT count(*)::int AS n FROM pgboss.job
+      const orphaned = await sql<{ id: string }>`
+        SELECT id::text FROM pgboss.job
         WHERE name = 'poll-sources' AND state = 'active'`.execute(t.db);
-      expect(orphaned.rows[0]!.n, `round ${round}: the dead poll is left active`).toBe(1);
+      expect(orphaned.rows, `round ${round}: the dead poll is left active`).toHaveLength(1);
+      const orphan = orphaned.rows[0]!.id;
       // Work that killed its process is not retried at once (ADR 0120): the dead poll counted
       // its attempt before its request, so its source waits a minute. The minute passes.
       const next = await sql<{ at: Date }>`SELECT next_poll_at AS at FROM event_sources`.execute(
@@ -102,7 +106,7 @@ describe('crash loop', () => {
       const spawned = Date.now();
       const fresh = start(env);
       await waitFor(async () => (await stored()) === served.length, {
-        timeoutMs: 30_000,
+        timeoutMs: STORED_WITHIN_MS,
         what: `round ${round}: every served push stored`,
       });
       const resume = (Date.now() - spawned) / 1000;
@@ -115,9 +119,24 @@ describe('crash loop', () => {
         resume,
         pollStarted: (Date.parse(String(pollLine.time)) - spawned) / 1000,
       });
-      expect(resume, `round ${round}: seconds from spawn to every push stored`).toBeLessThanOrEqual(
-        RESUME_LIMIT_SECONDS,
+      // The successor's own sweep failed the dead poll, before it polled (not pg-boss's
+      // heartbeat expiry, which took 61 s before ADR 0011).
+      const swept = await fresh.waitForLine(
+        (l) => l.event === 'reconcile.job_orphaned' && l.orphan_job_id === orphan,
+        `round ${round}: the successor to fail the orphan`,
       );
+      expect(
+        Date.parse(String(swept.time)),
+        `round ${round}: swept before polling`,
+      ).toBeLessThanOrEqual(Date.parse(String(pollLine.time)));
+      const dead = await sql<{ state: string; message: string | null }>`
+        SELECT state::text, output->>'message' AS message FROM pgboss.job WHERE id = ${orphan}`.execute(
+        t.db,
+      );
+      expect(dead.rows[0]).toEqual({
+        state: 'failed',
+        message: expect.stringMatching(/^orphaned: /),
+      });
       // The loop: the successor dies too, once its run has completed. (Killed between its
       // last page and its finalize, it would leave the source's horizon where it was, and
       // the next run would rightly record a gap it cannot rule out — ADR 0004.)
@@ -146,7 +165,7 @@ describe('crash loop', () => {
           SELECT count(*)::int AS n FROM ingestion_runs WHERE status = 'running'`.execute(t.db);
         return r.rows[0]!.n === 0;
       },
-      { timeoutMs: 20_000, what: 'no run left running' },
+      { timeoutMs: 60_000, what: 'no run left running' },
     );
     last.process.kill('SIGTERM');
     expect(await last.exited).toEqual({ code: 0, signal: null });

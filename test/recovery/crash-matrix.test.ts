@@ -107,7 +107,7 @@ function start(name: string, env: Record<string, string>): Child {
 async function expectFaultKill(child: Child, point: FaultPointName): Promise<void> {
   const exit = await Promise.race([
     child.exited,
-    new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 30_000)),
+    new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 90_000)),
   ]);
   if (exit === 'timeout') {
     child.process.kill('SIGKILL');
@@ -375,7 +375,7 @@ describe('crash-window matrix', () => {
   }
 
   it('bin/web killed at webhook.after_delivery_insert: nothing committed, redelivery stored once', {
-    timeout: 60_000,
+    timeout: 180_000,
   }, async () => {
     const point = 'webhook.after_delivery_insert' as const;
     const scratch = await createScratchDatabase();

@@ -68,7 +68,7 @@ function leaks(text: string): string[] {
 
 describe('credential pool secrets', () => {
   it('no token, installation token, JWT or key line in any log, output or table', {
-    timeout: 90_000,
+    timeout: 180_000,
   }, async () => {
     const world = seedPushes(fake, 8, 1300);
     await addPublicSource(t);
@@ -105,7 +105,7 @@ describe('credential pool secrets', () => {
             AND error LIKE 'GITHUB_AUTH_FAILED:%'`.execute(t.db);
         return r.rows[0]!.n === 1;
       },
-      { timeoutMs: 20_000, what: 'the 401 run to fail' },
+      { timeoutMs: 60_000, what: 'the 401 run to fail' },
     );
 
     const outputs: Record<string, string> = {

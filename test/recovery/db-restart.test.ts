@@ -35,7 +35,7 @@ afterAll(async () => {
   await db?.destroy();
   await fake?.close();
   await server?.destroy();
-}, 60_000);
+}, 180_000);
 
 async function settled(expected: { events: number; entities: number }): Promise<boolean> {
   try {
@@ -87,7 +87,7 @@ describe('database restart mid-run', () => {
     // Outage: every connection cut, nothing answers on the port.
     await server.stop();
     await waitFor(async () => (await readyz(url)) === 503, {
-      timeoutMs: 15_000,
+      timeoutMs: 60_000,
       what: '/readyz to report the outage',
     });
     const during = seedPushes(fake, 3, 3100);
@@ -99,7 +99,7 @@ describe('database restart mid-run', () => {
       () =>
         worker.lines.filter((l) => l.level === 'error' || l.level === 'fatal').length >=
         errorsAtStop + 2,
-      { timeoutMs: 20_000, what: 'the worker to notice the outage' },
+      { timeoutMs: 60_000, what: 'the worker to notice the outage' },
     );
     expect(worker.process.exitCode, worker.stderr.join('')).toBeNull();
     expect(web.process.exitCode, web.stderr.join('')).toBeNull();

@@ -93,7 +93,7 @@ describe('a gap fill SIGKILLed mid-download', () => {
       30_000,
     );
     fake.addEvents(`repo:${gapped.name}`, later);
-    const recorded = await worker.waitForLine((l) => l.event === 'gap.recorded', 'the gap', 30_000);
+    const recorded = await worker.waitForLine((l) => l.event === 'gap.recorded', 'the gap', 60_000);
     const gapId = Number(recorded.gap_id);
 
     let pollsSeen = 0;

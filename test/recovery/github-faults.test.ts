@@ -268,7 +268,7 @@ describe('GitHub faults on the enrichment path', () => {
 
 describe('the real worker under a storm of faults', () => {
   it('never exits, records every failure once, and stops cleanly', {
-    timeout: 60_000,
+    timeout: 180_000,
   }, async () => {
     // One repository source per fault, plus a profile fault per actor. The faults that
     // block the credential (403/429 rate limits, the 401) come last: once one of them has
@@ -316,7 +316,7 @@ describe('the real worker under a storm of faults', () => {
     const ticks = () =>
       worker.lines.filter((l) => l.event === 'job.completed' && l.queue === 'poll-sources').length;
     const at = ticks();
-    await waitFor(() => ticks() >= at + 3, { timeoutMs: 20_000, what: 'three more ticks' });
+    await waitFor(() => ticks() >= at + 3, { timeoutMs: 60_000, what: 'three more ticks' });
     expect(worker.process.exitCode).toBeNull();
     const runs = await sql<{ source_id: string; n: number }>`
       SELECT source_id::text, count(*)::int AS n FROM ingestion_runs GROUP BY 1`.execute(t.db);

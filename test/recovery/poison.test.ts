@@ -299,7 +299,7 @@ describe('poison corpus: polled', () => {
     const e = c.pollExpect!;
     const what = typeof e === 'string' ? e : `set aside (${e.reason})`;
     it(`${c.name}: ${what}; good events stored; re-read adds nothing`, {
-      timeout: 60_000,
+      timeout: 180_000,
     }, async () => {
       const i = n++;
       const name = `poison/poll-${i}`;
@@ -384,7 +384,7 @@ describe('poison corpus: delivered by webhook', () => {
     const e = c.hookExpect!;
     const what = e.status === 422 ? `422 rejected:${e.reason}` : String(e.status);
     it(`${c.name}: ${what}, never a 5xx; a redelivery is a duplicate`, {
-      timeout: 60_000,
+      timeout: 180_000,
     }, async () => {
       const i = n++;
       const payload = pushPayload({ repositoryId: 900_000 + i, senderId: 910_000 + i });

@@ -28,7 +28,7 @@ afterAll(async () => {
   signal(frozen, 'SIGCONT');
   await killAll(children);
   await server?.destroy();
-}, 60_000);
+}, 180_000);
 
 /** The postmaster (first line of postmaster.pid) and every process it started. */
 async function serverProcesses(): Promise<number[]> {

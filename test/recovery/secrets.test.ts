@@ -65,7 +65,7 @@ describe('secrets', () => {
     };
     const { worker, web, url } = await startWorkerAndWeb(env, children);
     // Poll + enrichment (with a 500 and a reset on the way).
-    await untilAttempted(t.db, world.actorIds.length + world.repositoryIds.length, 30_000);
+    await untilAttempted(t.db, world.actorIds.length + world.repositoryIds.length, 120_000);
 
     // A webhook delivery, and one with a bad signature.
     const body = JSON.stringify(pushPayload());
@@ -97,7 +97,7 @@ describe('secrets', () => {
           WHERE source_id = ${source.id} AND status = 'failed'`.execute(t.db);
         return r.rows[0]!.n === 1;
       },
-      { timeoutMs: 20_000, what: 'the 401 run to fail' },
+      { timeoutMs: 90_000, what: 'the 401 run to fail' },
     );
 
     worker.process.kill('SIGTERM');

@@ -144,7 +144,7 @@ describe('multi-process stress', () => {
       );
     const pollsAtEnd = polls();
     await waitFor(() => polls() >= pollsAtEnd + 3, {
-      timeoutMs: 20_000,
+      timeoutMs: 60_000,
       what: 'three more poll-sources ticks',
     });
     for (const w of workers) w.process.kill('SIGTERM');

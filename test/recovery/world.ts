@@ -5,6 +5,7 @@ import type { Deps } from '../../src/deps.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import type { Logger } from '../../src/log.ts';
+import { memoryDefaultsEnv } from '../support/cli.ts';
 import type { TestDatabase } from '../support/db.ts';
 import type { FakeGitHub } from '../support/fake-github.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
@@ -85,7 +86,8 @@ export interface Child {
 }
 
 /**
- * Runs bin/<name> as a child with the given environment on top of a clean one. Node 24
+ * Runs bin/<name> as a child with the given environment on top of a clean one (with bin/*'s
+ * memory defaults already set unless `launcherApplies`: see memoryDefaultsEnv). Node 24
  * first on PATH (bin/* need type stripping). Its JSON log lines (stderr) are parsed as
  * they come; stdout is kept apart (results only).
  */
@@ -93,6 +95,7 @@ export function spawnBin(
   name: string,
   env: Record<string, string | undefined>,
   args: string[] = [],
+  { launcherApplies = false }: { launcherApplies?: boolean } = {},
 ): Child {
   const child = spawn(path.join(ROOT, 'bin', name), args, {
     cwd: ROOT,
@@ -100,6 +103,11 @@ export function spawnBin(
       PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}`,
       HOME: process.env.HOME ?? '/tmp',
       LOG_LEVEL: 'info',
+      // vitest.config.ts's compile cache: a quicker start, the same process.
+      NODE_COMPILE_CACHE: process.env.NODE_COMPILE_CACHE,
+      // The launcher's memory defaults, given beforehand (one Node start, not two), unless
+      // the test is about the launcher applying them.
+      ...(launcherApplies ? {} : memoryDefaultsEnv(env)),
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -132,7 +140,8 @@ export function spawnBin(
     stderr,
     stdout,
     exited,
-    waitForLine: (pred, what, timeoutMs = 20_000) =>
+    // A hang guard: a process start on a loaded machine takes seconds, never a minute.
+    waitForLine: (pred, what, timeoutMs = 60_000) =>
       waitFor(
         () => {
           if (child.exitCode !== null || child.signalCode !== null)

@@ -19,6 +19,12 @@ export interface ArchiveFault {
   times?: number;
   /** Send the headers and this many body bytes, then destroy the connection. */
   cutAfterBytes?: number;
+  /**
+   * With cutAfterBytes: the cut waits (the connection open, the bytes before it sent) until
+   * this resolves: a test that needs the client to have done something with the first part
+   * (committed a chunk) waits on that signal instead of hoping the machine is fast enough.
+   */
+  cutWhen?: () => Promise<unknown>;
   /** Never answer. */
   hang?: boolean;
   /** Send `head` body bytes at once, then `bytes` every `everyMs` (a stalling mirror). */
@@ -147,7 +153,8 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
       let at = 0;
       const next = () => {
         if (at >= part.length) {
-          res.destroy();
+          if (fault.cutWhen) void fault.cutWhen().finally(() => res.destroy());
+          else res.destroy();
           return;
         }
         const piece = part.subarray(at, at + 16_384);

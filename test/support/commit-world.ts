@@ -16,6 +16,16 @@ export function newSha(): string {
 export const ZERO = '0'.repeat(40);
 
 /**
+ * Repositories inserted by insertRepository, by lower(full name): chain() files the
+ * fake's profile with the same id, so GraphQL's `databaseId` agrees with the row (the
+ * batched fetcher refuses an answer about another repository).
+ */
+const insertedRepos = new Map<
+  string,
+  { id: number; fullName: string; defaultBranch: string | null }
+>();
+
+/**
  * `n` commits in a line on top of `parent` (null: a root), filed in the fake under
  * `fullName`; returns their shas oldest first. Every third one is linked to no account.
  */
@@ -45,6 +55,14 @@ export function chain(
   }
   fake.addCommits(fullName, commits);
   if (o.branch && prev) fake.setBranch(fullName, o.branch, prev);
+  const row = insertedRepos.get(fullName.toLowerCase());
+  if (row) {
+    fake.setRepo({
+      id: row.id,
+      full_name: row.fullName,
+      default_branch: row.defaultBranch ?? fake.commitGraph(fullName)?.defaultBranch ?? 'main',
+    });
+  }
   return commits.map((c) => c.sha);
 }
 
@@ -55,6 +73,11 @@ export async function insertRepository(
   o: { defaultBranch?: string | null; state?: 'pending' | 'enriched' | 'failed' | 'gone' } = {},
 ): Promise<void> {
   const state = o.state ?? 'enriched';
+  insertedRepos.set(fullName.toLowerCase(), {
+    id,
+    fullName,
+    defaultBranch: o.defaultBranch === undefined ? 'main' : o.defaultBranch,
+  });
   await db
     .insertInto('repositories')
     .values({

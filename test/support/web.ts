@@ -29,12 +29,14 @@ export interface TestWebOptions {
   /** Serve from another database handle (e.g. a pool the test takes down). */
   db?: Db;
   boss?: WebDeps['boss'];
+  /** 'live' without a token: an anonymous process (default 'fixture', which has a credential). */
+  mode?: 'live' | 'fixture';
 }
 
 export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Promise<TestWeb> {
   const config = testConfig(t, {
     apiUrl: 'http://127.0.0.1:9',
-    mode: 'fixture',
+    mode: o.mode ?? 'fixture',
     token: null,
     env: { WEBHOOK_SECRET: TEST_WEBHOOK_SECRET, ...o.env },
   });

@@ -1,6 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { CompareInvalid, comparePath, parseCompare } from '../../src/commits/compare.ts';
+import {
+  CompareInvalid,
+  checkAgainstPush,
+  comparePath,
+  parseCompare,
+} from '../../src/commits/compare.ts';
 import { parseJson } from '../../src/json/exact.ts';
 
 /** GitHub's own example answer (test/fixtures/github/compare/README.md), read as the fetcher reads it. */
@@ -62,6 +67,15 @@ describe('parseCompare', () => {
         { total_commits: 300, commits: Array.from({ length: 251 }, () => ({})) },
         /251 commits where at most 250/,
       ],
+      // the red team's lies: a repeated sha, more commits than the total
+      [
+        { total_commits: 2, commits: [{ sha: 'a'.repeat(40) }, { sha: 'a'.repeat(40) }] },
+        /listed twice/,
+      ],
+      [
+        { total_commits: 1, commits: [{ sha: 'a'.repeat(40) }, { sha: 'b'.repeat(40) }] },
+        /total_commits says 1/,
+      ],
     ];
     for (const [body, says] of cases) {
       expect(() => parseCompare(body, '/x', 250)).toThrow(CompareInvalid);
@@ -75,8 +89,27 @@ describe('parseCompare', () => {
     c.message = 'x'.repeat(300_000);
     c.author.name = 'a\u0000b';
     const a = parseCompare(e, '/x', 250).commits[0]!;
-    expect(a.message).toHaveLength(200_000);
+    // where docs/commits.md says, and as inline commits and GraphQL answers are cut
+    expect(a.message).toHaveLength(65_536);
     expect(a.authorName).toBe('a\uFFFDb');
+  });
+});
+
+describe('checkAgainstPush: an answer that disagrees with its push is refused', () => {
+  const answer = (total: number, shas: string[]) =>
+    parseCompare({ total_commits: total, commits: shas.map((sha) => ({ sha })) }, '/x', 250);
+  const [a, b, h] = ['a'.repeat(40), 'b'.repeat(40), 'c'.repeat(40)];
+  it('three commits where total_commits says 4 (and the range fits one answer)', () => {
+    expect(() => checkAgainstPush(answer(4, [a, b, h]), '/x', h, 250)).toThrow(
+      /total_commits says 4/,
+    );
+  });
+  it('a last commit that is not the head', () => {
+    expect(() => checkAgainstPush(answer(2, [a, b]), '/x', h, 250)).toThrow(/not the head/);
+  });
+  it('an honest answer, and the newest 250 of a longer range', () => {
+    expect(checkAgainstPush(answer(3, [a, b, h]), '/x', h, 250).commits).toHaveLength(3);
+    expect(checkAgainstPush(answer(900, [a, b, h]), '/x', h, 250).totalCommits).toBe(900);
   });
 });
 

@@ -61,6 +61,7 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['COMMITS_SHARE', '1.5', /number from 0 to 1.*"1.5"/],
   ['COMMITS_SHARE', '-0.1', /number from 0 to 1/],
   ['COMMITS_SHARE', 'half', /number from 0 to 1/],
+  ['COMMITS_TRANSPORT', 'soap', /one of graphql, rest.*"soap"/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -142,7 +143,12 @@ describe('config: defaults and parsing', () => {
       download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
     });
     expect(loadConfig({ ARCHIVE_SERVE: 'off' }).archive.serve).toBe(false);
-    expect(c.commits).toEqual({ emails: 'hash', maxPerPush: 250, share: 0.5 });
+    expect(c.commits).toEqual({
+      emails: 'hash',
+      maxPerPush: 250,
+      share: 0.5,
+      transport: 'graphql',
+    });
   });
 
   it('takes each COMMIT_EMAILS mode and a COMMITS_MAX_PER_PUSH within its bound', () => {
@@ -150,6 +156,11 @@ describe('config: defaults and parsing', () => {
       expect(loadConfig({ COMMIT_EMAILS: mode }).commits.emails).toBe(mode);
     }
     expect(loadConfig({ COMMITS_MAX_PER_PUSH: '10000' }).commits.maxPerPush).toBe(10_000);
+  });
+
+  it('fetches commits by GraphQL unless COMMITS_TRANSPORT says rest', () => {
+    expect(loadConfig({}).commits.transport).toBe('graphql');
+    expect(loadConfig({ COMMITS_TRANSPORT: 'rest' }).commits.transport).toBe('rest');
   });
 
   it('takes COMMITS_SHARE from 0 to 1, both ends included', () => {

@@ -17,6 +17,10 @@ import {
  * docs/configuration.md and nothing else is; every executable in bin/ and every flag its
  * --help lists is in docs/cli.md, and the page names no command that does not exist; every
  * log event the code emits is in docs/observability.md, and the page lists none it does not.
+ * And the manual is one a newcomer can find things in (issue 25 item 10): each variable has
+ * its own anchor (configuration.md#github_token), every page.md#anchor link reaches a
+ * heading, every `bin/… --flag` a page writes is one the command's --help lists, and the
+ * prose names no ADR or issue outside a page's closing "Design records" section.
  * (Tables, views and metrics need a database: test/integration/docs-drift.test.ts.)
  */
 
@@ -40,6 +44,14 @@ function codeFiles(dir = `${ROOT}src`): string[] {
   }
   return out;
 }
+
+/** The user-facing pages: README.md and docs/*.md (the ADRs under docs/adr/ are history). */
+const manualPages = [
+  'README.md',
+  ...readdirSync(`${ROOT}docs`)
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 const executables = readdirSync(`${ROOT}bin`).filter((f) => statSync(`${ROOT}bin/${f}`).isFile());
 
@@ -74,12 +86,7 @@ describe('docs/configuration.md', () => {
 });
 
 describe('links between the pages of the manual', () => {
-  const pages = [
-    'README.md',
-    ...readdirSync(`${ROOT}docs`)
-      .filter((f) => f.endsWith('.md'))
-      .map((f) => `docs/${f}`),
-  ];
+  const pages = manualPages;
   const anchorsOf = new Map<string, Set<string>>();
   /** The anchors of a page of the checkout (none when there is no such page). */
   const anchors = (page: string) => {
@@ -141,13 +148,31 @@ describe('docs/cli.md', () => {
   });
 });
 
+describe('the prose says what happens, not how it was built', () => {
+  const pages = manualPages;
+  /** ADR numbers, this project's issue numbers, links into docs/adr/, build streams. */
+  const history = /\bADRs? ?\d{3,4}\b|\b[Ii]ssues? #?\d+|\badr\/\d{4}-|\(stream [a-z-]+\)/;
+
+  it('names no ADR or issue outside the one "Design records" section a page may end with', () => {
+    const found: string[] = [];
+    for (const page of pages) {
+      const lines = readFileSync(`${ROOT}${page}`, 'utf8').split('\n');
+      const records = lines.indexOf('## Design records');
+      if (records >= 0 && lines.slice(records + 1).some((l) => /^#{1,2} /.test(l))) {
+        found.push(`${page}: "## Design records" is not the last section`);
+      }
+      const prose = records >= 0 ? lines.slice(0, records) : lines;
+      prose.forEach((line, i) => {
+        const m = history.exec(line);
+        if (m) found.push(`${page}:${i + 1}: ${m[0]}`);
+      });
+    }
+    expect(found).toEqual([]);
+  });
+});
+
 describe('commands written in the manual', () => {
-  const pages = [
-    'README.md',
-    ...readdirSync(`${ROOT}docs`)
-      .filter((f) => f.endsWith('.md'))
-      .map((f) => `docs/${f}`),
-  ];
+  const pages = manualPages;
   /** Each `bin/NAME [sub] … --flag …` the pages write, up to the end of its command. */
   const uses: { page: string; name: string; sub: string | null; flag: string }[] = [];
   for (const page of pages) {

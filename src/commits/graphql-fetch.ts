@@ -1,0 +1,284 @@
+import { sql } from 'kysely';
+import { systemClock } from '../clock.ts';
+import { redact } from '../enrichment/attempts.ts';
+import { faultPoint } from '../fault.ts';
+import { BudgetExhausted, GateTimeout, GitHubUnavailable, RateLimited } from '../github/errors.ts';
+import { type CommitsClaim, claimNextPush, releasePush, stillOurs } from './claim.ts';
+import { ZERO_SHA } from './compare.ts';
+import { emptyFetchOutcomes } from './cycle.ts';
+import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
+import { defaultTipAtPush } from './default-tip.ts';
+import { type FetchDeps, type FetchOutcome, type FetchResult, fetchClaimed } from './fetch.ts';
+import { DEFAULT_PROOF_LIMITS } from './graphql-proof.ts';
+import { type Final, proveAll, type RoundPush } from './graphql-rounds.ts';
+import { markFailedAttempt, markGone, markNone } from './state.ts';
+import { storeFetched } from './store-fetched.ts';
+
+/**
+ * Commit fetching by GraphQL batches (ADR 0111): claim up to `maxPushes` due pushes (the
+ * same fair, leased claim as REST), prove each one's commits in rounds of batched queries
+ * on the credential's `#graphql` window (github.graphql()), store what is proven, and
+ * give what GraphQL cannot prove to REST compare (fetchClaimed), the push's lease kept.
+ * Every outcome goes through the same transitions as REST's (state.ts), so the ladder,
+ * the deaths (ADR 0120) and the idempotent stores are the same.
+ */
+
+/** Pushes claimed for one batch: enough that the rounds pack into 1-point queries. */
+export const GRAPHQL_BATCH_PUSHES = 150;
+/** 149 requests round to 1 point (GitHub divides by 100 and rounds). */
+export const GRAPHQL_MAX_REQUESTS = 149;
+
+export interface GraphQLBatchSummary {
+  claimed: number;
+  outcomes: Record<FetchOutcome, number>;
+  /** REST compare requests of the fallbacks. */
+  requests: number;
+  queries: number;
+  points: number;
+  fallbacks: number;
+  newActors: number;
+  stoppedBy: 'idle' | 'rate_limited' | 'budget_exhausted' | null;
+  retryAt?: Date;
+}
+
+interface Planned {
+  claim: CommitsClaim;
+  push: RoundPush;
+  /** The default branch's tip at push time is only the tip now (unproven). */
+  tipNowOnly: boolean;
+  /** A tip from our records that is proven if it is still the tip now. */
+  candidate: string | null;
+}
+
+const keyOf = (c: CommitsClaim) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
+
+/** The opened attempt taken back, the lease kept: REST compare opens its own. */
+async function reopen(deps: FetchDeps, claim: CommitsClaim): Promise<void> {
+  await sql`UPDATE push_events SET commits_attempts = ${claim.attempts}, commits_fetch_started_at = NULL
+    WHERE ${stillOurs(claim)}`.execute(deps.db);
+}
+
+async function plan(deps: FetchDeps, claim: CommitsClaim): Promise<Planned | 'rest' | 'none'> {
+  if (ZERO_SHA.test(claim.head) || claim.ref.startsWith('refs/tags/')) return 'none';
+  if (!claim.fullName) return 'rest';
+  const base = {
+    key: keyOf(claim),
+    fullName: claim.fullName,
+    repositoryId: claim.repositoryId,
+    head: claim.head,
+  };
+  if (!ZERO_SHA.test(claim.before)) {
+    const push: RoundPush = { ...base, base: claim.before, baseFrom: 'before' };
+    return { claim, push, tipNowOnly: false, candidate: null };
+  }
+  // A new ref: REST's path knows how to wait for a profile, and what a gone one means.
+  if (!claim.defaultBranch) return 'rest';
+  if (claim.ref === `refs/heads/${claim.defaultBranch}`) {
+    const push: RoundPush = { ...base, base: null, baseFrom: 'first-push' };
+    return { claim, push, tipNowOnly: false, candidate: null };
+  }
+  const tip = await defaultTipAtPush(deps.db, claim, claim.defaultBranch);
+  if (tip?.proven) {
+    const push: RoundPush = { ...base, base: tip.sha, baseFrom: 'default-tip' };
+    return { claim, push, tipNowOnly: false, candidate: null };
+  }
+  const push: RoundPush = { ...base, base: null, baseFrom: 'default-now' };
+  return { claim, push, tipNowOnly: true, candidate: tip?.sha ?? null };
+}
+
+export async function fetchGraphQLBatch(
+  deps: FetchDeps,
+  opts: { jobId?: string | null; maxPushes?: number } = {},
+): Promise<GraphQLBatchSummary> {
+  const { db, config, github } = deps;
+  const clock = deps.clock ?? systemClock;
+  const jobId = opts.jobId ?? null;
+  const log = jobId ? deps.logger.child({ job_id: jobId }) : deps.logger;
+  const summary: GraphQLBatchSummary = {
+    claimed: 0,
+    outcomes: emptyFetchOutcomes(),
+    requests: 0,
+    queries: 0,
+    points: 0,
+    fallbacks: 0,
+    newActors: 0,
+    stoppedBy: null,
+  };
+  const count = (r: FetchResult) => {
+    summary.outcomes[r.outcome] += 1;
+    summary.requests += r.requests;
+    summary.newActors += r.newActors ?? 0;
+    if (r.outcome === 'rate_limited' || r.outcome === 'budget_exhausted') {
+      summary.stoppedBy = r.outcome;
+      summary.retryAt = r.retryAt;
+    }
+  };
+
+  const claims: CommitsClaim[] = [];
+  for (let i = 0; i < (opts.maxPushes ?? GRAPHQL_BATCH_PUSHES); i++) {
+    const c = await claimNextPush(db, {
+      now: clock.now(),
+      leaseSeconds: config.enrichment.leaseSeconds,
+    });
+    if (!c) break;
+    claims.push(c);
+  }
+  summary.claimed = claims.length;
+  if (claims.length === 0) {
+    summary.stoppedBy = 'idle';
+    return summary;
+  }
+
+  const planned: Planned[] = [];
+  const rest: CommitsClaim[] = [];
+  for (const claim of claims) {
+    const p = await plan(deps, claim);
+    if (p === 'none') {
+      await markNone(db, claim);
+      count({ outcome: 'none', requests: 0 });
+    } else if (p === 'rest') rest.push(claim);
+    else {
+      const opened = await openFetchAttempt(db, claim, {
+        now: clock.now(),
+        maxAttempts: config.enrichment.maxAttempts,
+      });
+      if (opened.kind === 'opened') planned.push(p);
+      else count({ outcome: opened.kind === 'set_aside' ? 'failed' : 'retry', requests: 0 });
+    }
+  }
+
+  const proved = await proveAll(
+    planned.map((p) => p.push),
+    async (q) => {
+      const a = await github.graphql({
+        purpose: 'commits',
+        query: q.query,
+        variables: q.variables,
+        points: q.points,
+        jobId,
+      });
+      return { data: a.data as Record<string, unknown> | null, errors: a.errors };
+    },
+    {
+      limits: { ...DEFAULT_PROOF_LIMITS, cap: config.commits.maxPerPush },
+      maxRequests: GRAPHQL_MAX_REQUESTS,
+      isSplittable: (err) => err instanceof GitHubUnavailable,
+    },
+  );
+  faultPoint('commits.after_response');
+  summary.queries = proved.queries;
+  summary.points = proved.points;
+
+  for (const p of planned) {
+    const v = proved.verdicts.get(p.push.key)!;
+    const r = await apply(deps, p, v, proved.evidence.get(p.push.key)?.base ?? null, log);
+    if (r === 'rest') {
+      summary.fallbacks += 1;
+      await reopen(deps, p.claim);
+      rest.push(p.claim);
+    } else count(r);
+  }
+  const stop = proved.stoppedBy;
+  if (stop instanceof RateLimited) {
+    summary.stoppedBy = 'rate_limited';
+    summary.retryAt = stop.retryAt;
+  } else if (stop instanceof BudgetExhausted || stop instanceof GateTimeout) {
+    summary.stoppedBy = 'budget_exhausted';
+  } else if (stop) {
+    // Not a budget event (bad credentials, a bug): the claims go back untouched, and the
+    // error stops the cycle loudly.
+    for (const claim of rest) await releasePush(db, claim);
+    throw stop;
+  }
+
+  for (const claim of rest) {
+    if (summary.stoppedBy) {
+      await releasePush(db, claim);
+      continue;
+    }
+    count(await fetchClaimed(deps, claim, jobId, log));
+  }
+  return summary;
+}
+
+async function apply(
+  deps: FetchDeps,
+  p: Planned,
+  v: Final,
+  base: string | null,
+  log: FetchDeps['logger'],
+): Promise<FetchResult | 'rest'> {
+  const { db, config } = deps;
+  const now = (deps.clock ?? systemClock).now();
+  const { claim } = p;
+  const common = {
+    push: {
+      repositoryId: claim.repositoryId,
+      ref: claim.ref,
+      before: claim.before,
+      head: claim.head,
+    },
+    repo: claim.fullName,
+    requests: 0,
+  };
+  if (v.kind === 'fallback') return 'rest';
+  if (v.kind === 'unfinished') {
+    // Not the push's fault (a rate limit, the budget): no attempt counted.
+    await abandonFetchAttempt(db, claim, now);
+    return { ...common, outcome: 'budget_exhausted', reason: 'budget' };
+  }
+  if (v.kind === 'gone') {
+    const ok = await markGone(db, claim, v.reason);
+    return { ...common, outcome: ok ? 'gone' : 'retry', detail: v.reason };
+  }
+  if (v.kind === 'invalid') {
+    const detail = redact(`GraphQL answer refused: ${v.reason}`);
+    const r = await markFailedAttempt(db, claim, detail, now, config.enrichment.maxAttempts);
+    log.warn(
+      {
+        event: 'commits.failed',
+        repo: claim.fullName,
+        head: claim.head,
+        detail,
+        will_retry: !r.terminal,
+      },
+      `commits of ${claim.fullName} ${claim.ref}: ${detail}`,
+    );
+    return { ...common, outcome: r.terminal && r.applied ? 'failed' : 'retry', detail };
+  }
+  // Proven. Against the default branch's tip NOW (not proven to be its tip at push time),
+  // what the proof gives is only what the branch has beyond main today: `partial`, count
+  // unknown — and never `complete` with 0 commits (a branch merged before the fetch).
+  const countUnknown = p.tipNowOnly && !(p.candidate !== null && p.candidate === base);
+  const stored = await storeFetched(
+    db,
+    claim,
+    { totalCommits: v.total, commits: v.commits },
+    { firstPosition: v.firstPosition, emails: config.commits.emails, now, countUnknown },
+  );
+  if (!stored.applied)
+    return { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
+  log.info(
+    {
+      event: 'commits.fetched',
+      repo: claim.fullName,
+      repository_id: claim.repositoryId,
+      ref: claim.ref,
+      before: claim.before,
+      head: claim.head,
+      count: countUnknown ? null : v.total,
+      stored: v.commits.length,
+      state: stored.state,
+      transport: 'graphql',
+      proof: v.how,
+    },
+    `commits of ${claim.fullName} ${claim.ref}: ${stored.state} (${v.commits.length}/${countUnknown ? '?' : v.total}, ${v.how})`,
+  );
+  return {
+    ...common,
+    outcome: stored.state,
+    commitCount: countUnknown ? undefined : v.total,
+    stored: v.commits.length,
+    newActors: stored.newActors,
+  };
+}

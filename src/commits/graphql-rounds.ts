@@ -1,0 +1,229 @@
+import {
+  type AnswerError,
+  type BatchItem,
+  type BuiltQuery,
+  buildQuery,
+  planBatches,
+  readItem,
+} from './graphql-batch.ts';
+import {
+  type Ask,
+  firstAsks,
+  judge,
+  newEvidence,
+  type ProofLimits,
+  type PushEvidence,
+  type Verdict,
+} from './graphql-proof.ts';
+
+/**
+ * Rounds of batched queries until every push has a verdict (ADR 0111). Each round asks,
+ * for every push still open, what its proof needs next; the asks of many pushes go into
+ * queries of at most `maxRequests` GitHub requests (149 round to 1 point). A query that
+ * GitHub could not finish (RESOURCE_LIMITS_EXCEEDED, a 502, a timeout) is split in two
+ * and asked again; what an answer did hold is kept. The transport is given (`send`): the
+ * fetcher passes github.graphql(), the bench and the unit tests the fake's executor.
+ */
+
+export interface RoundPush {
+  key: string;
+  fullName: string;
+  repositoryId: string;
+  head: string;
+  /** The push's before, a proven default-branch tip, or null: see `baseFrom`. */
+  base: string | null;
+  /**
+   * `before`: an ordinary push. `first-push`: no base, the whole history. `default-now`:
+   * a new branch whose default-branch tip at push time is unknown: the tip now is read in
+   * the first round and used as the base (its result is then never `complete` with 0).
+   */
+  baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now';
+}
+
+export interface SendResult {
+  data: Record<string, unknown> | null;
+  errors: readonly AnswerError[];
+}
+
+/** Thrown by `send` for an answer GitHub did not finish: the batch is split and retried. */
+export function isSplittable(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return code === 'GITHUB_UNAVAILABLE' || code === 'GITHUB_TIMEOUT';
+}
+
+export type Final = Exclude<Verdict, { kind: 'more' }> | { kind: 'unfinished'; reason: string };
+
+export interface ProveResult {
+  verdicts: Map<string, Final>;
+  evidence: Map<string, PushEvidence>;
+  /** The default branch GitHub named for a push that asked (a renamed default branch shows). */
+  defaultBranches: Map<string, string>;
+  queries: number;
+  points: number;
+  requests: number;
+  /** A transport error that ended the rounds (rate limit, budget): the rest are unfinished. */
+  stoppedBy: unknown;
+}
+
+export interface ProveOptions {
+  limits: ProofLimits;
+  maxRequests: number;
+  /** How deep the first round reads the base's history (oids only: 1 request whatever). */
+  baseFirst?: number;
+  /** A transport error GitHub may not repeat for a smaller query (a 502, a timeout). */
+  isSplittable?: (err: unknown) => boolean;
+}
+
+interface Open {
+  push: RoundPush;
+  ev: PushEvidence;
+  asks: Ask[];
+  defaultBranch: boolean;
+  splits: number;
+}
+
+export async function proveAll(
+  pushes: readonly RoundPush[],
+  send: (q: BuiltQuery) => Promise<SendResult>,
+  opts: ProveOptions,
+): Promise<ProveResult> {
+  const out: ProveResult = {
+    verdicts: new Map(),
+    evidence: new Map(),
+    defaultBranches: new Map(),
+    queries: 0,
+    points: 0,
+    requests: 0,
+    stoppedBy: null,
+  };
+  // Few pushes: one query of 1 point has room to read each one deep at once (most pushes
+  // proven in one round); many: the cheapest first round, the rest sized by the counts.
+  const per = Math.floor(opts.maxRequests / Math.max(1, pushes.length));
+  let open: Open[] = pushes.map((push) => {
+    const ev = newEvidence(push.head, push.base);
+    out.evidence.set(push.key, ev);
+    if (per >= 4) {
+      const walk: Ask = { kind: 'walk', from: push.head, first: Math.min(100, per - 2) };
+      const asks: Ask[] = push.base
+        ? [walk, { kind: 'base', first: opts.baseFirst ?? 100, after: null }]
+        : [walk];
+      return { push, ev, asks, defaultBranch: push.baseFrom === 'default-now', splits: 0 };
+    }
+    const asks =
+      push.baseFrom === 'default-now'
+        ? [{ kind: 'walk', from: push.head, first: 1 } as Ask]
+        : firstAsks(ev, opts.baseFirst);
+    return { push, ev, asks, defaultBranch: push.baseFrom === 'default-now', splits: 0 };
+  });
+
+  const settle = (o: Open): Open | null => {
+    if (o.push.baseFrom === 'default-now' && o.ev.base === null) return null; // handled by the caller
+    const v = judge(o.ev, opts.limits);
+    if (v.kind === 'more') return { ...o, asks: v.asks, defaultBranch: false };
+    out.verdicts.set(o.push.key, v);
+    return null;
+  };
+
+  const item = (o: Open): BatchItem => ({
+    fullName: o.push.fullName,
+    repositoryId: o.push.repositoryId,
+    asks: o.asks,
+    defaultBranch: o.defaultBranch,
+  });
+
+  async function run(batch: Open[]): Promise<Open[]> {
+    const q = buildQuery(
+      batch.map(item),
+      batch.map((o) => o.ev.base),
+    );
+    let answer: SendResult;
+    try {
+      out.queries += 1;
+      out.requests += q.requests;
+      out.points += q.points;
+      answer = await send(q);
+    } catch (err) {
+      if (!(opts.isSplittable ?? isSplittable)(err)) throw err;
+      if (batch.length === 1) {
+        out.verdicts.set(batch[0]!.push.key, {
+          kind: 'fallback',
+          reason: `GraphQL could not answer it (${(err as Error).message.slice(0, 120)})`,
+        });
+        return [];
+      }
+      const half = Math.ceil(batch.length / 2);
+      return [...(await run(batch.slice(0, half))), ...(await run(batch.slice(half)))];
+    }
+    const next: Open[] = [];
+    const retry: Open[] = [];
+    batch.forEach((o, i) => {
+      const r = readItem(answer.data, answer.errors, i, item(o), o.ev);
+      if (r.kind === 'gone')
+        out.verdicts.set(o.push.key, { kind: 'gone', reason: `${o.push.fullName}: NOT_FOUND` });
+      else if (r.kind === 'invalid')
+        out.verdicts.set(o.push.key, { kind: 'invalid', reason: r.why });
+      else if (r.kind === 'unanswered') retry.push(o);
+      else {
+        if (r.defaultBranch) out.defaultBranches.set(o.push.key, r.defaultBranch.name);
+        if (o.push.baseFrom === 'default-now' && o.ev.base === null) {
+          const tip = r.defaultBranch?.tip ?? null;
+          if (!tip) {
+            out.verdicts.set(o.push.key, {
+              kind: 'fallback',
+              reason: 'the repository has no default branch tip',
+            });
+            return;
+          }
+          o.ev.base = tip;
+          o.ev.baseOids.add(tip);
+          o.ev.baseOrder.push(tip);
+          next.push({
+            ...o,
+            asks: [{ kind: 'base', first: opts.baseFirst ?? 100, after: null }],
+            defaultBranch: false,
+          });
+          return;
+        }
+        const s = settle(o);
+        if (s) next.push(s);
+      }
+    });
+    if (retry.length > 0) {
+      // The part GitHub refused: smaller, once more each; kept answers stay kept.
+      if (retry.length === 1 && retry[0]!.splits >= 2) {
+        out.verdicts.set(retry[0]!.push.key, {
+          kind: 'fallback',
+          reason: 'GraphQL refused it as too heavy',
+        });
+      } else {
+        const half = Math.ceil(retry.length / 2);
+        const parts = retry.length === 1 ? [retry] : [retry.slice(0, half), retry.slice(half)];
+        for (const p of parts)
+          next.push(...(await run(p.map((o) => ({ ...o, splits: o.splits + 1 })))));
+      }
+    }
+    return next;
+  }
+
+  try {
+    while (open.length > 0) {
+      const batches = planBatches(
+        open.map((o) => ({ ...item(o), o })),
+        opts.maxRequests,
+      );
+      const next: Open[] = [];
+      for (const b of batches) next.push(...(await run(b.map((x) => x.o))));
+      open = next;
+    }
+  } catch (err) {
+    out.stoppedBy = err;
+    for (const p of pushes) {
+      if (!out.verdicts.has(p.key))
+        out.verdicts.set(p.key, {
+          kind: 'unfinished',
+          reason: (err as Error)?.message ?? String(err),
+        });
+    }
+  }
+  return out;
+}
