@@ -5,6 +5,7 @@ import {
   type FetchResult,
   fetchOnce,
 } from '../commits/fetch.ts';
+import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from '../commits/graphql-fetch.ts';
 import { UsageError } from '../errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
@@ -14,17 +15,21 @@ import { parseCli, positiveIntFlag } from './args.ts';
 const USAGE = `
 Usage: bin/commits --limit N [--json]
 
-Fetches the commits of up to N due pending pushes now (GitHub's compare endpoint, one
-request each, a few for a push paged past 250 commits), the repositories served in turn
-so that one busy repository cannot hold up the others. Runs beside a live worker: pushes
-are claimed under a lease, so no two processes fetch the same one, and every request
-spends the background allowance shared with enrichment (COMMITS_SHARE, ADR 0071).
+Fetches the commits of up to N due pending pushes now, the repositories served in turn so
+that one busy repository cannot hold up the others, by the same transport as the worker:
+with COMMITS_TRANSPORT=graphql (the default) and a credential configured, batches of many
+pushes in one GraphQL query on the credential's GraphQL points window (a push GraphQL
+cannot prove goes to REST compare); otherwise GitHub's compare endpoint, one request a
+push (a few for one paged past 250 commits). Runs beside a live worker: pushes are claimed
+under a lease, so no two processes fetch the same one, and REST requests spend the
+background allowance shared with enrichment (at most COMMITS_SHARE of it).
 
   --limit N    at most N pushes (required, a positive integer)
   --json       print one JSON summary instead of progress
 
 Prints one line per push and a summary (stdout): fetched, complete, partial, gone, failed
-and requests; on a terminal, a progress bar under them (stderr).
+and requests (and GraphQL queries and points); on a terminal, a progress bar under them
+(stderr).
 Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
 1 an error; 2 bad arguments or configuration.
 `;
@@ -35,10 +40,15 @@ type Counted = Exclude<FetchOutcome, 'idle' | 'budget_exhausted'>;
 
 export interface CommitsRunSummary {
   limit: number;
+  /** How this run fetched: GraphQL batches (REST for what they cannot prove) or REST compare. */
+  transport: 'graphql' | 'rest';
   /** Pushes worked on (whatever their outcome). */
   fetched: number;
-  /** Requests sent. */
+  /** REST requests sent. */
   requests: number;
+  /** GraphQL queries sent and the points they cost (0 on the REST transport). */
+  queries: number;
+  points: number;
   stoppedBy: StopReason;
   outcomes: Record<Counted, number>;
   /** What the background allowance (enrichment and commits) still has in this window. */
@@ -75,33 +85,34 @@ function emptyOutcomes(): Record<Counted, number> {
   return counted;
 }
 
-/** fetchOnce up to `limit` times; nothing due, the share or budget, or a rate limit stops it. */
+/** The transport the worker's cycle would use: GraphQL needs a credential. */
+export function commitsTransport(app: App): 'graphql' | 'rest' {
+  return app.config.commits.transport === 'graphql' && app.github.graphqlEnabled
+    ? 'graphql'
+    : 'rest';
+}
+
+/**
+ * Up to `limit` pushes, by GraphQL batches or fetchOnce (commitsTransport); nothing due,
+ * the share or budget, or a rate limit stops it.
+ */
 export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRunSummary> {
   const summary: CommitsRunSummary = {
     limit: opts.limit,
+    transport: commitsTransport(app),
     fetched: 0,
     requests: 0,
+    queries: 0,
+    points: 0,
     stoppedBy: 'nothing_due',
     outcomes: emptyOutcomes(),
     budgetLeft: null,
     pushes: [],
   };
-  for (;;) {
-    if (summary.fetched >= opts.limit) {
-      summary.stoppedBy = 'limit';
-      break;
-    }
-    if (opts.shouldStop?.()) {
-      summary.stoppedBy = 'interrupted';
-      break;
-    }
-    const r = await fetchOnce(app);
+  /** Counts one push's result; true when it ends the run (a rate limit). */
+  const record = async (r: FetchResult): Promise<boolean> => {
     summary.requests += r.requests;
-    if (r.outcome === 'idle') break;
-    if (r.outcome === 'budget_exhausted') {
-      summary.stoppedBy = 'budget';
-      break;
-    }
+    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') return false;
     summary.fetched += 1;
     summary.outcomes[r.outcome] += 1;
     summary.pushes.push({
@@ -116,7 +127,44 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
       status: r.status ?? null,
     });
     await opts.onPush?.(r, summary);
-    if (r.outcome === 'rate_limited') {
+    return r.outcome === 'rate_limited';
+  };
+  for (;;) {
+    if (summary.fetched >= opts.limit) {
+      summary.stoppedBy = 'limit';
+      break;
+    }
+    if (opts.shouldStop?.()) {
+      summary.stoppedBy = 'interrupted';
+      break;
+    }
+    if (summary.transport === 'graphql') {
+      const b = await fetchGraphQLBatch(app, {
+        maxPushes: Math.min(GRAPHQL_BATCH_PUSHES, opts.limit - summary.fetched),
+        onResult: async (r) => {
+          await record(r);
+        },
+      });
+      summary.queries += b.queries;
+      summary.points += b.points;
+      if (b.stoppedBy === 'idle') break;
+      if (b.stoppedBy) {
+        summary.stoppedBy = b.stoppedBy === 'rate_limited' ? 'rate_limited' : 'budget';
+        break;
+      }
+      continue;
+    }
+    const r = await fetchOnce(app);
+    if (r.outcome === 'idle') {
+      summary.requests += r.requests;
+      break;
+    }
+    if (r.outcome === 'budget_exhausted') {
+      summary.requests += r.requests;
+      summary.stoppedBy = 'budget';
+      break;
+    }
+    if (await record(r)) {
       summary.stoppedBy = 'rate_limited';
       break;
     }
@@ -128,7 +176,7 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
 const STOP_TEXT: Record<StopReason, string> = {
   limit: 'limit reached',
   nothing_due: 'nothing more is due',
-  budget: 'the commits share or the background budget says no for now',
+  budget: 'the commits share, the background budget or the GraphQL points window says no for now',
   rate_limited: 'GitHub rate-limited us; fetching resumes after the reset',
   interrupted: 'interrupted',
 };
@@ -159,6 +207,7 @@ function formatCounts(s: CommitsRunSummary): string {
     `failed ${o.failed}`,
     ...extra,
     `requests ${s.requests}`,
+    ...(s.transport === 'graphql' ? [`queries ${s.queries}`, `points ${s.points}`] : []),
   ].join(', ');
 }
 

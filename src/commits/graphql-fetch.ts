@@ -88,7 +88,12 @@ async function plan(deps: FetchDeps, claim: CommitsClaim): Promise<Planned | 're
 
 export async function fetchGraphQLBatch(
   deps: FetchDeps,
-  opts: { jobId?: string | null; maxPushes?: number } = {},
+  opts: {
+    jobId?: string | null;
+    maxPushes?: number;
+    /** Each claimed push's result as it is settled (bin/commits prints a line a push). */
+    onResult?: (r: FetchResult) => void | Promise<void>;
+  } = {},
 ): Promise<GraphQLBatchSummary> {
   const { db, config, github } = deps;
   const clock = deps.clock ?? systemClock;
@@ -104,7 +109,7 @@ export async function fetchGraphQLBatch(
     newActors: 0,
     stoppedBy: null,
   };
-  const count = (r: FetchResult) => {
+  const count = async (r: FetchResult) => {
     summary.outcomes[r.outcome] += 1;
     summary.requests += r.requests;
     summary.newActors += r.newActors ?? 0;
@@ -112,7 +117,17 @@ export async function fetchGraphQLBatch(
       summary.stoppedBy = r.outcome;
       summary.retryAt = r.retryAt;
     }
+    await opts.onResult?.(r);
   };
+  const keyed = (claim: CommitsClaim) => ({
+    push: {
+      repositoryId: claim.repositoryId,
+      ref: claim.ref,
+      before: claim.before,
+      head: claim.head,
+    },
+    repo: claim.fullName,
+  });
 
   const claims: CommitsClaim[] = [];
   for (let i = 0; i < (opts.maxPushes ?? GRAPHQL_BATCH_PUSHES); i++) {
@@ -135,7 +150,7 @@ export async function fetchGraphQLBatch(
     const p = await plan(deps, claim);
     if (p === 'none') {
       await markNone(db, claim);
-      count({ outcome: 'none', requests: 0 });
+      await count({ ...keyed(claim), outcome: 'none', requests: 0 });
     } else if (p === 'rest') rest.push(claim);
     else {
       const opened = await openFetchAttempt(db, claim, {
@@ -143,7 +158,12 @@ export async function fetchGraphQLBatch(
         maxAttempts: config.enrichment.maxAttempts,
       });
       if (opened.kind === 'opened') planned.push(p);
-      else count({ outcome: opened.kind === 'set_aside' ? 'failed' : 'retry', requests: 0 });
+      else
+        await count({
+          ...keyed(claim),
+          outcome: opened.kind === 'set_aside' ? 'failed' : 'retry',
+          requests: 0,
+        });
     }
   }
 
@@ -176,7 +196,7 @@ export async function fetchGraphQLBatch(
       summary.fallbacks += 1;
       await reopen(deps, p.claim);
       rest.push(p.claim);
-    } else count(r);
+    } else await count(r);
   }
   const stop = proved.stoppedBy;
   if (stop instanceof RateLimited) {
@@ -196,7 +216,7 @@ export async function fetchGraphQLBatch(
       await releasePush(db, claim);
       continue;
     }
-    count(await fetchClaimed(deps, claim, jobId, log));
+    await count(await fetchClaimed(deps, claim, jobId, log));
   }
   return summary;
 }

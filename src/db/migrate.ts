@@ -13,6 +13,10 @@ import {
   EVENT_ID_INDEX,
   EVENT_ID_INDEX_COLUMNS,
 } from '../../db/migrations/2026-12-01T1401_event_id_index.ts';
+import {
+  REF_CREATED_AT_INDEX,
+  REF_CREATED_AT_INDEX_COLUMNS,
+} from '../../db/migrations/2026-12-02T0500_push_events_ref_created_at.ts';
 import { AppError } from '../errors.ts';
 import { LockSpace } from './locks.ts';
 import type { Db } from './pool.ts';
@@ -64,6 +68,11 @@ const ONLINE_INDEXES = [
     migration: '2026-12-01T1401_event_id_index',
     name: EVENT_ID_INDEX,
     create: `CREATE UNIQUE INDEX CONCURRENTLY ${EVENT_ID_INDEX} ON push_events ${EVENT_ID_INDEX_COLUMNS}`,
+  },
+  {
+    migration: '2026-12-02T0500_push_events_ref_created_at',
+    name: REF_CREATED_AT_INDEX,
+    create: `CREATE INDEX CONCURRENTLY ${REF_CREATED_AT_INDEX} ON push_events ${REF_CREATED_AT_INDEX_COLUMNS}`,
   },
 ] as const;
 

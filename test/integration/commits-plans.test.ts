@@ -1,6 +1,8 @@
+import { createHash } from 'node:crypto';
 import { type RawBuilder, sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { claimStatement } from '../../src/commits/claim.ts';
+import { defaultTipStatement } from '../../src/commits/default-tip.ts';
 import { commitsDueStatement } from '../../src/commits/due.ts';
 import { useTestDatabase } from '../support/db.ts';
 
@@ -11,6 +13,7 @@ import { useTestDatabase } from '../support/db.ts';
  */
 
 const t = useTestDatabase();
+const md5 = (s: string) => createHash('md5').update(s).digest('hex');
 
 async function plan(statement: RawBuilder<unknown>): Promise<string> {
   const compiled = statement.compile(t.db);
@@ -33,10 +36,45 @@ beforeAll(async () => {
     SELECT 1, CASE WHEN g <= 10000 THEN 999999 ELSE 900000 + g % 100 END, 'refs/heads/p' || g,
       md5(g::text), md5((g + 7)::text), now(), '{}', 'pending', now() - g * interval '1 second'
     FROM generate_series(1, 20000) g`.execute(t.db);
+  // A busy default branch: 100,000 pushes to one repository's main over 100,000 minutes,
+  // and a new branch pushed in the middle of that history.
+  await sql`
+    INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+      commits_state, commit_count)
+    SELECT 1, 777777, 'refs/heads/main', md5('m' || g), md5('m' || (g + 1)),
+      now() - g * interval '1 minute', '{}', 'complete', 1
+    FROM generate_series(1, 100000) g`.execute(t.db);
+  await sql`
+    INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+      commits_state)
+    VALUES (1, 777777, 'refs/heads/topic', repeat('0', 40), md5('topic'),
+      now() - interval '50000 minutes 30 seconds', '{}', 'none')`.execute(t.db);
   await sql`VACUUM (ANALYZE) push_events`.execute(t.db);
 });
 
 describe('commits fetch plans', () => {
+  it("a new branch's default tip at push time: three index probes, not the branch's history", async () => {
+    const p = await plan(
+      defaultTipStatement(
+        {
+          repositoryId: '777777',
+          ref: 'refs/heads/topic',
+          before: '0'.repeat(40),
+          head: md5('topic'),
+        },
+        'main',
+      ),
+    );
+    expect(p).not.toMatch(/Seq Scan on push_events/);
+    expect(p).not.toMatch(/Sort/);
+    // prev_head, next_before and ties each probe (repository_id, ref, created_at)
+    expect(p.match(/using push_events_ref_created_at on push_events/gi) ?? [], p).toHaveLength(3);
+    // ... each bounded by the push's time in the index condition, not filtered after it
+    const bounded =
+      /Index Cond: \(.*\(ref = 'refs\/heads\/main'::text\) AND \(created_at [<>=] \$\d+\)\)/g;
+    expect(p.match(bounded) ?? [], p).toHaveLength(3);
+  });
+
   it('the claim never scans push_events whole', async () => {
     const p = await plan(claimStatement({ now: new Date(), leaseSeconds: 60 }));
     expect(p).not.toMatch(/Seq Scan on push_events/);

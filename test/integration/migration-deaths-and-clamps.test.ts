@@ -7,7 +7,7 @@ import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-
 // already wrote to: a token blocked until 2058, a reset in 2286, a source put off to 2058,
 // poll intervals of -5 and 10^9. Brought up as an upgrade would, each is within the hour.
 const MIGRATION = '2026-12-01T1410_deaths_and_clamps';
-const BEFORE = '2026-12-01T1300_request_minutes';
+const BEFORE = '2026-12-01T1401_event_id_index';
 let s: ScratchDatabase;
 
 beforeAll(async () => {

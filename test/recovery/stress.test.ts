@@ -14,7 +14,7 @@ import { type Child, killAll, spawnBin } from './world.ts';
  * between sources and contended by every process). The fake answers a second concurrent
  * request with a secondary-limit 403, and adds latency so requests overlap in time if the
  * gate ever lets them. Afterwards, from the fake's own request log and the tables:
- * - never two requests in flight for the credential (maxInFlight 1, no secondary-limit hit);
+ * - never two requests in flight on one of the credential's gates (REST, GraphQL), no secondary-limit hit;
  * - no source polled twice within its poll interval (each feed's page 1 requested once:
  *   the interval, ≥ 60 s, is longer than the whole test);
  * - no entity fetched twice (each profile path answered once);
@@ -150,8 +150,12 @@ describe('multi-process stress', () => {
     for (const w of workers) w.process.kill('SIGTERM');
     for (const w of workers) expect(await w.exited).toEqual({ code: 0, signal: null });
 
-    // One request in flight per credential, as GitHub itself would have seen it.
-    expect(fake.maxInFlight).toBe(1);
+    // One request in flight per gate of the credential, as GitHub itself would have seen it:
+    // its REST requests one at a time, and its GraphQL queries (commits) one at a time beside.
+    for (const [gate, most] of Object.entries(fake.maxInFlightByCredential)) {
+      expect({ gate, most }).toEqual({ gate, most: 1 });
+    }
+    expect(fake.maxInFlight).toBeLessThanOrEqual(2);
     expect(fake.secondaryLimitHits).toBe(0);
 
     // No source polled twice within its interval: one page-1 request per feed, one run
