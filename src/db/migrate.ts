@@ -133,6 +133,23 @@ export async function pendingMigrations(db: Db): Promise<string[]> {
 }
 
 /**
+ * Takes the setup lock by trying, not by waiting in pg_advisory_lock: a statement waiting
+ * on a lock holds a snapshot, and CREATE INDEX CONCURRENTLY (run by the holder, on another
+ * connection) waits for every older snapshot in the database, so waiters that block inside
+ * a statement would wait for the holder while its index build waits for them — forever
+ * (ten bin/setup at once on a fresh database did). Between tries a waiter holds nothing.
+ */
+async function takeSetupLock(client: pg.PoolClient): Promise<void> {
+  for (let pause = 50; ; pause = Math.min(pause * 2, 500)) {
+    const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, 0) AS ok', [
+      LockSpace.setup,
+    ]);
+    if (r.rows[0]?.ok) return;
+    await new Promise((resolve) => setTimeout(resolve, pause));
+  }
+}
+
+/**
  * Holds a session advisory lock for the duration of fn so that concurrent setups
  * (several containers, two terminals) run one after the other; the second finds
  * nothing to do. The lock dies with the session if the process does.
@@ -140,7 +157,7 @@ export async function pendingMigrations(db: Db): Promise<string[]> {
 export async function withSetupLock<T>(pool: pg.Pool, fn: () => Promise<T>): Promise<T> {
   const client = await pool.connect();
   try {
-    await client.query('SELECT pg_advisory_lock($1, 0)', [LockSpace.setup]);
+    await takeSetupLock(client);
     try {
       return await fn();
     } finally {
