@@ -1,6 +1,7 @@
 import { AppError } from '../errors.ts';
 import { exactId } from '../json/exact.ts';
-import { inspectJson, storableText } from '../json/walk.ts';
+import { inspectJson } from '../json/walk.ts';
+import { answerObject, answerText, answerTime } from './answer-values.ts';
 
 /**
  * GitHub's "compare two commits" (GET /repos/{owner}/{repo}/compare/{base}...{head}), read
@@ -70,23 +71,9 @@ export function comparePath(
   return `/repos/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}/compare/${basehead}${query}`;
 }
 
-function obj(v: unknown): Record<string, unknown> | null {
-  return v !== null && typeof v === 'object' && !Array.isArray(v)
-    ? (v as Record<string, unknown>)
-    : null;
-}
-
-function text(v: unknown, max: number): string | null {
-  if (typeof v !== 'string') return null;
-  const s = storableText(v);
-  return s.length > max ? s.slice(0, max) : s;
-}
-
-function time(v: unknown): Date | null {
-  if (typeof v !== 'string' || v.length > 40) return null;
-  const d = new Date(v);
-  return Number.isNaN(d.getTime()) ? null : d;
-}
+const obj = answerObject;
+const text = answerText;
+const time = answerTime;
 
 function account(v: unknown): { id: string | null; login: string | null } {
   const o = obj(v);

@@ -1,4 +1,4 @@
-import { storableText } from '../json/walk.ts';
+import { type AnswerObject, answerObject, answerText, answerTime } from './answer-values.ts';
 import type { FetchedCommit } from './compare.ts';
 import { type Ask, askRequests, type PushEvidence } from './graphql-proof.ts';
 
@@ -138,21 +138,10 @@ export class GraphQLAnswerInvalid extends Error {
   }
 }
 
-type Obj = Record<string, unknown>;
-const obj = (v: unknown): Obj | null =>
-  v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Obj) : null;
-
-function text(v: unknown, max: number): string | null {
-  if (typeof v !== 'string') return null;
-  const s = storableText(v);
-  return s.length > max ? s.slice(0, max) : s;
-}
-
-function time(v: unknown): Date | null {
-  if (typeof v !== 'string' || v.length > 40) return null;
-  const d = new Date(v);
-  return Number.isNaN(d.getTime()) ? null : d;
-}
+type Obj = AnswerObject;
+const obj = answerObject;
+const text = answerText;
+const time = answerTime;
 
 function count(v: unknown, what: string): number {
   if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
