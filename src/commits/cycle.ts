@@ -1,11 +1,21 @@
+import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
+import { fetchLanes, type LaneDeps } from '../fetching/lanes.ts';
 import { type FetchDeps, type FetchOutcome, fetchOnce } from './fetch.ts';
 import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from './graphql-fetch.ts';
 
 /**
- * One fetch-commits cycle (ADR 0071, ADR 0111): GraphQL batches when COMMITS_TRANSPORT is
- * graphql and the pool has a credential (what GraphQL cannot prove goes to REST inside a
- * batch), else one REST compare a push — until nothing is due, the budget or a rate limit
- * says stop, the cap, or the caller stops it.
+ * One fetch-commits cycle (ADR 0071, ADR 0111, ADR 0170): the shared fetch loop
+ * (src/fetching/cycle.ts) with commits' two transports as its step — GraphQL batches when
+ * COMMITS_TRANSPORT is graphql and the pool has a credential (what GraphQL cannot prove goes
+ * to REST inside a batch), else one REST compare a push — until nothing is due, the budget
+ * or a rate limit says stop, the cap, or the caller stops it.
+ *
+ * Lanes: the in-flight plan's GraphQL fetchers for batches, its REST fetchers for compare.
+ * Concurrent steps in one process are as safe as two workers: claimNextPush locks its pick
+ * FOR UPDATE SKIP LOCKED and writes a lease unique to the claim (claim.ts), so two lanes
+ * never hold one push, and a batch's pushes are its own for every write (stillOurs);
+ * storing is ON CONFLICT DO NOTHING in key order (store.ts), so two batches writing the
+ * same commits or authors wait for each other, never deadlock.
  */
 
 export interface CommitsCycleOptions {
@@ -21,7 +31,7 @@ export interface CommitsCycleSummary {
   /** Commit authors new to `actors`: the job hints an enrich-actor cycle for them. */
   newActors: number;
   outcomes: Record<FetchOutcome, number>;
-  stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
+  stoppedBy: CycleStop;
   retryAt?: Date;
   /** GraphQL points and queries the batches spent (ADR 0111). */
   points?: number;
@@ -45,7 +55,7 @@ export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
 
 /** One cycle (the fetch-commits job): fetchOnce until idle, told no, rate-limited, the cap, or stop. */
 export async function fetchCycle(
-  deps: FetchDeps,
+  deps: FetchDeps & LaneDeps,
   opts: CommitsCycleOptions = {},
 ): Promise<CommitsCycleSummary> {
   const summary: CommitsCycleSummary = {
@@ -55,48 +65,37 @@ export async function fetchCycle(
     outcomes: emptyFetchOutcomes(),
     stoppedBy: 'idle',
   };
-  const cap = opts.maxPushes ?? Number.POSITIVE_INFINITY;
-  for (;;) {
-    if (summary.processed >= cap) {
-      summary.stoppedBy = 'cap';
-      break;
-    }
-    if (opts.shouldStop?.() || opts.signal?.aborted) {
-      summary.stoppedBy = 'stopped';
-      break;
-    }
-    if (deps.config.commits.transport === 'graphql' && deps.github.graphqlEnabled) {
-      // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
-      const room = Math.min(GRAPHQL_BATCH_PUSHES, cap - summary.processed);
-      const b = await fetchGraphQLBatch(deps, { jobId: opts.jobId, maxPushes: room });
-      for (const [k, n] of Object.entries(b.outcomes)) summary.outcomes[k as FetchOutcome] += n;
-      summary.requests += b.requests;
-      summary.newActors += b.newActors;
-      summary.points = (summary.points ?? 0) + b.points;
-      summary.queries = (summary.queries ?? 0) + b.queries;
-      summary.processed += b.claimed;
-      if (b.stoppedBy) {
-        summary.stoppedBy = b.stoppedBy;
-        summary.retryAt = b.retryAt;
-        break;
-      }
-      continue;
-    }
-    const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
-    summary.outcomes[r.outcome] += 1;
-    summary.requests += r.requests;
-    summary.newActors += r.newActors ?? 0;
-    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') {
-      summary.stoppedBy = r.outcome;
-      summary.retryAt = r.retryAt;
-      break;
-    }
-    summary.processed += 1;
-    if (r.outcome === 'rate_limited') {
-      summary.stoppedBy = 'rate_limited';
-      summary.retryAt = r.retryAt;
-      break;
-    }
-  }
+  const graphql = deps.config.commits.transport === 'graphql' && deps.github.graphqlEnabled;
+  const loop = { cap: opts.maxPushes, shouldStop: opts.shouldStop, signal: opts.signal };
+  const run = graphql
+    ? await runFetchCycle({
+        ...loop,
+        lanes: fetchLanes(deps, 'graphql', 'commits'),
+        stepMax: GRAPHQL_BATCH_PUSHES,
+        // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
+        step: async (room) => {
+          const b = await fetchGraphQLBatch(deps, { jobId: opts.jobId, maxPushes: room });
+          for (const [k, n] of Object.entries(b.outcomes)) summary.outcomes[k as FetchOutcome] += n;
+          summary.requests += b.requests;
+          summary.newActors += b.newActors;
+          summary.points = (summary.points ?? 0) + b.points;
+          summary.queries = (summary.queries ?? 0) + b.queries;
+          return { taken: b.claimed, stop: b.stoppedBy ?? undefined, retryAt: b.retryAt };
+        },
+      })
+    : await runFetchCycle({
+        ...loop,
+        lanes: fetchLanes(deps, 'rest', 'commits'),
+        step: async () => {
+          const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
+          summary.outcomes[r.outcome] += 1;
+          summary.requests += r.requests;
+          summary.newActors += r.newActors ?? 0;
+          return oneEntityReport(r.outcome, r.retryAt);
+        },
+      });
+  summary.processed = run.processed;
+  summary.stoppedBy = run.stoppedBy;
+  if (run.retryAt) summary.retryAt = run.retryAt;
   return summary;
 }

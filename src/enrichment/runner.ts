@@ -1,6 +1,8 @@
 import { systemClock } from '../clock.ts';
 import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
+import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
+import { fetchLanes, type LaneDeps } from '../fetching/lanes.ts';
 import {
   BudgetExhausted,
   describeRejected,
@@ -402,7 +404,7 @@ export interface CycleSummary {
   /** Entities a request was made for. */
   processed: number;
   outcomes: Record<EnrichOutcome, number>;
-  stoppedBy: 'idle' | 'budget_exhausted' | 'rate_limited' | 'cap' | 'stopped';
+  stoppedBy: CycleStop;
   /** Set when rate limited: when the class may run again. */
   retryAt?: Date;
 }
@@ -423,41 +425,34 @@ function emptyOutcomes(): Record<EnrichOutcome, number> {
 /**
  * One cycle of a class (what the enrich-actor / enrich-repository jobs run): enrichOnce
  * until nothing is due, the budget or the fair share says no, GitHub rate-limits us,
- * the cap is reached, or the caller asks to stop.
+ * the cap is reached, or the caller asks to stop — the shared fetch loop
+ * (src/fetching/cycle.ts), one lane per REST fetcher of the in-flight plan. Concurrent
+ * enrichOnce calls in one process are as safe as two workers: each claims its own row
+ * (claim.ts: FOR UPDATE SKIP LOCKED, then a lease) and applies only while stillOurs holds
+ * (the entity's id, this worker, this lease's time).
  */
 export async function enrichCycle(
-  deps: EnrichDeps,
+  deps: EnrichDeps & LaneDeps,
   cls: EntityClass,
   opts: CycleOptions = {},
 ): Promise<CycleSummary> {
-  const summary: CycleSummary = {
+  const outcomes = emptyOutcomes();
+  const run = await runFetchCycle({
+    lanes: fetchLanes(deps, 'rest', 'enrich'),
+    cap: opts.maxEntities,
+    shouldStop: opts.shouldStop,
+    signal: opts.signal,
+    step: async () => {
+      const r = await enrichOnce(deps, cls, { jobId: opts.jobId, signal: opts.signal });
+      outcomes[r.outcome] += 1;
+      return oneEntityReport(r.outcome, r.outcome === 'rate_limited' ? r.retryAt : undefined);
+    },
+  });
+  return {
     class: cls,
-    processed: 0,
-    outcomes: emptyOutcomes(),
-    stoppedBy: 'idle',
+    processed: run.processed,
+    outcomes,
+    stoppedBy: run.stoppedBy,
+    ...(run.retryAt ? { retryAt: run.retryAt } : {}),
   };
-  const cap = opts.maxEntities ?? Number.POSITIVE_INFINITY;
-  for (;;) {
-    if (summary.processed >= cap) {
-      summary.stoppedBy = 'cap';
-      break;
-    }
-    if (opts.shouldStop?.() || opts.signal?.aborted) {
-      summary.stoppedBy = 'stopped';
-      break;
-    }
-    const r = await enrichOnce(deps, cls, { jobId: opts.jobId, signal: opts.signal });
-    summary.outcomes[r.outcome] += 1;
-    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') {
-      summary.stoppedBy = r.outcome;
-      break;
-    }
-    summary.processed += 1;
-    if (r.outcome === 'rate_limited') {
-      summary.stoppedBy = 'rate_limited';
-      summary.retryAt = r.retryAt;
-      break;
-    }
-  }
-  return summary;
 }

@@ -1,0 +1,30 @@
+import type { Deps } from '../deps.ts';
+import { inFlightPlan, type PlanRole } from '../github/concurrency.ts';
+
+/**
+ * How many steps a fetch cycle runs at once (ADR 0170): the process's in-flight plan's
+ * fetchers for the budget the steps spend — `rest` for enrichment and REST compare,
+ * `graphql` for commits by GraphQL batches (src/github/concurrency.ts: one a credential that
+ * may spend it). A caller without a plan (tests, benches) plans from its client's
+ * credentials the way pollsInFlight does, within its pool when it has one, so a process with
+ * one credential runs one lane: one entity at a time, as before there were lanes.
+ *
+ * More lanes than credentials would only wait at the request gates (one request in flight
+ * a credential, every process): the plan gives one a credential and no more.
+ */
+export type LaneDeps = Pick<Deps, 'github'> & Partial<Pick<Deps, 'inFlight' | 'pool'>>;
+
+export function fetchLanes(
+  deps: LaneDeps,
+  budget: 'rest' | 'graphql',
+  role: Extract<PlanRole, 'enrich' | 'commits'>,
+): number {
+  const plan =
+    deps.inFlight ??
+    inFlightPlan({
+      credentials: deps.github.credentials,
+      role,
+      poolMax: deps.pool?.options?.max,
+    });
+  return Math.max(1, plan.fetchers[budget]);
+}
