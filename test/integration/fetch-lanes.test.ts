@@ -153,6 +153,46 @@ describe('fetch cycles run a lane a credential', () => {
     expect((await ledger('commits')).rows).toBe(9);
   });
 
+  it('commits by GraphQL with three tokens and a cap above one batch: batches in flight at once, each push once', async () => {
+    // 320 one-commit pushes in 32 repositories: under a cap of 400, three batches (150, 150,
+    // 100) start at once, one a credential's #graphql window.
+    for (let r = 0; r < 32; r++) {
+      await insertRepository(t.db, 800 + r, `octo/batch-${r}`);
+      const shas = chain(fake, `octo/batch-${r}`, 11);
+      await insertPushes(
+        t.db,
+        Array.from({ length: 10 }, (_, i) => ({
+          repositoryId: 800 + r,
+          before: shas[i]!,
+          head: shas[i + 1]!,
+        })),
+      );
+    }
+    const d = deps(3);
+    const hold = holdUntilInFlight(2, (r) => r.path === '/graphql');
+    const summary = await fetchCycle(d, { maxPushes: 400 });
+    hold.done();
+
+    expect(hold.met()).toBe(true);
+    expect(fake.maxInFlight).toBeGreaterThan(1);
+    expect(Object.values(fake.maxInFlightByCredential).every((n) => n <= 1)).toBe(true);
+    // Claimed once each: a push two batches held would have counted twice, the second a retry.
+    expect(summary).toMatchObject({ processed: 320, requests: 0 });
+    expect(summary.stoppedBy).toBe('idle');
+    expect(summary.outcomes).toMatchObject({ complete: 320, retry: 0, failed: 0 });
+    const rows = await sql<{ pushes: string; commits: string; states: string[] }>`
+      SELECT (SELECT count(*) FROM push_events WHERE commits_state = 'complete') AS pushes,
+        (SELECT count(*) FROM push_commits) AS commits,
+        (SELECT array_agg(DISTINCT commits_state) FROM push_events) AS states`.execute(t.db);
+    expect(rows.rows[0]).toEqual({ pushes: '320', commits: '320', states: ['complete'] });
+    const spent = await sql<{ credentials: string; points: string }>`
+      SELECT count(DISTINCT credential) AS credentials, sum(points) AS points
+      FROM github_requests WHERE purpose = 'commits'`.execute(t.db);
+    expect(Number(spent.rows[0]!.credentials)).toBeGreaterThan(1);
+    expect(Number(spent.rows[0]!.points)).toBe(summary.points);
+    expect(fake.requests.filter(isCompare)).toHaveLength(0);
+  });
+
   it('one token: one lane, one request at a time, as before lanes', async () => {
     const ids = await insertPending(t.db, 'actor', 6, { firstId: 6000 });
     for (const id of ids) fake.setUser(userProfile({ id, login: `user-${id}` }));
