@@ -11,6 +11,10 @@ import type { EnrichmentState } from '../db/schema.ts';
  * served least recently (commit_fetch_turns; never served first), then the one whose
  * oldest due push is oldest; within it, its oldest due push. A repository pushing 10,000
  * times is one candidate among the others, so it gets one turn in N, not the budget.
+ *
+ * Concurrent claimers (processes, or lanes of one cycle: ADR 0170) never take one push: the
+ * pick is `FOR UPDATE SKIP LOCKED`, and the lease it writes is unique to the claim (a random
+ * sub-millisecond part), which every later write checks (stillOurs).
  */
 
 /** The push's natural key (push_events_natural_key), as stored. */

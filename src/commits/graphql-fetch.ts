@@ -21,6 +21,11 @@ import { storeFetched } from './store-fetched.ts';
  * give what GraphQL cannot prove to REST compare (fetchClaimed), the push's lease kept.
  * Every outcome goes through the same transitions as REST's (state.ts), so the ladder,
  * the deaths (ADR 0120) and the idempotent stores are the same.
+ *
+ * Batches may run side by side (processes, or lanes of one cycle: ADR 0170): each claims
+ * its pushes one claimNextPush at a time (SKIP LOCKED, a lease unique to the claim), so two
+ * batches hold disjoint pushes; each write is under that lease, and commits and authors are
+ * stored ON CONFLICT DO NOTHING in key order, so batches that share commits never deadlock.
  */
 
 /** Pushes claimed for one batch: enough that the rounds pack into 1-point queries. */
