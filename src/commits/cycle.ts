@@ -14,8 +14,9 @@ import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from './graphql-fetch.ts';
  * Concurrent steps in one process are as safe as two workers: claimNextPush locks its pick
  * FOR UPDATE SKIP LOCKED and writes a lease unique to the claim (claim.ts), so two lanes
  * never hold one push, and a batch's pushes are its own for every write (stillOurs);
- * storing is ON CONFLICT DO NOTHING in key order (store.ts), so two batches writing the
- * same commits or authors wait for each other, never deadlock.
+ * storing is an idempotent upsert (ON CONFLICT) in key order (store.ts), so two steps
+ * writing the same commits or authors take their row locks in one order and wait, not
+ * deadlock.
  */
 
 export interface CommitsCycleOptions {

@@ -25,7 +25,8 @@ import { storeFetched } from './store-fetched.ts';
  * Batches may run side by side (processes, or lanes of one cycle: ADR 0170): each claims
  * its pushes one claimNextPush at a time (SKIP LOCKED, a lease unique to the claim), so two
  * batches hold disjoint pushes; each write is under that lease, and commits and authors are
- * stored ON CONFLICT DO NOTHING in key order, so batches that share commits never deadlock.
+ * stored by idempotent upserts (ON CONFLICT) in key order, so batches that share commits
+ * take their row locks in one order and wait for each other rather than deadlock.
  */
 
 /** Pushes claimed for one batch: enough that the rounds pack into 1-point queries. */
