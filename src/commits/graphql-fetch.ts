@@ -283,6 +283,7 @@ async function apply(
       byGraphQL: true,
     },
   );
+  faultPoint('commits.after_store');
   if (!stored.applied)
     return { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
   log.info(
