@@ -7,6 +7,7 @@ import {
 } from '../commits/fetch.ts';
 import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from '../commits/graphql-fetch.ts';
 import { UsageError } from '../errors.ts';
+import type { PoolBudget } from '../github/budget-types.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
 import { bar, terminal } from '../terminal.ts';
@@ -28,7 +29,8 @@ background allowance shared with enrichment (at most COMMITS_SHARE of it).
   --json       print one JSON summary instead of progress
 
 Prints one line per push and a summary (stdout): fetched, complete, partial, gone, failed
-and requests (and GraphQL queries and points); on a terminal, a progress bar under them
+and requests (and GraphQL queries and points), then the background budget left (REST) and,
+by GraphQL, the points its windows have left; on a terminal, a progress bar under them
 (stderr).
 Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
 1 an error; 2 bad arguments or configuration.
@@ -53,6 +55,11 @@ export interface CommitsRunSummary {
   outcomes: Record<Counted, number>;
   /** What the background allowance (enrichment and commits) still has in this window. */
   budgetLeft: number | null;
+  /**
+   * By GraphQL: the points the credentials' GraphQL windows still have (what the batches
+   * spend; the REST allowance above only pays for fallbacks). null on the REST transport.
+   */
+  graphqlPointsLeft: number | null;
   pushes: {
     /** GitHub's id: a JSON number with every digit (64-bit ids do not fit a double). */
     repository_id: RawJson;
@@ -71,6 +78,20 @@ export interface CommitsRunSummary {
 export function backgroundLeft(b: BudgetSnapshot): number {
   const left = Math.max(0, b.allowance.enrich - b.spent.enrich - b.spent.commits);
   return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
+}
+
+/**
+ * The points the pool's GraphQL windows still have: each window's quota less its spend,
+ * never more than GitHub says remains, 0 while it is blocked; null when no credential has one.
+ */
+export function graphqlPointsLeft(b: PoolBudget): number | null {
+  const windows = b.credentials.flatMap((c) => (c.graphql ? [c.graphql] : []));
+  if (windows.length === 0) return null;
+  return windows.reduce((n, g) => {
+    if (g.blocked) return n;
+    const left = Math.max(0, g.quota - g.spent);
+    return n + (g.remaining === null ? left : Math.min(left, Math.max(0, g.remaining)));
+  }, 0);
 }
 
 export interface RunOptions {
@@ -107,6 +128,7 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
     stoppedBy: 'nothing_due',
     outcomes: emptyOutcomes(),
     budgetLeft: null,
+    graphqlPointsLeft: null,
     pushes: [],
   };
   /** Counts one push's result; true when it ends the run (a rate limit). */
@@ -169,7 +191,9 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
       break;
     }
   }
-  summary.budgetLeft = backgroundLeft(await app.github.budget());
+  const budget = await app.github.budget();
+  summary.budgetLeft = backgroundLeft(budget);
+  if (summary.transport === 'graphql') summary.graphqlPointsLeft = graphqlPointsLeft(budget);
   return summary;
 }
 
@@ -213,7 +237,8 @@ function formatCounts(s: CommitsRunSummary): string {
 
 export function formatSummary(s: CommitsRunSummary): string {
   const budget = s.budgetLeft === null ? '' : `; background budget left ${s.budgetLeft}`;
-  return `commits: ${s.fetched}/${s.limit} fetched (${formatCounts(s)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}`;
+  const points = s.graphqlPointsLeft === null ? '' : `; GraphQL points left ${s.graphqlPointsLeft}`;
+  return `commits: ${s.fetched}/${s.limit} fetched (${formatCounts(s)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}${points}`;
 }
 
 export async function main(argv: string[]): Promise<number> {

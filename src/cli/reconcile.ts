@@ -65,7 +65,8 @@ export function formatReport(report: ReconcileReport, due: Record<string, number
     already_queued: 'a cycle was queued meanwhile; nothing sent',
     live_job: 'a cycle is queued or running; nothing sent',
     nothing_due: 'nothing to do',
-    budget_wait: 'the background budget is spent or blocked; nothing sent',
+    budget_wait:
+      'the budget commits spend (GraphQL points; by REST the background budget) is spent or blocked; nothing sent',
   };
   lines.push(
     `commits: ${k.due ? 'pushes due' : 'none due'}, ${k.liveJobs} live job(s) → ${action[k.action]}`,

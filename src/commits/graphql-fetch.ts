@@ -11,7 +11,8 @@ import { defaultTipAtPush } from './default-tip.ts';
 import { type FetchDeps, type FetchOutcome, type FetchResult, fetchClaimed } from './fetch.ts';
 import { DEFAULT_PROOF_LIMITS } from './graphql-proof.ts';
 import { type Final, proveAll, type RoundPush } from './graphql-rounds.ts';
-import { markFailedAttempt, markGone, markNone } from './state.ts';
+import { markGoneByGraphQL } from './graphql-settled.ts';
+import { markFailedAttempt, markNone } from './state.ts';
 import { storeFetched } from './store-fetched.ts';
 
 /**
@@ -254,7 +255,7 @@ async function apply(
     return { ...common, outcome: 'budget_exhausted', reason: 'budget' };
   }
   if (v.kind === 'gone') {
-    const ok = await markGone(db, claim, v.reason);
+    const ok = await markGoneByGraphQL(db, claim, v.reason, now);
     return { ...common, outcome: ok ? 'gone' : 'retry', detail: v.reason };
   }
   if (v.kind === 'invalid') {
@@ -280,8 +281,15 @@ async function apply(
     db,
     claim,
     { totalCommits: v.total, commits: v.commits },
-    { firstPosition: v.firstPosition, emails: config.commits.emails, now, countUnknown },
+    {
+      firstPosition: v.firstPosition,
+      emails: config.commits.emails,
+      now,
+      countUnknown,
+      byGraphQL: true,
+    },
   );
+  faultPoint('commits.after_store');
   if (!stored.applied)
     return { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
   log.info(

@@ -2,6 +2,7 @@ import type { CommitEmailMode } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { CommitsClaim } from './claim.ts';
 import type { CompareAnswer } from './compare.ts';
+import { countGraphQLSettled } from './graphql-settled.ts';
 import { markFetched } from './state.ts';
 import { storeCommits } from './store.ts';
 
@@ -21,6 +22,8 @@ export async function storeFetched(
     now: Date;
     /** A new branch whose default-branch tip at push time is unknown: `partial`, count NULL. */
     countUnknown?: boolean;
+    /** Proven by a GraphQL batch: counted in commits_graphql_minutes (pushes a point). */
+    byGraphQL?: boolean;
   },
 ): Promise<{
   applied: boolean;
@@ -47,6 +50,7 @@ export async function storeFetched(
       [{ push, commits: answer.commits, firstPosition: opts.firstPosition }],
       { emails: opts.emails },
     );
+    if (opts.byGraphQL) await countGraphQLSettled(trx, claim.repositoryId, opts.now);
     return { applied, state, newCommits: stored.commits, newActors: stored.newActors };
   });
 }

@@ -151,6 +151,17 @@ export interface IngestionRunHoursTable {
   gaps: number;
 }
 
+/**
+ * Pushes whose commits a GraphQL batch settled, per UTC minute, in 8 shards (repository_id
+ * % 8) (migration 2026-12-02T0600, ADR 0171): "pushes a point" on the status surfaces.
+ * Written in the push's settling transaction; kept 2 hours.
+ */
+export interface CommitsGraphqlMinutesTable {
+  minute: Timestamp;
+  shard: number;
+  pushes: Generated<number>;
+}
+
 /** The same over every source by outcome, in 16 shards (source_id % 16) a row an hour. */
 export interface IngestionRunTotalsTable {
   hour: Timestamp;
@@ -545,6 +556,7 @@ export interface Database {
   commits: CommitsTable;
   push_commits: PushCommitsTable;
   commit_fetch_turns: CommitFetchTurnsTable;
+  commits_graphql_minutes: CommitsGraphqlMinutesTable;
   github_requests: GithubRequestsTable;
   github_rate_limits: GithubRateLimitsTable;
   github_endpoint_pace: GithubEndpointPaceTable;

@@ -72,3 +72,14 @@ export async function budgetWithGraphQL(
     credentials,
   };
 }
+
+/**
+ * Would this GraphQL window refuse a 1-point query right now — the reservation's own test
+ * (blocked, GitHub's remaining gone, or the window's points spent; the whole window is
+ * commits', share 1), read from a snapshot so a caller deciding whether to start work asks
+ * without reserving. A credential without a window (null) cannot send a query at all.
+ */
+export function graphqlWindowRefuses(g: GraphQLBudget | null | undefined): boolean {
+  if (!g) return true;
+  return g.blocked !== null || (g.remaining !== null && g.remaining <= 0) || g.spent >= g.quota;
+}

@@ -16,7 +16,8 @@ import type { Db } from '../db/pool.ts';
  *
  * The budget's per-minute counters (github_request_minutes, ADR 0083) keep 2 hours whatever
  * RETENTION_DAYS says: a budget window is at most 1 h + 1 min long, so no reader needs an
- * older minute. A ledger row deleted later than its minute changes no counter. The runs'
+ * older minute; so do the pushes GraphQL settled per minute (commits_graphql_minutes, read
+ * for the last hour). A ledger row deleted later than its minute changes no counter. The runs'
  * hourly rollups (ingestion_run_hours, ingestion_run_totals) keep 2 days the same way.
  */
 
@@ -75,7 +76,11 @@ export interface PruneOptions {
 export interface PruneReport {
   cutoff: Date;
   deleted: Record<
-    PrunedTable | 'github_request_minutes' | 'ingestion_run_hours' | 'ingestion_run_totals',
+    | PrunedTable
+    | 'github_request_minutes'
+    | 'commits_graphql_minutes'
+    | 'ingestion_run_hours'
+    | 'ingestion_run_totals',
     number
   >;
   /** False when shouldStop cut the pass short. */
@@ -92,6 +97,7 @@ export async function pruneLedgers(db: Db, opts: PruneOptions): Promise<PruneRep
     enrichment_attempts: 0,
     rejected_events: 0,
     github_request_minutes: 0,
+    commits_graphql_minutes: 0,
     ingestion_run_hours: 0,
     ingestion_run_totals: 0,
   };
@@ -100,6 +106,10 @@ export async function pruneLedgers(db: Db, opts: PruneOptions): Promise<PruneRep
     DELETE FROM github_request_minutes
     WHERE minute < ${new Date(now.getTime() - MINUTE_COUNTERS_KEPT_MS)}`.execute(db);
   deleted.github_request_minutes = Number(minutes.numAffectedRows ?? 0);
+  const settled = await sql`
+    DELETE FROM commits_graphql_minutes
+    WHERE minute < ${new Date(now.getTime() - MINUTE_COUNTERS_KEPT_MS)}`.execute(db);
+  deleted.commits_graphql_minutes = Number(settled.numAffectedRows ?? 0);
   // Then the rollups older than any status window (a source leaves 24 rows a day).
   const rollupsBefore = new Date(now.getTime() - RUN_ROLLUPS_KEPT_MS);
   for (const table of ['ingestion_run_hours', 'ingestion_run_totals'] as const) {

@@ -6,6 +6,8 @@ import type { Deps } from '../deps.ts';
 import { hasDueWork } from '../enrichment/due.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import { snapshotRefuses } from '../github/budget.ts';
+import { graphqlWindowRefuses } from '../github/budget-graphql.ts';
+import type { PoolBudget } from '../github/budget-types.ts';
 import { settleAbandonedReservations } from '../github/ledger.ts';
 import type { EntityClass } from '../github/types.ts';
 import { logDeadRuns } from '../ingestion/poll-deaths.ts';
@@ -63,8 +65,11 @@ export interface ReconcileReport {
 
 export type ReconcileDeps = Pick<Deps, 'db' | 'config' | 'logger' | 'clock'> & {
   boss: PgBoss;
-  /** When given, no cycle is sent while the enrichment budget would refuse it anyway. */
-  github?: Pick<Deps['github'], 'budget'>;
+  /**
+   * When given, no cycle is sent while the budget would refuse it anyway: enrichment's REST
+   * allowance, and for commits the window its transport spends (commitsBudgetRefuses).
+   */
+  github?: Pick<Deps['github'], 'budget' | 'graphqlEnabled'>;
 };
 
 /**
@@ -203,8 +208,31 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
 }
 
 /**
+ * Would a commits cycle be refused before it settled anything? By REST (COMMITS_TRANSPORT=rest,
+ * or no credential takes GraphQL): when every credential's background allowance refuses.
+ * By GraphQL: when every credential's `#graphql` window refuses, whatever REST says.
+ * - GraphQL refused, REST left: still refused. A batch proves on GraphQL first; a refused
+ *   query stops it, its pushes' attempts are given back and even its REST fallbacks are
+ *   released unsent (graphql-fetch.ts), so a cycle would only claim and release.
+ * - REST refused, GraphQL left: sent. Every push GraphQL proves is settled without a REST
+ *   request; the few it cannot prove meet the REST refusal and are released (budget, no
+ *   attempt counted) for a later cycle. Waiting on REST here would stall the pushes GraphQL
+ *   could settle behind a window they do not spend.
+ */
+export function commitsBudgetRefuses(
+  github: Pick<Deps['github'], 'graphqlEnabled'>,
+  config: Pick<Deps['config'], 'commits'>,
+  b: PoolBudget,
+): boolean {
+  if (config.commits.transport === 'graphql' && github.graphqlEnabled) {
+    return b.credentials.every((c) => graphqlWindowRefuses(c.graphql));
+  }
+  return snapshotRefuses(b, 'commits');
+}
+
+/**
  * Pending pushes due and no live fetch-commits job: send one cycle (a lost hint loses
- * nothing). Not while the background budget would refuse a commits request anyway.
+ * nothing). Not while the budget its transport spends would refuse it anyway.
  */
 async function reconcileCommits(
   deps: ReconcileDeps,
@@ -215,10 +243,10 @@ async function reconcileCommits(
   if (!due || liveJobs > 0) {
     return { due, liveJobs, action: due ? 'live_job' : 'nothing_due', jobId: null };
   }
-  if (deps.github && snapshotRefuses(await deps.github.budget(), 'commits')) {
+  if (deps.github && commitsBudgetRefuses(deps.github, deps.config, await deps.github.budget())) {
     deps.logger.debug(
       { event: 'reconcile.budget_wait', queue: QUEUES.fetchCommits },
-      'commits: due pushes, but the background budget would refuse a cycle; none sent',
+      'commits: due pushes, but the budget commits spend would refuse a cycle; none sent',
     );
     return { due, liveJobs, action: 'budget_wait', jobId: null };
   }

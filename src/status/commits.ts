@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { graphqlSettledSinceSql } from '../commits/graphql-settled.ts';
 import { commitsOffReason } from '../commits/targets.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
@@ -19,6 +20,13 @@ export interface CommitsStatus {
   pendingByOrigin: Record<PushOrigin, number>;
   /** Requests of purpose 'commits' reserved in the last hour. */
   requestsLastHour: number;
+  /**
+   * GraphQL over the last hour (by UTC minute): the pushes its batches settled (complete,
+   * partial or gone, proven by GraphQL; REST fallbacks are in requestsLastHour), the points
+   * spent (or reserved) on every `#graphql` key, and pushes ÷ points — null while no point
+   * was spent.
+   */
+  graphql: { pushes: number; points: number; pushesPerPoint: number | null };
   stored: number;
   /** true: `stored` is pg_class.reltuples (the table is too big to count on every status). */
   storedEstimated: boolean;
@@ -39,12 +47,27 @@ export function commitsStateCounts() {
     SELECT commits_state, count(*) AS n FROM push_events GROUP BY commits_state`;
 }
 
+/**
+ * The backlog due, the fetch rate, and GraphQL's pushes and points of the last hour, in one
+ * statement: the points from the budget's per-minute counters (github_request_minutes, kept
+ * 2 hours), the pushes from commits_graphql_minutes (8 rows a minute at most).
+ */
 export function commitsBacklogStatement(now: Date) {
-  return sql<{ due: string; requests: string }>`
+  const hourAgo = new Date(now.getTime() - 3_600_000);
+  return sql<{ due: string; requests: string; graphql_pushes: string; graphql_points: string }>`
     SELECT (SELECT count(*) FROM push_events
             WHERE commits_state = 'pending' AND commits_next_attempt_at <= ${now}) AS due,
            (SELECT count(*) FROM github_requests
-            WHERE purpose = 'commits' AND reserved_at > ${new Date(now.getTime() - 3_600_000)}) AS requests`;
+            WHERE purpose = 'commits' AND reserved_at > ${hourAgo}) AS requests,
+           ${graphqlSettledSinceSql(hourAgo)} AS graphql_pushes,
+           (SELECT coalesce(sum(commits), 0) FROM github_request_minutes
+            WHERE credential LIKE '%#graphql'
+              AND minute >= date_trunc('minute', ${hourAgo}::timestamptz, 'UTC')) AS graphql_points`;
+}
+
+/** Pushes a point, to two decimals; null when nothing was spent. */
+export function pushesPerPoint(pushes: number, points: number): number | null {
+  return points > 0 ? Math.round((pushes / points) * 100) / 100 : null;
 }
 
 /** No enabled source asks for commits: one probe of event_sources (a few rows to 10,000). */
@@ -69,6 +92,7 @@ export async function commitsStatus(
       number
     >,
     requestsLastHour: 0,
+    graphql: { pushes: 0, points: 0, pushesPerPoint: null },
     stored: 0,
     storedEstimated: false,
     off:
@@ -90,6 +114,9 @@ export async function commitsStatus(
   const b = (await commitsBacklogStatement(now).execute(db)).rows[0]!;
   out.pendingDue = Number(b.due);
   out.requestsLastHour = Number(b.requests);
+  const pushes = Number(b.graphql_pushes);
+  const points = Number(b.graphql_points);
+  out.graphql = { pushes, points, pushesPerPoint: pushesPerPoint(pushes, points) };
   const estimate = await sql<{ n: number }>`
     SELECT reltuples::float8 AS n FROM pg_class WHERE oid = 'commits'::regclass`.execute(db);
   const n = estimate.rows[0]?.n ?? -1;

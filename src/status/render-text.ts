@@ -206,7 +206,14 @@ function graphqlLine(report: StatusReport): string[] {
     return [
       '  GraphQL: no credential with a GraphQL window (anonymous: commits over GraphQL need one)',
     ];
-  return [`  GraphQL points: ${graphqlText(g, report.generatedAt)}`];
+  return [`  GraphQL points: ${graphqlText(g, report.generatedAt)}`, pushesPerPointLine(report)];
+}
+
+/** "GraphQL, last hour: 520 pushes settled for 20 points: 26 pushes a point". */
+function pushesPerPointLine(report: StatusReport): string {
+  const x = report.commits.graphql;
+  const ratio = x.pushesPerPoint === null ? 'no point spent' : `${x.pushesPerPoint} pushes a point`;
+  return `  GraphQL, last hour: ${count(x.pushes)} pushes settled for ${count(x.points)} points: ${ratio}`;
 }
 
 /** "12/5,000 spent, 4,988 left, resets in 40m" or "... blocked (rate limit) until …". */

@@ -76,3 +76,26 @@ export async function collectGraphQL(
     }
   }
 }
+
+/**
+ * Pushes a point over the last hour (by UTC minute, from commitsStatus): the pushes GraphQL
+ * batches settled, the points every GraphQL window spent, and their ratio (0 while no point
+ * was spent: a gauge has no "unknown"). For a longer range, divide the two gauges' sums.
+ */
+export function collectPushesPerPoint(
+  gauge: Make<Gauge>,
+  g: { pushes: number; points: number; pushesPerPoint: number | null },
+): void {
+  gauge(
+    'gpi_github_graphql_pushes_last_hour',
+    'Pushes whose commits GraphQL batches settled (complete, partial or gone) in the last hour',
+  ).set(g.pushes);
+  gauge(
+    'gpi_github_graphql_points_last_hour',
+    'GraphQL points spent or reserved, over every credential, in the last hour',
+  ).set(g.points);
+  gauge(
+    'gpi_github_graphql_pushes_per_point',
+    'Pushes GraphQL settled per GraphQL point in the last hour (0 while no point was spent)',
+  ).set(g.pushesPerPoint ?? 0);
+}

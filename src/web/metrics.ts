@@ -20,7 +20,7 @@ import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import type { ByteBudget } from './body-budget.ts';
-import { collectGraphQL } from './graphql-metrics.ts';
+import { collectGraphQL, collectPushesPerPoint } from './graphql-metrics.ts';
 
 /** The allowances a budget reports: polls', and the background one (enrich and commits share it). */
 const ALLOWANCES = [
@@ -418,6 +418,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     'gpi_commits_stored',
     'Rows in commits (Postgres estimate once the table holds 200,000 or more)',
   ).set(commits.stored);
+  collectPushesPerPoint(gauge, commits.graphql);
 
   const rejected = counter(
     'gpi_events_rejected_total',

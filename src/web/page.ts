@@ -164,6 +164,36 @@ function commitsCard(report: StatusReport): string {
   ]);
 }
 
+/** Commits by GraphQL: pushes a point over the last hour, and the pool's points window. */
+function graphqlCard(report: StatusReport): string {
+  const x = report.commits.graphql;
+  const g = report.budget?.graphql ?? null;
+  const now = report.generatedAt;
+  const value =
+    x.pushesPerPoint === null ? 'no point spent (1h)' : `${x.pushesPerPoint} pushes a point`;
+  return card(
+    'GraphQL',
+    value,
+    [
+      ['pushes settled (1h)', count(x.pushes)],
+      ['points spent (1h)', count(x.points)],
+      [
+        'window',
+        g
+          ? `${count(g.spent)} of ${count(g.quota)}, ${g.remaining === null ? '?' : count(g.remaining)} left, resets ${relative(g.resetAt, now)}`
+          : 'none (anonymous)',
+      ],
+      [
+        'blocked',
+        g?.blocked
+          ? `${g.blocked.reason === 'auth' ? '401, ' : ''}until ${relative(g.blocked.until, now).replace('in ', '')}`
+          : 'no',
+      ],
+    ],
+    'graphql',
+  );
+}
+
 /** The last hours by the origin each push first arrived from, open gaps shaded. */
 function coverageChart(coverage: CoverageHour[]): string {
   if (coverage.length === 0) return '';
@@ -206,6 +236,7 @@ export function renderPage(
     ]),
     gapsCard(report),
     commitsCard(report),
+    graphqlCard(report),
     b
       ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
           ['resets', relative(b.resetAt, now)],

@@ -70,6 +70,8 @@ describe('bin/commits', () => {
       points: 1,
       stoppedBy: 'nothing_due',
       outcomes: { complete: 9, partial: 0, gone: 0, failed: 0 },
+      // the token's window (5,000 points) less the one point the batch spent
+      graphqlPointsLeft: 4999,
     });
     expect(doc.pushes).toHaveLength(9);
     expect(graphqlPosts()).toHaveLength(1);
@@ -111,7 +113,7 @@ describe('bin/commits', () => {
       );
     }
     expect(lines[3]).toMatch(
-      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 0, queries 1, points 1\) — stopped: limit reached; background budget left \d+$/,
+      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 0, queries 1, points 1\) — stopped: limit reached; background budget left \d+; GraphQL points left 4999$/,
     );
   });
 
@@ -139,6 +141,24 @@ describe('bin/commits', () => {
     );
   });
 
+  it('by GraphQL, the points left are the windows’ as GitHub last told them: spent elsewhere counts', async () => {
+    await insertRepository(t.db, 65, 'cli/gql-left');
+    const shas = chain(fake, 'cli/gql-left', 2);
+    await insertPushes(t.db, [{ repositoryId: 65, before: shas[0]!, head: shas[1]! }]);
+    // another process already spent most of this token's GraphQL hour
+    fake.graphql.setRateLimit({ remaining: 40 });
+    const r = await spawnCommits(['--limit', '5'], {
+      COMMITS_TRANSPORT: 'graphql',
+      GITHUB_TOKEN: `ghp_cli${Math.random().toString(36).slice(2)}`,
+    });
+    expect(r.code, r.err).toBe(0);
+    expect(await states()).toEqual({ complete: 1 });
+    const last = r.out.trim().split('\n').at(-1)!;
+    // GitHub said 40 before the query; the query cost 1
+    expect(last).toMatch(/; background budget left \d+; GraphQL points left 39$/);
+    expect(last).toContain('stopped: nothing more is due');
+  });
+
   it('--json prints one document; nothing due stops normally', async () => {
     await insertRepository(t.db, 61, 'cli/json');
     const shas = chain(fake, 'cli/json', 2);
@@ -157,6 +177,7 @@ describe('bin/commits', () => {
       transport: 'rest',
       queries: 0,
       points: 0,
+      graphqlPointsLeft: null,
       outcomes: { complete: 1, gone: 1, partial: 0, failed: 0 },
     });
     expect(doc.pushes.map((p: { outcome: string }) => p.outcome).sort()).toEqual([

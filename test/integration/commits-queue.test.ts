@@ -2,6 +2,8 @@ import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { hintCommits } from '../../src/commits/hint.ts';
+import { tokenLabel } from '../../src/github/credential.ts';
+import { graphqlKey } from '../../src/github/graphql-key.ts';
 import { createBoss } from '../../src/queue/boss.ts';
 import { handleFetchCommits, type JobContext } from '../../src/queue/handlers.ts';
 import { QUEUES } from '../../src/queue/names.ts';
@@ -22,10 +24,27 @@ const log = captureLogger('info');
 let fake: FakeGitHub;
 let deps: TestDeps;
 let boss: PgBoss;
+const TOKEN = 'ghp_commitsqueue0000000000';
+
+/** GitHub said this budget key has nothing left this hour (REST's label or its #graphql). */
+async function exhaust(credential: string): Promise<void> {
+  const values = {
+    credential,
+    quota: 5000,
+    remaining: 0,
+    reset_at: new Date(Date.now() + 30 * 60_000),
+    observed_at: new Date(),
+  };
+  await t.db
+    .insertInto('github_rate_limits')
+    .values(values)
+    .onConflict((oc) => oc.column('credential').doUpdateSet(values))
+    .execute();
+}
 
 beforeAll(async () => {
   fake = await startFakeGitHub();
-  deps = liveDeps(t, fake, log.logger, { GITHUB_TOKEN: 'ghp_commitsqueue0000000000' });
+  deps = liveDeps(t, fake, log.logger, { GITHUB_TOKEN: TOKEN });
   boss = createBoss(t.url, deps.config, log.logger, { supervise: false, max: 2 });
   await boss.start();
 });
@@ -36,7 +55,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   await sql`TRUNCATE pgboss.job, push_events, push_commits, commits, commit_fetch_turns,
-    repositories, actors`.execute(t.db);
+    repositories, actors, github_requests, github_rate_limits`.execute(t.db);
   log.lines.length = 0;
 });
 
@@ -137,5 +156,57 @@ describe('reconciling commits', () => {
       t.db,
     );
     expect((await reconcile({ ...deps, boss })).commits.action).toBe('dispatched');
+  });
+
+  it('by GraphQL, REST exhausted does not hold commits back: the cycle is sent and settles the push', async () => {
+    expect(deps.config.commits.transport).toBe('graphql');
+    expect(deps.github.graphqlEnabled).toBe(true);
+    await insertRepository(t.db, 44, 'rec/rest-gone');
+    const shas = chain(fake, 'rec/rest-gone', 3);
+    await insertPushes(t.db, [{ repositoryId: 44, before: shas[0]!, head: shas[2]! }]);
+    await exhaust(tokenLabel(TOKEN));
+    const b = await deps.github.budget();
+    expect(b.remaining).toBe(0);
+    expect(b.graphql?.remaining).toBeNull();
+    const report = await reconcile({ ...deps, boss, github: deps.github });
+    expect(report.commits).toMatchObject({ due: true, action: 'dispatched' });
+    expect(await queued()).toBe(1);
+    // and the cycle really does settle it on the GraphQL window, no REST request
+    const r = await handleFetchCommits({ deps, boss, isStopping: () => false }, { id: 'job-3' });
+    expect(r).toMatchObject({ processed: 1, requests: 0, points: 1 });
+    expect((await pushState(t.db, shas[2]!)).commits_state).toBe('complete');
+  });
+
+  it('by GraphQL, its window exhausted: no cycle is sent (budget_wait), REST left or not', async () => {
+    await insertRepository(t.db, 45, 'rec/points-gone');
+    const shas = chain(fake, 'rec/points-gone', 2);
+    await insertPushes(t.db, [{ repositoryId: 45, before: shas[0]!, head: shas[1]! }]);
+    await exhaust(graphqlKey(tokenLabel(TOKEN)));
+    const b = await deps.github.budget();
+    expect(b.graphql?.remaining).toBe(0);
+    expect(b.remaining).toBeNull(); // REST never heard from: all of it left
+    const report = await reconcile({ ...deps, boss, github: deps.github });
+    expect(report.commits).toMatchObject({ due: true, action: 'budget_wait', jobId: null });
+    expect(await queued()).toBe(0);
+    // both exhausted: still none
+    await exhaust(tokenLabel(TOKEN));
+    expect((await reconcile({ ...deps, boss, github: deps.github })).commits.action).toBe(
+      'budget_wait',
+    );
+  });
+
+  it('by REST (COMMITS_TRANSPORT=rest), REST exhausted holds commits back whatever GraphQL has', async () => {
+    const rest = liveDeps(t, fake, log.logger, { GITHUB_TOKEN: TOKEN, COMMITS_TRANSPORT: 'rest' });
+    try {
+      await insertRepository(t.db, 46, 'rec/rest-only');
+      const shas = chain(fake, 'rec/rest-only', 2);
+      await insertPushes(t.db, [{ repositoryId: 46, before: shas[0]!, head: shas[1]! }]);
+      await exhaust(tokenLabel(TOKEN));
+      const report = await reconcile({ ...rest, boss, github: rest.github });
+      expect(report.commits.action).toBe('budget_wait');
+      expect(await queued()).toBe(0);
+    } finally {
+      await rest.close();
+    }
   });
 });

@@ -81,6 +81,8 @@ describe('commits status', () => {
       // The default origin of a stored push is poll: the whole backlog came from polls.
       pendingByOrigin: { poll: 3, webhook: 0, archive: 0 },
       requestsLastHour: 3,
+      // no GraphQL here (graphql-pushes-per-point.test.ts has a batch's real rows)
+      graphql: { pushes: 0, points: 0, pushesPerPoint: null },
       stored: 7,
       storedEstimated: false,
       // No source at all here: nothing asks for commits (ADR 0112).

@@ -33,7 +33,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   await sql`TRUNCATE push_events, push_commits, commits, commit_fetch_turns, repositories,
-    actors, github_requests, github_rate_limits`.execute(t.db);
+    actors, github_requests, github_rate_limits, commits_graphql_minutes`.execute(t.db);
   fake.reset();
   fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
 });
@@ -192,5 +192,170 @@ describe('SIGKILL mid-fetch', () => {
     expect((await fetchOnce({ ...deps, clock })).outcome).toBe('idle');
     expect(await rows()).toEqual({ commits: 3, pushCommits: 3 });
     expect(fake.requests).toHaveLength(1);
+  });
+});
+
+/**
+ * The same by GraphQL batches (bin/commits with a token: COMMITS_TRANSPORT=graphql, the
+ * default): many pushes claimed at once, proven in rounds of queries on the token's points
+ * window, stored one by one. Killed at each window of the batch — a query marked sent but
+ * not sent, a query answered and settled with more rounds to go, every answer in and nothing
+ * stored, the first push stored and the rest not — then run again: every push ends with
+ * exactly its commits, once each, the dead leases expire and are taken, the ledger's points
+ * are all settled, and each push is counted once in commits_graphql_minutes.
+ */
+describe('SIGKILL mid-GraphQL batch', () => {
+  const TOKEN = 'ghp_crashgraphql0000000000';
+  const compares = () => fake.requests.filter((r) => r.path.includes('/compare/'));
+
+  function commitsRun(env: Record<string, string> = {}) {
+    return spawnBin(
+      'commits',
+      {
+        DATABASE_URL: t.url,
+        GITHUB_MODE: 'live',
+        GITHUB_API_URL: fake.url,
+        GITHUB_TOKEN: TOKEN,
+        COMMITS_TRANSPORT: 'graphql',
+        ENRICH_LEASE_SECONDS: String(LEASE_SECONDS),
+        LOG_LEVEL: 'warn',
+        ...env,
+      },
+      ['--limit', '20', '--json'],
+    );
+  }
+
+  /** Six pushes of three kinds on three repositories; each one's commits, oldest first. */
+  async function world(): Promise<{ head: string; ref: string; commits: string[] }[]> {
+    await insertRepository(t.db, 90, 'gcrash/lines');
+    await insertRepository(t.db, 91, 'gcrash/long');
+    await insertRepository(t.db, 92, 'gcrash/forced');
+    const a = chain(fake, 'gcrash/lines', 5);
+    const b = chain(fake, 'gcrash/long', 8);
+    const c = chain(fake, 'gcrash/forced', 4, null, { branch: 'main' });
+    // a force push: main's last two commits replaced by two others on c[1]
+    const forced = chain(fake, 'gcrash/forced', 2, c[1]!);
+    const pushes = [
+      // four one-commit pushes
+      ...a.slice(1).map((head, i) => ({
+        seed: { repositoryId: 90, before: a[i]!, head },
+        commits: [head],
+      })),
+      // one of seven commits
+      { seed: { repositoryId: 91, before: b[0]!, head: b[7]! }, commits: b.slice(1) },
+      // a force push: what head has and before has not
+      { seed: { repositoryId: 92, before: c[3]!, head: forced[1]! }, commits: forced },
+    ];
+    await insertPushes(
+      t.db,
+      pushes.map((p) => p.seed),
+    );
+    return pushes.map((p) => ({ head: p.seed.head, ref: 'refs/heads/main', commits: p.commits }));
+  }
+
+  async function states(): Promise<Record<string, number>> {
+    const r = await sql<{ s: string; n: number }>`
+      SELECT commits_state AS s, count(*)::int AS n FROM push_events GROUP BY 1`.execute(t.db);
+    return Object.fromEntries(r.rows.map((x) => [x.s, x.n]));
+  }
+
+  async function counted(): Promise<number> {
+    const r = await sql<{ n: number }>`
+      SELECT coalesce(sum(pushes), 0)::int AS n FROM commits_graphql_minutes`.execute(t.db);
+    return r.rows[0]!.n;
+  }
+
+  it.each([
+    'github.after_sent',
+    'github.after_settle',
+    'commits.after_response',
+    'commits.after_store',
+  ] as const)('killed at %s, run again: every push has exactly its commits', async (point) => {
+    const pushes = await world();
+    const crashed = commitsRun({ FAULT_POINT: point });
+    expect(await crashed.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(crashed.stderr.join('')).toContain(`FAULT_POINT ${point}`);
+    const answered = fake.graphql.queries.length;
+    // Only after_sent dies before its query leaves; every other point after an answer, and
+    // after_settle with the proof's later rounds still to ask (mid-batch).
+    expect(answered > 0).toBe(point !== 'github.after_sent');
+    if (point === 'github.after_settle') expect(answered).toBe(1);
+    // Stored: at most the one push whose store the kill followed.
+    const storedAtDeath = point === 'commits.after_store' ? 1 : 0;
+    expect(await states()).toEqual(
+      storedAtDeath ? { complete: 1, pending: pushes.length - 1 } : { pending: pushes.length },
+    );
+    expect(await counted()).toBe(storedAtDeath);
+    // The dead batch's leases hold: a fetcher started now takes none of its pushes.
+    const held = await sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM push_events
+      WHERE commits_state = 'pending' AND commits_claimed_until > now()`.execute(t.db);
+    expect(held.rows[0]!.n).toBe(pushes.length - storedAtDeath);
+    const within = commitsRun();
+    expect(await within.exited).toEqual({ code: 0, signal: null });
+    expect(JSON.parse(within.stdout.join(''))).toMatchObject({
+      fetched: 0,
+      stoppedBy: 'nothing_due',
+    });
+    expect(fake.graphql.queries).toHaveLength(answered);
+
+    // Time passes: the leases expire, the attempts' backoff ends, the reconciler's pass
+    // settles what the dead process left open in the ledger.
+    await sql`UPDATE push_events SET commits_claimed_until = now() - interval '1 second',
+      commits_next_attempt_at = now() - interval '1 second' WHERE commits_state = 'pending'`.execute(
+      t.db,
+    );
+    await sql`UPDATE github_requests SET reserved_at = reserved_at - interval '1 hour'
+      WHERE finished_at IS NULL`.execute(t.db);
+    await settleAbandonedReservations(t.db, 300);
+
+    const again = commitsRun();
+    expect(await again.exited).toEqual({ code: 0, signal: null });
+    const summary = JSON.parse(again.stdout.join(''));
+    expect(summary).toMatchObject({
+      transport: 'graphql',
+      fetched: pushes.length - storedAtDeath,
+      stoppedBy: 'nothing_due',
+      requests: 0,
+      outcomes: { complete: pushes.length - storedAtDeath, failed: 0, retry: 0 },
+    });
+    expect(compares()).toHaveLength(0);
+    if (point === 'github.after_settle') {
+      expect(fake.graphql.queries.length - answered).toBeGreaterThan(1);
+    }
+
+    // Every push: complete, exactly its commits in order, no lease, no attempt left open; a
+    // push the dead batch had opened counts that one death, never a second.
+    expect(await states()).toEqual({ complete: pushes.length });
+    for (const p of pushes) {
+      expect(await pushShas(t.db, p.head, p.ref)).toEqual(
+        p.commits.map((sha, position) => ({ position, sha })),
+      );
+    }
+    const rowsLeft = await sql<{ until: Date | null; open: boolean; deaths: number; n: number }>`
+      SELECT commits_claimed_until AS until, commits_fetch_started_at IS NOT NULL AS open,
+        commits_deaths AS deaths, commit_count AS n FROM push_events`.execute(t.db);
+    for (const r of rowsLeft.rows) expect(r).toMatchObject({ until: null, open: false });
+    expect(rowsLeft.rows.map((r) => r.deaths).sort()).toEqual([
+      ...Array(storedAtDeath).fill(0),
+      ...Array(pushes.length - storedAtDeath).fill(1),
+    ]);
+    expect(rowsLeft.rows.map((r) => r.n).sort()).toEqual(
+      pushes.map((p) => p.commits.length).sort(),
+    );
+    const distinct = new Set(pushes.flatMap((p) => p.commits)).size;
+    expect(await rows()).toEqual({
+      commits: distinct,
+      pushCommits: pushes.reduce((n, p) => n + p.commits.length, 0),
+    });
+
+    // The ledger: nothing left open; the points of the answered queries are what GitHub charged.
+    const ledger = await sql<{ open: number; answered: number }>`
+      SELECT count(*) FILTER (WHERE finished_at IS NULL)::int AS open,
+        coalesce(sum(points) FILTER (WHERE outcome = 'completed'), 0)::int AS answered
+      FROM github_requests WHERE credential LIKE '%#graphql'`.execute(t.db);
+    expect(ledger.rows[0]).toEqual({ open: 0, answered: fake.graphql.pointsSpent() });
+    // Each push counted once as settled by GraphQL, whichever process settled it.
+    expect(await counted()).toBe(pushes.length);
   });
 });
