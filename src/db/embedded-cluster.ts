@@ -1,6 +1,7 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { constants, existsSync, readFileSync } from 'node:fs';
-import { access, chown, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { constants, existsSync, readFileSync, statSync } from 'node:fs';
+import { access, chown, link, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { AppError, ConfigError } from '../errors.ts';
@@ -137,6 +138,46 @@ function run(bin: string, args: string[], ids: Ids | undefined): Promise<string>
 }
 
 /**
+ * Creates the lock file with this process's pid already in it, or returns false when it
+ * exists: the pid goes into a private file first, which is then hard-linked to the lock's
+ * name (link fails atomically with EEXIST). A plain exclusive create would be visible empty
+ * until its write, and a waiter reading it then took the lock for a dead owner's.
+ */
+async function takeLockFile(lockPath: string): Promise<boolean> {
+  // Not under the `.init-` stem: the lock holder clears that stem's leftovers.
+  const mine = `${lockPath.replace(/\.init-lock$/, '')}.lock-try-${process.pid}-${randomBytes(6).toString('hex')}`;
+  await writeFile(mine, String(process.pid), { flag: 'wx' });
+  try {
+    await link(mine, lockPath);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    return false;
+  } finally {
+    await rm(mine, { force: true });
+  }
+}
+
+/** kill(pid, 0): EPERM is a live process of another user. */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** When the lock file was last written (0 when it is gone, so it reads as old). */
+function lockAge(lockPath: string): number {
+  try {
+    return statSync(lockPath).mtimeMs;
+  } catch {
+    return 0;
+  }
+}
+
+/**
  * Only one process runs initdb (several seconds of CPU) while the others wait: a lock file
  * created exclusively, holding its owner's pid. A lock whose owner died is taken over.
  * Resolves to a release function, or null when the cluster appeared while waiting.
@@ -146,24 +187,21 @@ async function initLock(cluster: string): Promise<(() => Promise<void>) | null> 
   const deadline = Date.now() + 120_000;
   for (;;) {
     if (existsSync(path.join(cluster, 'PG_VERSION'))) return null;
-    try {
-      await writeFile(lockPath, String(process.pid), { flag: 'wx' });
-      return () => rm(lockPath, { force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
+    if (await takeLockFile(lockPath)) return () => rm(lockPath, { force: true });
     let owner = Number.NaN;
     try {
       owner = Number(readFileSync(lockPath, 'utf8'));
     } catch {
       continue; // released just now
     }
-    let ownerAlive = Number.isInteger(owner) && owner > 0;
-    try {
-      if (ownerAlive) process.kill(owner, 0);
-    } catch (err) {
-      ownerAlive = (err as NodeJS.ErrnoException).code === 'EPERM';
-    }
+    // The lock file appears with its pid already in it (takeLockFile), so an empty or
+    // unreadable pid is not a half-written lock of a live starter: it is a stray file, stale
+    // once it is a few seconds old (taking over a live owner's lock would let this process
+    // clear that owner's staging directory under its running initdb).
+    const ownerAlive =
+      Number.isInteger(owner) && owner > 0
+        ? processAlive(owner)
+        : Date.now() - lockAge(lockPath) < 5_000;
     if (!ownerAlive) {
       await rm(lockPath, { force: true }); // its owner died mid-initdb
       continue;
