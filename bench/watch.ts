@@ -126,7 +126,7 @@ export async function benchWatch(database: BenchDatabase, results: ResultLog): P
   try {
     // Every feed is empty, so every source holds the same ETag: ask the fake for it once.
     const probe = await fetch(`${fake.url}/repos/watch/probe/events?per_page=100&page=1`, {
-      headers: { authorization: `token ${tokens[0]}` },
+      headers: { authorization: `token ${tokens[0]}`, 'x-github-api-version': '2022-11-28' },
     });
     await probe.arrayBuffer();
     const etag = probe.headers.get('etag');

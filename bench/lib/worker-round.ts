@@ -107,11 +107,12 @@ export async function setUpForWorkers(database: BenchDatabase): Promise<void> {
 /** The fake's ETag of an empty feed (every feed of the round is empty: they all share it). */
 async function emptyFeedEtag(fake: FakeGitHub, token: string): Promise<string> {
   const probe = await fetch(`${fake.url}/repos/round/probe/events?per_page=100&page=1`, {
-    headers: { authorization: `token ${token}` },
+    // The fake, like GitHub's contract in docs, refuses a request without the API version.
+    headers: { authorization: `token ${token}`, 'x-github-api-version': '2022-11-28' },
   });
   await probe.arrayBuffer();
   const etag = probe.headers.get('etag');
-  if (!etag) throw new Error('the fake answered without an ETag');
+  if (!etag) throw new Error(`the fake answered ${probe.status} without an ETag`);
   return etag;
 }
 

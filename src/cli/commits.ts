@@ -7,6 +7,8 @@ import {
 } from '../commits/fetch.ts';
 import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from '../commits/graphql-fetch.ts';
 import { UsageError } from '../errors.ts';
+import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
+import { fetchLanes } from '../fetching/lanes.ts';
 import type { PoolBudget } from '../github/budget-types.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
@@ -131,10 +133,10 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
     graphqlPointsLeft: null,
     pushes: [],
   };
-  /** Counts one push's result; true when it ends the run (a rate limit). */
-  const record = async (r: FetchResult): Promise<boolean> => {
+  /** Counts one push's result (idle and budget_exhausted only their requests). */
+  const record = async (r: FetchResult): Promise<void> => {
     summary.requests += r.requests;
-    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') return false;
+    if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') return;
     summary.fetched += 1;
     summary.outcomes[r.outcome] += 1;
     summary.pushes.push({
@@ -149,53 +151,50 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
       status: r.status ?? null,
     });
     await opts.onPush?.(r, summary);
-    return r.outcome === 'rate_limited';
   };
-  for (;;) {
-    if (summary.fetched >= opts.limit) {
-      summary.stoppedBy = 'limit';
-      break;
-    }
-    if (opts.shouldStop?.()) {
-      summary.stoppedBy = 'interrupted';
-      break;
-    }
-    if (summary.transport === 'graphql') {
-      const b = await fetchGraphQLBatch(app, {
-        maxPushes: Math.min(GRAPHQL_BATCH_PUSHES, opts.limit - summary.fetched),
-        onResult: async (r) => {
-          await record(r);
-        },
-      });
-      summary.queries += b.queries;
-      summary.points += b.points;
-      if (b.stoppedBy === 'idle') break;
-      if (b.stoppedBy) {
-        summary.stoppedBy = b.stoppedBy === 'rate_limited' ? 'rate_limited' : 'budget';
-        break;
-      }
-      continue;
-    }
-    const r = await fetchOnce(app);
-    if (r.outcome === 'idle') {
-      summary.requests += r.requests;
-      break;
-    }
-    if (r.outcome === 'budget_exhausted') {
-      summary.requests += r.requests;
-      summary.stoppedBy = 'budget';
-      break;
-    }
-    if (await record(r)) {
-      summary.stoppedBy = 'rate_limited';
-      break;
-    }
-  }
+  // The worker's loop (src/fetching/cycle.ts): as many steps at once as this process's
+  // plan has fetchers for the budget it spends, the limit never overshot.
+  const loop = { cap: opts.limit, shouldStop: opts.shouldStop };
+  const run =
+    summary.transport === 'graphql'
+      ? await runFetchCycle({
+          ...loop,
+          lanes: fetchLanes(app, 'graphql', 'commits'),
+          stepMax: GRAPHQL_BATCH_PUSHES,
+          step: async (room) => {
+            const b = await fetchGraphQLBatch(app, {
+              maxPushes: room,
+              onResult: record,
+            });
+            summary.queries += b.queries;
+            summary.points += b.points;
+            return { taken: b.claimed, stop: b.stoppedBy ?? undefined, retryAt: b.retryAt };
+          },
+        })
+      : await runFetchCycle({
+          ...loop,
+          lanes: fetchLanes(app, 'rest', 'commits'),
+          step: async () => {
+            const r = await fetchOnce(app);
+            await record(r);
+            return oneEntityReport(r.outcome, r.retryAt);
+          },
+        });
+  summary.stoppedBy = CYCLE_STOP[run.stoppedBy];
   const budget = await app.github.budget();
   summary.budgetLeft = backgroundLeft(budget);
   if (summary.transport === 'graphql') summary.graphqlPointsLeft = graphqlPointsLeft(budget);
   return summary;
 }
+
+/** The loop's stop, in this command's words. */
+const CYCLE_STOP: Record<CycleStop, StopReason> = {
+  idle: 'nothing_due',
+  cap: 'limit',
+  stopped: 'interrupted',
+  budget_exhausted: 'budget',
+  rate_limited: 'rate_limited',
+};
 
 const STOP_TEXT: Record<StopReason, string> = {
   limit: 'limit reached',
