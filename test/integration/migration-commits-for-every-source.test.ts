@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMigrator } from '../../src/db/migrate.ts';
+import { downToJustBefore } from '../support/migration-steps.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // commits_for_every_source (2026-12-02T0250, ADR 0112) over a deployment that had the public
@@ -20,11 +21,7 @@ const sources = async () =>
 
 beforeAll(async () => {
   s = await createScratchDatabase();
-  const names = (await createMigrator(s.db).getMigrations()).map((m) => m.name).sort();
-  before = names[names.indexOf(MIGRATION) - 1]!;
-  const down = await createMigrator(s.db).migrateTo(before);
-  expect(down.error).toBeUndefined();
-  expect(down.results?.map((r) => r.migrationName).at(-1)).toBe(MIGRATION);
+  ({ before } = await downToJustBefore(s.db, MIGRATION));
   await sql`
     INSERT INTO event_sources (kind, target, mode, commits_enabled) VALUES
       ('public', NULL, 'live', false), ('public', NULL, 'fixture', false),

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMigrator } from '../../src/db/migrate.ts';
+import { downToJustBefore } from '../support/migration-steps.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // commits_graphql_minutes (2026-12-02T0600, ADR 0171): the pushes GraphQL settled per minute
@@ -19,11 +20,7 @@ async function tableExists(): Promise<boolean> {
 
 beforeAll(async () => {
   s = await createScratchDatabase();
-  const names = (await createMigrator(s.db).getMigrations()).map((m) => m.name).sort();
-  before = names[names.indexOf(MIGRATION) - 1]!;
-  const down = await createMigrator(s.db).migrateTo(before);
-  expect(down.error).toBeUndefined();
-  expect(down.results?.map((r) => r.migrationName).at(-1)).toBe(MIGRATION);
+  ({ before } = await downToJustBefore(s.db, MIGRATION));
   expect(await tableExists()).toBe(false);
   await sql`
     INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,

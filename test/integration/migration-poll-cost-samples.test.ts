@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMigrator } from '../../src/db/migrate.ts';
+import { downToJustBefore } from '../support/migration-steps.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // poll_cost_samples (2026-12-01T1520, ADR 0141) over sources that already polled: taken down,
@@ -13,13 +14,7 @@ let before = '';
 
 beforeAll(async () => {
   s = await createScratchDatabase();
-  const migrations = await createMigrator(s.db).getMigrations();
-  const names = migrations.map((m) => m.name).sort();
-  before = names[names.indexOf(MIGRATION) - 1]!;
-  const down = await createMigrator(s.db).migrateTo(before);
-  expect(down.error).toBeUndefined();
-  taken = down.results?.map((r) => r.migrationName) ?? [];
-  expect(taken.at(-1)).toBe(MIGRATION);
+  ({ before, taken } = await downToJustBefore(s.db, MIGRATION));
   await sql`
     INSERT INTO event_sources (kind, target, mode, commits_enabled, etag, poll_cost)
     VALUES ('repo', 'a/prior', 'live', false, NULL, 1),
