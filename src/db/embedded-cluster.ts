@@ -151,10 +151,24 @@ async function takeLockFile(lockPath: string): Promise<boolean> {
     await link(mine, lockPath);
     return true;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    return false;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return false;
+    if (code !== 'EPERM' && code !== 'ENOTSUP' && code !== 'EOPNOTSUPP') throw err;
+    // A filesystem without hard links: an exclusive create, empty for a moment, which
+    // waiters read as held (an empty lock is stale only once 5 s old).
+    return createLockFile(lockPath);
   } finally {
     await rm(mine, { force: true });
+  }
+}
+
+async function createLockFile(lockPath: string): Promise<boolean> {
+  try {
+    await writeFile(lockPath, String(process.pid), { flag: 'wx' });
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw err;
   }
 }
 
@@ -165,6 +179,23 @@ function processAlive(pid: number): boolean {
     return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes the lock only while it is still this process's: one taken over (its owner seemed
+ * dead to a waiter) belongs to the waiter now, and removing it would let a third starter in.
+ */
+async function releaseLockFile(lockPath: string): Promise<void> {
+  if (readLock(lockPath) === String(process.pid)) await rm(lockPath, { force: true });
+}
+
+/** The lock file's text, or null when there is none. */
+function readLock(lockPath: string): string | null {
+  try {
+    return readFileSync(lockPath, 'utf8');
+  } catch {
+    return null;
   }
 }
 
@@ -187,13 +218,10 @@ async function initLock(cluster: string): Promise<(() => Promise<void>) | null> 
   const deadline = Date.now() + 120_000;
   for (;;) {
     if (existsSync(path.join(cluster, 'PG_VERSION'))) return null;
-    if (await takeLockFile(lockPath)) return () => rm(lockPath, { force: true });
-    let owner = Number.NaN;
-    try {
-      owner = Number(readFileSync(lockPath, 'utf8'));
-    } catch {
-      continue; // released just now
-    }
+    if (await takeLockFile(lockPath)) return () => releaseLockFile(lockPath);
+    const text = readLock(lockPath);
+    if (text === null) continue; // released just now
+    const owner = Number(text);
     // The lock file appears with its pid already in it (takeLockFile), so an empty or
     // unreadable pid is not a half-written lock of a live starter: it is a stray file, stale
     // once it is a few seconds old (taking over a live owner's lock would let this process
@@ -203,7 +231,10 @@ async function initLock(cluster: string): Promise<(() => Promise<void>) | null> 
         ? processAlive(owner)
         : Date.now() - lockAge(lockPath) < 5_000;
     if (!ownerAlive) {
-      await rm(lockPath, { force: true }); // its owner died mid-initdb
+      // Its owner died mid-initdb. Removed only while it still says what was read: another
+      // waiter may have taken it over since (a window is left, which clearLeftovers and the
+      // rename make harmless).
+      if (readLock(lockPath) === text) await rm(lockPath, { force: true });
       continue;
     }
     if (Date.now() > deadline) {
@@ -233,6 +264,22 @@ export async function ensureInitialised(
   }
 }
 
+/**
+ * The staging directories (`<cluster>.init-<pid>-…`) and lock attempts
+ * (`<cluster>.lock-try-<pid>-…`) of processes killed mid-initdb: only those whose process is
+ * gone. Two starters can hold the lock at once (two waiters took over the same dead owner's),
+ * and one must never clear the other's staging directory under its running initdb; two
+ * initdbs then race the rename, which the loser takes as 'existing'.
+ */
+async function clearLeftovers(cluster: string): Promise<void> {
+  const base = path.basename(cluster);
+  for (const entry of await readdir(path.dirname(cluster))) {
+    const m = entry.slice(base.length).match(/^\.(?:init|lock-try)-(\d+)-/);
+    if (!entry.startsWith(base) || !m || processAlive(Number(m[1]))) continue;
+    await rm(path.join(path.dirname(cluster), entry), { recursive: true, force: true });
+  }
+}
+
 async function initialise(
   cluster: string,
   ids: Ids | undefined,
@@ -244,13 +291,7 @@ async function initialise(
       `${cluster} exists but is not a Postgres data directory (no PG_VERSION); move it away`,
     );
   }
-  // Holding the init lock: any staging directory left is from a process killed mid-initdb.
-  const stem = `${path.basename(cluster)}.init-`;
-  for (const entry of await readdir(path.dirname(cluster))) {
-    if (entry.startsWith(stem) && entry !== `${stem}lock`) {
-      await rm(path.join(path.dirname(cluster), entry), { recursive: true, force: true });
-    }
-  }
+  await clearLeftovers(cluster);
   const { initdb } = await binaries();
   const staging = `${cluster}.init-${process.pid}-${Date.now().toString(36)}`;
   const pwfile = path.join(os.tmpdir(), `gpi-pw-${process.pid}-${Date.now()}`);

@@ -1,5 +1,6 @@
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -63,5 +64,28 @@ describe('the embedded cluster init lock', () => {
     // A lower bound only (a loaded machine only makes it later): it waited for the age.
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_900);
     expect(existsSync(lockPath)).toBe(false);
+  });
+
+  it("clears a dead starter's leftovers, never a live one's staging directory", async () => {
+    const { cluster, ids } = await freshCluster();
+    // A process that has exited: its pid names no live process (for the next few moments).
+    const gone = spawn('true');
+    await new Promise((r) => gone.once('exit', r));
+    const live = spawn('sleep', ['60']);
+    try {
+      const dead = `${cluster}.init-${gone.pid}-old`;
+      const deadTry = `${cluster}.lock-try-${gone.pid}-old`;
+      const running = `${cluster}.init-${live.pid}-now`;
+      await mkdir(dead);
+      await writeFile(deadTry, String(gone.pid));
+      await mkdir(running);
+      expect(await ensureInitialised(cluster, ids)).toBe('initialised');
+      expect(existsSync(dead)).toBe(false);
+      expect(existsSync(deadTry)).toBe(false);
+      // Another holder's initdb may be running there: left alone.
+      expect(existsSync(running)).toBe(true);
+    } finally {
+      live.kill('SIGKILL');
+    }
   });
 });
