@@ -31,6 +31,7 @@ export interface CommitsCycleSummary {
   requests: number;
   /** Commit authors new to `actors`: the job hints an enrich-actor cycle for them. */
   newActors: number;
+  /** Steps by outcome, every lane's: `idle` and `budget_exhausted` up to one a lane. */
   outcomes: Record<FetchOutcome, number>;
   stoppedBy: CycleStop;
   retryAt?: Date;

@@ -403,6 +403,7 @@ export interface CycleSummary {
   class: EntityClass;
   /** Entities a request was made for. */
   processed: number;
+  /** Steps by outcome, every lane's: `idle` and `budget_exhausted` up to one a lane. */
   outcomes: Record<EnrichOutcome, number>;
   stoppedBy: CycleStop;
   /** Set when rate limited: when the class may run again. */

@@ -14,7 +14,9 @@
  *   gives back what it did not use when it ends.
  * - The first lane to see idle, budget_exhausted, rate_limited or a stop keeps every lane
  *   from starting another step; steps already in flight finish (a claimed entity is never
- *   interrupted) and are counted.
+ *   interrupted) and are counted. A rate limit seen after another stop (a shutdown, the
+ *   cycle's time) still wins: its retryAt is what the caller must wait for. So each lane may
+ *   end on its own `idle` step: a summary's idle count is up to one a lane.
  * - An error in a step stops new steps the same way; once the rest have finished, it is
  *   thrown.
  */
@@ -92,7 +94,11 @@ export async function runFetchCycle(opts: FetchCycleOptions): Promise<FetchCycle
   const halt = (by: CycleStop, retryAt?: Date) => {
     // The first stop ends the cycle; a rate limit seen by a step still in flight replaces
     // it, since it carries the time the caller must wait for.
+    // Two rate limits: the later retryAt, since neither lane may go before it.
     if (!stop || (by === 'rate_limited' && stop.by !== 'rate_limited')) stop = { by, retryAt };
+    else if (by === 'rate_limited' && retryAt && (!stop.retryAt || retryAt > stop.retryAt)) {
+      stop.retryAt = retryAt;
+    }
   };
 
   const lane = async (): Promise<void> => {

@@ -1,5 +1,5 @@
 import type { Deps } from '../deps.ts';
-import { inFlightPlan, type PlanRole } from '../github/concurrency.ts';
+import { inFlightPlan, PLAN_ROLES, type PlanRole } from '../github/concurrency.ts';
 
 /**
  * How many steps a fetch cycle runs at once (ADR 0170): the process's in-flight plan's
@@ -26,5 +26,11 @@ export function fetchLanes(
       role,
       poolMax: deps.pool?.options?.max,
     });
-  return Math.max(1, plan.fetchers[budget]);
+  const fetchers = Math.max(1, plan.fetchers[budget]);
+  // A worker (and bin/start) runs both enrichment classes' cycles at once on the same REST
+  // fetchers: each class takes half, so the two together hold what the plan sized the pool
+  // and the gates for, not twice that.
+  if (role === 'enrich' && PLAN_ROLES[plan.role].polls)
+    return Math.max(1, Math.floor(fetchers / 2));
+  return fetchers;
 }

@@ -217,7 +217,9 @@ export async function reconcile(deps: ReconcileDeps): Promise<ReconcileReport> {
  * - REST refused, GraphQL left: sent. Every push GraphQL proves is settled without a REST
  *   request; the few it cannot prove meet the REST refusal and are released (budget, no
  *   attempt counted) for a later cycle. Waiting on REST here would stall the pushes GraphQL
- *   could settle behind a window they do not spend.
+ *   could settle behind a window they do not spend. The cost, when every due push is one
+ *   only REST can fetch (no known name or default branch yet): one cycle a tick that claims
+ *   and releases them, no request and no point spent, until REST's window reopens.
  */
 export function commitsBudgetRefuses(
   github: Pick<Deps['github'], 'graphqlEnabled'>,

@@ -42,7 +42,8 @@ function deps(tokens: number, env: Record<string, string> = {}) {
     apiUrl: fake.url,
     token: null,
     env: { GITHUB_TOKENS: list.join(','), ...env },
-    responseTimeoutMs: 5_000,
+    // Above the hold's bound: a held request must not time out while the others arrive.
+    responseTimeoutMs: 45_000,
   });
   const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger });
   clients.push(github);
@@ -52,7 +53,8 @@ function deps(tokens: number, env: Record<string, string> = {}) {
 /**
  * Holds the first matching requests until `n` of them are in flight at once: a signal only
  * concurrent lanes can give. The timer is only a bound for a failing run (then `met` stays
- * false and the held request answers late).
+ * false and the held request answers late); it is long, since on a loaded machine a lane's
+ * work before its first request (a batch's claims) takes seconds.
  */
 function holdUntilInFlight(n: number, match: (r: RecordedRequest) => boolean) {
   let met = false;
@@ -64,7 +66,7 @@ function holdUntilInFlight(n: number, match: (r: RecordedRequest) => boolean) {
   const bound = setTimeout(() => {
     gaveUp = true;
     open();
-  }, 3_000);
+  }, 30_000);
   let arrived = 0;
   fake.onRequest = async (r) => {
     if (met || gaveUp || !match(r)) return;

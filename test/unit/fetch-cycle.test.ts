@@ -237,9 +237,17 @@ describe('fetchLanes', () => {
   const client = (credentials: string[]) => ({ credentials }) as unknown as GitHubClient;
 
   it('the process plan when there is one', () => {
-    const inFlight = inFlightPlan({ credentials: ['token:a', 'token:b'], role: 'worker' });
+    const four = ['token:a', 'token:b', 'token:c', 'token:d'];
+    const inFlight = inFlightPlan({ credentials: four, role: 'worker' });
+    expect(fetchLanes({ github: client(['x']), inFlight }, 'graphql', 'commits')).toBe(4);
+    expect(fetchLanes({ github: client(['x']), inFlight }, 'rest', 'commits')).toBe(4);
+    // A worker runs both enrichment classes at once: each takes half the REST fetchers.
     expect(fetchLanes({ github: client(['x']), inFlight }, 'rest', 'enrich')).toBe(2);
-    expect(fetchLanes({ github: client(['x']), inFlight }, 'graphql', 'commits')).toBe(2);
+    const one = inFlightPlan({ credentials: ['token:a'], role: 'worker' });
+    expect(fetchLanes({ github: client(['x']), inFlight: one }, 'rest', 'enrich')).toBe(1);
+    // bin/enrich's plan: one class at a time, every REST fetcher.
+    const enrich = inFlightPlan({ credentials: four, role: 'enrich' });
+    expect(fetchLanes({ github: client(['x']), inFlight: enrich }, 'rest', 'enrich')).toBe(4);
   });
 
   it("without one, the client's credentials: one lane for one credential or anonymous", () => {
