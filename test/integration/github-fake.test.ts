@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
 import { otherEvent, pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
@@ -143,6 +143,26 @@ describe('rate limits and faults', () => {
 });
 
 describe('the CLI starter', () => {
+  const starter = (args: string[]) =>
+    spawnSync(process.execPath, ['test/support/fake-github-server.ts', ...args], {
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+
+  it('--help prints its usage and exits 0; a bad option or number exits 2 naming it', () => {
+    const help = starter(['--help']);
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: node test\/support\/fake-github-server\.ts/);
+    expect(help.stdout).toContain('--seed FILE|demo');
+    const port = starter(['--port', 'eighty']);
+    expect(port.status).toBe(2);
+    expect(port.stderr).toBe('fake-github-server: --port must be a whole number, got "eighty"\n');
+    const unknown = starter(['--nope']);
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toMatch(/^fake-github-server: Unknown option '--nope'/);
+    expect(unknown.stderr).toContain('Usage:');
+  });
+
   it('prints its URL as one JSON line and serves the demo seed', async () => {
     const child = spawn(
       process.execPath,

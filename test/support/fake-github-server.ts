@@ -92,27 +92,72 @@ function applySeed(fake: FakeGitHub, seed: Seed): void {
     for (const [branch, sha] of Object.entries(branches)) fake.setBranch(repo, branch, sha);
 }
 
+const USAGE = `Usage: node test/support/fake-github-server.ts [--port N] [--seed FILE|demo]
+       [--limit N] [--poll-interval S] [--latency-ms MS]
+       [--app-id N --app-public-key FILE --app-installations 1,2 [--app-token-ttl S]]
+
+A fake GitHub on 127.0.0.1 for trying the ingestor without spending quota: REST and
+POST /graphql, with GitHub's rate-limit headers. Prints {"url":"http://127.0.0.1:PORT"} once
+listening; point GITHUB_API_URL at that URL. Serves until SIGINT or SIGTERM.
+
+  --port N            port to listen on (default 0: a free one)
+  --seed FILE|demo    a JSON seed (events, users, repos, commits, branches), or demo: 12
+                      pushes by 4 actors over real commit graphs
+  --limit N           the rate limit an hour, anonymous and per token
+  --poll-interval S   the X-Poll-Interval it answers (seconds)
+  --latency-ms MS     how long each answer takes
+  --app-id N …        a GitHub App whose JWTs the PEM public key verifies, and its
+                      installations (--app-installations 1,2; --app-token-ttl S)
+  -h, --help          this text
+`;
+
+const OPTIONS = {
+  port: { type: 'string', default: '0' },
+  seed: { type: 'string' },
+  limit: { type: 'string' },
+  'poll-interval': { type: 'string' },
+  'latency-ms': { type: 'string' },
+  'app-id': { type: 'string' },
+  'app-public-key': { type: 'string' },
+  'app-installations': { type: 'string' },
+  'app-token-ttl': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** Bad input: one line naming it (and the usage), exit 2. */
+function refuse(message: string, usage = false): never {
+  process.stderr.write(`fake-github-server: ${message}\n${usage ? USAGE : ''}`);
+  process.exit(2);
+}
+
+/** A whole number option (absent: undefined, the fake's default). */
+function wholeNumber(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isInteger(n) || n < 0) {
+    refuse(`--${name} must be a whole number, got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      port: { type: 'string', default: '0' },
-      seed: { type: 'string' },
-      limit: { type: 'string' },
-      'poll-interval': { type: 'string' },
-      'latency-ms': { type: 'string' },
-      'app-id': { type: 'string' },
-      'app-public-key': { type: 'string' },
-      'app-installations': { type: 'string' },
-      'app-token-ttl': { type: 'string' },
-    },
-  });
-  const limit = values.limit ? Number(values.limit) : undefined;
+  let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
+  try {
+    ({ values } = parseArgs({ options: OPTIONS }));
+  } catch (err) {
+    refuse((err as Error).message, true);
+  }
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const limit = wholeNumber('limit', values.limit);
   const fake = await startFakeGitHub({
-    port: Number(values.port),
+    port: wholeNumber('port', values.port),
     anonymousLimit: limit,
     tokenLimit: limit,
-    pollInterval: values['poll-interval'] ? Number(values['poll-interval']) : undefined,
-    latencyMs: values['latency-ms'] ? Number(values['latency-ms']) : undefined,
+    pollInterval: wholeNumber('poll-interval', values['poll-interval']),
+    latencyMs: wholeNumber('latency-ms', values['latency-ms']),
   });
   if (values.seed === 'demo') seedDemo(fake);
   else if (values.seed) applySeed(fake, JSON.parse(readFileSync(values.seed, 'utf8')) as Seed);
