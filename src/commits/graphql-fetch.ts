@@ -59,6 +59,12 @@ interface Planned {
 
 const keyOf = (c: CommitsClaim) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
 
+/** A claim as a result names its push: the push's key and its repository's name. */
+function keyed(claim: CommitsClaim) {
+  const { repositoryId, ref, before, head } = claim;
+  return { push: { repositoryId, ref, before, head }, repo: claim.fullName };
+}
+
 /** The opened attempt taken back, the lease kept: REST compare opens its own. */
 async function reopen(deps: FetchDeps, claim: CommitsClaim): Promise<void> {
   await sql`UPDATE push_events SET commits_attempts = ${claim.attempts}, commits_fetch_started_at = NULL
@@ -126,16 +132,6 @@ export async function fetchGraphQLBatch(
     }
     await opts.onResult?.(r);
   };
-  const keyed = (claim: CommitsClaim) => ({
-    push: {
-      repositoryId: claim.repositoryId,
-      ref: claim.ref,
-      before: claim.before,
-      head: claim.head,
-    },
-    repo: claim.fullName,
-  });
-
   const claims: CommitsClaim[] = [];
   for (let i = 0; i < (opts.maxPushes ?? GRAPHQL_BATCH_PUSHES); i++) {
     const c = await claimNextPush(db, {
@@ -238,16 +234,7 @@ async function apply(
   const { db, config } = deps;
   const now = (deps.clock ?? systemClock).now();
   const { claim } = p;
-  const common = {
-    push: {
-      repositoryId: claim.repositoryId,
-      ref: claim.ref,
-      before: claim.before,
-      head: claim.head,
-    },
-    repo: claim.fullName,
-    requests: 0,
-  };
+  const common = { ...keyed(claim), requests: 0 };
   if (v.kind === 'fallback') return 'rest';
   if (v.kind === 'unfinished') {
     // Not the push's fault (a rate limit, the budget): no attempt counted.

@@ -97,27 +97,31 @@ export function deferPush(
  * profiled one without a default branch is fetched again). Returns false when there is
  * no row to bump.
  */
-export async function bumpRepository(db: Db, repositoryId: string, now: Date): Promise<boolean> {
-  const r = await sql`
-    UPDATE repositories SET
-      enrichment_state = 'pending',
-      next_attempt_at = LEAST(next_attempt_at, ${now}::timestamptz),
-      updated_at = ${now}
-    WHERE id = ${repositoryId}::bigint AND default_branch IS NULL
-      AND enrichment_state IN ('pending', 'enriched')`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+export function bumpRepository(db: Db, repositoryId: string, now: Date): Promise<boolean> {
+  return makeRepositoryDue(db, repositoryId, now, { onlyWithoutDefaultBranch: true });
 }
 
 /**
  * The default branch answered 404 (renamed?): the repository's profile is fetched again
  * now, whatever it held, so the push's one retry compares against the name GitHub has.
  */
-export async function refreshRepository(db: Db, repositoryId: string, now: Date): Promise<boolean> {
+export function refreshRepository(db: Db, repositoryId: string, now: Date): Promise<boolean> {
+  return makeRepositoryDue(db, repositoryId, now, { onlyWithoutDefaultBranch: false });
+}
+
+/** The repository's enrichment due now (a pending one moves up); false when no row moved. */
+async function makeRepositoryDue(
+  db: Db,
+  repositoryId: string,
+  now: Date,
+  opts: { onlyWithoutDefaultBranch: boolean },
+): Promise<boolean> {
   const r = await sql`
     UPDATE repositories SET
       enrichment_state = 'pending',
       next_attempt_at = LEAST(next_attempt_at, ${now}::timestamptz),
       updated_at = ${now}
-    WHERE id = ${repositoryId}::bigint AND enrichment_state IN ('pending', 'enriched')`.execute(db);
+    WHERE id = ${repositoryId}::bigint AND enrichment_state IN ('pending', 'enriched')
+      ${opts.onlyWithoutDefaultBranch ? sql`AND default_branch IS NULL` : sql``}`.execute(db);
   return Number(r.numAffectedRows ?? 0) === 1;
 }

@@ -3,6 +3,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { type Exit, runBin } from '../support/cli.ts';
 import {
   chain,
+  freshCommitWorld,
   insertPushes,
   insertRepository,
   newSha,
@@ -29,9 +30,7 @@ function spawnCommits(argv: string[], env: Record<string, string> = {}): Promise
 }
 
 beforeEach(async () => {
-  fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
-  await sql`TRUNCATE push_events, push_commits, commits, commit_fetch_turns, actors, repositories,
-    github_requests, github_rate_limits`.execute(t.db);
+  await freshCommitWorld(t.db, fake);
 });
 
 async function states(): Promise<Record<string, number>> {

@@ -8,6 +8,7 @@ import type { GitHubClient } from '../../src/github/types.ts';
 import { createLogger } from '../../src/log.ts';
 import {
   chain,
+  freshCommitWorld,
   insertPushes,
   insertRepository,
   newSha,
@@ -29,9 +30,7 @@ const fake = useFakeGitHub();
 const clients: GitHubClient[] = [];
 
 beforeEach(async () => {
-  await sql`TRUNCATE push_events, push_commits, commits, commit_fetch_turns, actors, repositories,
-    github_requests, github_rate_limits`.execute(t.db);
-  fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
+  await freshCommitWorld(t.db, fake);
 });
 afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.close()));

@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fixedClock } from '../../src/clock.ts';
 import { type FetchDeps, fetchOnce } from '../../src/commits/fetch.ts';
@@ -8,7 +7,12 @@ import { enrichOnce } from '../../src/enrichment/runner.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { createLogger } from '../../src/log.ts';
-import { chain, insertPushes, insertRepository } from '../support/commit-world.ts';
+import {
+  chain,
+  freshCommitWorld,
+  insertPushes,
+  insertRepository,
+} from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { userProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
@@ -25,10 +29,7 @@ const fake = useFakeGitHub();
 const clients: GitHubClient[] = [];
 
 beforeEach(async () => {
-  await sql`TRUNCATE push_events, push_commits, commits, commit_fetch_turns, actors, repositories,
-    enrichment_attempts, github_requests, github_rate_limits`.execute(t.db);
-  // Half-way through GitHub's hour, as a running system would be.
-  fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
+  await freshCommitWorld(t.db, fake, ['enrichment_attempts']);
 });
 afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.close()));

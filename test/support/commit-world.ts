@@ -141,3 +141,23 @@ export async function pushShas(db: Db, head: string, ref = 'refs/heads/main') {
     ORDER BY position`.execute(db);
   return r.rows;
 }
+
+/**
+ * A commits test's fresh start: no pushes, commits, entities or ledger rows (and the
+ * tables in `extra`), GitHub's hour half-way through, as a running system would meet it.
+ */
+export async function freshCommitWorld(db: Db, fake: FakeGitHub, extra: string[] = []) {
+  const tables = [
+    'push_events',
+    'push_commits',
+    'commits',
+    'commit_fetch_turns',
+    'actors',
+    'repositories',
+    'github_requests',
+    'github_rate_limits',
+    ...extra,
+  ];
+  await sql`TRUNCATE ${sql.join(tables.map((name) => sql.table(name)))}`.execute(db);
+  fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
+}
