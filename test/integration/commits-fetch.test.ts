@@ -1,14 +1,10 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { type FetchDeps, fetchCycle, fetchOnce } from '../../src/commits/fetch.ts';
-import { type Config, loadConfig } from '../../src/config.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { fetchCycle, fetchOnce } from '../../src/commits/fetch.ts';
 import {
   chain,
+  commitFetchers,
   freshCommitWorld,
   insertPushes,
   insertRepository,
@@ -25,37 +21,16 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 const t = useTestDatabase();
 const fake = useFakeGitHub();
-const clients: GitHubClient[] = [];
+const { fetcher, close } = commitFetchers(t, fake, {
+  env: { ENRICH_MAX_ATTEMPTS: '3' },
+  responseTimeoutMs: 400,
+  workerId: 'test-fetcher',
+});
 
 beforeEach(async () => {
   await freshCommitWorld(t.db, fake);
 });
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-});
-
-function testConfig(env: Record<string, string> = {}): Config {
-  const base = loadConfig({
-    DATABASE_URL: t.url,
-    GITHUB_API_URL: fake.url,
-    GITHUB_TOKEN: `ghp_commits${Math.random().toString(36).slice(2)}`,
-    LOG_LEVEL: 'silent',
-    ENRICH_MAX_ATTEMPTS: '3',
-    ...env,
-  });
-  return { ...base, github: { ...base.github, responseTimeoutMs: 400 } };
-}
-
-function fetcher(
-  o: { env?: Record<string, string>; logger?: FetchDeps['logger'] } = {},
-): FetchDeps & { clock: ReturnType<typeof fixedClock> } {
-  const config = testConfig(o.env);
-  const clock = fixedClock(new Date());
-  const logger = o.logger ?? createLogger('silent');
-  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger, clock });
-  clients.push(github);
-  return { config, db: t.db, github, logger, workerId: 'test-fetcher', clock };
-}
+afterEach(close);
 
 const compares = () => fake.requests.filter((r) => r.path.includes('/compare/'));
 

@@ -1,13 +1,9 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { type FetchDeps, fetchCycle } from '../../src/commits/fetch.ts';
-import { type Config, loadConfig } from '../../src/config.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { fetchCycle } from '../../src/commits/fetch.ts';
 import {
   chain,
+  commitFetchers,
   freshCommitWorld,
   insertPushes,
   insertRepository,
@@ -27,30 +23,13 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 const t = useTestDatabase();
 const fake = useFakeGitHub();
-const clients: GitHubClient[] = [];
+const commitDeps = commitFetchers(t, fake, { responseTimeoutMs: 5_000, workerId: 'gql-fetcher' });
+const fetcher = (env: Record<string, string> = {}) => commitDeps.fetcher({ env });
 
 beforeEach(async () => {
   await freshCommitWorld(t.db, fake);
 });
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-});
-
-function fetcher(env: Record<string, string> = {}): FetchDeps {
-  const base: Config = loadConfig({
-    DATABASE_URL: t.url,
-    GITHUB_API_URL: fake.url,
-    GITHUB_TOKEN: `ghp_gql${Math.random().toString(36).slice(2)}`,
-    LOG_LEVEL: 'silent',
-    ...env,
-  });
-  const config = { ...base, github: { ...base.github, responseTimeoutMs: 5_000 } };
-  const logger = createLogger('silent');
-  const clock = fixedClock(new Date());
-  const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger, clock });
-  clients.push(github);
-  return { config, db: t.db, github, logger, workerId: 'gql-fetcher', clock };
-}
+afterEach(commitDeps.close);
 
 const graphqlPosts = () => fake.requests.filter((r) => r.path === '/graphql');
 const compares = () => fake.requests.filter((r) => r.path.includes('/compare/'));

@@ -1,5 +1,11 @@
 import { sql } from 'kysely';
+import { fixedClock } from '../../src/clock.ts';
+import type { FetchDeps } from '../../src/commits/fetch.ts';
+import { loadConfig } from '../../src/config.ts';
 import type { Db } from '../../src/db/pool.ts';
+import { createGitHubClient } from '../../src/github/client.ts';
+import type { GitHubClient } from '../../src/github/types.ts';
+import { createLogger } from '../../src/log.ts';
 import type { FakeCommit } from './fake-compare.ts';
 import type { FakeGitHub } from './fake-github.ts';
 
@@ -160,4 +166,44 @@ export async function freshCommitWorld(db: Db, fake: FakeGitHub, extra: string[]
   ];
   await sql`TRUNCATE ${sql.join(tables.map((name) => sql.table(name)))}`.execute(db);
   fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
+}
+
+export interface CommitFetcherOptions {
+  env?: Record<string, string>;
+  logger?: FetchDeps['logger'];
+}
+
+/**
+ * Fetcher deps against the fake GitHub on one fresh token, with a fixed clock, for a
+ * commits test file: `defaults` are the file's settings (its env, its answer timeout, its
+ * worker id). Every client it makes is closed by `close()`, to be called after each test.
+ */
+export function commitFetchers(
+  t: { db: Db; url: string },
+  fake: FakeGitHub,
+  defaults: { env?: Record<string, string>; responseTimeoutMs: number; workerId: string },
+) {
+  const clients: GitHubClient[] = [];
+  return {
+    fetcher(o: CommitFetcherOptions = {}): FetchDeps & { clock: ReturnType<typeof fixedClock> } {
+      const base = loadConfig({
+        DATABASE_URL: t.url,
+        GITHUB_API_URL: fake.url,
+        GITHUB_TOKEN: `ghp_commits${Math.random().toString(36).slice(2)}`,
+        LOG_LEVEL: 'silent',
+        ...defaults.env,
+        ...o.env,
+      });
+      const config = {
+        ...base,
+        github: { ...base.github, responseTimeoutMs: defaults.responseTimeoutMs },
+      };
+      const clock = fixedClock(new Date());
+      const logger = o.logger ?? createLogger('silent');
+      const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger, clock });
+      clients.push(github);
+      return { config, db: t.db, github, logger, workerId: defaults.workerId, clock };
+    },
+    close: () => Promise.all(clients.splice(0).map((c) => c.close())),
+  };
 }
