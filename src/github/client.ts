@@ -42,6 +42,17 @@ export interface GitHubClientOptions {
   sleep?: (ms: number) => Promise<void>;
 }
 
+/**
+ * Connections to GitHub this client may keep: each request gate has at most one request in
+ * flight (a credential's REST and GraphQL keys, an App's token requests), plus a few for
+ * redirects and a request that overlaps its predecessor's socket being freed.
+ */
+export function socketsFor(config: Config): number {
+  const { tokens, app } = config.github;
+  const credentials = Math.max(1, tokens.length + (app?.installationIds.length ?? 0));
+  return 2 * credentials + (app ? 1 : 0) + 4;
+}
+
 const realSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
@@ -51,6 +62,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const httpFetch = createHttpFetch({
     connectTimeoutMs: config.github.connectTimeoutMs,
     responseTimeoutMs: config.github.responseTimeoutMs,
+    maxSockets: socketsFor(config),
   });
 
   const transport =

@@ -67,12 +67,19 @@ export interface HttpFetchOptions {
   connectTimeoutMs: number;
   responseTimeoutMs: number;
   maxRedirects?: number;
+  /** Connections kept to one host, in flight or idle (DEFAULT_MAX_SOCKETS when unset). */
+  maxSockets?: number;
 }
 
 /** Idle keep-alive sockets are closed after this (GitHub keeps them far longer). */
 const IDLE_SOCKET_MS = 4_000;
-/** The gate serializes requests per credential; a few sockets cover redirects and overlap. */
-const MAX_SOCKETS = 4;
+/**
+ * Sockets to one host when the caller does not say (a lone request path: a probe, a test).
+ * The GitHub client says: one a request gate (each credential's REST and GraphQL keys, an
+ * App's token requests) and a few for redirects and overlap — a cap of 4 for a whole pool held
+ * 16 credentials' polls to four requests in flight, 20 a second at GitHub's 200 ms an answer.
+ */
+const DEFAULT_MAX_SOCKETS = 4;
 
 const STALE_SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE']);
 
@@ -81,11 +88,11 @@ export function isRequestNotSent(err: unknown): boolean {
   return (err as { requestNotSent?: unknown } | null)?.requestNotSent === true;
 }
 
-function keepAliveAgents() {
+function keepAliveAgents(maxSockets: number) {
   const options = {
     keepAlive: true,
-    maxSockets: MAX_SOCKETS,
-    maxFreeSockets: MAX_SOCKETS,
+    maxSockets,
+    maxFreeSockets: maxSockets,
     timeout: IDLE_SOCKET_MS,
   };
   return { 'http:': new http.Agent(options), 'https:': new https.Agent(options) };
@@ -237,7 +244,7 @@ async function outgoingBody(body: RequestInit['body']): Promise<Buffer | null> {
 
 export function createHttpFetch(o: HttpFetchOptions): HttpFetch {
   const maxRedirects = o.maxRedirects ?? 5;
-  const agents = keepAliveAgents();
+  const agents = keepAliveAgents(o.maxSockets ?? DEFAULT_MAX_SOCKETS);
   return async (input: string | URL | Request, init: RequestInit = {}, limits?: AnswerLimits) => {
     let url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
     const method = (init.method ?? 'GET').toUpperCase();
