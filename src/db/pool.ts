@@ -1,6 +1,7 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Logger } from '../log.ts';
+import { PreparingClient } from './prepared.ts';
 import type { Database } from './schema.ts';
 
 // bigint (int8) → string stays the pg default; timestamps → Date (pg default).
@@ -17,6 +18,8 @@ export interface PoolOptions {
  */
 export function createPool(connectionString: string, opts: PoolOptions = {}): pg.Pool {
   const pool = new pg.Pool({
+    // Names the statements written with prepared() (src/db/prepared.ts).
+    Client: PreparingClient,
     connectionString,
     max: opts.max ?? 10,
     application_name: opts.applicationName ?? 'github-push-ingestor',

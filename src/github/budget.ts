@@ -1,6 +1,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import { int4Key, LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
+import { GENERIC_PLANS, prepared } from '../db/prepared.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import {
@@ -68,7 +69,8 @@ async function reserveOn(
 ): Promise<BudgetDecision> {
   const now = meta.now;
   const points = meta.points ?? 1;
-  const r = await sql<StateRow & { id: string | null }>`
+  // Prepared and, where the transaction asked for it, planned once a session (src/db/prepared.ts).
+  const r = await prepared(sql<StateRow & { id: string | null }>`
     WITH ${stateCtes([cred], now)},
     ins AS (
       INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at,
@@ -80,7 +82,7 @@ async function reserveOn(
       FROM st WHERE ${allowsSql(purpose, share, now, points)}
       RETURNING id
     )
-    SELECT st.*, (SELECT id FROM ins) AS id FROM st`.execute(trx);
+    SELECT st.*, (SELECT id FROM ins) AS id FROM st`).execute(trx);
   const row = r.rows[0]!;
   const no = decide(toState(row), share, purpose, now, points);
   if ((no === null) !== (row.id !== null)) {
@@ -188,10 +190,12 @@ async function pickAndLock(
     now,
     wait,
   });
-  const r = await sql<StateRow & { picked: string | null }>`
+  // The reservation after it planned once a session (GENERIC_PLANS; src/db/prepared.ts).
+  const r = await prepared(sql<StateRow & { picked: string | null }>`
     WITH ${stateCtes(candidates, now)}, ${order.ctes}
-    SELECT st.*, ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit
-    FROM st ORDER BY st.ord`.execute(trx);
+    SELECT st.*, ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit,
+      ${GENERIC_PLANS} AS generic_plans
+    FROM st ORDER BY st.ord`).execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now, points));
   const allRefuse = refusals.every((x) => x !== null);
@@ -246,7 +250,7 @@ async function quickPickAndLock(
     now,
     wait,
   });
-  const r = await sql<{ picked: string | null }>`
+  const r = await prepared(sql<{ picked: string | null }>`
     WITH ${windowCtes(candidates, now)},
     ap AS (
       SELECT w.*, m.poll, m.background, o.open FROM w
@@ -264,7 +268,8 @@ async function quickPickAndLock(
       ) o
     ),
     ${order.ctes}
-    SELECT ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit`.execute(trx);
+    SELECT ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit,
+      ${GENERIC_PLANS} AS generic_plans`).execute(trx);
   const picked = r.rows[0]?.picked ?? null;
   return candidates.find((c) => c.label === picked) ?? null;
 }
@@ -300,7 +305,7 @@ export async function reserve(
       // Asynchronous commit (ADR 0010): the row is visible to every other session the moment
       // it commits; only a crash of the Postgres server itself within ~200 ms could lose it.
       await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(cred.label)}),
-                       ${ASYNC_COMMIT}`.execute(trx);
+                       ${ASYNC_COMMIT}, ${GENERIC_PLANS}`.execute(trx);
       return reserveOn(trx, cred, share, purpose, meta);
     });
   }

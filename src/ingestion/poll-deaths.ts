@@ -1,7 +1,11 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
+import { prepared } from '../db/prepared.ts';
+import type { EventSource } from '../db/schema.ts';
+import { NotFound } from '../errors.ts';
 import { SPENDS_QUOTA } from '../github/ledger.ts';
 import { untilText } from '../time-text.ts';
+import { getSource } from './sources.ts';
 
 /**
  * Polls that killed their process (issue 27.1, ADR 0120), as gap fills' deaths (ADR 0061).
@@ -111,6 +115,31 @@ export async function interruptDeadRuns(
  */
 export function interruptRunsOf(db: Db, sourceId: number, now: Date): Promise<DeadRun[]> {
   return interruptDeadRuns(db, sql`r.source_id = ${sourceId}`, now);
+}
+
+/**
+ * The source, re-read under its lock, and its dead predecessors' runs interrupted: a poll
+ * that holds the lock reads the source and whether any run of it is still `running` in one
+ * cheap statement, and only then pays for interruptRunsOf (a statement dearer to plan than
+ * the rest of a 304's opening, when it almost never finds a thing).
+ */
+export async function interruptPredecessors(
+  db: Db,
+  sourceId: number,
+  now: Date,
+): Promise<{ source: EventSource; died: DeadRun[] }> {
+  const r = await prepared(sql<EventSource & { predecessor_running: boolean }>`
+    SELECT s.*, EXISTS (SELECT 1 FROM ingestion_runs r
+                        WHERE r.source_id = s.id AND r.status = 'running') AS predecessor_running
+    FROM event_sources s WHERE s.id = ${sourceId}`).execute(db);
+  const row = r.rows[0];
+  if (!row) throw new NotFound('source', sourceId);
+  if (!row.predecessor_running) {
+    const { predecessor_running: _, ...source } = row;
+    return { source, died: [] };
+  }
+  const died = await interruptRunsOf(db, sourceId, now);
+  return { source: await getSource(db, sourceId), died };
 }
 
 /**

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { systemClock } from '../clock.ts';
 import { LockSpace, unlockSession } from '../db/locks.ts';
+import { GENERIC_PLANS } from '../db/prepared.ts';
 import { kyselyOn } from '../db/session.ts';
 import { faultPoint } from '../fault.ts';
 import type { Logger } from '../log.ts';
@@ -8,7 +9,12 @@ import { deferralOf, deferSources, logDeferral } from './deferral.ts';
 import { fetchPages, pagePath } from './fetch-pages.ts';
 import { finalizeFailure, finalizeSuccess } from './finalize.ts';
 import { WatchedGates } from './gate-tickets.ts';
-import { backoffBeforeRequest, type DeadRun, interruptRunsOf, logDeadRuns } from './poll-deaths.ts';
+import {
+  backoffBeforeRequest,
+  type DeadRun,
+  interruptPredecessors,
+  logDeadRuns,
+} from './poll-deaths.ts';
 import { newRunState } from './run-state.ts';
 import {
   deferredSummary,
@@ -116,8 +122,10 @@ async function openRun(
   const { sourceId } = lock;
   let died: DeadRun[] = [];
   const out = await lock.db.transaction().execute(async (trx) => {
+    // The budget's statements in this transaction planned once a session (src/db/prepared.ts).
     const got = await sql<{ ok: boolean }>`
-      SELECT pg_try_advisory_lock(${LockSpace.source}, ${sourceId}) AS ok`.execute(trx);
+      SELECT pg_try_advisory_lock(${LockSpace.source}, ${sourceId}) AS ok,
+        ${GENERIC_PLANS} AS generic_plans`.execute(trx);
     if (!got.rows[0]!.ok) {
       const described = await getSource(trx, sourceId);
       return { kind: 'busy', source: described } as const;
@@ -125,8 +133,9 @@ async function openRun(
     lock.held = true;
     // A run of this source still `running` is its dead predecessor's (we hold the lock it
     // would hold): interrupted, and counted as a failure and a death (ADR 0120).
-    died = await interruptRunsOf(trx, sourceId, clock.now());
-    const source = await getSource(trx, sourceId);
+    const found = await interruptPredecessors(trx, sourceId, clock.now());
+    died = found.died;
+    const { source } = found;
     const reason = notDueReason(source, deps.config.github.mode, clock.now(), opts.force ?? false);
     if (reason) return { kind: 'skipped', source, reason } as const;
     // The run first: its id goes on the reservation's ledger row. Put off, it is taken back.

@@ -1,4 +1,5 @@
-import { type RawBuilder, sql } from 'kysely';
+import { CompiledQuery, type RawBuilder, sql } from 'kysely';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { countDueStatement } from '../../src/enrichment/due.ts';
 import { budgetStateStatement } from '../../src/github/budget.ts';
@@ -45,6 +46,32 @@ async function plan(statement: RawBuilder<unknown>): Promise<string> {
   return (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
 }
 
+/**
+ * The plan Postgres caches for `statement` as a prepared statement under force_generic_plan
+ * (src/db/prepared.ts: the budget's statements run so): planned blind to the parameters, then
+ * executed with them. EXPLAIN (GENERIC_PLAN) exists only from Postgres 16; this works on 15.
+ */
+async function genericPlan(statement: RawBuilder<unknown>, analyze = false): Promise<string> {
+  const compiled = statement.compile(t.db);
+  const literal = (v: unknown) =>
+    v === null || v === undefined
+      ? 'NULL'
+      : pg.escapeLiteral(v instanceof Date ? v.toISOString() : String(v));
+  return t.db.transaction().execute(async (trx) => {
+    await trx.executeQuery(CompiledQuery.raw(`PREPARE generic_probe AS ${compiled.sql}`));
+    await sql`SET LOCAL plan_cache_mode = force_generic_plan`.execute(trx);
+    const args = compiled.parameters.map(literal).join(', ');
+    const options = analyze ? '(ANALYZE, FORMAT JSON)' : '';
+    const r = await trx.executeQuery(
+      CompiledQuery.raw(`EXPLAIN ${options} EXECUTE generic_probe(${args})`),
+    );
+    await sql`DEALLOCATE generic_probe`.execute(trx);
+    return analyze
+      ? JSON.stringify((r.rows[0] as { 'QUERY PLAN': unknown })['QUERY PLAN'])
+      : (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
+  });
+}
+
 interface PlanNode {
   'Relation Name'?: string;
   'Actual Rows'?: number;
@@ -62,7 +89,10 @@ async function rowsRead(statement: RawBuilder<unknown>): Promise<Record<string, 
     ...compiled,
     sql: `EXPLAIN (ANALYZE, FORMAT JSON) ${compiled.sql}`,
   });
-  const root = (r.rows as { 'QUERY PLAN': { Plan: PlanNode }[] }[])[0]!['QUERY PLAN'][0]!.Plan;
+  return readOf((r.rows as { 'QUERY PLAN': { Plan: PlanNode }[] }[])[0]!['QUERY PLAN'][0]!.Plan);
+}
+
+function readOf(root: PlanNode): Record<string, number> {
   const out: Record<string, number> = {};
   const walk = (n: PlanNode) => {
     if (n['Relation Name']) {
@@ -116,6 +146,19 @@ describe('hot-path plans', () => {
       const rows = await rowsRead(statement);
       expect(rows.github_request_minutes).toBeLessThanOrEqual(62);
       expect(rows.github_requests).toBeLessThan(120);
+      // And the plan a session caches once (a poll's reservation and pick, generic): the
+      // same short range scans, no scan of the window's rows, whatever the parameters.
+      const g = await genericPlan(statement);
+      expect(g).toMatch(/Index (Only )?Scan (using|on) github_request_minutes_pkey/);
+      expect(g).toMatch(/Index Only Scan using github_requests_spend/);
+      expect(g).toMatch(/Index (Only )?Scan using github_requests_unfinished/);
+      expect(g).toMatch(/Index (Only )?Scan using github_requests_finished/);
+      // (The minutes may be read through a bitmap of that same index range.)
+      expect(g).not.toMatch(/Seq Scan on github_request/);
+      const executed = JSON.parse(await genericPlan(statement, true)) as { Plan: PlanNode }[];
+      const generic = readOf(executed[0]!.Plan);
+      expect(generic.github_request_minutes).toBeLessThanOrEqual(62);
+      expect(generic.github_requests).toBeLessThan(120);
     }
   });
 
