@@ -92,6 +92,10 @@ function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   return {
     PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}`,
     HOME: process.env.HOME ?? '/tmp',
+    // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`: where the worker's CPU goes.
+    ...(process.env.BENCH_WORKER_NODE_OPTIONS
+      ? { NODE_OPTIONS: process.env.BENCH_WORKER_NODE_OPTIONS }
+      : {}),
     ...extra,
   };
 }
