@@ -16,6 +16,9 @@ import pg from 'pg';
  * the session keep custom plans). A generic plan of these statements keeps every scan on its
  * credential's index range (test/integration/prepared-plans.test.ts holds that).
  *
+ * Never `SELECT *` in one: a cached plan whose result columns change (a migration adding a
+ * column under a running process) fails the statement instead of being planned again.
+ *
  * Performance only: a marked statement run elsewhere (a pool whose clients are not
  * PreparingClient, a transaction that did not ask for generic plans) runs as any other.
  */

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { int4Key, LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
+import { prepared } from '../db/prepared.ts';
 import type { RequestPurpose } from '../db/schema.ts';
 import { reserveIfFree } from './budget.ts';
 import { type ClientContext, encodePath } from './client-context.ts';
@@ -103,18 +104,21 @@ export function createHeld(ctx: ClientContext, sender: Sender, requester: Reques
     // Recorded before the try: should the statement fail after taking it, the holder still
     // knows to release it.
     holder.gates.add(gateKey);
-    const r = await sentStatement(
-      sql`locked AS (SELECT 1 AS l WHERE pg_try_advisory_lock(${LockSpace.gate}, ${gateKey}))`,
-      reservation.id,
-      {
-        credential: reservation.credential,
-        path,
-        method: 'GET',
-        now: clock.now(),
-        spacingMs: ctx.spacing,
-        jobId: meta.jobId,
-        runId: meta.runId,
-      },
+    // Prepared: a poll's opening transaction plans it once a session (src/db/prepared.ts).
+    const r = await prepared(
+      sentStatement(
+        sql`locked AS (SELECT 1 AS l WHERE pg_try_advisory_lock(${LockSpace.gate}, ${gateKey}))`,
+        reservation.id,
+        {
+          credential: reservation.credential,
+          path,
+          method: 'GET',
+          now: clock.now(),
+          spacingMs: ctx.spacing,
+          jobId: meta.jobId,
+          runId: meta.runId,
+        },
+      ),
     ).execute(trx);
     if (r.rows.length === 0) {
       holder.gates.delete(gateKey);
@@ -179,7 +183,10 @@ export function createHeld(ctx: ClientContext, sender: Sender, requester: Reques
       error = await sender.writeBlock(trx, cred, credential, id, path, outcome);
       await sql`SELECT ${unlock}`.execute(trx);
     } else {
-      await settleAndUnlock(trx, id, settlement, credential, accepted, unlock).execute(trx);
+      // Prepared: the finalize plans it once a session (src/db/prepared.ts).
+      await prepared(settleAndUnlock(trx, id, settlement, credential, accepted, unlock)).execute(
+        trx,
+      );
       if (accepted && !rateLimit) await clearAuthFailures(trx, credential);
     }
     released();

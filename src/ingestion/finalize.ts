@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { systemClock } from '../clock.ts';
 import { LockSpace } from '../db/locks.ts';
 import type { Db } from '../db/pool.ts';
+import { GENERIC_PLANS, prepared } from '../db/prepared.ts';
 import type { EventSource } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
 import { logGapsRecorded, recordGap } from '../gaps/record.ts';
@@ -33,7 +34,9 @@ async function handOver(trx: Db, lock: SourceSession, asyncCommit = false): Prom
   if (lock.handedOver) return;
   lock.handedOver = true;
   const commit = asyncCommit ? sql`, ${ASYNC_COMMIT}` : sql``;
-  await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})${commit}
+  // The finalize's prepared statements planned once a session (src/db/prepared.ts).
+  await sql`SELECT pg_advisory_unlock(${LockSpace.source}, ${lock.sourceId})${commit},
+      ${GENERIC_PLANS} AS generic_plans
     FROM (SELECT pg_advisory_xact_lock(${LockSpace.source}, ${lock.sourceId})) AS x`.execute(trx);
 }
 
@@ -76,12 +79,14 @@ export async function finalizeSuccess(
       fleet,
     );
     const nextPollAt = plan.nextPollAt;
-    await trx
-      .updateTable('ingestion_runs')
-      .set({ ...runCounters(state), status, finished_at: now })
-      .where('id', '=', String(state.runId))
-      .execute();
-    await trx
+    // The run and its source in one statement: one round trip fewer on every 304.
+    const finished = trx
+      .with('run', (db) =>
+        db
+          .updateTable('ingestion_runs')
+          .set({ ...runCounters(state), status, finished_at: now })
+          .where('id', '=', String(state.runId)),
+      )
       .updateTable('event_sources')
       .set({
         // The ETag of page 1 is only worth keeping once every page behind it was read:
@@ -100,8 +105,8 @@ export async function finalizeSuccess(
         last_polled_at: now,
         updated_at: now,
       })
-      .where('id', '=', source.id)
-      .execute();
+      .where('id', '=', source.id);
+    await prepared(sql`${finished}`).execute(trx);
     // The window this run could not read, for the archive to fill (ADR 0041). In the same
     // transaction as the run's completion: a completed run with a gap always has its row.
     const gap = state.gap

@@ -128,10 +128,12 @@ export async function interruptPredecessors(
   sourceId: number,
   now: Date,
 ): Promise<{ source: EventSource; died: DeadRun[] }> {
-  const r = await prepared(sql<EventSource & { predecessor_running: boolean }>`
-    SELECT s.*, EXISTS (SELECT 1 FROM ingestion_runs r
-                        WHERE r.source_id = s.id AND r.status = 'running') AS predecessor_running
-    FROM event_sources s WHERE s.id = ${sourceId}`).execute(db);
+  // Not prepared: a cached `s.*` fails ("cached plan must not change result type") once a
+  // migration adds a column under a running worker.
+  const r = await sql<EventSource & { predecessor_running: boolean }>`
+    SELECT s.*, EXISTS (SELECT 1 FROM ingestion_runs r -- by the id, not s.id: half the planning
+                        WHERE r.source_id = ${sourceId} AND r.status = 'running') AS predecessor_running
+    FROM event_sources s WHERE s.id = ${sourceId}`.execute(db);
   const row = r.rows[0];
   if (!row) throw new NotFound('source', sourceId);
   if (!row.predecessor_running) {
@@ -153,11 +155,12 @@ export async function backoffBeforeRequest(
   nextPollAt: Date,
   now: Date,
 ): Promise<void> {
-  await db
+  const backoff = db
     .updateTable('event_sources')
     .set({ next_poll_at: nextPollAt, updated_at: now })
-    .where('id', '=', String(sourceId))
-    .execute();
+    .where('id', '=', String(sourceId));
+  // Prepared: the poll's opening transaction plans it once a session (src/db/prepared.ts).
+  await prepared(sql`${backoff}`).execute(db);
 }
 
 /**
