@@ -147,7 +147,9 @@ describe('releasing the embedded Postgres', () => {
     await observer.query('SELECT pg_terminate_backend($1)', [before]);
     const deadline = Date.now() + 10_000;
     let now = await holders('service');
-    while ((now.length !== 1 || now[0] === before) && Date.now() < deadline) {
+    // The new holder's lock is granted a moment before its rejoin is logged: wait for both.
+    const rejoined = () => events.some((e) => e.event === 'db.embedded_rejoined');
+    while ((now.length !== 1 || now[0] === before || !rejoined()) && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 50));
       now = await holders('service');
     }
