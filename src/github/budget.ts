@@ -57,6 +57,33 @@ type Meta = Omit<ReservationRow, 'credential' | 'purpose'>;
 type Trx = Parameters<Parameters<ReturnType<Db['transaction']>['execute']>[0]>[0];
 
 /**
+ * The reservation statement reserveOn runs (a test plans it generically): prepared, and
+ * where the transaction asked for it planned once a session (src/db/prepared.ts).
+ */
+export function reservationStatement(
+  cred: CredentialPolicy,
+  share: number,
+  purpose: RequestPurpose,
+  meta: Meta,
+) {
+  const now = meta.now;
+  const points = meta.points ?? 1;
+  return prepared(sql<StateRow & { id: string | null }>`
+    WITH ${stateCtes([cred], now)},
+    ins AS (
+      INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at,
+        job_id, run_id, entity_class, entity_id, points)
+      SELECT st.credential, ${purpose}, ${meta.method ?? 'GET'}, ${meta.path ?? UNSPECIFIED_PATH},
+        'reserved', ${now}::timestamptz, ${meta.jobId ?? null}::text, ${meta.runId ?? null}::bigint,
+        ${meta.entity?.class ?? null}::text, ${meta.entity?.id ?? null}::bigint,
+        ${meta.points ?? null}::int
+      FROM st WHERE ${allowsSql(purpose, share, now, points)}
+      RETURNING id
+    )
+    SELECT st.*, (SELECT id FROM ins) AS id FROM st`);
+}
+
+/**
  * ONE statement that reads the credential's state after its lock, applies the rules (the
  * same as decide(), which then explains a no) and inserts the row when they allow it.
  */
@@ -69,20 +96,7 @@ async function reserveOn(
 ): Promise<BudgetDecision> {
   const now = meta.now;
   const points = meta.points ?? 1;
-  // Prepared and, where the transaction asked for it, planned once a session (src/db/prepared.ts).
-  const r = await prepared(sql<StateRow & { id: string | null }>`
-    WITH ${stateCtes([cred], now)},
-    ins AS (
-      INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at,
-        job_id, run_id, entity_class, entity_id, points)
-      SELECT st.credential, ${purpose}, ${meta.method ?? 'GET'}, ${meta.path ?? UNSPECIFIED_PATH},
-        'reserved', ${now}::timestamptz, ${meta.jobId ?? null}::text, ${meta.runId ?? null}::bigint,
-        ${meta.entity?.class ?? null}::text, ${meta.entity?.id ?? null}::bigint,
-        ${meta.points ?? null}::int
-      FROM st WHERE ${allowsSql(purpose, share, now, points)}
-      RETURNING id
-    )
-    SELECT st.*, (SELECT id FROM ins) AS id FROM st`).execute(trx);
+  const r = await reservationStatement(cred, share, purpose, meta).execute(trx);
   const row = r.rows[0]!;
   const no = decide(toState(row), share, purpose, now, points);
   if ((no === null) !== (row.id !== null)) {
@@ -232,6 +246,27 @@ async function quickPickAndLock(
 ): Promise<CredentialPolicy | null> {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   if (candidates.length === 0) return null;
+  const r = await quickPickStatement(
+    { ...policy, credentials: candidates },
+    purpose,
+    now,
+    path,
+    wait,
+    points,
+  ).execute(trx);
+  const picked = r.rows[0]?.picked ?? null;
+  return candidates.find((c) => c.label === picked) ?? null;
+}
+
+/** The statement of quickPickAndLock over `policy`'s credentials (a test plans it generically). */
+export function quickPickStatement(
+  policy: BudgetPolicy,
+  purpose: RequestPurpose,
+  now: Date,
+  path: string | undefined,
+  wait: boolean,
+  points = 1,
+) {
   const floor = sql`${windowFloor(now)}::timestamptz`;
   const background = sql`floor(ap.quota * ${policy.share}::float8)`;
   const left = isBackground(purpose)
@@ -250,8 +285,8 @@ async function quickPickAndLock(
     now,
     wait,
   });
-  const r = await prepared(sql<{ picked: string | null }>`
-    WITH ${windowCtes(candidates, now)},
+  return prepared(sql<{ picked: string | null }>`
+    WITH ${windowCtes(policy.credentials, now)},
     ap AS (
       SELECT w.*, m.poll, m.background, o.open FROM w
       CROSS JOIN LATERAL (
@@ -269,9 +304,7 @@ async function quickPickAndLock(
     ),
     ${order.ctes}
     SELECT ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit,
-      ${GENERIC_PLANS} AS generic_plans`).execute(trx);
-  const picked = r.rows[0]?.picked ?? null;
-  return candidates.find((c) => c.label === picked) ?? null;
+      ${GENERIC_PLANS} AS generic_plans`);
 }
 
 /**

@@ -1,8 +1,12 @@
-import { CompiledQuery, type RawBuilder, sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { countDueStatement } from '../../src/enrichment/due.ts';
-import { budgetStateStatement } from '../../src/github/budget.ts';
+import {
+  budgetStateStatement,
+  quickPickStatement,
+  reservationStatement,
+} from '../../src/github/budget.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
@@ -57,19 +61,26 @@ async function genericPlan(statement: RawBuilder<unknown>, analyze = false): Pro
     v === null || v === undefined
       ? 'NULL'
       : pg.escapeLiteral(v instanceof Date ? v.toISOString() : String(v));
-  return t.db.transaction().execute(async (trx) => {
-    await trx.executeQuery(CompiledQuery.raw(`PREPARE generic_probe AS ${compiled.sql}`));
-    await sql`SET LOCAL plan_cache_mode = force_generic_plan`.execute(trx);
+  const client = await t.pool.connect();
+  let shown = '';
+  try {
+    // Rolled back: an executed reservation inserts its row.
+    await client.query('BEGIN');
+    await client.query(`PREPARE generic_probe AS ${compiled.sql}`);
+    await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
     const args = compiled.parameters.map(literal).join(', ');
     const options = analyze ? '(ANALYZE, FORMAT JSON)' : '';
-    const r = await trx.executeQuery(
-      CompiledQuery.raw(`EXPLAIN ${options} EXECUTE generic_probe(${args})`),
-    );
-    await sql`DEALLOCATE generic_probe`.execute(trx);
-    return analyze
-      ? JSON.stringify((r.rows[0] as { 'QUERY PLAN': unknown })['QUERY PLAN'])
-      : (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
-  });
+    const r = await client.query(`EXPLAIN ${options} EXECUTE generic_probe(${args})`);
+    shown = analyze
+      ? JSON.stringify(r.rows[0]['QUERY PLAN'])
+      : r.rows.map((x: { 'QUERY PLAN': string }) => x['QUERY PLAN']).join('\n');
+  } finally {
+    await client.query('ROLLBACK');
+    // PREPARE is not transactional: the next probe on this session must find the name free.
+    await client.query('DEALLOCATE generic_probe').catch(() => {});
+    client.release();
+  }
+  return shown;
 }
 
 interface PlanNode {
@@ -127,6 +138,7 @@ describe('hot-path plans', () => {
     );
     await sql`VACUUM (ANALYZE) github_request_minutes`.execute(t.db);
     const policy = [{ label: 'token:a', defaultQuota: 5000 }];
+    const pool = [...policy, { label: 'token:b', defaultQuota: 5000 }];
     // The window past its reset (the last 60 minutes), then GitHub's hour (a reset ahead).
     for (const fresh of [false, true]) {
       if (fresh) {
@@ -153,6 +165,26 @@ describe('hot-path plans', () => {
         // What it reads, executed: a minute or two of rows at most, never the window's ~1,500.
         expect(rows.github_request_minutes).toBeLessThanOrEqual(62);
         expect(rows.github_requests).toBeLessThan(120);
+      }
+      // The statements a poll runs generically: the pool's pick and the reservation.
+      const statements = [
+        quickPickStatement(
+          { credentials: pool, share: 2 / 3 },
+          'poll',
+          now,
+          '/repos/o/r/events',
+          true,
+        ),
+        reservationStatement(policy[0]!, 2 / 3, 'poll', { now, path: '/repos/o/r/events' }),
+      ];
+      for (const s of statements) {
+        const shown = await genericPlan(s);
+        expect(shown).toMatch(/Index (Only )?Scan (using|on) github_request_minutes_pkey/);
+        expect(shown).not.toMatch(/Seq Scan on github_request/);
+        const ran = JSON.parse(await genericPlan(s, true)) as { Plan: PlanNode }[];
+        const rows = readOf(ran[0]!.Plan);
+        expect(rows.github_request_minutes).toBeLessThanOrEqual(2 * 62);
+        expect(rows.github_requests ?? 0).toBeLessThan(240);
       }
     }
   });

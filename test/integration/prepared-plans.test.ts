@@ -69,4 +69,24 @@ describe('prepared budget statements', () => {
     expect(pick.custom_plans).toBe(3);
     expect(reservation.generic_plans).toBe(3);
   });
+
+  it('a statement gone stale on its session fails once, then is parsed anew', async () => {
+    const db = createDb(t.newPool(1));
+    const reserveOnce = () =>
+      db.transaction().execute(async (trx) => {
+        await sql`SELECT ${GENERIC_PLANS}`.execute(trx);
+        return reserve(trx, policy, 'poll', { now: new Date(), path: '/r/stale' }, true);
+      });
+    expect((await reserveOnce()).ok).toBe(true);
+    // The server forgets them (a DEALLOCATE): 26000 once, then parsed again under new names.
+    await sql`DEALLOCATE ALL`.execute(db);
+    await expect(reserveOnce()).rejects.toMatchObject({ code: '26000' });
+    expect((await reserveOnce()).ok).toBe(true);
+    // A migration changes the type of a column the statements return, from another session:
+    // 0A000 once ("cached plan must not change result type"), then parsed again.
+    await sql`ALTER TABLE github_rate_limits ALTER COLUMN auth_failures TYPE bigint`.execute(t.db);
+    await expect(reserveOnce()).rejects.toMatchObject({ code: '0A000' });
+    expect((await reserveOnce()).ok).toBe(true);
+    expect((await reserveOnce()).ok).toBe(true);
+  });
 });
