@@ -65,7 +65,7 @@ export function preparedName(text: string): string {
 }
 
 /** Past this many named statements a session sends the rest unnamed (a marked text that varies). */
-export const MAX_NAMED_A_SESSION = 256;
+const MAX_NAMED_A_SESSION = 256;
 
 /**
  * A named statement that can no longer run on its session: its result type changed under it
@@ -92,18 +92,16 @@ function namesOf(client: pg.Client): SessionNames {
 }
 
 /** A query's arguments, the marked text's turned into a named statement's config. */
-export function namedIfMarked(args: unknown[], session?: SessionNames): unknown[] {
+function namedIfMarked(args: unknown[], session: SessionNames): unknown[] {
   const [text, values, ...rest] = args;
   if (typeof text !== 'string' || !text.startsWith(PREPARED_MARK) || !Array.isArray(values)) {
     return args;
   }
-  let name = preparedName(text);
-  if (session) {
-    if (session.generation > 0) name = `${name}_${session.generation}`;
-    if (!session.named.has(name)) {
-      if (session.named.size >= MAX_NAMED_A_SESSION) return args;
-      session.named.add(name);
-    }
+  const base = preparedName(text);
+  const name = session.generation > 0 ? `${base}_${session.generation}` : base;
+  if (!session.named.has(name)) {
+    if (session.named.size >= MAX_NAMED_A_SESSION) return args;
+    session.named.add(name);
   }
   return [{ name, text, values }, ...rest];
 }
