@@ -149,7 +149,13 @@ export function spawnBin(
           return lines.find(pred);
         },
         { timeoutMs, what },
-      ),
+      ).catch((error: Error) => {
+        // A timeout names what the child was doing instead: its last log lines.
+        const tail = lines.slice(-20).map((l) => JSON.stringify(l).slice(0, 400));
+        throw new Error(`${error.message}; ${name}'s last log lines:\n${tail.join('\n')}`, {
+          cause: error,
+        });
+      }),
   };
 }
 
