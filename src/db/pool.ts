@@ -13,8 +13,17 @@ export interface PoolOptions {
 }
 
 /**
+ * What every session of ours runs first. No JIT: our statements are short, and a page's
+ * merge (CTEs over parameter arrays, estimated blind) passes jit_above_cost once push_events
+ * holds some tens of thousands of rows: compiling it took 2.5-4 s of a 5 ms statement, with
+ * the credential's request gate held (ADR 0176). A SET, not a startup option: PgBouncer
+ * refuses startup options it does not know.
+ */
+export const SESSION_SETUP = 'SET jit = off';
+
+/**
  * A pg Pool with an 'error' listener (an idle client whose server went away must
- * not crash the process) and a statement timeout so a wedged query cannot pin a job.
+ * not crash the process), whose every new session runs SESSION_SETUP first.
  */
 export function createPool(connectionString: string, opts: PoolOptions = {}): pg.Pool {
   const pool = new pg.Pool({
@@ -42,6 +51,9 @@ export function createPool(connectionString: string, opts: PoolOptions = {}): pg
         'database connection failed',
       );
     });
+    // Queued on the client before the checkout's own queries (node-postgres runs a client's
+    // queries in order). A failure here is a broken session: the next query fails with it.
+    client.query(SESSION_SETUP).catch(() => {});
   });
   return pool;
 }
