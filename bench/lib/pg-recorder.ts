@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { setUpSession } from '../../src/db/pool.ts';
 
 /**
  * A pg Client class that reports every statement it sends, and how long the answer took.
@@ -56,5 +57,7 @@ export function recordingPool(
     max,
     application_name: applicationName,
     Client: recordingClient(onStatement),
+    // Sessions set up as the application's are (no JIT), or the figures are of another setup.
+    onConnect: setUpSession,
   });
 }

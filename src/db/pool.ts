@@ -22,8 +22,17 @@ export interface PoolOptions {
 export const SESSION_SETUP = 'SET jit = off';
 
 /**
+ * pg-pool's onConnect hook: the pool hands a new session out only once this has run, and a
+ * failure ends that session and fails the checkout (nothing runs on a session half set up).
+ * For a pool built elsewhere (the bench's recording pool) to set its sessions up alike.
+ */
+export async function setUpSession(client: pg.ClientBase): Promise<void> {
+  await client.query(SESSION_SETUP);
+}
+
+/**
  * A pg Pool with an 'error' listener (an idle client whose server went away must
- * not crash the process), whose every new session runs SESSION_SETUP first.
+ * not crash the process), whose every new session runs SESSION_SETUP before it is handed out.
  */
 export function createPool(connectionString: string, opts: PoolOptions = {}): pg.Pool {
   const pool = new pg.Pool({
@@ -34,6 +43,7 @@ export function createPool(connectionString: string, opts: PoolOptions = {}): pg
     application_name: opts.applicationName ?? 'github-push-ingestor',
     connectionTimeoutMillis: 10_000,
     idleTimeoutMillis: 30_000,
+    onConnect: setUpSession,
   });
   pool.on('error', (err) => {
     opts.logger?.warn(
@@ -51,9 +61,6 @@ export function createPool(connectionString: string, opts: PoolOptions = {}): pg
         'database connection failed',
       );
     });
-    // Queued on the client before the checkout's own queries (node-postgres runs a client's
-    // queries in order). A failure here is a broken session: the next query fails with it.
-    client.query(SESSION_SETUP).catch(() => {});
   });
   return pool;
 }

@@ -150,7 +150,9 @@ export function spawnBin(
         },
         { timeoutMs, what },
       ).catch((error: Error) => {
-        // A timeout names what the child was doing instead: its last log lines.
+        // A timeout names what the child was doing instead: its last log lines. (An exit
+        // already carries its whole stderr.)
+        if (child.exitCode !== null || child.signalCode !== null) throw error;
         const tail = lines.slice(-20).map((l) => JSON.stringify(l).slice(0, 400));
         throw new Error(`${error.message}; ${name}'s last log lines:\n${tail.join('\n')}`, {
           cause: error,
