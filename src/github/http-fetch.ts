@@ -88,12 +88,22 @@ export function isRequestNotSent(err: unknown): boolean {
   return (err as { requestNotSent?: unknown } | null)?.requestNotSent === true;
 }
 
+/**
+ * How long before a server's announced keep-alive end (`Keep-Alive: timeout=N`) a socket is
+ * no longer reused. Node's default, 1 s, makes every socket of a server that announces
+ * `timeout=1` (Node's own servers with a short keepAliveTimeout do) single-use: a new TCP
+ * connection for every request, a third of a 304's CPU on both ends (docs/performance.md).
+ * A request that meets a socket the server closed all the same is sent again (once()).
+ */
+const KEEP_ALIVE_END_MARGIN_MS = 250;
+
 function keepAliveAgents(maxSockets: number) {
   const options = {
     keepAlive: true,
     maxSockets,
     maxFreeSockets: maxSockets,
     timeout: IDLE_SOCKET_MS,
+    agentKeepAliveTimeoutBuffer: KEEP_ALIVE_END_MARGIN_MS,
   };
   return { 'http:': new http.Agent(options), 'https:': new https.Agent(options) };
 }

@@ -92,4 +92,57 @@ describe('sockets to GitHub follow the pool', () => {
     });
     expect(socketsFor(config)).toBeLessThanOrEqual(8);
   });
+
+  it('a server that announces a 1 s keep-alive (Keep-Alive: timeout=1) keeps one connection for requests back to back', async () => {
+    const connections = new Set<unknown>();
+    const server = http.createServer((_req, res) => {
+      res.writeHead(304, { etag: '"a"' });
+      res.end();
+    });
+    server.keepAliveTimeout = 1_000;
+    server.on('connection', (s) => connections.add(s));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    stop = () => {
+      server.closeAllConnections();
+      return new Promise<void>((r) => server.close(() => r()));
+    };
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const fetch = createHttpFetch({ connectTimeoutMs: 5_000, responseTimeoutMs: 15_000 });
+    const seen: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await fetch(`${url}/repos/o/r/events`, { headers: { 'if-none-match': '"a"' } });
+      seen.push(`${r.status} ${r.headers.get('keep-alive')}`);
+    }
+    expect(seen).toEqual(Array(5).fill('304 timeout=1'));
+    // Node's default margin (1 s before the announced end) made each of them a new connection.
+    expect(connections.size).toBe(1);
+  });
+
+  it('a reused socket the server closes before answering: the request goes again on a new one', async () => {
+    const perSocket = new Map<unknown, number>();
+    let requests = 0;
+    const server = http.createServer((req, res) => {
+      requests++;
+      const n = (perSocket.get(req.socket) ?? 0) + 1;
+      perSocket.set(req.socket, n);
+      // What a server whose keep-alive ended just as the request left does: no answer.
+      if (n > 1) return req.socket.destroy();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+    server.keepAliveTimeout = 1_000;
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    stop = () => {
+      server.closeAllConnections();
+      return new Promise<void>((r) => server.close(() => r()));
+    };
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const fetch = createHttpFetch({ connectTimeoutMs: 5_000, responseTimeoutMs: 15_000 });
+    expect((await fetch(`${url}/a`)).status).toBe(200);
+    expect((await fetch(`${url}/b`)).status).toBe(200);
+    // /b was sent on the first socket (reused), met its close, and went again on a second.
+    expect(requests).toBe(3);
+    expect(perSocket.size).toBe(2);
+  });
 });
+
