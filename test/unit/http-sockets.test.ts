@@ -145,4 +145,3 @@ describe('sockets to GitHub follow the pool', () => {
     expect(perSocket.size).toBe(2);
   });
 });
-
