@@ -13,9 +13,12 @@ import { type AnswerLimits, byteSize } from './answer-limits.ts';
  * Keep-alive: a connection (TCP, and TLS against api.github.com) is reused for the next
  * request instead of being opened for every one. Idle sockets are dropped before the
  * server would drop them (the agent honours the server's `Keep-Alive: timeout` hint and
- * our own idle limit), and a GET that fails with a reset before any answer on a REUSED
- * socket — the server closed it as we wrote — is sent once more on a fresh connection:
- * nothing reached the server, so nothing is repeated. A reset on a fresh connection is
+ * our own idle limit), and a request that fails with a reset before any answer on a REUSED
+ * socket — the server closed it as we wrote — is sent once more on a fresh connection. A
+ * server that closes idle sockets has not read it; one that read it and reset the connection
+ * without answering sees it twice (a GET, or a GraphQL query, which is a read; an App's token
+ * request then mints two tokens). The retry is the same request and ledger row: it is counted
+ * once, and as sent even if the retry's own connect fails. A reset on a fresh connection is
  * the server's answer and is reported as before.
  *
  * A failure before the request could leave this machine — DNS, connection refused or timed
@@ -92,8 +95,9 @@ export function isRequestNotSent(err: unknown): boolean {
  * How long before a server's announced keep-alive end (`Keep-Alive: timeout=N`) a socket is
  * no longer reused. Node's default, 1 s, makes every socket of a server that announces
  * `timeout=1` (Node's own servers with a short keepAliveTimeout do) single-use: a new TCP
- * connection for every request, a third of a 304's CPU on both ends (docs/performance.md).
- * A request that meets a socket the server closed all the same is sent again (once()).
+ * connection for every request, on both ends (docs/performance.md, "Keep-alive"). A request
+ * that meets a socket the server closed all the same is sent again (once()). Node < 24.7 has
+ * no such option and keeps its fixed 1 s.
  */
 const KEEP_ALIVE_END_MARGIN_MS = 250;
 
@@ -144,7 +148,13 @@ async function once(
   } catch (err) {
     const stale = (err as { staleSocket?: boolean }).staleSocket === true;
     if (!stale || signal?.aborted) throw err;
-    return attempt(url, out, o, agents, signal, limits, false);
+    try {
+      return await attempt(url, out, o, agents, signal, limits, false);
+    } catch (retryErr) {
+      // The first attempt was written to a socket the server held: it may have reached it.
+      if (isRequestNotSent(retryErr)) Object.assign(retryErr as object, { requestNotSent: false });
+      throw retryErr;
+    }
   }
 }
 

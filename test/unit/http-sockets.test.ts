@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { socketsFor } from '../../src/github/client.ts';
-import { createHttpFetch } from '../../src/github/http-fetch.ts';
+import { createHttpFetch, isRequestNotSent } from '../../src/github/http-fetch.ts';
 
 /**
  * A pool of N credentials keeps N requests in flight at once (one a request gate): the HTTP
@@ -92,56 +92,94 @@ describe('sockets to GitHub follow the pool', () => {
     });
     expect(socketsFor(config)).toBeLessThanOrEqual(8);
   });
+});
 
-  it('a server that announces a 1 s keep-alive (Keep-Alive: timeout=1) keeps one connection for requests back to back', async () => {
-    const connections = new Set<unknown>();
-    const server = http.createServer((_req, res) => {
-      res.writeHead(304, { etag: '"a"' });
-      res.end();
-    });
-    server.keepAliveTimeout = 1_000;
-    server.on('connection', (s) => connections.add(s));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    stop = () => {
-      server.closeAllConnections();
-      return new Promise<void>((r) => server.close(() => r()));
-    };
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    const fetch = createHttpFetch({ connectTimeoutMs: 5_000, responseTimeoutMs: 15_000 });
-    const seen: string[] = [];
-    for (let i = 0; i < 5; i++) {
-      const r = await fetch(`${url}/repos/o/r/events`, { headers: { 'if-none-match': '"a"' } });
-      seen.push(`${r.status} ${r.headers.get('keep-alive')}`);
-    }
-    expect(seen).toEqual(Array(5).fill('304 timeout=1'));
-    // Node's default margin (1 s before the announced end) made each of them a new connection.
-    expect(connections.size).toBe(1);
+/** Node ≥ 24.7: the agent's margin before a server's announced keep-alive end can be set. */
+const marginSettable = 'agentKeepAliveTimeoutBuffer' in new http.Agent();
+
+/** A server whose handler sees each request with how many came before it on its socket. */
+async function socketServer(
+  keepAliveMs: number,
+  handle: (n: number, req: http.IncomingMessage, res: http.ServerResponse) => void,
+) {
+  const perSocket = new Map<unknown, number>();
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    requests++;
+    const n = (perSocket.get(req.socket) ?? 0) + 1;
+    perSocket.set(req.socket, n);
+    handle(n, req, res);
   });
+  server.keepAliveTimeout = keepAliveMs;
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  stop = () => {
+    server.closeAllConnections();
+    return new Promise<void>((r) => server.close(() => r()));
+  };
+  return {
+    server,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests: () => requests,
+    connections: () => perSocket.size,
+  };
+}
 
-  it('a reused socket the server closes before answering: the request goes again on a new one', async () => {
-    const perSocket = new Map<unknown, number>();
-    let requests = 0;
-    const server = http.createServer((req, res) => {
-      requests++;
-      const n = (perSocket.get(req.socket) ?? 0) + 1;
-      perSocket.set(req.socket, n);
-      // What a server whose keep-alive ended just as the request left does: no answer.
+const fetchOf = () => createHttpFetch({ connectTimeoutMs: 5_000, responseTimeoutMs: 15_000 });
+
+describe('kept-alive sockets', () => {
+  it.skipIf(!marginSettable)(
+    'a server that announces a 1 s keep-alive (Keep-Alive: timeout=1) keeps one connection for requests back to back',
+    async () => {
+      const s = await socketServer(1_000, (_n, _req, res) => {
+        res.writeHead(304, { etag: '"a"' });
+        res.end();
+      });
+      const fetch = fetchOf();
+      const seen: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const r = await fetch(`${s.url}/repos/o/r/events`, { headers: { 'if-none-match': '"a"' } });
+        seen.push(`${r.status} ${r.headers.get('keep-alive')}`);
+      }
+      expect(seen).toEqual(Array(5).fill('304 timeout=1'));
+      // With Node's own margin (1 s before the announced end) each was a new connection.
+      expect(s.connections()).toBe(1);
+    },
+  );
+
+  it('a reused socket reset before any answer: the request goes again on a new one', async () => {
+    // A server that reads the request and resets the connection without answering (what one
+    // that closes an idle socket as the request arrives looks like from here).
+    const s = await socketServer(5_000, (n, req, res) => {
       if (n > 1) return req.socket.destroy();
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end('{}');
     });
-    server.keepAliveTimeout = 1_000;
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    stop = () => {
-      server.closeAllConnections();
-      return new Promise<void>((r) => server.close(() => r()));
-    };
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    const fetch = createHttpFetch({ connectTimeoutMs: 5_000, responseTimeoutMs: 15_000 });
-    expect((await fetch(`${url}/a`)).status).toBe(200);
-    expect((await fetch(`${url}/b`)).status).toBe(200);
-    // /b was sent on the first socket (reused), met its close, and went again on a second.
-    expect(requests).toBe(3);
-    expect(perSocket.size).toBe(2);
+    const fetch = fetchOf();
+    expect((await fetch(`${s.url}/a`)).status).toBe(200);
+    expect((await fetch(`${s.url}/b`)).status).toBe(200);
+    // /b went on the first socket (reused), was reset, and went again on a second.
+    expect(s.requests()).toBe(3);
+    expect(s.connections()).toBe(2);
+  });
+
+  it('a retry that cannot connect is not "not sent": the reset attempt may have reached the server', async () => {
+    const s = await socketServer(5_000, (n, req, res) => {
+      if (n > 1) {
+        // No more connections: the retry's connect is refused.
+        s.server.close();
+        return req.socket.destroy();
+      }
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+    const fetch = fetchOf();
+    expect((await fetch(`${s.url}/a`)).status).toBe(200);
+    const err = await fetch(`${s.url}/b`).then(
+      () => null,
+      (e: unknown) => e as NodeJS.ErrnoException,
+    );
+    expect(err?.code).toBe('ECONNREFUSED');
+    expect(isRequestNotSent(err)).toBe(false);
+    expect(s.requests()).toBe(2);
   });
 });
