@@ -131,9 +131,8 @@ interface Outgoing {
 }
 
 /**
- * One request; one whose reused socket turns out to be closed is sent once more. A POST too:
- * the reset came before any answer on a socket the server had already closed, so the server
- * never read it (a GraphQL query is a read either way).
+ * One request; one whose reused socket turns out to be closed is sent once more, a POST too
+ * (the file's header says when the server may have read it all the same).
  */
 async function once(
   url: URL,
