@@ -61,10 +61,16 @@ function cpuMsOf(pid: number): number | null {
 }
 
 /** CPU of the sessions the worker holds on the bench's database, while they live. */
-async function backendsCpuMs(database: BenchDatabase): Promise<number | null> {
+/**
+ * CPU of the sessions the worker opened: those named gpi-* that began after `since` (the
+ * server's clock before the spawn). The bench's own sessions, and an earlier bench's gate
+ * sessions still open in this process, began before it and are not the worker's.
+ */
+async function backendsCpuMs(database: BenchDatabase, since: Date): Promise<number | null> {
   const r = await sql<{ pid: number }>`
     SELECT pid FROM pg_stat_activity
-    WHERE datname = current_database() AND application_name LIKE 'gpi-%'`.execute(database.db);
+    WHERE datname = current_database() AND application_name LIKE 'gpi-%'
+      AND backend_start >= ${since}`.execute(database.db);
   let total = 0;
   for (const { pid } of r.rows) {
     const ms = cpuMsOf(pid);
@@ -72,6 +78,11 @@ async function backendsCpuMs(database: BenchDatabase): Promise<number | null> {
     total += ms;
   }
   return total;
+}
+
+async function serverNow(database: BenchDatabase): Promise<Date> {
+  const r = await sql<{ t: Date }>`SELECT clock_timestamp() AS t`.execute(database.db);
+  return r.rows[0]!.t;
 }
 
 async function commits(database: BenchDatabase): Promise<number> {
@@ -179,6 +190,7 @@ export async function workerRound(
   const loadBefore = os.loadavg();
   const commitsBefore = await commits(database);
   const fakeCpu0 = process.cpuUsage();
+  const spawnedAfter = await serverNow(database);
   const child = spawn(path.join(ROOT, 'bin', 'worker'), [], {
     cwd: ROOT,
     env: childEnv(env),
@@ -215,7 +227,7 @@ export async function workerRound(
       WHERE datname = current_database() AND application_name = 'gpi-worker'`.execute(database.db);
     poolSessions = Number(s.rows[0]!.n);
     workerCpu = child.pid ? cpuMsOf(child.pid) : null;
-    postgresCpu = await backendsCpuMs(database);
+    postgresCpu = await backendsCpuMs(database, spawnedAfter);
     const c = process.cpuUsage(fakeCpu0);
     fakeCpu = (c.user + c.system) / 1000;
   } finally {
