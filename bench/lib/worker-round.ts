@@ -60,9 +60,8 @@ function cpuMsOf(pid: number): number | null {
   }
 }
 
-/** CPU of the sessions the worker holds on the bench's database, while they live. */
 /**
- * CPU of the sessions the worker opened: those named gpi-* that began after `since` (the
+ * CPU of the sessions the worker opened (while they live): those named gpi-* that began after `since` (the
  * server's clock before the spawn). The bench's own sessions, and an earlier bench's gate
  * sessions still open in this process, began before it and are not the worker's.
  */
