@@ -212,6 +212,37 @@ async function fetchRange(ctx: Ctx): Promise<Sent | null> {
   };
 }
 
+/**
+ * A new branch's range against the default branch's tip now, without what any tip the
+ * records show around the push reaches (ADR 0183): a commit stays only if it is in the
+ * range against each of them too (reachable from the head and from none of the tips). A
+ * range cut at 250 keeps its newest, so a commit missing from it is dropped: never one too
+ * many. A tip GitHub no longer has (404) cannot be measured: nothing is kept.
+ */
+async function withoutTipsAround(ctx: Ctx, sent: Sent, tips: readonly string[]): Promise<Sent> {
+  const { base: tipNow, status } = ctx;
+  let kept = sent.answer.commits;
+  try {
+    for (const tip of tips) {
+      if (kept.length === 0) break;
+      ctx.base = tip;
+      const other = await fetchRange(ctx);
+      const reached = new Set(other?.answer.commits.map((c) => c.sha) ?? []);
+      kept = kept.filter((c) => reached.has(c.sha));
+    }
+  } finally {
+    // The push's answer is the one against the tip now: its status is the result's.
+    ctx.base = tipNow;
+    ctx.status = status;
+  }
+  return {
+    answer: { totalCommits: kept.length, commits: kept },
+    firstPosition: 0,
+    requests: ctx.requests,
+    requestId: ctx.requestId!,
+  };
+}
+
 /** The base of the comparison: the push's `before`, or for a new branch the default branch. */
 async function baseOf(deps: FetchDeps, claim: CommitsClaim): Promise<string | FetchResult> {
   if (ZERO_SHA.test(claim.head) || claim.ref.startsWith('refs/tags/')) {
@@ -305,12 +336,17 @@ export async function fetchClaimed(
   }
   // A new branch: the default branch's tip at push time when the stored pushes prove it
   // (ADR 0111), else the branch by name (its tip now), whose answer is never trusted
-  // to be the whole set: `partial`, count unknown.
+  // to be the whole set: `partial`, count unknown, and narrowed to what none of the tips
+  // the records show around the push reaches (ADR 0183).
   let tipNowOnly = false;
+  let tipsAround: string[] = [];
   if (ZERO_SHA.test(claim.before) && base === claim.defaultBranch) {
     const tip = await defaultTipAtPush(db, claim, claim.defaultBranch);
-    if (tip?.proven) base = tip.sha;
-    else tipNowOnly = true;
+    if (tip.proven) base = tip.proven;
+    else {
+      tipNowOnly = true;
+      tipsAround = tip.around;
+    }
   }
 
   // The attempt counted before any request (ADR 0120): a process that dies mid-request has
@@ -332,6 +368,7 @@ export async function fetchClaimed(
   let sent: Sent | null;
   try {
     sent = await fetchRange(ctx);
+    if (sent && tipsAround.length > 0) sent = await withoutTipsAround(ctx, sent, tipsAround);
   } catch (err) {
     return settleError(ctx, err, log);
   }
@@ -373,7 +410,7 @@ export async function fetchClaimed(
     ? {
         ...common,
         outcome: stored.state,
-        commitCount: sent.answer.totalCommits,
+        commitCount: tipNowOnly ? undefined : sent.answer.totalCommits,
         stored: sent.answer.commits.length,
         newActors: stored.newActors,
       }

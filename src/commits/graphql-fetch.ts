@@ -10,7 +10,7 @@ import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
 import { type FetchDeps, type FetchOutcome, type FetchResult, fetchClaimed } from './fetch.ts';
 import { DEFAULT_PROOF_LIMITS } from './graphql-proof.ts';
-import { type Final, proveAll, type RoundPush } from './graphql-rounds.ts';
+import { type Final, type ProveResult, proveAll, type RoundPush } from './graphql-rounds.ts';
 import { markGoneByGraphQL } from './graphql-settled.ts';
 import { markFailedAttempt, markNone } from './state.ts';
 import { storeFetched } from './store-fetched.ts';
@@ -55,6 +55,11 @@ interface Planned {
   tipNowOnly: boolean;
   /** A tip from our records that is proven if it is still the tip now. */
   candidate: string | null;
+  /**
+   * With tipNowOnly: the same head proven against each tip of the default branch the
+   * records show around the push (ADR 0183); only what none of them reaches is kept.
+   */
+  around: RoundPush[];
 }
 
 const keyOf = (c: CommitsClaim) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
@@ -80,23 +85,54 @@ async function plan(deps: FetchDeps, claim: CommitsClaim): Promise<Planned | 're
     repositoryId: claim.repositoryId,
     head: claim.head,
   };
+  const exact = { tipNowOnly: false, candidate: null, around: [] };
   if (!ZERO_SHA.test(claim.before)) {
     const push: RoundPush = { ...base, base: claim.before, baseFrom: 'before' };
-    return { claim, push, tipNowOnly: false, candidate: null };
+    return { claim, push, ...exact };
   }
   // A new ref: REST's path knows how to wait for a profile, and what a gone one means.
   if (!claim.defaultBranch) return 'rest';
   if (claim.ref === `refs/heads/${claim.defaultBranch}`) {
     const push: RoundPush = { ...base, base: null, baseFrom: 'first-push' };
-    return { claim, push, tipNowOnly: false, candidate: null };
+    return { claim, push, ...exact };
   }
   const tip = await defaultTipAtPush(deps.db, claim, claim.defaultBranch);
-  if (tip?.proven) {
-    const push: RoundPush = { ...base, base: tip.sha, baseFrom: 'default-tip' };
-    return { claim, push, tipNowOnly: false, candidate: null };
+  if (tip.proven) {
+    const push: RoundPush = { ...base, base: tip.proven, baseFrom: 'default-tip' };
+    return { claim, push, ...exact };
   }
   const push: RoundPush = { ...base, base: null, baseFrom: 'default-now' };
-  return { claim, push, tipNowOnly: true, candidate: tip?.sha ?? null };
+  const around = tip.around.map(
+    (sha): RoundPush => ({
+      ...base,
+      key: `${base.key}|${sha}`,
+      base: sha,
+      baseFrom: 'default-around',
+    }),
+  );
+  return { claim, push, tipNowOnly: true, candidate: tip.candidate, around };
+}
+
+/**
+ * A new branch's verdict against the tip now, narrowed by its verdicts against the tips
+ * around its push (ADR 0183): a commit stays only if every one of them proves it the
+ * head's and not the tip's. Any other verdict of theirs decides the push (a transport stop,
+ * a lying answer, one for REST), but a tip GitHub no longer has leaves nothing proven.
+ */
+function narrowed(p: Planned, proved: ProveResult): Final {
+  const v = proved.verdicts.get(p.push.key)!;
+  if (p.around.length === 0 || v.kind !== 'proven') return v;
+  let kept = v.commits;
+  for (const other of p.around) {
+    const w = proved.verdicts.get(other.key)!;
+    if (w.kind === 'proven') {
+      const reached = new Set(w.commits.map((c) => c.sha));
+      kept = kept.filter((c) => reached.has(c.sha));
+    } else if (w.kind === 'fallback' && proved.evidence.get(other.key)?.baseMissing) kept = [];
+    else return w;
+  }
+  if (kept.length === v.commits.length) return v;
+  return { ...v, commits: kept, total: kept.length, firstPosition: 0 };
 }
 
 export async function fetchGraphQLBatch(
@@ -171,7 +207,7 @@ export async function fetchGraphQLBatch(
   }
 
   const proved = await proveAll(
-    planned.map((p) => p.push),
+    planned.flatMap((p) => [p.push, ...p.around]),
     async (q) => {
       const a = await github.graphql({
         purpose: 'commits',
@@ -193,7 +229,7 @@ export async function fetchGraphQLBatch(
   summary.points = proved.points;
 
   for (const p of planned) {
-    const v = proved.verdicts.get(p.push.key)!;
+    const v = narrowed(p, proved);
     const r = await apply(deps, p, v, proved.evidence.get(p.push.key)?.base ?? null, log);
     if (r === 'rest') {
       summary.fallbacks += 1;

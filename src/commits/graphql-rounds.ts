@@ -36,8 +36,10 @@ export interface RoundPush {
    * `before`: an ordinary push. `first-push`: no base, the whole history. `default-now`:
    * a new branch whose default-branch tip at push time is unknown: the tip now is read in
    * the first round and used as the base (its result is then never `complete` with 0).
+   * `default-around`: the same new branch against a tip of the default branch the stored
+   * pushes show around it, proven like any base (the fetcher keeps what none reaches).
    */
-  baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now';
+  baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now' | 'default-around';
 }
 
 export interface SendResult {

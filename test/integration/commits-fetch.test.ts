@@ -15,6 +15,7 @@ import {
 } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { memoryLogger } from '../support/github-client.ts';
+import { movedMainWorld } from '../support/moved-main.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /** The commits fetcher against the fake GitHub's compare endpoint (issue 18, ADR 0071). */
@@ -314,6 +315,28 @@ describe('ranges', () => {
     expect(compares().at(-1)!.path).toBe(`/repos/octo/merged/compare/${main[2]}...${topic[1]}`);
     expect((await pushShas(t.db, topic[1]!, 'refs/heads/topic')).map((r) => r.sha)).toEqual(topic);
   });
+
+  for (const after of ['nothing', 'rewritten'] as const) {
+    it(`a new branch pushed after main moved past its last stored push (main ${after === 'nothing' ? 'kept' : 'rewritten'} after): only the branch's commits, never main's`, async () => {
+      const deps = fetcher();
+      const w = await movedMainWorld(t.db, fake, { id: 34, fullName: 'octo/moved', after });
+      const r = await fetchOnce(deps);
+      expect(r).toMatchObject({ outcome: 'partial', stored: 4 });
+      expect(r.commitCount).toBeUndefined();
+      expect(await pushState(t.db, w.head, w.ref)).toMatchObject({
+        commits_state: 'partial',
+        commit_count: null,
+      });
+      const shas = (await pushShas(t.db, w.head, w.ref)).map((x) => x.sha);
+      expect(shas).toEqual(w.topic);
+      for (const sha of [...w.stored, ...w.moved]) expect(shas).not.toContain(sha);
+      // against main's tip now, then against each tip the stored pushes show around the push
+      const bases = compares().map((c) => c.path.split('/compare/')[1]!.split('...')[0]);
+      expect(bases).toEqual(
+        after === 'nothing' ? ['main', w.stored[2]] : ['main', w.stored[2], w.moved[1]],
+      );
+    });
+  }
 
   it('a 404 against the default branch refreshes the repository profile and retries once', async () => {
     const deps = fetcher();

@@ -13,6 +13,7 @@ import {
   ZERO,
 } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { movedMainWorld } from '../support/moved-main.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
@@ -104,6 +105,23 @@ describe('commits by GraphQL batches', () => {
     });
     expect(compares()).toHaveLength(0);
   });
+
+  for (const after of ['nothing', 'rewritten'] as const) {
+    it(`a new branch pushed after main moved past its last stored push (main ${after === 'nothing' ? 'kept' : 'rewritten'} after): only the branch's commits, never main's`, async () => {
+      const deps = fetcher();
+      const w = await movedMainWorld(t.db, fake, { id: 48, fullName: 'octo/moved', after });
+      const s = await fetchCycle(deps);
+      expect(s.outcomes).toMatchObject({ partial: 1, complete: 0, failed: 0, retry: 0 });
+      expect(await pushState(t.db, w.head, w.ref)).toMatchObject({
+        commits_state: 'partial',
+        commit_count: null,
+      });
+      const shas = (await pushShas(t.db, w.head, w.ref)).map((x) => x.sha);
+      expect(shas).toEqual(w.topic);
+      for (const sha of [...w.stored, ...w.moved]) expect(shas).not.toContain(sha);
+      expect(compares()).toHaveLength(0);
+    });
+  }
 
   it('what GraphQL cannot prove (an octopus of nine) goes to REST compare, exact', async () => {
     const deps = fetcher();
