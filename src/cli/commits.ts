@@ -5,11 +5,11 @@ import {
   type FetchResult,
   fetchOnce,
 } from '../commits/fetch.ts';
-import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from '../commits/graphql-fetch.ts';
+import { fetchGraphQLBatch, graphqlStepMax } from '../commits/graphql-fetch.ts';
+import { graphqlPointsLeft } from '../commits/graphql-sizing.ts';
 import { UsageError } from '../errors.ts';
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
 import { fetchLanes } from '../fetching/lanes.ts';
-import type { PoolBudget } from '../github/budget-types.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
 import { bar, terminal } from '../terminal.ts';
@@ -82,20 +82,6 @@ export function backgroundLeft(b: BudgetSnapshot): number {
   return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
 }
 
-/**
- * The points the pool's GraphQL windows still have: each window's quota less its spend,
- * never more than GitHub says remains, 0 while it is blocked; null when no credential has one.
- */
-export function graphqlPointsLeft(b: PoolBudget): number | null {
-  const windows = b.credentials.flatMap((c) => (c.graphql ? [c.graphql] : []));
-  if (windows.length === 0) return null;
-  return windows.reduce((n, g) => {
-    if (g.blocked) return n;
-    const left = Math.max(0, g.quota - g.spent);
-    return n + (g.remaining === null ? left : Math.min(left, Math.max(0, g.remaining)));
-  }, 0);
-}
-
 export interface RunOptions {
   limit: number;
   shouldStop?: () => boolean;
@@ -160,7 +146,7 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
       ? await runFetchCycle({
           ...loop,
           lanes: fetchLanes(app, 'graphql', 'commits'),
-          stepMax: GRAPHQL_BATCH_PUSHES,
+          stepMax: graphqlStepMax(opts.limit, fetchLanes(app, 'graphql', 'commits')),
           step: async (room) => {
             const b = await fetchGraphQLBatch(app, {
               maxPushes: room,

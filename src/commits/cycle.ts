@@ -1,7 +1,7 @@
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
 import { fetchLanes, type LaneDeps } from '../fetching/lanes.ts';
 import { type FetchDeps, type FetchOutcome, fetchOnce } from './fetch.ts';
-import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from './graphql-fetch.ts';
+import { fetchGraphQLBatch, graphqlStepMax } from './graphql-fetch.ts';
 
 /**
  * One fetch-commits cycle (ADR 0071, ADR 0111, ADR 0170): the shared fetch loop
@@ -21,6 +21,7 @@ import { fetchGraphQLBatch, GRAPHQL_BATCH_PUSHES } from './graphql-fetch.ts';
 
 export interface CommitsCycleOptions {
   jobId?: string | null;
+  /** Pushes the cycle works on at most (bin/commits --limit; the worker's REST cycles). */
   maxPushes?: number;
   shouldStop?: () => boolean;
   signal?: AbortSignal;
@@ -55,6 +56,11 @@ export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
   };
 }
 
+/** Whether a cycle fetches by GraphQL batches: COMMITS_TRANSPORT=graphql and a credential. */
+export function commitsByGraphQL(deps: Pick<FetchDeps, 'config' | 'github'>): boolean {
+  return deps.config.commits.transport === 'graphql' && deps.github.graphqlEnabled;
+}
+
 /** One cycle (the fetch-commits job): fetchOnce until idle, told no, rate-limited, the cap, or stop. */
 export async function fetchCycle(
   deps: FetchDeps & LaneDeps,
@@ -67,13 +73,14 @@ export async function fetchCycle(
     outcomes: emptyFetchOutcomes(),
     stoppedBy: 'idle',
   };
-  const graphql = deps.config.commits.transport === 'graphql' && deps.github.graphqlEnabled;
+  const graphql = commitsByGraphQL(deps);
   const loop = { cap: opts.maxPushes, shouldStop: opts.shouldStop, signal: opts.signal };
+  const graphqlLanes = graphql ? fetchLanes(deps, 'graphql', 'commits') : 1;
   const run = graphql
     ? await runFetchCycle({
         ...loop,
-        lanes: fetchLanes(deps, 'graphql', 'commits'),
-        stepMax: GRAPHQL_BATCH_PUSHES,
+        lanes: graphqlLanes,
+        stepMax: graphqlStepMax(opts.maxPushes, graphqlLanes),
         // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
         step: async (room) => {
           const b = await fetchGraphQLBatch(deps, { jobId: opts.jobId, maxPushes: room });

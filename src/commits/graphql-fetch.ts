@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import { systemClock } from '../clock.ts';
 import { redact } from '../enrichment/attempts.ts';
@@ -12,6 +13,13 @@ import { type FetchDeps, type FetchOutcome, type FetchResult, fetchClaimed } fro
 import { DEFAULT_PROOF_LIMITS } from './graphql-proof.ts';
 import { type Final, type ProveResult, proveAll, type RoundPush } from './graphql-rounds.ts';
 import { markGoneByGraphQL } from './graphql-settled.ts';
+import {
+  batchHistory,
+  chooseFirstRound,
+  GRAPHQL_MAX_BATCH,
+  GRAPHQL_MAX_REQUESTS,
+  graphqlPointsLeft,
+} from './graphql-sizing.ts';
 import { markFailedAttempt, markNone } from './state.ts';
 import { storeFetched } from './store-fetched.ts';
 
@@ -30,10 +38,22 @@ import { storeFetched } from './store-fetched.ts';
  * take their row locks in one order and wait for each other rather than deadlock.
  */
 
-/** Pushes claimed for one batch: enough that the rounds pack into 1-point queries. */
-export const GRAPHQL_BATCH_PUSHES = 150;
-/** 149 requests round to 1 point (GitHub divides by 100 and rounds). */
-export const GRAPHQL_MAX_REQUESTS = 149;
+/**
+ * Pushes one batch claims at most (a step's room). How many it takes within that — what is
+ * due, what the points left pay for, what the lease leaves time to prove — and how deep its
+ * first round reads are graphql-sizing.ts's (ADR 0183).
+ */
+export const GRAPHQL_BATCH_PUSHES = GRAPHQL_MAX_BATCH;
+
+/**
+ * A GraphQL step's room in a cycle of `lanes` under a cap of `cap` pushes (none: the
+ * worker's): the cap shared between the lanes, so each has a batch in flight, never one lane
+ * holding every ticket while the others wait.
+ */
+export function graphqlStepMax(cap: number | undefined, lanes: number): number {
+  if (cap === undefined) return GRAPHQL_BATCH_PUSHES;
+  return Math.max(1, Math.min(GRAPHQL_BATCH_PUSHES, Math.ceil(cap / Math.max(1, lanes))));
+}
 
 export interface GraphQLBatchSummary {
   claimed: number;
@@ -169,7 +189,12 @@ export async function fetchGraphQLBatch(
     await opts.onResult?.(r);
   };
   const claims: CommitsClaim[] = [];
-  for (let i = 0; i < (opts.maxPushes ?? GRAPHQL_BATCH_PUSHES); i++) {
+  const size = batchHistory.batchSize({
+    room: opts.maxPushes ?? GRAPHQL_BATCH_PUSHES,
+    pointsLeft: graphqlPointsLeft(await github.budget()),
+    leaseSeconds: config.enrichment.leaseSeconds,
+  });
+  for (let i = 0; i < size; i++) {
     const c = await claimNextPush(db, {
       now: clock.now(),
       leaseSeconds: config.enrichment.leaseSeconds,
@@ -206,8 +231,10 @@ export async function fetchGraphQLBatch(
     }
   }
 
+  const pushes = planned.flatMap((p) => [p.push, ...p.around]);
+  const started = performance.now();
   const proved = await proveAll(
-    planned.flatMap((p) => [p.push, ...p.around]),
+    pushes,
     async (q) => {
       const a = await github.graphql({
         purpose: 'commits',
@@ -221,12 +248,22 @@ export async function fetchGraphQLBatch(
     {
       limits: { ...DEFAULT_PROOF_LIMITS, cap: config.commits.maxPerPush },
       maxRequests: GRAPHQL_MAX_REQUESTS,
+      firstRound: chooseFirstRound(pushes.length, batchHistory.sizes),
       isSplittable: (err) => err instanceof GitHubUnavailable,
     },
   );
   faultPoint('commits.after_response');
   summary.queries = proved.queries;
   summary.points = proved.points;
+  // What the batch settled teaches the next one its first round and its size.
+  batchHistory.record({
+    settled: pushes.flatMap((p) => {
+      const v = proved.verdicts.get(p.key);
+      return v?.kind === 'proven' ? [v.total] : [];
+    }),
+    queries: proved.queries,
+    seconds: (performance.now() - started) / 1000,
+  });
 
   for (const p of planned) {
     const v = narrowed(p, proved);

@@ -127,17 +127,6 @@ export function newEvidence(head: string, base: string | null): PushEvidence {
 }
 
 /**
- * The first round: the head with its parents (2 requests). Most pushes are one commit on
- * top of their base, proven by that alone (linearProof); the base's count and newest
- * ancestors come in the next round only for the others. `withBase` asks them at once.
- */
-export function firstAsks(ev: PushEvidence, baseFirst = PAGE_MAX, withBase = false): Ask[] {
-  const asks: Ask[] = [{ kind: 'walk', from: ev.head, first: 1 }];
-  if (ev.base && withBase) asks.push({ kind: 'base', first: baseFirst, after: null });
-  return asks;
-}
-
-/**
  * Without any count: the walk is closed, stops only at the base, and every commit in it
  * has the base as an ancestor through the fetched edges. Then anc(head) = W ∪ anc(base),
  * and no commit of W is in anc(base) (it would be its own ancestor): W is the push.

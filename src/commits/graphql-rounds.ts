@@ -8,13 +8,14 @@ import {
 } from './graphql-batch.ts';
 import {
   type Ask,
-  firstAsks,
   judge,
   newEvidence,
+  PAGE_MAX,
   type ProofLimits,
   type PushEvidence,
   type Verdict,
 } from './graphql-proof.ts';
+import { CommitsPerPush, chooseFirstRound, type FirstRound } from './graphql-sizing.ts';
 
 /**
  * Rounds of batched queries until every push has a verdict (ADR 0111). Each round asks,
@@ -70,6 +71,11 @@ export interface ProveResult {
 export interface ProveOptions {
   limits: ProofLimits;
   maxRequests: number;
+  /**
+   * What the first round asks of every push (graphql-sizing.ts). Default: chosen for the
+   * batch's size over GitHub's commits per push (not this process's learned mix).
+   */
+  firstRound?: FirstRound;
   /** How deep the first round reads the base's history (oids only: 1 request whatever). */
   baseFirst?: number;
   /** A transport error GitHub may not repeat for a smaller query (a 502, a timeout). */
@@ -83,6 +89,9 @@ interface Open {
   defaultBranch: boolean;
   splits: number;
 }
+
+/** GitHub's commits per push, unlearned: the default first round's distribution. */
+const GITHUB_MIX = new CommitsPerPush().entries();
 
 export async function proveAll(
   pushes: readonly RoundPush[],
@@ -98,23 +107,16 @@ export async function proveAll(
     requests: 0,
     stoppedBy: null,
   };
-  // Few pushes: one query of 1 point has room to read each one deep at once (most pushes
-  // proven in one round); many: the cheapest first round, the rest sized by the counts.
-  const per = Math.floor(opts.maxRequests / Math.max(1, pushes.length));
+  // The first round fills its queries (graphql-sizing.ts): few pushes are each read deep
+  // (most proven in one round); many, each by its head and parents, the rest sized by the
+  // counts in the rounds after.
+  const first = opts.firstRound ?? chooseFirstRound(pushes.length, GITHUB_MIX, opts.maxRequests);
   let open: Open[] = pushes.map((push) => {
     const ev = newEvidence(push.head, push.base);
     out.evidence.set(push.key, ev);
-    if (per >= 4) {
-      const walk: Ask = { kind: 'walk', from: push.head, first: Math.min(100, per - 2) };
-      const asks: Ask[] = push.base
-        ? [walk, { kind: 'base', first: opts.baseFirst ?? 100, after: null }]
-        : [walk];
-      return { push, ev, asks, defaultBranch: push.baseFrom === 'default-now', splits: 0 };
-    }
-    const asks =
-      push.baseFrom === 'default-now'
-        ? [{ kind: 'walk', from: push.head, first: 1 } as Ask]
-        : firstAsks(ev, opts.baseFirst);
+    const asks: Ask[] = [{ kind: 'walk', from: push.head, first: first.walk }];
+    if (push.base && first.withBase)
+      asks.push({ kind: 'base', first: opts.baseFirst ?? PAGE_MAX, after: null });
     return { push, ev, asks, defaultBranch: push.baseFrom === 'default-now', splits: 0 };
   });
 

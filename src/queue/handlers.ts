@@ -1,5 +1,6 @@
 import type { PgBoss } from 'pg-boss';
 import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
+import { commitsByGraphQL } from '../commits/cycle.ts';
 import { type CommitsCycleSummary, fetchCycle } from '../commits/fetch.ts';
 import { hintCommits } from '../commits/hint.ts';
 import type { Deps } from '../deps.ts';
@@ -218,7 +219,10 @@ export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<Commi
     let timedOut = false;
     const summary = await fetchCycle(domain, {
       jobId: job.id,
-      maxPushes: limits.cycleMaxEntities,
+      // REST fetches a push a step: the cap bounds the job. A GraphQL batch takes what is
+      // due, sized by the points left and the lease (ADR 0183): a cap would cut it to 50
+      // pushes and make every round's last query the cost; the job's time bounds it.
+      maxPushes: commitsByGraphQL(domain) ? undefined : limits.cycleMaxEntities,
       signal: job.signal,
       shouldStop: () => {
         if (ctx.isStopping()) return true;

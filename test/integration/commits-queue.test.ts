@@ -107,23 +107,43 @@ describe('the fetch-commits job', () => {
     expect(enrich.rows[0]!.n).toBe(1);
   });
 
-  it('a cycle cut short by its cap sends its successor', async () => {
-    await insertRepository(t.db, 41, 'job/capped');
-    const shas = chain(fake, 'job/capped', 4);
-    await insertPushes(t.db, [
-      { repositoryId: 41, ref: 'refs/heads/a', before: shas[0]!, head: shas[1]! },
-      { repositoryId: 41, ref: 'refs/heads/b', before: shas[1]!, head: shas[2]! },
-      { repositoryId: 41, ref: 'refs/heads/c', before: shas[2]!, head: shas[3]! },
-    ]);
-    const ctx: JobContext = {
-      deps,
-      boss,
-      isStopping: () => false,
-      limits: { cycleMaxEntities: 2 },
-    };
-    const r = await handleFetchCommits(ctx, { id: 'job-2' });
-    expect(r).toMatchObject({ outcome: 'cap', processed: 2, continued: true });
-    expect(await queued()).toBe(1);
+  it('a REST cycle cut short by its cap sends its successor', async () => {
+    const rest = liveDeps(t, fake, log.logger, { GITHUB_TOKEN: TOKEN, COMMITS_TRANSPORT: 'rest' });
+    try {
+      await insertRepository(t.db, 41, 'job/capped');
+      const shas = chain(fake, 'job/capped', 4);
+      await insertPushes(t.db, [
+        { repositoryId: 41, ref: 'refs/heads/a', before: shas[0]!, head: shas[1]! },
+        { repositoryId: 41, ref: 'refs/heads/b', before: shas[1]!, head: shas[2]! },
+        { repositoryId: 41, ref: 'refs/heads/c', before: shas[2]!, head: shas[3]! },
+      ]);
+      const ctx: JobContext = {
+        deps: rest,
+        boss,
+        isStopping: () => false,
+        limits: { cycleMaxEntities: 2 },
+      };
+      const r = await handleFetchCommits(ctx, { id: 'job-2' });
+      expect(r).toMatchObject({ outcome: 'cap', processed: 2, continued: true });
+      expect(await queued()).toBe(1);
+    } finally {
+      await rest.close();
+    }
+  });
+
+  it('a GraphQL cycle is not cut at the cap: its batch takes every due push', async () => {
+    // 60 one-commit pushes in 60 repositories, over the job's cap of 50 (a REST cycle's):
+    // a GraphQL batch is sized by what is due, the points and the lease, never by the cap.
+    for (let r = 0; r < 60; r++) {
+      await insertRepository(t.db, 500 + r, `job/gql-${r}`);
+      const shas = chain(fake, `job/gql-${r}`, 2);
+      await insertPushes(t.db, [{ repositoryId: 500 + r, before: shas[0]!, head: shas[1]! }]);
+    }
+    const ctx: JobContext = { deps, boss, isStopping: () => false };
+    const r = await handleFetchCommits(ctx, { id: 'job-gql' });
+    expect(r).toMatchObject({ outcome: 'idle', processed: 60, continued: false });
+    expect(r.outcomes).toMatchObject({ complete: 60, retry: 0, failed: 0 });
+    expect(await queued()).toBe(0);
   });
 });
 

@@ -156,8 +156,9 @@ describe('fetch cycles run a lane a credential', () => {
   });
 
   it('commits by GraphQL with three tokens and a cap above one batch: batches in flight at once, each push once', async () => {
-    // 320 one-commit pushes in 32 repositories: under a cap of 400, three batches (150, 150,
-    // 100) start at once, one a credential's #graphql window.
+    // 320 one-commit pushes in 32 repositories: under a cap of 400 shared by the three lanes
+    // (134 pushes of room each), three batches start at once, one a credential's #graphql
+    // window.
     for (let r = 0; r < 32; r++) {
       await insertRepository(t.db, 800 + r, `octo/batch-${r}`);
       const shas = chain(fake, `octo/batch-${r}`, 11);
