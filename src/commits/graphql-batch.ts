@@ -1,6 +1,6 @@
 import { type AnswerObject, answerObject, answerText, answerTime } from './answer-values.ts';
 import type { FetchedCommit } from './compare.ts';
-import { type Ask, askRequests, type PushEvidence } from './graphql-proof.ts';
+import { type Ask, askRequests, PAGE_MAX, type PushEvidence } from './graphql-proof.ts';
 
 /**
  * One GraphQL query for many pushes across many repositories (ADR 0111): each push is an
@@ -22,7 +22,10 @@ export interface BatchItem {
   fullName: string;
   repositoryId: string;
   asks: readonly Ask[];
-  /** Ask for the default branch's name and tip (a new branch, a renamed default branch). */
+  /**
+   * Ask for the default branch's name, tip and the first page of the tip's history (a new
+   * ref: its base when it is a new branch; whether it is the first push of that branch).
+   */
   defaultBranch?: boolean;
 }
 
@@ -48,8 +51,11 @@ export function pointsFor(requests: number): number {
 }
 
 export function itemRequests(item: BatchItem): number {
-  return item.asks.reduce((n, a) => n + askRequests(a), 0);
+  return item.asks.reduce((n, a) => n + askRequests(a), item.defaultBranch ? 1 : 0);
 }
+
+/** The default branch's name, its tip and its tip's newest ancestors (oids: 1 request). */
+const DEFAULT_BRANCH_FIELD = ` defaultBranchRef { name target { oid ... on Commit { history(first: ${PAGE_MAX}) { totalCount pageInfo { hasNextPage endCursor } nodes { oid } } } } }`;
 
 function askField(alias: string, a: Ask, vars: string[], values: Record<string, unknown>): string {
   const x = `${alias}x`;
@@ -92,7 +98,7 @@ export function buildQuery(
       if (a.kind === 'walk') walks = true;
       return f;
     });
-    const branch = item.defaultBranch ? ' defaultBranchRef { name target { oid } }' : '';
+    const branch = item.defaultBranch ? DEFAULT_BRANCH_FIELD : '';
     fields.push(
       `p${i}: repository(owner: $o${i}, name: $n${i}) { databaseId${branch} ${inner.join(' ')} }`,
     );
@@ -107,28 +113,27 @@ export function buildQuery(
 
 /**
  * Splits items into batches of at most `maxRequests` GitHub requests each (an item is
- * never split: its asks answer one round of its proof). 149 requests round to 1 point.
+ * never split: its asks answer one round of its proof). 149 requests round to 1 point, so
+ * the batches are packed first-fit, the largest items first: a round's long walks do not
+ * each leave a part-empty query behind them, and only the round's last query is part empty.
+ * An item larger than the bound is a query of its own.
  */
 export function planBatches<T extends BatchItem>(
   items: readonly T[],
   maxRequests: number,
   maxItems = 100,
 ): T[][] {
-  const out: T[][] = [];
-  let cur: T[] = [];
-  let n = 0;
-  for (const item of items) {
-    const r = itemRequests(item);
-    if (cur.length > 0 && (n + r > maxRequests || cur.length >= maxItems)) {
-      out.push(cur);
-      cur = [];
-      n = 0;
-    }
-    cur.push(item);
-    n += r;
+  const sized = items.map((item, i) => ({ item, i, r: itemRequests(item) }));
+  sized.sort((a, b) => b.r - a.r || a.i - b.i);
+  const bins: { items: T[]; n: number }[] = [];
+  for (const { item, r } of sized) {
+    const bin = bins.find((b) => b.n + r <= maxRequests && b.items.length < maxItems);
+    if (bin) {
+      bin.items.push(item);
+      bin.n += r;
+    } else bins.push({ items: [item], n: r });
   }
-  if (cur.length > 0) out.push(cur);
-  return out;
+  return bins.map((b) => b.items);
 }
 
 export class GraphQLAnswerInvalid extends Error {
@@ -226,8 +231,16 @@ function history(
   return { total, nodes, page: obj(h.pageInfo) };
 }
 
+/** The default branch as an answer gave it: its tip's history a page of base oids. */
+export interface DefaultBranchAnswer {
+  name: string;
+  tip: string | null;
+  /** The first page of the tip's history (the tip first), its count and the next cursor. */
+  history: { total: number; oids: string[]; next: string | null } | null;
+}
+
 export type ItemAnswer =
-  | { kind: 'ok'; defaultBranch: { name: string; tip: string | null } | null }
+  | { kind: 'ok'; defaultBranch: DefaultBranchAnswer | null }
   /** NOT_FOUND: the repository is gone (or private to us). */
   | { kind: 'gone' }
   /** RESOURCE_LIMITS_EXCEEDED, a timeout of the part: ask again in a smaller batch. */
@@ -280,7 +293,9 @@ export function readItem(
     total: -1,
     next: null,
   };
+  let defaultBranch: DefaultBranchAnswer | null = null;
   try {
+    if (item.defaultBranch) defaultBranch = defaultBranchOf(repo.defaultBranchRef, `p${i}`);
     item.asks.forEach((a, j) => {
       const what = `p${i}.a${i}_${j}`;
       const target = repo[`a${i}_${j}`];
@@ -375,11 +390,32 @@ export function readItem(
       };
     }
   }
-  let defaultBranch: { name: string; tip: string | null } | null = null;
-  const d = obj(repo.defaultBranchRef);
-  if (item.defaultBranch && d && typeof d.name === 'string' && d.name.length <= 255) {
-    const tip = obj(d.target)?.oid;
-    defaultBranch = { name: d.name, tip: typeof tip === 'string' && OID.test(tip) ? tip : null };
-  }
   return { kind: 'ok', defaultBranch };
+}
+
+/**
+ * `defaultBranchRef` as asked (DEFAULT_BRANCH_FIELD): null when the repository has none (or
+ * the name is not one); a history that is not the tip's (another first oid, an oid twice,
+ * more than asked, a count it contradicts) makes the part invalid.
+ */
+function defaultBranchOf(v: unknown, what: string): DefaultBranchAnswer | null {
+  const d = obj(v);
+  if (!d || typeof d.name !== 'string' || d.name.length === 0 || d.name.length > 255) return null;
+  const target = obj(d.target);
+  const tip = typeof target?.oid === 'string' && OID.test(target.oid) ? target.oid : null;
+  if (!tip || !target || target.history === undefined) return { name: d.name, tip, history: null };
+  const h = history(target, `${what}.defaultBranchRef`, PAGE_MAX);
+  const oids = h.nodes.map((n, k) => oidOf(n, `${what}.defaultBranchRef[${k}]`));
+  if (oids.length === 0 || oids[0] !== tip || new Set(oids).size !== oids.length)
+    throw new GraphQLAnswerInvalid(`${what}.defaultBranchRef: not the history of its tip`);
+  const more = h.page?.hasNextPage === true;
+  const end = h.page?.endCursor;
+  const next = more && typeof end === 'string' && end.length <= 200 ? end : null;
+  if (more && next === null)
+    throw new GraphQLAnswerInvalid(`${what}.defaultBranchRef: a next page without a cursor`);
+  if (!more && oids.length !== h.total)
+    throw new GraphQLAnswerInvalid(
+      `${what}.defaultBranchRef: its history counts ${h.total}, lists ${oids.length}`,
+    );
+  return { name: d.name, tip, history: { total: h.total, oids, next } };
 }

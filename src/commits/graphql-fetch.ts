@@ -110,8 +110,12 @@ async function plan(deps: FetchDeps, claim: CommitsClaim): Promise<Planned | 're
     const push: RoundPush = { ...base, base: claim.before, baseFrom: 'before' };
     return { claim, push, ...exact };
   }
-  // A new ref: REST's path knows how to wait for a profile, and what a gone one means.
-  if (!claim.defaultBranch) return 'rest';
+  // A new ref of a repository whose profile is not fetched yet: its default branch is read
+  // in the first round (no wait for enrichment, as REST's path must).
+  if (!claim.defaultBranch) {
+    const push: RoundPush = { ...base, base: null, baseFrom: 'new-ref', ref: claim.ref };
+    return { claim, push, tipNowOnly: true, candidate: null, around: [] };
+  }
   if (claim.ref === `refs/heads/${claim.defaultBranch}`) {
     const push: RoundPush = { ...base, base: null, baseFrom: 'first-push' };
     return { claim, push, ...exact };
@@ -336,7 +340,8 @@ async function apply(
   // Proven. Against the default branch's tip NOW (not proven to be its tip at push time),
   // what the proof gives is only what the branch has beyond main today: `partial`, count
   // unknown — and never `complete` with 0 commits (a branch merged before the fetch).
-  const countUnknown = p.tipNowOnly && !(p.candidate !== null && p.candidate === base);
+  const countUnknown =
+    p.tipNowOnly && v.how !== 'first-push' && !(p.candidate !== null && p.candidate === base);
   const stored = await storeFetched(
     db,
     claim,

@@ -3,6 +3,7 @@ import {
   type BatchItem,
   type BuiltQuery,
   buildQuery,
+  type DefaultBranchAnswer,
   planBatches,
   readItem,
 } from './graphql-batch.ts';
@@ -35,12 +36,36 @@ export interface RoundPush {
   base: string | null;
   /**
    * `before`: an ordinary push. `first-push`: no base, the whole history. `default-now`:
-   * a new branch whose default-branch tip at push time is unknown: the tip now is read in
-   * the first round and used as the base (its result is then never `complete` with 0).
-   * `default-around`: the same new branch against a tip of the default branch the stored
-   * pushes show around it, proven like any base (the fetcher keeps what none reaches).
+   * a new branch whose default-branch tip at push time is unknown: the tip now (and its
+   * newest ancestors) is read in the first round and used as the base (its result is then
+   * never `complete` with 0). `default-around`: the same new branch against a tip of the
+   * default branch the stored pushes show around it, proven like any base (the fetcher
+   * keeps what none reaches). `new-ref`: a new ref of a repository whose default branch
+   * this database does not know yet: the first round reads it, and the push is that
+   * branch's first push (`ref` is it: the whole history) or else `default-now`.
    */
-  baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now' | 'default-around';
+  baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now' | 'default-around' | 'new-ref';
+  /** The pushed ref (refs/heads/…): what a `new-ref` push is compared with. */
+  ref?: string;
+}
+
+/** The pushes whose first round reads the default branch. */
+const READS_DEFAULT_BRANCH = new Set<RoundPush['baseFrom']>(['default-now', 'new-ref']);
+
+/** The default branch's tip now as the base, with the page of its history read with it. */
+function baseOnTip(ev: PushEvidence, tip: string, page: DefaultBranchAnswer['history']): void {
+  ev.base = tip;
+  ev.baseOids.add(tip);
+  ev.baseOrder.push(tip);
+  if (!page) return;
+  for (const oid of page.oids) {
+    if (!ev.baseOids.has(oid)) ev.baseOrder.push(oid);
+    ev.baseOids.add(oid);
+  }
+  ev.baseTotal = page.total;
+  ev.basePages = 1;
+  ev.baseCursor = page.next;
+  ev.baseComplete = page.next === null;
 }
 
 export interface SendResult {
@@ -117,11 +142,11 @@ export async function proveAll(
     const asks: Ask[] = [{ kind: 'walk', from: push.head, first: first.walk }];
     if (push.base && first.withBase)
       asks.push({ kind: 'base', first: opts.baseFirst ?? PAGE_MAX, after: null });
-    return { push, ev, asks, defaultBranch: push.baseFrom === 'default-now', splits: 0 };
+    const defaultBranch = READS_DEFAULT_BRANCH.has(push.baseFrom);
+    return { push, ev, asks, defaultBranch, splits: 0 };
   });
 
   const settle = (o: Open): Open | null => {
-    if (o.push.baseFrom === 'default-now' && o.ev.base === null) return null; // handled by the caller
     const v = judge(o.ev, opts.limits);
     if (v.kind === 'more') return { ...o, asks: v.asks, defaultBranch: false };
     out.verdicts.set(o.push.key, v);
@@ -168,26 +193,29 @@ export async function proveAll(
         out.verdicts.set(o.push.key, { kind: 'invalid', reason: r.why });
       else if (r.kind === 'unanswered') retry.push(o);
       else {
-        if (r.defaultBranch) out.defaultBranches.set(o.push.key, r.defaultBranch.name);
-        if (o.push.baseFrom === 'default-now' && o.ev.base === null) {
-          const tip = r.defaultBranch?.tip ?? null;
-          if (!tip) {
+        const d = r.defaultBranch;
+        if (d) out.defaultBranches.set(o.push.key, d.name);
+        const firstPush = o.push.baseFrom === 'new-ref' && o.push.ref === `refs/heads/${d?.name}`;
+        if (o.defaultBranch && o.ev.base === null && !firstPush) {
+          // A new branch: the default branch's tip now is its base, its history read with it.
+          if (!d?.tip) {
             out.verdicts.set(o.push.key, {
               kind: 'fallback',
               reason: 'the repository has no default branch tip',
             });
             return;
           }
-          o.ev.base = tip;
-          o.ev.baseOids.add(tip);
-          o.ev.baseOrder.push(tip);
-          next.push({
-            ...o,
-            asks: [{ kind: 'base', first: opts.baseFirst ?? 100, after: null }],
-            defaultBranch: false,
-          });
-          return;
+          baseOnTip(o.ev, d.tip, d.history);
+          if (!d.history) {
+            next.push({
+              ...o,
+              asks: [{ kind: 'base', first: opts.baseFirst ?? PAGE_MAX, after: null }],
+              defaultBranch: false,
+            });
+            return;
+          }
         }
+        // (A new ref that is the default branch: its first push, no base, its whole history.)
         const s = settle(o);
         if (s) next.push(s);
       }

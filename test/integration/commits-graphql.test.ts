@@ -106,6 +106,32 @@ describe('commits by GraphQL batches', () => {
     expect(compares()).toHaveLength(0);
   });
 
+  it('a new ref of a repository whose profile is not fetched yet: no wait, the first round reads its default branch', async () => {
+    const deps = fetcher();
+    await insertRepository(t.db, 49, 'octo/fresh', { defaultBranch: null, state: 'pending' });
+    const main = chain(fake, 'octo/fresh', 3, null, { branch: 'main' });
+    const topic = chain(fake, 'octo/fresh', 2, main[2]!, { branch: 'topic' });
+    await insertPushes(t.db, [
+      { repositoryId: 49, ref: 'refs/heads/main', before: ZERO, head: main[2]! },
+      { repositoryId: 49, ref: 'refs/heads/topic', before: ZERO, head: topic[1]! },
+    ]);
+    const s = await fetchCycle(deps);
+    expect(s.outcomes).toMatchObject({ complete: 1, partial: 1, waiting: 0, failed: 0 });
+    // main is the default branch: its first push, its whole history, exact
+    expect(await pushState(t.db, main[2]!)).toMatchObject({
+      commits_state: 'complete',
+      commit_count: 3,
+    });
+    expect((await pushShas(t.db, main[2]!)).map((r) => r.sha)).toEqual(main);
+    // topic is a new branch against main's tip now: its own commits, count unknown
+    expect(await pushState(t.db, topic[1]!, 'refs/heads/topic')).toMatchObject({
+      commits_state: 'partial',
+      commit_count: null,
+    });
+    expect((await pushShas(t.db, topic[1]!, 'refs/heads/topic')).map((r) => r.sha)).toEqual(topic);
+    expect(compares()).toHaveLength(0);
+  });
+
   for (const after of ['nothing', 'rewritten'] as const) {
     it(`a new branch pushed after main moved past its last stored push (main ${after === 'nothing' ? 'kept' : 'rewritten'} after): only the branch's commits, never main's`, async () => {
       const deps = fetcher();

@@ -1,3 +1,4 @@
+import { parse } from 'graphql';
 import { describe, expect, it } from 'vitest';
 import type { FakeCommit } from '../../src/../test/support/fake-commit-graph.ts';
 import { buildQuery, planBatches, pointsFor } from '../../src/commits/graphql-batch.ts';
@@ -9,7 +10,8 @@ import {
 } from '../../src/commits/graphql-proof.ts';
 import { type Final, proveAll, type RoundPush } from '../../src/commits/graphql-rounds.ts';
 import { range } from '../support/fake-commit-graph.ts';
-import { validateAgainstGitHubSchema } from '../support/fake-graphql-schema.ts';
+import { analyzeQuery } from '../support/fake-graphql-cost.ts';
+import { githubSchema, validateAgainstGitHubSchema } from '../support/fake-graphql-schema.ts';
 import { inProcessGraphQL } from '../support/graphql-driver.ts';
 
 /**
@@ -381,7 +383,11 @@ describe('the batch queries', () => {
       ['d'.repeat(40), null, 'e'.repeat(40)],
     );
     expect(validateAgainstGitHubSchema({ query: q.query, variables: q.variables })).toEqual([]);
-    expect(q.requests).toBe(2 + 1 + 1 + 8 + 1);
+    // the default branch's history page (oids) is one request more, as GitHub counts it
+    expect(q.requests).toBe(2 + 1 + 1 + 8 + 1 + 1);
+    expect(analyzeQuery(githubSchema(), parse(q.query), { variables: q.variables }).requests).toBe(
+      q.requests,
+    );
     expect(q.points).toBe(1);
     expect(pointsFor(149)).toBe(1);
     expect(pointsFor(150)).toBe(2);
