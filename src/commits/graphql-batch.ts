@@ -64,6 +64,10 @@ function askField(alias: string, a: Ask, vars: string[], values: Record<string, 
     values[x] = a.from;
     return `${alias}: object(oid: $${x}) { ... on Commit { history(first: ${a.first}) { totalCount nodes { ...PushCommit } } } }`;
   }
+  if (a.kind === 'commit') {
+    values[x] = a.of;
+    return `${alias}: object(oid: $${x}) { ...PushCommit }`;
+  }
   if (a.kind === 'count') {
     values[x] = a.of;
     const first = a.first ?? 1;
@@ -95,7 +99,7 @@ export function buildQuery(
       const alias = `a${i}_${j}`;
       const f = askField(alias, a, vars, values);
       if (a.kind === 'base') values[`${alias}x`] = bases[i];
-      if (a.kind === 'walk') walks = true;
+      if (a.kind === 'walk' || a.kind === 'commit') walks = true;
       return f;
     });
     const branch = item.defaultBranch ? DEFAULT_BRANCH_FIELD : '';
@@ -111,6 +115,9 @@ export function buildQuery(
   return { query, variables: values, requests, points: pointsFor(requests) };
 }
 
+/** Pushes (repository aliases) one query holds at most, however few requests they ask. */
+export const GRAPHQL_MAX_PUSHES_A_QUERY = 100;
+
 /**
  * Splits items into batches of at most `maxRequests` GitHub requests each (an item is
  * never split: its asks answer one round of its proof). 149 requests round to 1 point, so
@@ -121,7 +128,7 @@ export function buildQuery(
 export function planBatches<T extends BatchItem>(
   items: readonly T[],
   maxRequests: number,
-  maxItems = 100,
+  maxItems = GRAPHQL_MAX_PUSHES_A_QUERY,
 ): T[][] {
   const sized = items.map((item, i) => ({ item, i, r: itemRequests(item) }));
   sized.sort((a, b) => b.r - a.r || a.i - b.i);
@@ -299,7 +306,8 @@ export function readItem(
     item.asks.forEach((a, j) => {
       const what = `p${i}.a${i}_${j}`;
       const target = repo[`a${i}_${j}`];
-      const from = a.kind === 'walk' ? a.from : a.kind === 'count' ? a.of : ev.base!;
+      const from =
+        a.kind === 'walk' ? a.from : a.kind === 'count' || a.kind === 'commit' ? a.of : ev.base!;
       if (target === null || target === undefined) {
         if (from === ev.head) headMissing = true;
         else if (from === ev.base) baseMissing = true;
@@ -307,9 +315,18 @@ export function readItem(
           throw new GraphQLAnswerInvalid(`${what}: ${from}, a parent GitHub named, does not exist`);
         return;
       }
+      if (a.kind === 'commit') {
+        const c = commitOf(target, what);
+        if (c.commit.sha !== a.of)
+          throw new GraphQLAnswerInvalid(`${what}: ${c.commit.sha}, not ${a.of}`);
+        if (c.cut) cut.add(c.commit.sha);
+        else staged.set(c.commit.sha, c);
+        return;
+      }
       if (a.kind === 'count') {
         const h = history(target, what, a.first ?? 1);
         counts.set(a.of, h.total);
+        if (a.of === ev.head) headTotal = h.total;
         if (h.nodes.length > 0) {
           const oids = h.nodes.map((n, k) => oidOf(n, `${what}[${k}]`));
           if (oids[0] !== a.of || new Set(oids).size !== oids.length) {

@@ -192,50 +192,59 @@ export async function fetchGraphQLBatch(
     }
     await opts.onResult?.(r);
   };
-  const claims: CommitsClaim[] = [];
+  const planned: Planned[] = [];
+  const rest: CommitsClaim[] = [];
   const size = batchHistory.batchSize({
     room: opts.maxPushes ?? GRAPHQL_BATCH_PUSHES,
     pointsLeft: graphqlPointsLeft(await github.budget()),
     leaseSeconds: config.enrichment.leaseSeconds,
   });
-  for (let i = 0; i < size; i++) {
-    const c = await claimNextPush(db, {
-      now: clock.now(),
-      leaseSeconds: config.enrichment.leaseSeconds,
-    });
-    if (!c) break;
-    claims.push(c);
-  }
-  summary.claimed = claims.length;
-  if (claims.length === 0) {
+  /**
+   * Claims up to `n` more due pushes and plans each: a tag or a deletion is settled at once,
+   * one only REST's path can take is kept for it, the others are opened for proving (what
+   * it returns). Called for the batch, then before each round while the batch is under its
+   * size: pushes due meanwhile join the rounds still running.
+   */
+  const take = async (n: number): Promise<RoundPush[]> => {
+    const claims: CommitsClaim[] = [];
+    for (let i = 0; i < n; i++) {
+      const c = await claimNextPush(db, {
+        now: clock.now(),
+        leaseSeconds: config.enrichment.leaseSeconds,
+      });
+      if (!c) break;
+      claims.push(c);
+    }
+    summary.claimed += claims.length;
+    const from = planned.length;
+    for (const claim of claims) {
+      const p = await plan(deps, claim);
+      if (p === 'none') {
+        await markNone(db, claim);
+        await count({ ...keyed(claim), outcome: 'none', requests: 0 });
+      } else if (p === 'rest') rest.push(claim);
+      else {
+        const opened = await openFetchAttempt(db, claim, {
+          now: clock.now(),
+          maxAttempts: config.enrichment.maxAttempts,
+        });
+        if (opened.kind === 'opened') planned.push(p);
+        else
+          await count({
+            ...keyed(claim),
+            outcome: opened.kind === 'set_aside' ? 'failed' : 'retry',
+            requests: 0,
+          });
+      }
+    }
+    return planned.slice(from).flatMap((p) => [p.push, ...p.around]);
+  };
+  const pushes = await take(size);
+  if (summary.claimed === 0) {
     summary.stoppedBy = 'idle';
     return summary;
   }
 
-  const planned: Planned[] = [];
-  const rest: CommitsClaim[] = [];
-  for (const claim of claims) {
-    const p = await plan(deps, claim);
-    if (p === 'none') {
-      await markNone(db, claim);
-      await count({ ...keyed(claim), outcome: 'none', requests: 0 });
-    } else if (p === 'rest') rest.push(claim);
-    else {
-      const opened = await openFetchAttempt(db, claim, {
-        now: clock.now(),
-        maxAttempts: config.enrichment.maxAttempts,
-      });
-      if (opened.kind === 'opened') planned.push(p);
-      else
-        await count({
-          ...keyed(claim),
-          outcome: opened.kind === 'set_aside' ? 'failed' : 'retry',
-          requests: 0,
-        });
-    }
-  }
-
-  const pushes = planned.flatMap((p) => [p.push, ...p.around]);
   const started = performance.now();
   const proved = await proveAll(
     pushes,
@@ -254,6 +263,7 @@ export async function fetchGraphQLBatch(
       maxRequests: GRAPHQL_MAX_REQUESTS,
       firstRound: chooseFirstRound(pushes.length, batchHistory.sizes),
       isSplittable: (err) => err instanceof GitHubUnavailable,
+      more: () => take(size - summary.claimed),
     },
   );
   faultPoint('commits.after_response');
@@ -261,10 +271,7 @@ export async function fetchGraphQLBatch(
   summary.points = proved.points;
   // What the batch settled teaches the next one its first round and its size.
   batchHistory.record({
-    settled: pushes.flatMap((p) => {
-      const v = proved.verdicts.get(p.key);
-      return v?.kind === 'proven' ? [v.total] : [];
-    }),
+    settled: [...proved.verdicts.values()].flatMap((v) => (v.kind === 'proven' ? [v.total] : [])),
     queries: proved.queries,
     seconds: (performance.now() - started) / 1000,
   });

@@ -63,6 +63,11 @@ export interface PushEvidence {
 export type Ask =
   /** history(first) from a commit, with every field a stored row needs and its parents. */
   | { kind: 'walk'; from: string; first: number }
+  /**
+   * The commit itself, with every field a row needs and its parents, but no history count:
+   * one request (a walk of 1 is two). A one-commit push on top of its base needs no more.
+   */
+  | { kind: 'commit'; of: string }
   /** The next page of the base's history: oids only (one request whatever its size). */
   | { kind: 'base'; first: number; after: string | null }
   /** |anc(of)|, and with `first` > 1 the oids of its newest ancestors (one request either way). */
@@ -148,6 +153,7 @@ function linearProof(ev: PushEvidence, w: Walk): boolean {
 /** Requests an ask costs in GitHub's formula (connections × the `first` around them). */
 export function askRequests(a: Ask): number {
   return a.kind === 'walk' ? 1 + a.first : 1;
+  // (`commit`: its parents are the one connection; `base` and `count`: the history's.)
 }
 
 interface Walk {
@@ -281,7 +287,19 @@ export function judge(ev: PushEvidence, limits: ProofLimits): Verdict {
   if (ev.headMissing) return { kind: 'gone', reason: `GitHub has no commit ${ev.head}` };
   if (ev.base && ev.baseMissing)
     return { kind: 'fallback', reason: `GitHub has no commit ${ev.base} (the base)` };
-  if (ev.headTotal === null) return { kind: 'invalid', reason: 'the answer gave no history count' };
+  if (ev.headTotal === null) {
+    // The head read without its history count (the cheapest first round). A walk closed
+    // without one proves the push by the edges alone: down to the base only (linear), or,
+    // with no base, to the roots (every ancestor fetched: the whole history). Else count it.
+    const w0 = walkFrom(ev, ev.head, ev.baseOids);
+    if (!w0.cut && ev.base && linearProof(ev, w0))
+      return proven(ev, w0.members, w0.members.length, limits.cap, 'linear');
+    if (!w0.cut && !ev.base && w0.boundary.size === 0 && w0.members.length > 0)
+      return proven(ev, w0.members, w0.members.length, limits.cap, 'first-push');
+    const counts: (Ask | null)[] = [{ kind: 'count', of: ev.head }];
+    if (ev.base && ev.baseTotal === null) counts.push(baseAsk(ev, limits));
+    return more(ev, limits, counts, 'the head not yet counted');
+  }
   const tH = ev.headTotal;
   if (ev.base && ev.baseTotal === null) {
     const w0 = walkFrom(ev, ev.head, ev.baseOids);

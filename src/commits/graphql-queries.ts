@@ -71,9 +71,10 @@ const oid = (c: string) => c.repeat(40);
 
 /**
  * What the batched fetcher sends (graphql-batch.ts buildQuery), one example of each shape:
- * a first round (the head with its parents, the base's newest ancestors), a new branch's
- * first round (the default branch's tip), and the later rounds (a walk from a commit, a
- * count, the next page of the base's history). The examples are built by the builder, so
+ * a first round (the head with its parents, the base's newest ancestors; or the head alone
+ * without its count), a new branch's first round (the default branch's tip and its newest
+ * ancestors), and the later rounds (a walk from a commit, a count, the next page of the
+ * base's history). The examples are built by the builder, so
  * a change to it is validated here.
  */
 const BATCH_EXAMPLES = [
@@ -93,8 +94,14 @@ const BATCH_EXAMPLES = [
         asks: [{ kind: 'walk', from: oid('b'), first: 1 }],
         defaultBranch: true,
       },
+      {
+        fullName: 'octo/three',
+        repositoryId: '3',
+        asks: [{ kind: 'commit', of: oid('9') }],
+        defaultBranch: true,
+      },
     ],
-    [oid('c'), null],
+    [oid('c'), null, null],
   ),
   buildQuery(
     [

@@ -4,6 +4,7 @@ import {
   type BuiltQuery,
   buildQuery,
   type DefaultBranchAnswer,
+  itemRequests,
   planBatches,
   readItem,
 } from './graphql-batch.ts';
@@ -105,6 +106,13 @@ export interface ProveOptions {
   baseFirst?: number;
   /** A transport error GitHub may not repeat for a smaller query (a 502, a timeout). */
   isSplittable?: (err: unknown) => boolean;
+  /**
+   * Asked before each round after the first while pushes are still open: more pushes to
+   * prove alongside them (the fetcher's next due ones). They start with a first round of
+   * their own in the same queries, so the rounds' part-empty last queries carry new work
+   * instead of only the few pushes still being walked.
+   */
+  more?: () => Promise<readonly RoundPush[]>;
 }
 
 interface Open {
@@ -114,6 +122,9 @@ interface Open {
   defaultBranch: boolean;
   splits: number;
 }
+
+/** A round's query filled less than this waits for the next round's asks (see proveAll). */
+const WAIT_BELOW = 0.9;
 
 /** GitHub's commits per push, unlearned: the default first round's distribution. */
 const GITHUB_MIX = new CommitsPerPush().entries();
@@ -136,15 +147,22 @@ export async function proveAll(
   // (most proven in one round); many, each by its head and parents, the rest sized by the
   // counts in the rounds after.
   const first = opts.firstRound ?? chooseFirstRound(pushes.length, GITHUB_MIX, opts.maxRequests);
-  let open: Open[] = pushes.map((push) => {
+  const all = [...pushes];
+  const opening = (push: RoundPush): Open => {
     const ev = newEvidence(push.head, push.base);
     out.evidence.set(push.key, ev);
-    const asks: Ask[] = [{ kind: 'walk', from: push.head, first: first.walk }];
+    // A walk of 1 is the head alone, read without its history count (one request less).
+    const asks: Ask[] = [
+      first.walk === 1
+        ? { kind: 'commit', of: push.head }
+        : { kind: 'walk', from: push.head, first: first.walk },
+    ];
     if (push.base && first.withBase)
       asks.push({ kind: 'base', first: opts.baseFirst ?? PAGE_MAX, after: null });
     const defaultBranch = READS_DEFAULT_BRANCH.has(push.baseFrom);
     return { push, ev, asks, defaultBranch, splits: 0 };
-  });
+  };
+  let open: Open[] = pushes.map(opening);
 
   const settle = (o: Open): Open | null => {
     const v = judge(o.ev, opts.limits);
@@ -238,18 +256,33 @@ export async function proveAll(
   }
 
   try {
-    while (open.length > 0) {
+    for (let round = 0; open.length > 0; round++) {
+      if (round > 0 && opts.more) {
+        for (const push of await opts.more()) {
+          all.push(push);
+          open.push(opening(push));
+        }
+      }
       const batches = planBatches(
         open.map((o) => ({ ...item(o), o })),
         opts.maxRequests,
       );
+      // A round's emptiest query, when others go out with it, waits for the next round:
+      // its pushes' asks pack with what those answers ask next, so only the last round
+      // sends a part-empty query (a point is a point however little it holds).
       const next: Open[] = [];
-      for (const b of batches) next.push(...(await run(b.map((x) => x.o))));
+      const loads = batches.map((b) => b.reduce((n, x) => n + itemRequests(x), 0));
+      const emptiest = loads.indexOf(Math.min(...loads));
+      const wait = batches.length > 1 && loads[emptiest]! < opts.maxRequests * WAIT_BELOW;
+      for (const [i, b] of batches.entries()) {
+        if (wait && i === emptiest) next.push(...b.map((x) => x.o));
+        else next.push(...(await run(b.map((x) => x.o))));
+      }
       open = next;
     }
   } catch (err) {
     out.stoppedBy = err;
-    for (const p of pushes) {
+    for (const p of all) {
       if (!out.verdicts.has(p.key))
         out.verdicts.set(p.key, {
           kind: 'unfinished',

@@ -1,4 +1,5 @@
 import type { PoolBudget } from '../github/budget-types.ts';
+import { GRAPHQL_MAX_PUSHES_A_QUERY } from './graphql-batch.ts';
 import { PAGE_MAX } from './graphql-proof.ts';
 
 /**
@@ -94,19 +95,25 @@ export interface FirstRound {
   withBase: boolean;
 }
 
-/** Expected points of a round of `requests` in all (its last query half full on average). */
-function roundPoints(requests: number, maxRequests: number): number {
+/**
+ * Expected points of a round of `requests` asked by `pushes` in all: a query holds
+ * `maxRequests` of them and GRAPHQL_MAX_PUSHES_A_QUERY pushes (its last query half full on
+ * average).
+ */
+function roundPoints(requests: number, pushes: number, maxRequests: number): number {
   if (requests <= 0) return 0;
-  const x = requests / maxRequests;
+  const x = Math.max(requests / maxRequests, pushes / GRAPHQL_MAX_PUSHES_A_QUERY);
   return x <= 1 ? 1 : x + 0.5;
 }
 
 /**
  * Expected points for a batch of `n` pushes whose first round reads `walk` deep, with or
- * without the base's page, over the distribution. A push of k ≤ walk commits is proven in
- * the first round (its walk reaches its base); one of more needs its base counted (the
- * first round, or a second) and the rest of its commits walked (the round after). A later
- * round is only paid for when some push of the batch needs it.
+ * without the base's page, over the distribution. A walk of 1 is the head alone without
+ * its history count (1 request; a walk of n is 1 + n). A push of k ≤ walk commits is
+ * proven in the first round (its walk reaches its base); one of more needs its base (and,
+ * read without it, its head) counted — the first round or a second — and the rest of its
+ * commits walked in the round after. A later round is only paid for when some push of the
+ * batch needs it.
  */
 export function expectedPoints(
   n: number,
@@ -114,7 +121,8 @@ export function expectedPoints(
   dist: readonly [number, number][],
   maxRequests = GRAPHQL_MAX_REQUESTS,
 ): number {
-  const first = n * (1 + plan.walk + (plan.withBase ? 1 : 0));
+  const head = plan.walk === 1 ? 1 : 1 + plan.walk;
+  const first = n * (head + (plan.withBase ? 1 : 0));
   let settled = 0;
   let rest = 0;
   for (const [k, p] of dist) {
@@ -122,9 +130,11 @@ export function expectedPoints(
     else rest += p * (k - plan.walk + Math.ceil((k - plan.walk) / PAGE_MAX));
   }
   const needed = 1 - settled ** n;
-  let points = roundPoints(first, maxRequests);
-  if (!plan.withBase) points += needed * roundPoints(n * (1 - settled), maxRequests);
-  points += needed * roundPoints(n * rest, maxRequests);
+  const open = n * (1 - settled);
+  const counts = (plan.withBase ? 0 : 1) + (plan.walk === 1 ? 1 : 0);
+  let points = roundPoints(first, n, maxRequests);
+  if (counts > 0) points += needed * roundPoints(open * counts, open, maxRequests);
+  points += needed * roundPoints(n * rest, open, maxRequests);
   return points;
 }
 
@@ -145,7 +155,7 @@ export function chooseFirstRound(
   const size = Math.max(1, n);
   const walks = new Set<number>();
   for (let d = 1; d <= PAGE_MAX; d++) walks.add(d);
-  const least = Math.ceil((2 * size) / maxRequests);
+  const least = Math.ceil(size / maxRequests);
   for (let queries = least; queries <= least + 4; queries++) {
     const per = Math.floor((queries * maxRequests) / size);
     for (const d of [per - 1, per - 2]) if (d >= 1 && d <= PAGE_MAX) walks.add(d);

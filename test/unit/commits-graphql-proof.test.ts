@@ -141,6 +141,45 @@ describe('proving a push from GraphQL answers', () => {
     expect(tight.requests).toBe(2 * 3 + 12);
   });
 
+  it('the head alone, without its count: one request proves a one-commit push; a longer one is counted, then walked', async () => {
+    const { d, repo } = world();
+    const r = repo(9, 'o/heads');
+    const root = r.line(3, null);
+    const one = r.line(1, root.at(-1)!);
+    const four = r.line(4, one[0]!);
+    const fresh = repo(10, 'o/fresh');
+    const history = fresh.line(3, null);
+    const res = await proveAll(
+      [
+        push(r, root.at(-1)!, one[0]!),
+        push(r, one[0]!, four.at(-1)!),
+        { ...push(fresh, null, history.at(-1)!, 'first-push') },
+      ],
+      d.send,
+      { limits, maxRequests: 149, firstRound: { walk: 1, withBase: false } },
+    );
+    expect(provenShas(res.verdicts.get(`o/heads:${one[0]}`))).toEqual({
+      shas: one,
+      total: 1,
+      firstPosition: 0,
+      how: 'linear',
+    });
+    expect(provenShas(res.verdicts.get(`o/heads:${four.at(-1)}`))).toMatchObject({
+      shas: four,
+      total: 4,
+    });
+    // a first push walked to its root has every ancestor: its whole history, no count
+    expect(provenShas(res.verdicts.get(`o/fresh:${history.at(-1)}`))).toMatchObject({
+      shas: history,
+      total: 3,
+      how: 'first-push',
+    });
+    // round 1: each head alone (3); the four-commit push: its head and base counted (2),
+    // then the three below its head walked (1 + 3); the first push: its head counted (1),
+    // then walked to its root (1 + 2)
+    expect(res.requests).toBe(3 + (2 + 4) + (1 + 3));
+  });
+
   it('a merge whose side branch is older than the mainline (date order interleaves)', async () => {
     const { d, repo } = world();
     const r = repo(2, 'o/merge');
