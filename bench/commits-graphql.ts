@@ -8,7 +8,9 @@ import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
 
 /**
- * Commits by GraphQL batches (issue 26 item 7, ADR 0111), against the fake GitHub's
+ * A FUNCTION-LEVEL DIAGNOSTIC, not the figure of record (that is bench/commits-worker.ts:
+ * bin/worker over HTTP, ADR 0183). It calls the prover (proveAll) directly in batches of
+ * 2,000 pushes, with no job, no claims, no database and no HTTP, against the fake GitHub's
  * `/graphql` executor in process (GitHub's schema, its point formula, its answers):
  * pushes of GitHub's sizes (≈60% one commit, 30% 2–5, 10% 6–20) with 10% merges of a side
  * branch (dated before the mainline it joins, as a pull request's commits are) and 5% force
@@ -174,7 +176,7 @@ export async function benchCommitsGraphQL(
   const perPoint = PUSHES / spent;
   results.record({
     bench: 'commits-graphql',
-    metric: 'pushes a point',
+    metric: 'pushes a point (function-level diagnostic: proveAll in process)',
     value: perPoint,
     unit: 'pushes/point',
     target: { op: '>=', value: 20 },
@@ -201,7 +203,7 @@ export async function benchCommitsGraphQL(
   if (wrong > 0) failures.push(`commits-graphql: ${wrong} proven sets differ from git's range`);
   results.record({
     bench: 'commits-graphql',
-    metric: 'pushes an hour one token covers',
+    metric: 'pushes an hour one token covers (function-level diagnostic)',
     value: WINDOW * perPoint,
     unit: 'pushes/h',
     target: { op: '>=', value: PUBLIC_HOUR },
@@ -217,7 +219,7 @@ export async function benchCommitsGraphQL(
   const hourPoints = (spent * PUBLIC_HOUR) / PUSHES;
   results.record({
     bench: 'commits-graphql',
-    metric: 'points for a public hour (100,000 pushes)',
+    metric: 'points for a public hour of 100,000 pushes (function-level diagnostic)',
     value: hourPoints,
     unit: 'points',
     target: { op: '<=', value: WINDOW },
