@@ -4,6 +4,7 @@ import {
   type BuiltQuery,
   buildQuery,
   type DefaultBranchAnswer,
+  GRAPHQL_MAX_PUSHES_A_QUERY,
   itemRequests,
   planBatches,
   readItem,
@@ -271,9 +272,14 @@ export async function proveAll(
       // its pushes' asks pack with what those answers ask next, so only the last round
       // sends a part-empty query (a point is a point however little it holds).
       const next: Open[] = [];
-      const loads = batches.map((b) => b.reduce((n, x) => n + itemRequests(x), 0));
-      const emptiest = loads.indexOf(Math.min(...loads));
-      const wait = batches.length > 1 && loads[emptiest]! < opts.maxRequests * WAIT_BELOW;
+      const fill = batches.map((b) =>
+        Math.max(
+          b.reduce((n, x) => n + itemRequests(x), 0) / opts.maxRequests,
+          b.length / GRAPHQL_MAX_PUSHES_A_QUERY,
+        ),
+      );
+      const emptiest = fill.indexOf(Math.min(...fill));
+      const wait = batches.length > 1 && fill[emptiest]! < WAIT_BELOW;
       for (const [i, b] of batches.entries()) {
         if (wait && i === emptiest) next.push(...b.map((x) => x.o));
         else next.push(...(await run(b.map((x) => x.o))));
