@@ -47,6 +47,7 @@ const PUSHES = Number(process.env.BENCH_CW_PUSHES ?? 900);
 const REPOS = Number(process.env.BENCH_CW_REPOS ?? 5_000);
 const LATENCY_MS = Number(process.env.BENCH_CW_LATENCY_MS ?? 50);
 const TIMEOUT_MS = Number(process.env.BENCH_CW_TIMEOUT_S ?? 900) * 1000;
+const SETTLE_FIRST = process.env.BENCH_CW_SETTLE_FIRST === '1';
 const TOKEN = 'bench-commits-worker-not-a-secret';
 
 /** A deterministic stream in [0, 1) (xorshift32): every run builds the same world. */
@@ -292,11 +293,19 @@ export async function benchCommitsWorker(
         await new Promise((r) => setTimeout(r, 500));
       }
     };
-    // The feed's pushes polled, then the archive hour imported beside the running worker.
+    // The feed's pushes polled, then the archive hour imported beside the running worker
+    // (BENCH_CW_SETTLE_FIRST=1: once the worker has settled the feed's pushes, so the two
+    // never share a batch).
     await waitFor(
       'the poll',
       async () => (await count(database, sql`true`)) >= pushes.length - split,
     );
+    if (SETTLE_FIRST) {
+      await waitFor(
+        "the feed's pushes settled",
+        async () => (await count(database, sql`commits_state = 'pending'`)) === 0,
+      );
+    }
     await run(path.join(ROOT, 'bin', 'backfill'), [hour, '--mirror', archive.url], {
       cwd: ROOT,
       env: childEnv({ ...env, LOG_LEVEL: 'warn' }),
@@ -380,6 +389,7 @@ export async function benchCommitsWorker(
       restCompares: compares,
       seconds,
       latencyMs: LATENCY_MS,
+      settleFirst: SETTLE_FIRST,
       jobs: jobs.length,
       jobsWithQueries: batches.length,
       pushesPerJob: batches.map((j) => j.processed),
