@@ -1,7 +1,7 @@
 import { parse } from 'graphql';
 import { describe, expect, it } from 'vitest';
 import type { FakeCommit } from '../../src/../test/support/fake-commit-graph.ts';
-import { buildQuery, planBatches, pointsFor } from '../../src/commits/graphql-batch.ts';
+import { buildQuery, planBatches, pointsFor, readItem } from '../../src/commits/graphql-batch.ts';
 import {
   DEFAULT_PROOF_LIMITS,
   judge,
@@ -397,6 +397,47 @@ describe('an answer that disagrees with itself is invalid, never stored', () => 
 });
 
 describe('the batch queries', () => {
+  it("reads a new ref's default branch with its tip's history, and refuses one whose history is not the tip's", () => {
+    const [head, tip, older] = ['1', '2', '3'].map((x) => x.repeat(40)) as [string, string, string];
+    const commit = (oid: string, parents: string[]) => ({
+      oid,
+      message: 'm',
+      author: { name: 'A', email: 'a@x', date: '2026-11-01T00:00:00Z', user: null },
+      committer: { name: 'A', email: 'a@x', date: '2026-11-01T00:00:00Z', user: null },
+      parents: { totalCount: parents.length, nodes: parents.map((p) => ({ oid: p })) },
+    });
+    const item = {
+      fullName: 'o/a',
+      repositoryId: '1',
+      asks: [{ kind: 'commit' as const, of: head }],
+      defaultBranch: true,
+    };
+    const answer = (nodes: string[]) => ({
+      p0: {
+        databaseId: 1,
+        a0_0: commit(head, [tip]),
+        defaultBranchRef: {
+          name: 'main',
+          target: {
+            oid: tip,
+            history: {
+              totalCount: 2,
+              pageInfo: { hasNextPage: false, endCursor: null },
+              nodes: nodes.map((oid) => ({ oid })),
+            },
+          },
+        },
+      },
+    });
+    expect(readItem(answer([tip, older]), [], 0, item, newEvidence(head, null))).toEqual({
+      kind: 'ok',
+      defaultBranch: { name: 'main', tip, history: { total: 2, oids: [tip, older], next: null } },
+    });
+    for (const nodes of [[older, tip], [tip, tip], [tip]]) {
+      expect(readItem(answer(nodes), [], 0, item, newEvidence(head, null)).kind).toBe('invalid');
+    }
+  });
+
   it('every shape is valid against GitHub’s schema, and costs what the formula says', () => {
     const q = buildQuery(
       [
