@@ -27,7 +27,7 @@ import {
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
 import { logResult } from './fetch-log.ts';
-import { commitsShare } from './share.ts';
+import { clearCommitsWait, commitsShare, markCommitsWait, shareRule } from './share.ts';
 import {
   bumpRepository,
   deferPush,
@@ -135,15 +135,19 @@ interface Ctx {
 async function reserveOne(ctx: Ctx, path: string): Promise<Reservation> {
   const { db, github, config } = ctx.deps;
   const now = (ctx.deps.clock ?? systemClock).now();
-  const share = await commitsShare(db, github, {
-    now,
-    share: config.enrichment.share,
-    commitsShare: config.commits.share,
-    ttlSeconds: config.enrichment.ttlSeconds,
-  });
-  if (!share.allowed) throw new Refused('share');
+  const share = await commitsShare(db, github, { ...shareRule(config, github), now });
+  // Told no, commits wait (by GraphQL, the only sign of it): enrichment stops borrowing their
+  // floor until a commits request is granted again (ADR 0181).
+  if (!share.allowed) {
+    await markCommitsWait(db, now);
+    throw new Refused('share');
+  }
   const d = await github.tryReserve('commits', { jobId: ctx.jobId, path });
-  if (!d.ok) throw new Refused('budget', d.retryAt);
+  if (!d.ok) {
+    await markCommitsWait(db, now);
+    throw new Refused('budget', d.retryAt);
+  }
+  if (share.commitsRefusedAt) await clearCommitsWait(db, share.commitsRefusedAt);
   return d.reservation;
 }
 

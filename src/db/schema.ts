@@ -325,6 +325,16 @@ export interface CommitFetchTurnsTable {
   served_at: Timestamp;
 }
 
+/**
+ * A background purpose told no while it waits for REST requests (migration 2026-12-04T1020,
+ * ADR 0181): kept until its next grant, so enrichment leaves commits their floor.
+ */
+export interface BudgetWaitsTable {
+  purpose: Exclude<RequestPurpose, 'poll'>;
+  since: Timestamp;
+  refused_at: Timestamp;
+}
+
 export interface GithubRequestsTable {
   id: Generated<BigId>;
   credential: string;
@@ -558,6 +568,7 @@ export interface Database {
   commit_fetch_turns: CommitFetchTurnsTable;
   commits_graphql_minutes: CommitsGraphqlMinutesTable;
   github_requests: GithubRequestsTable;
+  budget_waits: BudgetWaitsTable;
   github_rate_limits: GithubRateLimitsTable;
   github_endpoint_pace: GithubEndpointPaceTable;
   github_request_minutes: GithubRequestMinutesTable;

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { type BackgroundReading, readBackground, shareRule } from '../commits/share.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { BudgetPolicy } from '../github/budget.ts';
@@ -83,4 +84,20 @@ export function graphqlPolicyFor(policy: BudgetPolicy): BudgetPolicy | null {
 export async function deploymentBudget(db: Db, config: Config, now: Date): Promise<PoolBudget> {
   const policy = await deploymentPolicy(db, config, now);
   return budgetWithGraphQL(db, policy, graphqlPolicyFor(policy), now);
+}
+
+/**
+ * The deployment's background allowance by the share rule (ADR 0181), over the same
+ * credentials: commits go by REST when this configuration says so or no credential has a
+ * GraphQL window.
+ */
+export async function deploymentBackground(
+  db: Db,
+  config: Config,
+  now: Date,
+): Promise<BackgroundReading> {
+  const policy = await deploymentPolicy(db, config, now);
+  const credentials = policy.credentials.map((c) => c.label);
+  const rule = shareRule(config, { graphqlEnabled: graphqlPolicyFor(policy) !== null });
+  return readBackground(db, { credentials }, rule, now);
 }
