@@ -332,6 +332,25 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
+/** The least GRAPHQL_POINTS_PER_MINUTE whose `queries` 1-point slots fit in `leaseSeconds`. */
+export function leastPointsPerMinute(leaseSeconds: number, queries = 1): number {
+  return Math.floor((60 * queries) / leaseSeconds) + 1;
+}
+
+/**
+ * GraphQL's pacing holds a 1-point query's slot for 60 s ÷ GRAPHQL_POINTS_PER_MINUTE; a slot
+ * as long as ENRICH_LEASE_SECONDS lets the claims of a batch's pushes expire before its next
+ * query may go (another fetcher takes them, and counts deaths nobody died). Refused.
+ */
+function checkGraphQLPacing(pointsPerMinute: number, leaseSeconds: number): void {
+  if (pointsPerMinute === 0 || 60 / pointsPerMinute < leaseSeconds) return;
+  const spacing = 60 / pointsPerMinute;
+  throw new ConfigError(
+    'GRAPHQL_POINTS_PER_MINUTE',
+    `spaces GraphQL queries ${Number.isInteger(spacing) ? spacing : spacing.toFixed(1)} s apart a point (got "${pointsPerMinute}"), no less than ENRICH_LEASE_SECONDS (${leaseSeconds} s): a batch's claims would expire before its next query may go; set at least ${leastPointsPerMinute(leaseSeconds)}, or 0 for no pacing`,
+  );
+}
+
 /**
  * Parses the environment. Empty strings count as unset, as a shell `FOO=` usually means.
  * Throws ConfigError naming the first bad variable.
@@ -355,6 +374,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   // SOURCES is only used by bin/setup, but a bad list should stop any process at start.
   parseSourcesList(e.SOURCES);
+  checkGraphQLPacing(e.GRAPHQL_POINTS_PER_MINUTE, e.ENRICH_LEASE_SECONDS);
   const credentials = parseCredentials(e);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,

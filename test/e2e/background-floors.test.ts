@@ -194,4 +194,29 @@ describe('bin/enrich and bin/commits: one budget rule, shares are floors', () =>
     });
     expect(forbidden()).toEqual([]);
   });
+
+  it('a setting that starves a function says so at start; one that contradicts itself is refused', async () => {
+    const starved = await run('enrich', ['--limit', '1'], { ENRICH_SHARE: '0.9999999' });
+    expect(starved.code, starved.err).toBe(0);
+    const warnings = starved.err
+      .split('\n')
+      .filter((l) => l.includes('config.warning'))
+      .map((l) => JSON.parse(l));
+    expect(warnings).toEqual([
+      expect.objectContaining({
+        event: 'config.warning',
+        variable: 'ENRICH_SHARE',
+        msg: expect.stringMatching(/^ENRICH_SHARE=0\.9999999 leaves polls 1 request\(s\) an hour/),
+      }),
+    ]);
+    const refused = await run('commits', ['--limit', '1'], { GRAPHQL_POINTS_PER_MINUTE: '1' });
+    expect(refused.code).toBe(2);
+    expect(refused.out).toBe('');
+    expect(refused.err.trim().split('\n')).toEqual([
+      expect.stringMatching(
+        /^commits: configuration error: GRAPHQL_POINTS_PER_MINUTE spaces GraphQL queries 60 s apart/,
+      ),
+    ]);
+    expect(fake.requests).toEqual([]);
+  });
 });
