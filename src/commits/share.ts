@@ -1,13 +1,13 @@
 import { sql } from 'kysely';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
-import { hasDueWork } from '../enrichment/due.ts';
+import { dueStatement, hasDueWork } from '../enrichment/due.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import { HOUR_MS, windowFloor, windowStartSql } from '../github/budget-state.ts';
 import { defaultQuota } from '../github/credential.ts';
 import { SPENDS_QUOTA } from '../github/ledger.ts';
 import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
-import { hasDueCommits } from './due.ts';
+import { commitsDueStatement, hasDueCommits } from './due.ts';
 
 /**
  * The background allowance between enrichment and commit fetching: shares are floors, not
@@ -69,6 +69,8 @@ export interface BackgroundSpend {
   repository: number;
   /** When commits were last told no a REST request they still wait for (null: they do not). */
   commitsRefusedAt: Date | null;
+  /** When that wait began. */
+  commitsWaitSince: Date | null;
 }
 
 export interface SplitDecision extends BackgroundSpend {
@@ -107,6 +109,7 @@ export function backgroundStatement(credentials: readonly string[], share: numbe
     actor: number;
     repository: number;
     commits_refused_at: Date | null;
+    commits_wait_since: Date | null;
   }>`
     WITH creds (credential, default_quota) AS (VALUES ${sql.join(rows)}),
     w AS (
@@ -119,7 +122,9 @@ export function backgroundStatement(credentials: readonly string[], share: numbe
       COALESCE(sum(x.enrich), 0)::int AS enrich, COALESCE(sum(x.commits), 0)::int AS commits,
       COALESCE(sum(x.actor), 0)::int AS actor, COALESCE(sum(x.repository), 0)::int AS repository,
       (SELECT refused_at FROM budget_waits
-       WHERE purpose = 'commits' AND refused_at > ${fresh}::timestamptz) AS commits_refused_at
+       WHERE purpose = 'commits' AND refused_at > ${fresh}::timestamptz) AS commits_refused_at,
+      (SELECT since FROM budget_waits
+       WHERE purpose = 'commits' AND refused_at > ${fresh}::timestamptz) AS commits_wait_since
     FROM w CROSS JOIN LATERAL (
       SELECT count(*) FILTER (WHERE purpose = 'enrich') AS enrich,
              count(*) FILTER (WHERE purpose = 'commits') AS commits,
@@ -147,6 +152,7 @@ export async function backgroundSpend(
     actor: row.actor,
     repository: row.repository,
     commitsRefusedAt: row.commits_refused_at,
+    commitsWaitSince: row.commits_wait_since,
   };
 }
 
@@ -240,6 +246,18 @@ export interface BackgroundReading {
   commitsWaitingSince: Date | null;
 }
 
+/**
+ * Whether each side has due work, in one statement (for the status surfaces, which read
+ * both at once; a reservation asks only the side it needs, and only when it needs it).
+ */
+function dueWorkStatement(now: Date, ttlSeconds: number) {
+  const [first, second] = ENTITY_CLASSES;
+  return sql<{ enrich: boolean; commits: boolean }>`
+    SELECT (${dueStatement(first, now, ttlSeconds)}) OR (${dueStatement(second, now, ttlSeconds)})
+        AS enrich,
+      (${commitsDueStatement(now)}) AS commits`;
+}
+
 export async function readBackground(
   db: Db,
   github: Pick<GitHubClient, 'credentials'>,
@@ -248,19 +266,12 @@ export async function readBackground(
 ): Promise<BackgroundReading> {
   const spend = await backgroundSpend(db, github, { now, share: rule.share });
   const floors = splitOf(spend.allowance, rule.commitsShare);
-  const waiting = {
-    enrich: await enrichmentWaits(db, now, rule.ttlSeconds),
-    commits: await commitsWait(db, spend, rule, now),
-  };
+  const due = (await dueWorkStatement(now, rule.ttlSeconds).execute(db)).rows[0]!;
+  const commitsWaitFor = rule.commitsByRest || spend.commitsRefusedAt !== null;
+  const waiting = { enrich: due.enrich, commits: due.commits && commitsWaitFor };
   const left = Math.max(0, spend.allowance - spend.enrich - spend.commits);
   const roomOf = (side: 'enrich' | 'commits', other: 'enrich' | 'commits') =>
     waiting[other] ? Math.min(left, Math.max(0, floors[side] - spend[side])) : left;
-  let since: Date | null = null;
-  if (spend.commitsRefusedAt && waiting.commits && !rule.commitsByRest) {
-    const r = await sql<{ since: Date }>`
-      SELECT since FROM budget_waits WHERE purpose = 'commits'`.execute(db);
-    since = r.rows[0]?.since ?? null;
-  }
   return {
     allowance: spend.allowance,
     floors,
@@ -271,7 +282,10 @@ export async function readBackground(
     },
     waiting,
     room: { enrich: roomOf('enrich', 'commits'), commits: roomOf('commits', 'enrich') },
-    commitsWaitingSince: since,
+    commitsWaitingSince:
+      waiting.commits && !rule.commitsByRest && spend.commitsRefusedAt
+        ? spend.commitsWaitSince
+        : null,
   };
 }
 

@@ -8,7 +8,7 @@ import type { AuthBlock } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type CommitsStatus, commitsStatus } from './commits.ts';
-import { deploymentBackground, deploymentBudget } from './credentials.ts';
+import { deploymentBackground, deploymentBudget, deploymentPolicy } from './credentials.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
 import { type MirrorStatus, mirrorStatuses } from './mirrors.ts';
 import {
@@ -145,10 +145,11 @@ export async function readStatus(
     webhooksEnabled: config.webhookSecret !== undefined,
   };
   try {
-    const { credentials, ...total } = await deploymentBudget(db, config, now);
+    const policy = await deploymentPolicy(db, config, now);
+    const { credentials, ...total } = await deploymentBudget(db, config, now, policy);
     report.budget = total;
     const labels = credentials.map((c) => c.credential);
-    report.background = await deploymentBackground(db, config, now);
+    report.background = await deploymentBackground(db, config, policy, now);
     const auth = new Map((await authBlocks(db, labels, now)).map((a) => [a.credential, a]));
     report.credentials = credentials.map((c) => credentialStatus(c, auth.get(c.credential)));
   } catch (err) {
