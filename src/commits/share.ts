@@ -90,6 +90,16 @@ export function splitOf(
   return { commits, enrich: allowance - commits };
 }
 
+interface SpendRow {
+  allowance: number;
+  enrich: number;
+  commits: number;
+  actor: number;
+  repository: number;
+  commits_refused_at: Date | null;
+  commits_wait_since: Date | null;
+}
+
 /** A wait older than a window (and a slack) is stale: nothing has asked since. */
 const WAIT_MEMORY_MS = HOUR_MS + 60_000;
 
@@ -102,15 +112,7 @@ const WAIT_MEMORY_MS = HOUR_MS + 60_000;
 export function backgroundStatement(credentials: readonly string[], share: number, now: Date) {
   const rows = credentials.map((c) => sql`(${c}::text, ${defaultQuota(c)}::int)`);
   const fresh = new Date(now.getTime() - WAIT_MEMORY_MS);
-  return sql<{
-    allowance: number;
-    enrich: number;
-    commits: number;
-    actor: number;
-    repository: number;
-    commits_refused_at: Date | null;
-    commits_wait_since: Date | null;
-  }>`
+  return sql<SpendRow>`
     WITH creds (credential, default_quota) AS (VALUES ${sql.join(rows)}),
     w AS (
       SELECT creds.credential,
@@ -138,13 +140,7 @@ export function backgroundStatement(credentials: readonly string[], share: numbe
     ) x`;
 }
 
-export async function backgroundSpend(
-  db: Db,
-  github: Pick<GitHubClient, 'credentials'>,
-  opts: { now: Date; share: number },
-): Promise<BackgroundSpend> {
-  const r = await backgroundStatement(github.credentials, opts.share, opts.now).execute(db);
-  const row = r.rows[0]!;
+function spendOf(row: SpendRow): BackgroundSpend {
   return {
     allowance: row.allowance,
     enrich: row.enrich,
@@ -154,6 +150,15 @@ export async function backgroundSpend(
     commitsRefusedAt: row.commits_refused_at,
     commitsWaitSince: row.commits_wait_since,
   };
+}
+
+export async function backgroundSpend(
+  db: Db,
+  github: Pick<GitHubClient, 'credentials'>,
+  opts: { now: Date; share: number },
+): Promise<BackgroundSpend> {
+  const r = await backgroundStatement(github.credentials, opts.share, opts.now).execute(db);
+  return spendOf(r.rows[0]!);
 }
 
 /** Is an entity of either class due? (Enrichment is all REST: due work is REST work.) */
@@ -264,9 +269,15 @@ export async function readBackground(
   rule: ShareRule,
   now: Date,
 ): Promise<BackgroundReading> {
-  const spend = await backgroundSpend(db, github, { now, share: rule.share });
+  // One statement: the spend and both sides' due work.
+  const r = await sql<SpendRow & { due_enrich: boolean; due_commits: boolean }>`
+    SELECT b.*, d.enrich AS due_enrich, d.commits AS due_commits
+    FROM (${backgroundStatement(github.credentials, rule.share, now)}) b
+    CROSS JOIN (${dueWorkStatement(now, rule.ttlSeconds)}) d`.execute(db);
+  const row = r.rows[0]!;
+  const spend = spendOf(row);
   const floors = splitOf(spend.allowance, rule.commitsShare);
-  const due = (await dueWorkStatement(now, rule.ttlSeconds).execute(db)).rows[0]!;
+  const due = { enrich: row.due_enrich, commits: row.due_commits };
   const commitsWaitFor = rule.commitsByRest || spend.commitsRefusedAt !== null;
   const waiting = { enrich: due.enrich, commits: due.commits && commitsWaitFor };
   const left = Math.max(0, spend.allowance - spend.enrich - spend.commits);
