@@ -58,8 +58,11 @@ export const PUSH_ORIGINS = ['poll', 'webhook', 'archive'] as const;
 export type PushOrigin = (typeof PUSH_ORIGINS)[number];
 export const GAP_STATES = ['open', 'filled', 'unavailable'] as const;
 export type GapState = (typeof GAP_STATES)[number];
-/** 'missing': the mirror has no such hour (404/410). */
-export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing'] as const;
+/**
+ * 'missing': the mirror has no such hour (404/410). 'open': read while the mirror said the
+ * hour was still open (ADR 0185): its lines are stored, and it is read again until final.
+ */
+export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing', 'open'] as const;
 export type BackfillFileState = (typeof BACKFILL_FILE_STATES)[number];
 /**
  * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
@@ -497,6 +500,9 @@ export interface BackfillFilesTable {
   mirror: Generated<string>;
   /** The archive hour read (NULL for a local file). */
   hour: NullableTimestamp;
+  /** The created_at range of the pushes this import writes: its hours are open until it completes. */
+  writes_from: NullableTimestamp;
+  writes_to: NullableTimestamp;
 }
 
 /** View hourly_coverage (and hourly_coverage_between(since, until)): one row per UTC hour. */

@@ -81,7 +81,12 @@ const HOUR_SELECT = `
   ) f ON p.commits_state IN ('complete', 'partial', 'none')
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}`;
 
-/** The hour's rows in file order, for the cursor. */
+/**
+ * The hour's rows in file order, for the cursor. A column this reads is one a write to must
+ * change the hour's state for /archive: the triggers of migration
+ * 2026-12-04T1100_archive_hour_state watch them (WATCHED there; test/integration/
+ * archive-hour-state.test.ts holds the two together).
+ */
 export const HOUR_ROWS = `${HOUR_SELECT}
   ORDER BY ${PUSH_ORDER}`;
 
@@ -156,34 +161,6 @@ export function toExportRow(r: HourRow): ExportRow {
           distinct: r.distincts?.[i] ?? null,
         }))
       : null,
-  };
-}
-
-/**
- * The hour's state in a few numbers, in the caller's snapshot: the very rows the file is
- * written from (HOUR_SELECT, one definition for both), each hashed whole (a row's text
- * form tells NULL from '') and summed — two 64-bit hashes, so their order does not matter
- * (the file's order is a function of the rows) and a change of any value a line is made of
- * changes the sums. The cache key and ETag of /archive (src/export/cache.ts). It costs
- * Postgres what the export costs it, without the JSON and gzip.
- */
-const FINGERPRINT = `
-  SELECT count(*)::text AS pushes,
-    coalesce(sum(hashtextextended(h::text, 0)), 0)::text AS h0,
-    coalesce(sum(hashtextextended(h::text, 1)), 0)::text AS h1
-  FROM (${HOUR_SELECT}) h`;
-
-export interface HourState {
-  pushes: number;
-  /** The sums, as text: the cache key is made of them. */
-  digest: string;
-}
-
-export async function hourState(run: Run, from: Date, to: Date): Promise<HourState> {
-  const row = (await run<Record<string, string>>(FINGERPRINT, [from, to]))[0]!;
-  return {
-    pushes: Number(row.pushes),
-    digest: [row.pushes, row.h0, row.h1].join(':'),
   };
 }
 
