@@ -356,6 +356,15 @@ function checkGraphQLPacing(pointsPerMinute: number, leaseSeconds: number): void
  * Throws ConfigError naming the first bad variable.
  */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // An empty GHARCHIVE_URL is refused rather than read as unset: the default is a public
+  // archive on the internet, and an empty list is more likely a template's missing value
+  // than a wish to read data.gharchive.org (ADR 0185).
+  if (env.GHARCHIVE_URL === '') {
+    throw new ConfigError(
+      'GHARCHIVE_URL',
+      'must not be empty: unset it for https://data.gharchive.org, or list at least one mirror',
+    );
+  }
   const input: Record<string, string> = {};
   for (const key of ENV_VARS) {
     const v = env[key];

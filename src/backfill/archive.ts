@@ -7,6 +7,7 @@ import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
 import { AppError } from '../errors.ts';
+import { HOUR_OPEN_HEADER, parseOpenHeader } from '../export/open-hours.ts';
 import { escapeUnsafe, quoted } from '../quote.ts';
 import { withoutUserinfo } from '../redact.ts';
 import { type ArchiveHour, hourFileName } from './hours.ts';
@@ -36,6 +37,27 @@ export class ArchiveUnavailable extends AppError {
   constructor(url: string, detail: string, status: number | null = null, cause?: unknown) {
     super('ARCHIVE_UNAVAILABLE', `${url}: ${detail}`, { url, status }, { cause });
   }
+}
+
+/**
+ * The mirror (another instance's /archive) answered 503: an import is writing into the hour
+ * now (ADR 0185). Not a failure of the mirror: the hour is read again later.
+ */
+export class ArchiveHourOpen extends AppError {
+  constructor(url: string, reasons: string[], retryAfterSeconds: number | null) {
+    super(
+      'ARCHIVE_HOUR_OPEN',
+      `${url}: the mirror is still importing this hour (${reasons.join(', ')})${retryAfterSeconds === null ? '' : `; it asks to retry after ${retryAfterSeconds} s`}`,
+      { url, reasons, retry_after: retryAfterSeconds },
+    );
+  }
+}
+
+/** Retry-After as seconds (a number of seconds; a date is not used), bounded. */
+function retryAfter(res: http.IncomingMessage): number | null {
+  const v = res.headers['retry-after'];
+  const n = typeof v === 'string' && /^\d{1,6}$/.test(v.trim()) ? Number(v.trim()) : null;
+  return n === null ? null : Math.min(n, 86_400);
 }
 
 /** The file ended before its end: a cut download or a truncated gzip (some archive files are). */
@@ -94,6 +116,11 @@ export interface OpenedSource {
   gzip: boolean;
   /** Size in bytes when known (Content-Length, file size): a changed file restarts its import. */
   bytes: number | null;
+  /**
+   * Why the mirror says the hour is still open (another instance's Archive-Hour-Open header,
+   * src/export/open-hours.ts); empty for a final hour, GH Archive's, or a local file.
+   */
+  open: string[];
 }
 
 export interface ByteSource {
@@ -245,9 +272,17 @@ function get(
           reject(new ArchiveHourMissing(shown(url), status));
           return;
         }
+        const open = parseOpenHeader(res.headers[HOUR_OPEN_HEADER]);
+        if (status === 503 && open.length > 0) {
+          res.resume();
+          reject(new ArchiveHourOpen(shown(url), open, retryAfter(res)));
+          return;
+        }
         if (status !== 200) {
           res.resume();
-          reject(new ArchiveUnavailable(shown(url), `answered ${status}`, status));
+          const wait = retryAfter(res);
+          const detail = `answered ${status}${wait === null ? '' : ` (retry after ${wait} s)`}`;
+          reject(new ArchiveUnavailable(shown(url), detail, status));
           return;
         }
         watch.body(res);
@@ -258,6 +293,7 @@ function get(
           gzip: true,
           bytes: Number.isFinite(length) ? length : null,
           contentType: res.headers['content-type'] ?? null,
+          open,
         });
       },
     );
@@ -327,6 +363,7 @@ async function openLocal(file: string): Promise<OpenedSource> {
     stream: createReadStream(file, { highWaterMark: 256 * 1024 }),
     gzip: await isGzipFile(file),
     bytes: s.size,
+    open: [],
   };
 }
 
