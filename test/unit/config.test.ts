@@ -56,6 +56,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
   ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
   ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
+  // Empty is refused, not unset: unset means the public GH Archive.
+  ['GHARCHIVE_URL', '', /must not be empty: unset it for https:\/\/data\.gharchive\.org/],
   ['ARCHIVE_MIN_RATE', '16k', /integer from 1 to/],
   ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
   ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],
