@@ -22,7 +22,7 @@ const H = 3_600_000;
 const base = hourOf(new Date('2026-11-10T00:00:00Z')).start.getTime();
 const at = (hours: number) => new Date(base + hours * H);
 /** The last millisecond before hour `hours` starts. */
-const before = (hours: number) => new Date(base + hours * H - 1);
+const lastBefore = (hours: number) => new Date(base + hours * H - 1);
 
 interface Row {
   file: string;
@@ -63,7 +63,7 @@ beforeAll(async () => {
 describe('the hours an import holds open', () => {
   it('importing while its lock is held, incomplete once it died, nothing once another copy completed', async () => {
     // An archive hour's import announces that hour and the one before it.
-    await checkpoint({ file: 'h2', state: 'running', lines: 10, from: at(1), to: before(3) });
+    await checkpoint({ file: 'h2', state: 'running', lines: 10, from: at(1), to: lastBefore(3) });
     const lock = await t.pool.connect();
     try {
       await lock.query('SELECT pg_advisory_lock($1, $2)', [
@@ -84,16 +84,16 @@ describe('the hours an import holds open', () => {
       state: 'completed',
       lines: 20,
       from: at(1),
-      to: before(3),
+      to: lastBefore(3),
     });
     expect(await holds(at(0), at(6))).toEqual({});
   });
 
   it('a failed or open import with lines read is incomplete; one that read nothing is not', async () => {
-    await checkpoint({ file: 'h11', state: 'failed', lines: 5, from: at(10), to: before(12) });
-    await checkpoint({ file: 'h13', state: 'open', lines: 7, from: at(12), to: before(14) });
-    await checkpoint({ file: 'h15', state: 'failed', lines: 0, from: at(14), to: before(16) });
-    await checkpoint({ file: 'h17', state: 'missing', lines: 0, from: at(16), to: before(18) });
+    await checkpoint({ file: 'h11', state: 'failed', lines: 5, from: at(10), to: lastBefore(12) });
+    await checkpoint({ file: 'h13', state: 'open', lines: 7, from: at(12), to: lastBefore(14) });
+    await checkpoint({ file: 'h15', state: 'failed', lines: 0, from: at(14), to: lastBefore(16) });
+    await checkpoint({ file: 'h17', state: 'missing', lines: 0, from: at(16), to: lastBefore(18) });
     expect(await holds(at(9), at(19))).toEqual({
       10: 'incomplete',
       11: 'incomplete',
