@@ -240,6 +240,73 @@ async function childExport(database: BenchDatabase, out: string) {
   };
 }
 
+/**
+ * The real bin/web over HTTP on the seeded hour: the first GET builds the file, then what
+ * every later request costs — revalidations (304), HEADs, and GETs served from the cache —
+ * each sequential, and the median taken. The figure of record for /archive's per-request
+ * cost: nothing in it reads the hour's rows.
+ */
+async function webArchive(database: BenchDatabase, results: ResultLog, pushes: number) {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'gpi-bench-web-'));
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/web')], {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      DATABASE_URL: database.url,
+      HTTP_HOST: '127.0.0.1',
+      HTTP_PORT: '0',
+      DATA_DIR: dataDir,
+      LOG_FORMAT: 'json',
+      LOG_LEVEL: 'info',
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      let pending = '';
+      child.once('exit', (code) => reject(new Error(`bin/web exited ${code}`)));
+      child.stderr.on('data', (c: Buffer) => {
+        pending += c.toString();
+        const m = /"event":"web\.listening","url":"([^"]+)"/.exec(pending);
+        if (m) resolve(m[1]!);
+      });
+    });
+    const file = `${url}/archive/${HOUR.name}.json.gz`;
+    const b0 = performance.now();
+    const first = await fetch(file);
+    await first.arrayBuffer();
+    const buildSeconds = secondsSince(b0);
+    const etag = first.headers.get('etag')!;
+    const timed = async (n: number, req: () => Promise<Response>) => {
+      const ms: number[] = [];
+      for (let i = 0; i < n; i++) {
+        const t = performance.now();
+        const res = await req();
+        await res.arrayBuffer();
+        ms.push(performance.now() - t);
+      }
+      return median(ms);
+    };
+    const revalidate = await timed(100, () => fetch(file, { headers: { 'if-none-match': etag } }));
+    const head = await timed(100, () => fetch(file, { method: 'HEAD' }));
+    const get = await timed(10, () => fetch(file));
+    results.record({
+      bench: 'export',
+      metric: `bin/web /archive, a built ${pushes.toLocaleString('en-US')}-push hour: revalidation (304), median over HTTP`,
+      value: revalidate,
+      unit: 'ms',
+      detail: { headMs: head, getFromCacheMs: get, firstGetBuildSeconds: buildSeconds },
+    });
+    results.note(
+      `  bin/web /archive: first GET (build) ${buildSeconds.toFixed(1)} s; then 304 ${revalidate.toFixed(1)} ms, HEAD ${head.toFixed(1)} ms, GET from cache ${get.toFixed(0)} ms (medians)`,
+    );
+  } finally {
+    child.kill('SIGTERM');
+    if (child.exitCode === null) await once(child, 'exit');
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
 export async function benchExport(database: BenchDatabase, results: ResultLog): Promise<string[]> {
   const t0 = performance.now();
   const seeded = await seed(database);
@@ -388,6 +455,8 @@ export async function benchExport(database: BenchDatabase, results: ResultLog): 
     unit: 'ms',
     detail: { lookups: LOOKUPS },
   });
+
+  await webArchive(database, results, seeded.pushes);
 
   const dir = mkdtempSync(path.join(tmpdir(), 'gpi-bench-export-'));
   try {
