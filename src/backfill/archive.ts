@@ -6,6 +6,7 @@ import path from 'node:path';
 import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
+import type { CommitSource } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import { HOUR_OPEN_HEADER, parseOpenHeader } from '../export/open-hours.ts';
 import { escapeUnsafe, quoted } from '../quote.ts';
@@ -133,6 +134,25 @@ export interface ByteSource {
   /** The archive hour's first instant; null for a local file. */
   hour: Date | null;
   open(signal?: AbortSignal): Promise<OpenedSource>;
+}
+
+/** GH Archive's own host: its hour files are GitHub's events as GitHub served them. */
+const GH_ARCHIVE_HOST = 'data.gharchive.org';
+
+/**
+ * Who vouches for the commits a source's lines carry inline (ADR 0184): GH Archive's own
+ * mirror (over HTTPS) and a file the operator named on the command line are `archive`;
+ * every other mirror — another instance's /archive, a copy, a file:// directory anyone may
+ * write into — is a `mirror`, whose commits are kept unverified until GitHub proves them.
+ */
+export function inlineSourceOf(mirror: string): CommitSource {
+  if (mirror === '') return 'archive';
+  try {
+    const u = new URL(mirror);
+    return u.protocol === 'https:' && u.hostname === GH_ARCHIVE_HOST ? 'archive' : 'mirror';
+  } catch {
+    return 'mirror';
+  }
 }
 
 export interface HttpOptions {

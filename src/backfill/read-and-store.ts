@@ -25,6 +25,7 @@ import {
   ArchiveHourOpen,
   type ByteSource,
   decoded,
+  inlineSourceOf,
   readError,
 } from './archive.ts';
 import {
@@ -276,6 +277,8 @@ export async function readAndStore(
   const off =
     !deps.db || (deps.config !== undefined && commitsOffReason(deps.config.github) !== null);
   const targets = deps.db ? await commitsTargetsUnless(off, deps.db) : NO_TARGETS;
+  // Who vouches for the file's inline commits (ADR 0184), and COMMIT_EMAILS for its payloads.
+  const inline = { source: inlineSourceOf(source.mirror), emails: mode.emails };
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
   // inserted just before, on the second connection (ADR 0040).
   const store = async (
@@ -311,7 +314,8 @@ export async function readAndStore(
           raw: { staged: batch.bytes(index, index + 1).toString('utf8') },
         });
       }
-      if (aside.length > 0) firstSeen = (await quarantineEvents(session, aside)).firstSeen;
+      if (aside.length > 0)
+        firstSeen = (await quarantineEvents(session, aside, mode.emails)).firstSeen;
       counts.created += outcome.stored.created;
       pendingCommits = outcome.stored.commitsPending;
       clashes = outcome.stored.clashes;
@@ -418,7 +422,7 @@ export async function readAndStore(
             const at = row.createdAt.getTime();
             if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
             delta.kept++;
-            pending.add(row, known, targets);
+            pending.add(row, known, targets, inline);
             written = written
               ? { from: Math.min(written.from, at), to: Math.max(written.to, at) }
               : { from: at, to: at };

@@ -65,22 +65,24 @@ interface ClaimRow {
 /** Due, and free: the same predicate in every part of the statement and in due.ts. */
 export function dueSql(alias: string, now: Date) {
   const p = sql.ref(alias);
-  return sql`${p}.commits_state = 'pending' AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
+  return sql`${p}.commits_state IN ('pending', 'unverified')
+    AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
     AND (${p}.commits_claimed_until IS NULL OR ${p}.commits_claimed_until <= ${now}::timestamptz)`;
 }
 
 /**
- * The repositories that have pending pushes, one index probe each however many pushes
- * they hold (a skip scan of push_events_commits_pending_repo).
+ * The repositories that have pushes for the fetcher (pending or unverified), one index
+ * probe each however many pushes they hold (a skip scan of push_events_commits_pending_repo).
  */
 export function pendingRepositoriesCte() {
   return sql`
     repos (repository_id) AS (
-      (SELECT repository_id FROM push_events WHERE commits_state = 'pending'
+      (SELECT repository_id FROM push_events WHERE commits_state IN ('pending', 'unverified')
        ORDER BY repository_id LIMIT 1)
       UNION ALL
       SELECT (SELECT p.repository_id FROM push_events p
-              WHERE p.commits_state = 'pending' AND p.repository_id > r.repository_id
+              WHERE p.commits_state IN ('pending', 'unverified')
+                AND p.repository_id > r.repository_id
               ORDER BY p.repository_id LIMIT 1)
       FROM repos r WHERE r.repository_id IS NOT NULL
     )`;
@@ -162,10 +164,14 @@ export async function claimNextPush(
   };
 }
 
-/** The WHERE that proves a claim is still ours: the push, still pending, under our lease. */
+/**
+ * The WHERE that proves a claim is still ours: the push, still waiting for the fetcher
+ * (pending, or unverified: a mirror's commits to prove, ADR 0184), under our lease.
+ */
 export function stillOurs(claim: CommitsClaim) {
   return sql`repository_id = ${claim.repositoryId}::bigint AND ref = ${claim.ref}
-    AND before = ${claim.before} AND head = ${claim.head} AND commits_state = 'pending'
+    AND before = ${claim.before} AND head = ${claim.head}
+    AND commits_state IN ('pending', 'unverified')
     AND commits_claimed_until = ${claim.lease}::timestamptz`;
 }
 

@@ -64,7 +64,7 @@ export async function openFetchAttempt(
     )
     UPDATE push_events p SET
       commits_deaths = v.deaths,
-      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE 'pending' END,
+      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
       commits_error = CASE
         WHEN v.deaths >= ${MAX_FETCH_DEATHS} THEN format(
           'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
@@ -113,6 +113,7 @@ export async function abandonFetchAttempt(
 /** stillOurs on the alias `p` (the UPDATE … FROM above). */
 function stillOursAs(claim: CommitsClaim) {
   return sql`p.repository_id = ${claim.repositoryId}::bigint AND p.ref = ${claim.ref}
-    AND p.before = ${claim.before} AND p.head = ${claim.head} AND p.commits_state = 'pending'
+    AND p.before = ${claim.before} AND p.head = ${claim.head}
+    AND p.commits_state IN ('pending', 'unverified')
     AND p.commits_claimed_until = ${claim.lease}::timestamptz`;
 }

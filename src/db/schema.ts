@@ -67,7 +67,8 @@ export type BackfillFileState = (typeof BACKFILL_FILE_STATES)[number];
 /**
  * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
  * fetcher), complete / partial (stored, all or some), none (deleted ref or tag: no commits),
- * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up).
+ * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up),
+ * unverified (stored as a mirror gave them, not yet proven by GitHub: ADR 0184).
  */
 export const COMMITS_STATES = [
   'pending',
@@ -77,8 +78,16 @@ export const COMMITS_STATES = [
   'skipped',
   'gone',
   'failed',
+  'unverified',
 ] as const;
 export type CommitsState = (typeof COMMITS_STATES)[number];
+/**
+ * Where a commit row's text came from (ADR 0184): GitHub's own answer (compare, GraphQL, a
+ * polled event), a webhook delivery, an archive vouched for (GH Archive's own hours before
+ * 2025-10-08, a file named on the command line), or a mirror (any other archive).
+ */
+export const COMMIT_SOURCES = ['github', 'webhook', 'archive', 'mirror'] as const;
+export type CommitSource = (typeof COMMIT_SOURCES)[number];
 /**
  * Two pushes found claiming one event id (ADR 0122): `reused` (different eras: GitHub reused
  * the id, both keep it) or `disputed` (one era: one keeps it, the other is stored without).
@@ -291,7 +300,7 @@ export interface PushEventsTable {
   commits_deaths: Generated<number>;
 }
 
-/** One commit of a repository; content never changes (inserts ON CONFLICT DO NOTHING). */
+/** One commit of a repository; a mirror's text is rewritten by a better source's (ADR 0184). */
 export interface CommitsTable {
   repository_id: BigId;
   sha: string;
@@ -308,6 +317,8 @@ export interface CommitsTable {
   authored_at: NullableTimestamp;
   parents: string[] | null;
   first_seen_at: Generated<Timestamp>;
+  /** Where the row's text came from (ADR 0184); NULL for a row written before 2026-12-04. */
+  source: CommitSource | null;
 }
 
 /** The commits of one push (keyed by push_events' natural key), position 0 = oldest. */

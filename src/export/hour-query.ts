@@ -119,20 +119,24 @@ export interface HourRow {
 /** States whose stored commits are the push's commits as far as they go (the line lists them). */
 const LISTED: ReadonlySet<CommitsState> = new Set(['complete', 'partial', 'none']);
 
+/** States whose count and commits are nobody's yet: waiting for GitHub, or a mirror's claim. */
+const UNSAID: ReadonlySet<CommitsState> = new Set(['pending', 'unverified']);
+
 /**
  * A row → what its line says (ADR 0130). A pending push says nothing of its commits (no
- * `size`, no `commits`) rather than something wrong; a push whose count is unknown has no
- * `size`; `commits` are listed only when what is stored is the push's list (complete,
- * partial: the ones we hold, none: an empty one). `distinct_size` is the source's when it
- * gave one, else counted from push_commits when every commit is stored and says whether
- * it is distinct, else left out.
+ * `size`, no `commits`) rather than something wrong, and neither does an unverified one:
+ * what a mirror claimed is not passed on as this store's (ADR 0184). A push whose count is
+ * unknown has no `size`; `commits` are listed only when what is stored is the push's list
+ * (complete, partial: the ones we hold, none: an empty one). `distinct_size` is the
+ * source's when it gave one no larger than the count, else counted from push_commits when
+ * every commit is stored and says whether it is distinct, else left out.
  */
 export function toExportRow(r: HourRow): ExportRow {
-  const size = r.commits_state === 'pending' ? null : r.commit_count;
+  const size = UNSAID.has(r.commits_state) ? null : r.commit_count;
   const listed = size !== null && LISTED.has(r.commits_state);
   let distinctSize: number | null = null;
   if (size !== null) {
-    if (r.distinct_size !== null) distinctSize = r.distinct_size;
+    if (r.distinct_size !== null && r.distinct_size <= size) distinctSize = r.distinct_size;
     else if (listed && r.stored === size && r.distinct_known === size) {
       distinctSize = r.distinct_true;
     }

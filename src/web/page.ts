@@ -152,16 +152,14 @@ function gapsCard(report: StatusReport): string {
 function commitsCard(report: StatusReport): string {
   const c = report.commits;
   return card('Commits', `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`, [
-    ['pending (due now)', `${count(c.byState.pending)} (${count(c.pendingDue)})`],
+    // Pending pushes due, and unverified ones a source covers (a mirror's commits to prove).
+    ['due for fetching', count(c.pendingDue)],
     ['requests (1h)', count(c.requestsLastHour)],
     ...PUSH_ORIGINS.map((o): [string, string] => [
       `backlog from ${o}`,
       count(c.pendingByOrigin[o]),
     ]),
-    ...COMMITS_STATES.filter((s) => s !== 'pending').map((s): [string, string] => [
-      `${s} pushes`,
-      count(c.byState[s]),
-    ]),
+    ...COMMITS_STATES.map((s): [string, string] => [`${s} pushes`, count(c.byState[s])]),
   ]);
 }
 
