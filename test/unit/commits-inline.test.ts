@@ -22,7 +22,7 @@ describe('inline commits from a hostile payload', () => {
     const r = inlineCommits({ commits })!;
     expect(r.given).toBe(5000);
     expect(r.commits).toHaveLength(MAX_INLINE_COMMITS);
-    expect(planCommits(push({ commits }, 5000), NO_TARGETS, false)).toMatchObject({
+    expect(planCommits(push({ commits }, 5000), NO_TARGETS, 'github')).toMatchObject({
       state: 'partial',
       count: 5000,
     });
@@ -37,7 +37,7 @@ describe('inline commits from a hostile payload', () => {
       [SHA(5)],
       { id: SHA(6) },
     ];
-    const plan = planCommits(push({ commits }, 6), NO_TARGETS, false);
+    const plan = planCommits(push({ commits }, 6), NO_TARGETS, 'github');
     expect(plan.state).toBe('partial');
     expect(plan.commits.map((c) => c.sha)).toEqual([SHA(1), SHA(6)]);
   });
@@ -64,16 +64,16 @@ describe('inline commits from a hostile payload', () => {
 
   it('a payload whose commits are not an array carries none', () => {
     expect(inlineCommits({ commits: { 0: { sha: SHA(1) } } })).toBeNull();
-    expect(planCommits(push({ commits: 'x' }, 1), NO_TARGETS, false).state).toBe('skipped');
+    expect(planCommits(push({ commits: 'x' }, 1), NO_TARGETS, 'github').state).toBe('skipped');
   });
 
   it('a webhook array below the cap is the whole push; at the cap the count is unknown', () => {
     const commits = (n: number) => Array.from({ length: n }, (_, i) => ({ sha: SHA(i + 1) }));
-    expect(planCommits(push({ commits: commits(0) }), NO_TARGETS, true)).toMatchObject({
+    expect(planCommits(push({ commits: commits(0) }), NO_TARGETS, 'webhook')).toMatchObject({
       state: 'complete',
       count: 0,
     });
-    expect(planCommits(push({ commits: commits(2048) }), NO_TARGETS, true)).toMatchObject({
+    expect(planCommits(push({ commits: commits(2048) }), NO_TARGETS, 'webhook')).toMatchObject({
       state: 'partial',
       count: null,
     });
