@@ -35,8 +35,19 @@ export function addressUnderPolicy(
   if (HASHED.test(address)) return address;
   const normal = address.trim().toLowerCase();
   if (normal === '') return null;
-  return `sha256:${createHash('sha256').update(normal, 'utf8').digest('hex')}`;
+  // An archive hour names the same few addresses again and again (a push's payload and its
+  // commit rows, a pusher's every push): hashed once each, within a bound.
+  let hashed = HASHES.get(normal);
+  if (hashed === undefined) {
+    if (HASHES.size >= HASHES_KEPT) HASHES.clear();
+    hashed = `sha256:${createHash('sha256').update(normal, 'utf8').digest('hex')}`;
+    HASHES.set(normal, hashed);
+  }
+  return hashed;
 }
+
+const HASHES = new Map<string, string>();
+const HASHES_KEPT = 10_000;
 
 /** Free text with every address in it under `mode` (a dropped one leaves nothing). */
 export function textUnderPolicy(text: string, mode: CommitEmailMode): string;

@@ -212,3 +212,50 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
     ]);
   }, 180_000);
 });
+
+describe('bin/setup --reconfigure to a stricter COMMIT_EMAILS', () => {
+  it('keep → hash: every address stored under keep is put under hash, then recorded', async () => {
+    await sql`TRUNCATE push_events, push_commits, commits, rejected_events, webhook_deliveries,
+      actors, repositories, event_sources, backfill_files, ingestion_runs CASCADE`.execute(t.db);
+    await sql`
+      INSERT INTO stored_settings (name, value, recorded_by) VALUES ('COMMIT_EMAILS', 'keep', 'test')
+      ON CONFLICT (name) DO UPDATE SET value = excluded.value, previous_value = NULL`.execute(t.db);
+    const env = (emails: string) => ({
+      DATABASE_URL: t.url,
+      GITHUB_API_URL: fake.url,
+      GITHUB_TOKEN: randomToken(),
+      GITHUB_MODE: 'live',
+      COMMIT_EMAILS: emails,
+      LOG_LEVEL: 'warn',
+      LOG_FORMAT: 'json',
+    });
+    const file = path.join(dir, 'kept.json');
+    const lines = fixture('archive-lines.ndjson').trimEnd().split('\n');
+    writeFileSync(file, `${[...lines, lines[0]!.slice(0, 700)].join('\n')}\n`);
+    expect((await runBin('backfill', [file], env('keep'))).code).toBe(0);
+    const kept = (await wholeDatabase()).join('\n');
+    expect(kept).toContain('boisvert@anl.gov');
+    expect(kept).toContain('arifarhan1602@.com');
+
+    const r = await runBin('setup', ['--reconfigure'], env('hash'));
+    expect(r.code, r.err).toBe(0);
+    // 3 payloads, 3 commits, 1 line set aside.
+    expect(r.out).toMatch(
+      /stored-data settings COMMIT_EMAILS keep → hash, addresses of 7 stored row\(s\) rewritten\n$/,
+    );
+    const warned = r.err
+      .split('\n')
+      .filter((l) => l.includes('"setup.reconfigured"'))
+      .map((l) => JSON.parse(l));
+    expect(warned[0]).toMatchObject({
+      rewritten: { push_events: 3, commits: 3, rejected_events: 1, webhook_deliveries: 0 },
+    });
+    const database = (await wholeDatabase()).join('\n');
+    expect(database.match(/[A-Za-z0-9._%+-]+@[A-Za-z0-9-]*(\.[A-Za-z0-9-]+)+/g) ?? []).toEqual([]);
+    expect(database).toContain(hashOf('boisvert@anl.gov'));
+    // Run again: nothing left to do.
+    expect((await runBin('setup', ['--reconfigure'], env('hash'))).out).toBe(
+      'setup: nothing to do, the database is up to date\n',
+    );
+  }, 120_000);
+});
