@@ -96,8 +96,8 @@ export function graphqlPointsLeft(b: PoolBudget): number | null {
   if (windows.length === 0) return null;
   return windows.reduce((n, g) => {
     if (g.blocked) return n;
-    const left = Math.max(0, g.quota - g.spent);
-    return n + (g.remaining === null ? left : Math.min(left, Math.max(0, g.remaining)));
+    // GitHub's remaining, once known, wins over the ledger's sum (ADR 0182).
+    return n + (g.remaining === null ? Math.max(0, g.quota - g.spent) : Math.max(0, g.remaining));
   }, 0);
 }
 

@@ -21,7 +21,8 @@ import { type CommitsClaim, stillOurs } from './claim.ts';
 async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
   // Every settle also closes the attempt openFetchAttempt opened (deaths.ts, ADR 0120).
   const r = await sql`
-    UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL
+    UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL,
+      commits_fetch_group = NULL
     WHERE ${stillOurs(claim)}`.execute(db);
   return Number(r.numAffectedRows ?? 0) === 1;
 }

@@ -296,8 +296,15 @@ export interface PushEventsTable {
   commits_error: string | null;
   /** Set while a fetch attempt is open (migration 2026-12-01T1410, ADR 0120); NULL once settled. */
   commits_fetch_started_at: NullableTimestamp;
-  /** Fetches of this push that died mid-request: the second sets it aside (`failed`). */
+  /** Fetches of this push alone that died mid-request: the second sets it aside (`failed`). */
   commits_deaths: Generated<number>;
+  /**
+   * Pushes the request in flight asks about (migration 2026-12-04T1030, ADR 0182): 1 alone,
+   * more for a GraphQL batch's query; NULL while none is in flight.
+   */
+  commits_fetch_group: number | null;
+  /** Batch queries about this push (with others) that died mid-request: a suspect, asked alone. */
+  commits_batch_deaths: Generated<number>;
 }
 
 /** One commit of a repository; a mirror's text is rewritten by a better source's (ADR 0184). */

@@ -23,8 +23,12 @@ export const MAX_ERRORS = 200;
 const MAX_MESSAGE = 1000;
 const MAX_TYPE = 100;
 const MAX_PATH = 50;
-/** The most points one query can cost (500,000 nodes / 100 is 5,000): a bigger cost is not GitHub's. */
-export const MAX_COST = 100_000;
+/**
+ * The most points one query can cost: GitHub refuses a query of more than 500,000 nodes, and
+ * charges its requests / 100 — at most 5,000 ("Rate limits and query limits for the GraphQL
+ * API"). A bigger cost is not GitHub's: the query is charged what was reserved (ADR 0182).
+ */
+export const MAX_COST = 5_000;
 const RATE_LIMIT_TYPES = new Set(['RATE_LIMITED', 'RATE_LIMIT']);
 const MIN_BACKOFF_MS = 60_000;
 
@@ -138,7 +142,20 @@ export function graphqlReader<T>(o: {
       };
     },
     rateLimit: (raw, now) => graphqlRateLimit(raw, now),
-    // What the query cost, as GitHub said; else what was reserved (a timeout costs too).
-    points: (result) => result?.cost ?? o.estimate,
+    // What the query cost, as GitHub said; else what was reserved (a timeout costs too) —
+    // never more than the same answer says the window has used (ADR 0182).
+    points: (result, raw) =>
+      chargedPoints(result?.cost ?? o.estimate, raw ? graphqlRateLimit(raw, o.now()) : null),
   };
+}
+
+/**
+ * The points a query is settled at: its cost (or the estimate), at most what the answer's own
+ * window says is used of it (limit − remaining). A query cannot cost more than its window
+ * has spent, so where the two disagree GitHub's remaining wins: `cost: 100000` beside
+ * `x-ratelimit-remaining: 4853` of 5,000 is settled at 147, not at a window's worth.
+ */
+export function chargedPoints(points: number, window: RateLimitState | null): number {
+  if (!window) return points;
+  return Math.max(0, Math.min(points, window.limit - window.remaining));
 }
