@@ -83,11 +83,48 @@ export function graphqlRateLimit(raw: RawResponse, now: Date): RateLimitState | 
   const fromHeaders =
     resource === undefined || resource === 'graphql' ? parseRateLimit(raw.headers, now) : null;
   if (fromHeaders) return fromHeaders;
-  if (raw.status < 200 || raw.status >= 300 || !raw.body) return null;
+  if (raw.status < 200 || raw.status >= 300) return null;
+  if (raw.streamed) {
+    const v = raw.streamed.value;
+    return isObject(v) ? bodyRateLimit(v.data, now) : null;
+  }
+  if (!raw.body) return null;
   try {
     return bodyRateLimit((parseJson(raw.body) as { data?: unknown })?.data, now);
   } catch {
     return null;
+  }
+}
+
+/** The answer's JSON: as it was parsed while streaming in, else parsed from its text. */
+function answerJson(path: string, raw: RawResponse): unknown {
+  const { streamed } = raw;
+  if (streamed) {
+    if (streamed.bytes === 0) {
+      throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
+    }
+    if (streamed.error) {
+      throw new MalformedResponse(
+        path,
+        `HTTP ${raw.status} body is not JSON (${streamed.bytes} bytes: ${streamed.error.message})`,
+        streamed.error,
+        raw.status,
+      );
+    }
+    return streamed.value;
+  }
+  if (raw.body === null || raw.body === '') {
+    throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
+  }
+  try {
+    return parseJson(raw.body);
+  } catch (err) {
+    throw new MalformedResponse(
+      path,
+      `HTTP ${raw.status} body is not JSON (${raw.body.length} bytes)`,
+      err,
+      raw.status,
+    );
   }
 }
 
@@ -103,20 +140,7 @@ export function graphqlReader<T>(o: {
     classify(raw) {
       const now = o.now();
       if (raw.status < 200 || raw.status >= 300) throw statusError(path, raw, o.credential, now);
-      if (raw.body === null || raw.body === '') {
-        throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
-      }
-      let body: unknown;
-      try {
-        body = parseJson(raw.body);
-      } catch (err) {
-        throw new MalformedResponse(
-          path,
-          `HTTP ${raw.status} body is not JSON (${raw.body.length} bytes)`,
-          err,
-          raw.status,
-        );
-      }
+      const body = answerJson(path, raw);
       if (!isObject(body)) throw new MalformedResponse(path, 'the answer is not an object');
       const data = body.data ?? null;
       if (data !== null && !isObject(data)) {
