@@ -189,6 +189,8 @@ export async function fetchGraphQLBatch(
     await releasePush(db, claim);
   };
   const claims: CommitsClaim[] = [];
+  // The first claim's lease lapses first: every renewal is timed from it.
+  let leasedUntil = clock.now().getTime() + config.enrichment.leaseSeconds * 1000;
   for (let i = 0; i < (opts.maxPushes ?? GRAPHQL_BATCH_PUSHES); i++) {
     const c = await claimNextPush(db, {
       now: clock.now(),
@@ -205,7 +207,6 @@ export async function fetchGraphQLBatch(
   for (const c of claims) held.set(claimKey(c), c);
 
   // Leases: renewed for all the batch still holds whenever the next step could outlast them.
-  let leasedUntil = clock.now().getTime() + config.enrichment.leaseSeconds * 1000;
   const keepLeases = async (step: 'query' | 'rest'): Promise<Set<string>> => {
     const need = stepSeconds(deps, step);
     const now = clock.now();
