@@ -241,7 +241,7 @@ export async function renewClaims(
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[]) AS v(repository_id, ref, before, head, lease)
     WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state = 'pending' AND p.commits_claimed_until = v.lease
+      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
     RETURNING p.repository_id::text AS repository_id, p.ref, p.before, p.head,
       p.commits_claimed_until::text AS lease`.execute(db);
   const renewed = new Map(
