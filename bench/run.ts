@@ -11,7 +11,7 @@ import { secondsSince } from './lib/stats.ts';
  * bench/results/latest.json; targets are reported as PASS/MISS, never asserted. The one
  * hard failure: a hot query planned as a sequential scan on a big table (exit 1).
  *
- * Names: hot, ingest, enrich, backfill, backfill-commits, status, watch, worker, commits, commits-graphql, commits-worker, export (default: all). The soak is separate: `npm run bench:soak`.
+ * Names: hot, ingest, enrich, backfill, backfill-commits, status, watch, worker, commits, commits-graphql, commits-memory, commits-worker, export (default: all). The soak is separate: `npm run bench:soak`.
  */
 
 type Bench = (database: BenchDatabase, results: ResultLog) => Promise<string[]>;
@@ -27,6 +27,7 @@ const BENCHES: Record<string, () => Promise<Bench>> = {
   worker: async () => (await import('./watch-worker.ts')).benchWatchWorker,
   commits: async () => (await import('./commits.ts')).benchCommits,
   'commits-graphql': async () => (await import('./commits-graphql.ts')).benchCommitsGraphQL,
+  'commits-memory': async () => (await import('./commits-memory.ts')).benchCommitsMemory,
   'commits-worker': async () => (await import('./commits-worker.ts')).benchCommitsWorker,
   export: async () => (await import('./export.ts')).benchExport,
 };

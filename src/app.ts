@@ -1,6 +1,7 @@
 import os from 'node:os';
 import type pg from 'pg';
 import { type Config, loadConfig } from './config.ts';
+import { logConfigWarnings } from './config-checks.ts';
 import { serverRoom } from './db/connections.ts';
 import { acquireEmbeddedPostgres, type EmbeddedHandle } from './db/embedded.ts';
 import { createDb, createPool, type Db } from './db/pool.ts';
@@ -88,6 +89,8 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
     databaseUrl = embedded.url;
   }
   const planRole = isPlanRole(role) ? role : null;
+  // A process that spends the budget says at start what its settings starve (ADR 0181).
+  if (planRole) logConfigWarnings(logger, config);
   const cap = minOf(config.databasePoolMax, planRole ? opts.poolMax : undefined);
   const credentials = credentialLabels(config);
   // Until the server says what it has: the plan within DATABASE_POOL_MAX alone.

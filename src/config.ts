@@ -332,11 +332,39 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
+/** The least GRAPHQL_POINTS_PER_MINUTE whose `queries` 1-point slots fit in `leaseSeconds`. */
+export function leastPointsPerMinute(leaseSeconds: number, queries = 1): number {
+  return Math.floor((60 * queries) / leaseSeconds) + 1;
+}
+
+/**
+ * GraphQL's pacing holds a 1-point query's slot for 60 s ÷ GRAPHQL_POINTS_PER_MINUTE; a slot
+ * as long as ENRICH_LEASE_SECONDS lets the claims of a batch's pushes expire before its next
+ * query may go (another fetcher takes them, and counts deaths nobody died). Refused.
+ */
+function checkGraphQLPacing(pointsPerMinute: number, leaseSeconds: number): void {
+  if (pointsPerMinute === 0 || 60 / pointsPerMinute < leaseSeconds) return;
+  const spacing = 60 / pointsPerMinute;
+  throw new ConfigError(
+    'GRAPHQL_POINTS_PER_MINUTE',
+    `spaces GraphQL queries ${Number.isInteger(spacing) ? spacing : spacing.toFixed(1)} s apart a point (got "${pointsPerMinute}"), no less than ENRICH_LEASE_SECONDS (${leaseSeconds} s): a batch's claims would expire before its next query may go; set at least ${leastPointsPerMinute(leaseSeconds)}, or 0 for no pacing`,
+  );
+}
+
 /**
  * Parses the environment. Empty strings count as unset, as a shell `FOO=` usually means.
  * Throws ConfigError naming the first bad variable.
  */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // An empty GHARCHIVE_URL is refused rather than read as unset: the default is a public
+  // archive on the internet, and an empty list is more likely a template's missing value
+  // than a wish to read data.gharchive.org (ADR 0185).
+  if (env.GHARCHIVE_URL === '') {
+    throw new ConfigError(
+      'GHARCHIVE_URL',
+      'must not be empty: unset it for https://data.gharchive.org, or list at least one mirror',
+    );
+  }
   const input: Record<string, string> = {};
   for (const key of ENV_VARS) {
     const v = env[key];
@@ -355,6 +383,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   // SOURCES is only used by bin/setup, but a bad list should stop any process at start.
   parseSourcesList(e.SOURCES);
+  checkGraphQLPacing(e.GRAPHQL_POINTS_PER_MINUTE, e.ENRICH_LEASE_SECONDS);
   const credentials = parseCredentials(e);
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,

@@ -113,7 +113,9 @@ export async function checkStoredSettings(
 
 /**
  * bin/setup --reconfigure: this process's values become the database's, the old ones kept
- * in previous_value. Rows already stored keep the shape they were written with (ADR 0125).
+ * in previous_value. Rows already stored keep the shape they were written with (ADR 0125),
+ * except addresses, which bin/setup puts under a stricter COMMIT_EMAILS before it calls
+ * this (src/commits/rewrite-addresses.ts, ADR 0184).
  */
 export async function reconfigureStoredSettings(
   db: Db,

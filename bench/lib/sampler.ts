@@ -20,6 +20,8 @@ setInterval(() => {
     event: 'process.sample',
     at: Date.now(),
     rss: mem.rss,
+    // The process's high-water mark (getrusage): a peak between two samples is not missed.
+    maxRss: process.resourceUsage().maxRSS * 1024,
     heapTotal: mem.heapTotal,
     heapUsed: mem.heapUsed,
     external: mem.external,

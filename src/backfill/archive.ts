@@ -6,7 +6,9 @@ import path from 'node:path';
 import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
+import type { CommitSource } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
+import { HOUR_OPEN_HEADER, parseOpenHeader } from '../export/open-hours.ts';
 import { escapeUnsafe, quoted } from '../quote.ts';
 import { withoutUserinfo } from '../redact.ts';
 import { type ArchiveHour, hourFileName } from './hours.ts';
@@ -36,6 +38,27 @@ export class ArchiveUnavailable extends AppError {
   constructor(url: string, detail: string, status: number | null = null, cause?: unknown) {
     super('ARCHIVE_UNAVAILABLE', `${url}: ${detail}`, { url, status }, { cause });
   }
+}
+
+/**
+ * The mirror (another instance's /archive) answered 503: an import is writing into the hour
+ * now (ADR 0185). Not a failure of the mirror: the hour is read again later.
+ */
+export class ArchiveHourOpen extends AppError {
+  constructor(url: string, reasons: string[], retryAfterSeconds: number | null) {
+    super(
+      'ARCHIVE_HOUR_OPEN',
+      `${url}: the mirror is still importing this hour (${reasons.join(', ')})${retryAfterSeconds === null ? '' : `; it asks to retry after ${retryAfterSeconds} s`}`,
+      { url, reasons, retry_after: retryAfterSeconds },
+    );
+  }
+}
+
+/** Retry-After as seconds (a number of seconds; a date is not used), bounded. */
+function retryAfter(res: http.IncomingMessage): number | null {
+  const v = res.headers['retry-after'];
+  const n = typeof v === 'string' && /^\d{1,6}$/.test(v.trim()) ? Number(v.trim()) : null;
+  return n === null ? null : Math.min(n, 86_400);
 }
 
 /** The file ended before its end: a cut download or a truncated gzip (some archive files are). */
@@ -94,6 +117,11 @@ export interface OpenedSource {
   gzip: boolean;
   /** Size in bytes when known (Content-Length, file size): a changed file restarts its import. */
   bytes: number | null;
+  /**
+   * Why the mirror says the hour is still open (another instance's Archive-Hour-Open header,
+   * src/export/open-hours.ts); empty for a final hour, GH Archive's, or a local file.
+   */
+  open: string[];
 }
 
 export interface ByteSource {
@@ -106,6 +134,25 @@ export interface ByteSource {
   /** The archive hour's first instant; null for a local file. */
   hour: Date | null;
   open(signal?: AbortSignal): Promise<OpenedSource>;
+}
+
+/** GH Archive's own host: its hour files are GitHub's events as GitHub served them. */
+const GH_ARCHIVE_HOST = 'data.gharchive.org';
+
+/**
+ * Who vouches for the commits a source's lines carry inline (ADR 0184): GH Archive's own
+ * mirror (over HTTPS) and a file the operator named on the command line are `archive`;
+ * every other mirror — another instance's /archive, a copy, a file:// directory anyone may
+ * write into — is a `mirror`, whose commits are kept unverified until GitHub proves them.
+ */
+export function inlineSourceOf(mirror: string): CommitSource {
+  if (mirror === '') return 'archive';
+  try {
+    const u = new URL(mirror);
+    return u.protocol === 'https:' && u.hostname === GH_ARCHIVE_HOST ? 'archive' : 'mirror';
+  } catch {
+    return 'mirror';
+  }
 }
 
 export interface HttpOptions {
@@ -245,9 +292,17 @@ function get(
           reject(new ArchiveHourMissing(shown(url), status));
           return;
         }
+        const open = parseOpenHeader(res.headers[HOUR_OPEN_HEADER]);
+        if (status === 503 && open.length > 0) {
+          res.resume();
+          reject(new ArchiveHourOpen(shown(url), open, retryAfter(res)));
+          return;
+        }
         if (status !== 200) {
           res.resume();
-          reject(new ArchiveUnavailable(shown(url), `answered ${status}`, status));
+          const wait = retryAfter(res);
+          const detail = `answered ${status}${wait === null ? '' : ` (retry after ${wait} s)`}`;
+          reject(new ArchiveUnavailable(shown(url), detail, status));
           return;
         }
         watch.body(res);
@@ -258,6 +313,7 @@ function get(
           gzip: true,
           bytes: Number.isFinite(length) ? length : null,
           contentType: res.headers['content-type'] ?? null,
+          open,
         });
       },
     );
@@ -327,6 +383,7 @@ async function openLocal(file: string): Promise<OpenedSource> {
     stream: createReadStream(file, { highWaterMark: 256 * 1024 }),
     gzip: await isGzipFile(file),
     bytes: s.size,
+    open: [],
   };
 }
 

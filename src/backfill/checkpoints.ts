@@ -147,13 +147,22 @@ export async function readFromAnotherMirror(
 export async function startCheckpoint(
   client: pg.ClientBase,
   key: CheckpointKey,
-  opts: { bytes: number | null; worker: string; restart: boolean },
+  opts: {
+    bytes: number | null;
+    worker: string;
+    restart: boolean;
+    /** The created_at range its pushes are expected in (null for a local file: unknown). */
+    writes: WriteRange | null;
+  },
 ): Promise<Checkpoint> {
   const r = await client.query<Row>(
-    `INSERT INTO backfill_files (file, scope, source_id, gap_id, bytes, worker, attempts, mirror, hour)
-     VALUES ($1, $2, $3, $4, $5, $6, 1, $8, $9)
+    `INSERT INTO backfill_files (file, scope, source_id, gap_id, bytes, worker, attempts, mirror, hour,
+       writes_from, writes_to)
+     VALUES ($1, $2, $3, $4, $5, $6, 1, $8, $9, $10::timestamptz, $11::timestamptz)
      ON CONFLICT (file, scope, mirror) DO UPDATE SET
        state = 'running', attempts = backfill_files.attempts + 1, error = NULL,
+       writes_from = least(backfill_files.writes_from, excluded.writes_from),
+       writes_to = greatest(backfill_files.writes_to, excluded.writes_to),
        worker = excluded.worker, bytes = excluded.bytes, finished_at = NULL, updated_at = now(),
        lines_done = CASE WHEN $7 THEN 0 ELSE backfill_files.lines_done END,
        events_seen = CASE WHEN $7 THEN 0 ELSE backfill_files.events_seen END,
@@ -172,29 +181,51 @@ export async function startCheckpoint(
       opts.restart,
       key.mirror,
       key.hour,
+      opts.writes?.from ?? null,
+      opts.writes?.to ?? null,
     ],
   );
   return fromRow(r.rows[0]!);
 }
 
+/** The created_at range an import's pushes fall in, both ends included (ADR 0185). */
+export interface WriteRange {
+  from: Date;
+  to: Date;
+}
+
+/**
+ * How an import ends: `completed`, or `open` (read to its end while its mirror said the
+ * hour was still open: the next read starts over, src/backfill/read-and-store.ts).
+ */
+export type FinalState = 'completed' | 'open';
+
 /**
  * Moves the checkpoint to `linesDone` and adds the counts of the lines in between. Called in
- * the chunk's transaction; with `completed` it also closes the import.
+ * the chunk's transaction; `written` widens the hours the import holds open to the chunk's
+ * pushes (in the same transaction as those pushes, so a snapshot that sees one sees the other);
+ * with `end` it also closes the import in that state.
  */
 export async function advanceCheckpoint(
   client: pg.ClientBase,
   id: number,
   linesDone: number,
   delta: CheckpointCounts,
-  completed: boolean,
+  end: FinalState | null,
+  written: WriteRange | null = null,
+  /** An `open` end's error: which reasons the mirror gave. */
+  openNote: string | null = null,
 ): Promise<void> {
   await client.query(
     `UPDATE backfill_files SET
        lines_done = $2, events_seen = events_seen + $3, pushes_seen = pushes_seen + $4,
        pushes_kept = pushes_kept + $5, pushes_created = pushes_created + $6,
        malformed = malformed + $7, updated_at = now(),
-       state = CASE WHEN $8 THEN 'completed' ELSE state END,
-       finished_at = CASE WHEN $8 THEN now() ELSE finished_at END
+       writes_from = least(writes_from, $9::timestamptz),
+       writes_to = greatest(writes_to, $10::timestamptz),
+       state = coalesce($8::text, state),
+       finished_at = CASE WHEN $8::text IS NOT NULL THEN now() ELSE finished_at END,
+       error = CASE WHEN $8::text = 'open' THEN $11::text ELSE error END
      WHERE id = $1`,
     [
       id,
@@ -204,10 +235,17 @@ export async function advanceCheckpoint(
       delta.kept,
       delta.created,
       delta.malformed,
-      completed,
+      end,
+      written?.from ?? null,
+      written?.to ?? null,
+      end === 'open' ? (openNote ?? OPEN_AT_MIRROR) : null,
     ],
   );
 }
+
+/** What an `open` checkpoint says, after the mirror's reasons. */
+export const OPEN_AT_MIRROR =
+  'its lines are stored, and it is read again from its start until the mirror says it is final';
 
 /**
  * The attempt ended without reaching the end of the file; lines_done stays where it is.
@@ -218,7 +256,7 @@ export async function failCheckpoint(
   key: CheckpointKey,
   error: string,
   worker: string,
-  state: 'failed' | 'missing' = 'failed',
+  state: 'failed' | 'missing' | 'open' = 'failed',
 ): Promise<void> {
   await client.query(
     `INSERT INTO backfill_files (file, scope, source_id, gap_id, state, error, worker, attempts, finished_at, mirror, hour)

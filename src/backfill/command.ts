@@ -90,6 +90,8 @@ function nextStep(code: string | undefined): string {
       return '';
     case 'ARCHIVE_NOT_GZIP':
       return '; running it again reads the same page: check the mirror in GHARCHIVE_URL (or --mirror)';
+    case 'ARCHIVE_HOUR_OPEN':
+      return '; the mirror is still writing this hour (another instance importing it, a gap it has not filled, or an hour just ended): what it served is stored; run the same command again later to read it once it is final';
     case 'ARCHIVE_HOUR_MISSING':
       return '; this mirror has no file for the hour (GH Archive publishes an hour about an hour after it ends, and lacks some for good): try another mirror (--mirror URL or --mirror all), or later';
     default:
@@ -131,18 +133,22 @@ function formatGap(r: GapFillResult): string {
 
 /** Per mirror, the gap's hours: read, missing, failed, and the pushes each added. */
 function formatMirrors(r: GapFillResult): string[] {
-  const by = new Map<string, { read: number; missing: number; failed: number; added: number }>();
+  const by = new Map<
+    string,
+    { read: number; missing: number; failed: number; open: number; added: number }
+  >();
   for (const m of r.mirrors) {
-    const t = by.get(m.mirror) ?? { read: 0, missing: 0, failed: 0, added: 0 };
+    const t = by.get(m.mirror) ?? { read: 0, missing: 0, failed: 0, open: 0, added: 0 };
     if (m.state === 'imported') t.read++;
     else if (m.state === 'missing') t.missing++;
+    else if (m.state === 'open') t.open++;
     else t.failed++;
     t.added += m.pushesAdded;
     by.set(m.mirror, t);
   }
   return [...by].map(
     ([mirror, t]) =>
-      `  ${mirror || '(default)'}: ${t.read} hours read, ${t.missing} missing, ${t.failed} failed; ${count(t.added)} pushes added`,
+      `  ${mirror || '(default)'}: ${t.read} hours read, ${t.missing} missing, ${t.failed} failed${t.open ? `, ${t.open} still open there` : ''}; ${count(t.added)} pushes added`,
   );
 }
 

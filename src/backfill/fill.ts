@@ -272,9 +272,12 @@ async function fillLocked(
     (f) => `${f.hour.name}: ${f.import.error?.message ?? f.import.outcome}`,
   );
   result.error = reasons.join('; ');
-  // Missing for good: every hour that still fails ended more than 48 h ago.
+  // Missing for good: every hour that still fails (or that its only mirrors still call open)
+  // ended more than 48 h ago.
   const givenUp = failed.every(
-    (f) => f.import.outcome === 'failed' && now.getTime() >= giveUpAt(f.hour).getTime(),
+    (f) =>
+      (f.import.outcome === 'failed' || f.import.outcome === 'open') &&
+      now.getTime() >= giveUpAt(f.hour).getTime(),
   );
   if (givenUp) {
     const lastError = `archive hours unavailable 48 h after they ended: ${result.error}`;

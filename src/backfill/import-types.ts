@@ -28,7 +28,17 @@ export interface ImportOptions {
   onProgress?: (p: ImportProgress) => void;
 }
 
-export type ImportOutcome = 'completed' | 'already_imported' | 'busy' | 'failed' | 'interrupted';
+/**
+ * `open`: read (its lines stored) or refused (503) while its mirror said the hour was still
+ * open: not completed, read again later (ADR 0185).
+ */
+export type ImportOutcome =
+  | 'completed'
+  | 'already_imported'
+  | 'busy'
+  | 'failed'
+  | 'interrupted'
+  | 'open';
 
 export interface ImportProgress {
   label: string;

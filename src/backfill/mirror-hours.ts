@@ -14,7 +14,7 @@ import { GIVE_UP_AFTER_MS } from './hours.ts';
 export interface MirrorHourRow {
   mirror: string;
   hour: string;
-  /** imported | missing | failed | running */
+  /** imported | missing | failed | running | open (read while the mirror said the hour was open) */
   state: string;
   pushesAdded: number;
   attempts: number;
@@ -51,8 +51,8 @@ export interface LateMirrorHour {
 }
 
 /**
- * Hours of filled gaps that a configured mirror lacked (missing, failed) and may still
- * publish: inside the 48 h horizon, their backoff over (1, 2, 4 … minutes by attempts,
+ * Hours of filled gaps that a configured mirror lacked (missing, failed) or served while it
+ * said they were still open, and may still publish or finish: inside the 48 h horizon, their backoff over (1, 2, 4 … minutes by attempts,
  * capped at an hour, as a gap's). Oldest first.
  */
 export async function lateMirrorHours(
@@ -67,7 +67,7 @@ export async function lateMirrorHours(
   const r = await sql<{ gap_id: string; mirror: string; file: string; attempts: number }>`
     SELECT b.gap_id, b.mirror, b.file, b.attempts
     FROM backfill_files b JOIN gaps g ON g.id = b.gap_id
-    WHERE g.state = 'filled' AND b.state IN ('missing', 'failed')
+    WHERE g.state = 'filled' AND b.state IN ('missing', 'failed', 'open')
       AND b.mirror = ANY(${[...configured.keys()]}::text[])
       AND b.hour + interval '1 hour' + make_interval(secs => ${GIVE_UP_AFTER_MS / 1000}) > ${now}
       AND b.updated_at + least(interval '1 hour', interval '1 minute' * 2 ^ greatest(0, b.attempts - 1)) <= ${now}

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { commitsOffReason, commitsTargetsUnless, NO_TARGETS } from '../commits/targets.ts';
 import { kyselyOn } from '../db/session.ts';
 import { AppError } from '../errors.ts';
+import { pushesFinal } from '../export/open-hours.ts';
 import { dropStage, insertStagedEntities, prepareStage } from '../ingestion/bulk-store.ts';
 import {
   archiveMirrorId,
@@ -19,7 +20,14 @@ import {
   type QuarantineRow,
   quarantineEvents,
 } from '../quarantine/rejected-events.ts';
-import { ArchiveHourMissing, type ByteSource, decoded, readError } from './archive.ts';
+import {
+  ArchiveHourMissing,
+  ArchiveHourOpen,
+  type ByteSource,
+  decoded,
+  inlineSourceOf,
+  readError,
+} from './archive.ts';
 import {
   addCounts,
   advanceCheckpoint,
@@ -27,12 +35,15 @@ import {
   type CheckpointCounts,
   checkpointKeyFor,
   failCheckpoint,
+  OPEN_AT_MIRROR,
   readFromAnotherMirror,
   startCheckpoint,
+  type WriteRange,
   ZERO_COUNTS,
 } from './checkpoints.ts';
 import { type ChunkMode, storeIsolating } from './chunk-store.ts';
 import { classifyLine, mapArchivePush } from './events.ts';
+import { hourEnd, hourOf } from './hours.ts';
 import type {
   ImportDeps,
   ImportOptions,
@@ -55,6 +66,26 @@ const LOGGED_CLASHES = 5;
 /** A chunk is cut at this many lines set aside, or lines read, whatever its pushes. */
 const MAX_SET_ASIDE = 1_000;
 const MAX_CHUNK_LINES = 200_000;
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * The hours an import will write into, announced at its start (ADR 0185): a gap's window; an
+ * archive hour's own hour and the one before it (crawl-time filing puts an hour's late events
+ * in the next file); nothing for a local file, whose hours its chunks announce as they store.
+ */
+function expectedWrites(
+  source: Pick<ByteSource, 'hour'>,
+  target: Pick<ImportTarget, 'window'>,
+): WriteRange | null {
+  if (target.window) return { from: target.window.from, to: target.window.to };
+  if (!source.hour) return null;
+  const hour = hourOf(source.hour);
+  return {
+    from: new Date(hour.start.getTime() - HOUR_MS),
+    to: new Date(hourEnd(hour).getTime() - 1),
+  };
+}
 
 export async function readAndStore(
   deps: ImportDeps,
@@ -81,7 +112,11 @@ export async function readAndStore(
       key,
       note,
       deps.workerId,
-      e instanceof ArchiveHourMissing ? 'missing' : 'failed',
+      e instanceof ArchiveHourMissing
+        ? 'missing'
+        : e instanceof ArchiveHourOpen
+          ? 'open'
+          : 'failed',
     );
     log.warn(
       {
@@ -101,20 +136,27 @@ export async function readAndStore(
   try {
     opened = await source.open(opts.signal);
   } catch (err) {
+    if (err instanceof ArchiveHourOpen) return fail(err, 'open');
     if (err instanceof AppError) return fail(err);
     if (opts.signal?.aborted) return fail(err, 'interrupted');
     throw err;
   }
   // Resume only into the same file: a different size means the lines are not the same lines.
+  // A copy read while its mirror said the hour was open is read again from its start: the
+  // mirror's later copy has lines where the earlier one had none.
   const sameFile =
     previous !== null &&
+    previous.state !== 'open' &&
     (previous.bytes === null || opened.bytes === null || previous.bytes === opened.bytes);
   const restart = opts.force === true || !sameFile;
   const checkpoint = await startCheckpoint(client, key, {
     bytes: opened.bytes,
     worker: deps.workerId,
     restart,
+    writes: expectedWrites(source, target),
   });
+  // What the mirror says of the hour decides how the import ends: completed, or open.
+  const mirrorOpen = pushesFinal(opened.open) ? null : opened.open;
   result.checkpointId = checkpoint.id;
   result.resumedAt = checkpoint.linesDone;
   let committed = checkpoint.counts;
@@ -146,6 +188,8 @@ export async function readAndStore(
   let pending = new StageBatch(chunkBytes);
   let spare: StageBatch | null = new StageBatch(chunkBytes);
   let delta: CheckpointCounts = { ...ZERO_COUNTS };
+  // The created_at range of the chunk's kept pushes: the hours it writes into.
+  let written: { from: number; to: number } | null = null;
   let lineNo = 0;
   let loggedMalformed = 0;
   let linesAtFlush = checkpoint.linesDone;
@@ -233,6 +277,8 @@ export async function readAndStore(
   const off =
     !deps.db || (deps.config !== undefined && commitsOffReason(deps.config.github) !== null);
   const targets = deps.db ? await commitsTargetsUnless(off, deps.db) : NO_TARGETS;
+  // Who vouches for the file's inline commits (ADR 0184), and COMMIT_EMAILS for its payloads.
+  const inline = { source: inlineSourceOf(source.mirror), emails: mode.emails };
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
   // inserted just before, on the second connection (ADR 0040).
   const store = async (
@@ -242,6 +288,7 @@ export async function readAndStore(
     last: boolean,
     entities: { newActors: number; newRepositories: number },
     aside: QuarantineRow[],
+    range: { from: number; to: number } | null,
   ) => {
     await client.query('BEGIN');
     let firstSeen: QuarantineRow[] = [];
@@ -267,11 +314,21 @@ export async function readAndStore(
           raw: { staged: batch.bytes(index, index + 1).toString('utf8') },
         });
       }
-      if (aside.length > 0) firstSeen = (await quarantineEvents(session, aside)).firstSeen;
+      if (aside.length > 0)
+        firstSeen = (await quarantineEvents(session, aside, mode.emails)).firstSeen;
       counts.created += outcome.stored.created;
       pendingCommits = outcome.stored.commitsPending;
       clashes = outcome.stored.clashes;
-      await advanceCheckpoint(client, checkpoint.id, upTo, counts, last);
+      await advanceCheckpoint(
+        client,
+        checkpoint.id,
+        upTo,
+        counts,
+        last ? (mirrorOpen ? 'open' : 'completed') : null,
+        range && { from: new Date(range.from), to: new Date(range.to) },
+        mirrorOpen &&
+          `the mirror said the hour is still open (${mirrorOpen.join(', ')}): ${OPEN_AT_MIRROR}`,
+      );
       await client.query('COMMIT');
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
@@ -308,6 +365,8 @@ export async function readAndStore(
     const upTo = lineNo;
     const aside = setAside;
     setAside = [];
+    const range = written;
+    written = null;
     linesAtFlush = lineNo;
     delta = { ...ZERO_COUNTS };
     const entities = insertStagedEntities(entityClient, batch).catch((err: unknown) => {
@@ -320,7 +379,7 @@ export async function readAndStore(
     if (inFlight) await inFlight;
     pending = spare ?? new StageBatch(chunkBytes);
     spare = null;
-    inFlight = entities.then((e) => store(batch, upTo, counts, last, e, aside));
+    inFlight = entities.then((e) => store(batch, upTo, counts, last, e, aside, range));
     inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
   };
 
@@ -363,7 +422,10 @@ export async function readAndStore(
             const at = row.createdAt.getTime();
             if (window && (at < window.from.getTime() || at > window.to.getTime())) break;
             delta.kept++;
-            pending.add(row, known, targets);
+            pending.add(row, known, targets, inline);
+            written = written
+              ? { from: Math.min(written.from, at), to: Math.max(written.to, at) }
+              : { from: at, to: at };
           }
         }
         // A chunk is full of pushes, of lines set aside, or of lines (a narrow scope keeps
@@ -401,6 +463,24 @@ export async function readAndStore(
     await dropStage(client).catch(() => {});
     await (lastEntities as Promise<unknown> | null)?.catch(() => {});
     entityClient.release(entityBroken);
+  }
+  if (mirrorOpen) {
+    log.warn(
+      {
+        event: 'backfill.file_open',
+        checkpoint_id: checkpoint.id,
+        mirror_open: mirrorOpen,
+        lines: result.lines,
+        kept: result.counts.kept,
+        created: result.counts.created,
+      },
+      `${source.label}: read, but the mirror says the hour is still open (${mirrorOpen.join(', ')}): ${result.counts.created} pushes stored; it is read again until the mirror says it is final`,
+    );
+    result.error = {
+      code: 'ARCHIVE_HOUR_OPEN',
+      message: `the mirror says the hour is still open (${mirrorOpen.join(', ')})`,
+    };
+    return finish('open');
   }
   log.info(
     {

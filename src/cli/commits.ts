@@ -3,14 +3,17 @@ import {
   emptyFetchOutcomes,
   type FetchOutcome,
   type FetchResult,
-  fetchOnce,
+  fetchCycle,
 } from '../commits/fetch.ts';
-import { fetchGraphQLBatch, graphqlStepMax } from '../commits/graphql-fetch.ts';
 import { graphqlPointsLeft } from '../commits/graphql-sizing.ts';
+import {
+  type BackgroundReading,
+  readBackground,
+  shareRule,
+  withinRemaining,
+} from '../commits/share.ts';
 import { UsageError } from '../errors.ts';
-import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
-import { fetchLanes } from '../fetching/lanes.ts';
-import type { BudgetSnapshot } from '../github/types.ts';
+import type { CycleStop } from '../fetching/cycle.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
 import { bar, terminal } from '../terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
@@ -23,16 +26,18 @@ that one busy repository cannot hold up the others, by the same transport as the
 with COMMITS_TRANSPORT=graphql (the default) and a credential configured, batches of many
 pushes in one GraphQL query on the credential's GraphQL points window (a push GraphQL
 cannot prove goes to REST compare); otherwise GitHub's compare endpoint, one request a
-push (a few for one paged past 250 commits). Runs beside a live worker: pushes are claimed
-under a lease, so no two processes fetch the same one, and REST requests spend the
-background allowance shared with enrichment (at most COMMITS_SHARE of it).
+push (a few for one paged past 250 commits). It runs the worker's own cycle and budget
+rule. Runs beside a live worker: pushes are claimed under a lease, so no two processes
+fetch the same one, and REST requests spend the background allowance shared with
+enrichment: commits' floor of it (COMMITS_SHARE) always, and what enrichment leaves
+while nothing is due to enrich. --limit caps the pushes, not the rule.
 
   --limit N    at most N pushes (required, a positive integer)
   --json       print one JSON summary instead of progress
 
 Prints one line per push and a summary (stdout): fetched, complete, partial, gone, failed
-and requests (and GraphQL queries and points), then the background budget left (REST) and,
-by GraphQL, the points its windows have left; on a terminal, a progress bar under them
+and requests (and GraphQL queries and points), then the REST requests commits may still
+spend (budget left) and, by GraphQL, the points its windows have left; on a terminal, a progress bar under them
 (stderr).
 Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
 1 an error; 2 bad arguments or configuration.
@@ -55,8 +60,14 @@ export interface CommitsRunSummary {
   points: number;
   stoppedBy: StopReason;
   outcomes: Record<Counted, number>;
-  /** What the background allowance (enrichment and commits) still has in this window. */
+  /**
+   * The REST requests commits may still spend in this window by the share rule (ADR 0181):
+   * their floor of the background allowance, and what enrichment leaves while nothing is due
+   * to enrich; never more than GitHub says remains.
+   */
   budgetLeft: number | null;
+  /** The background allowance at the end: floors, spent, lent, who waits (ADR 0181). */
+  background: BackgroundReading | null;
   /**
    * By GraphQL: the points the credentials' GraphQL windows still have (what the batches
    * spend; the REST allowance above only pays for fallbacks). null on the REST transport.
@@ -74,12 +85,6 @@ export interface CommitsRunSummary {
     stored: number | null;
     status: number | null;
   }[];
-}
-
-/** The background allowance left in this window (never more than GitHub says remains). */
-export function backgroundLeft(b: BudgetSnapshot): number {
-  const left = Math.max(0, b.allowance.enrich - b.spent.enrich - b.spent.commits);
-  return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
 }
 
 export interface RunOptions {
@@ -102,8 +107,9 @@ export function commitsTransport(app: App): 'graphql' | 'rest' {
 }
 
 /**
- * Up to `limit` pushes, by GraphQL batches or fetchOnce (commitsTransport); nothing due,
- * the share or budget, or a rate limit stops it.
+ * Up to `limit` pushes by the worker's own cycle (GraphQL batches or REST compare, as
+ * commitsTransport says); nothing due, the share rule or the budget, or a rate limit stops
+ * it, as it stops a worker's cycle. --limit caps the pushes, not the rule.
  */
 export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRunSummary> {
   const summary: CommitsRunSummary = {
@@ -116,12 +122,12 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
     stoppedBy: 'nothing_due',
     outcomes: emptyOutcomes(),
     budgetLeft: null,
+    background: null,
     graphqlPointsLeft: null,
     pushes: [],
   };
-  /** Counts one push's result (idle and budget_exhausted only their requests). */
+  /** Counts one push's result (the cycle counts the requests, queries and points). */
   const record = async (r: FetchResult): Promise<void> => {
-    summary.requests += r.requests;
     if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') return;
     summary.fetched += 1;
     summary.outcomes[r.outcome] += 1;
@@ -138,37 +144,24 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
     });
     await opts.onPush?.(r, summary);
   };
-  // The worker's loop (src/fetching/cycle.ts): as many steps at once as this process's
-  // plan has fetchers for the budget it spends, the limit never overshot.
-  const loop = { cap: opts.limit, shouldStop: opts.shouldStop };
-  const run =
-    summary.transport === 'graphql'
-      ? await runFetchCycle({
-          ...loop,
-          lanes: fetchLanes(app, 'graphql', 'commits'),
-          stepMax: graphqlStepMax(opts.limit, fetchLanes(app, 'graphql', 'commits')),
-          step: async (room) => {
-            const b = await fetchGraphQLBatch(app, {
-              maxPushes: room,
-              onResult: record,
-            });
-            summary.queries += b.queries;
-            summary.points += b.points;
-            return { taken: b.claimed, stop: b.stoppedBy ?? undefined, retryAt: b.retryAt };
-          },
-        })
-      : await runFetchCycle({
-          ...loop,
-          lanes: fetchLanes(app, 'rest', 'commits'),
-          step: async () => {
-            const r = await fetchOnce(app);
-            await record(r);
-            return oneEntityReport(r.outcome, r.retryAt);
-          },
-        });
+  // The worker's cycle (fetchCycle: the shared fetch loop with commits' transports, the
+  // plan's lanes, the share rule before every REST request), capped at the limit.
+  const run = await fetchCycle(app, {
+    maxPushes: opts.limit,
+    shouldStop: opts.shouldStop,
+    onResult: record,
+  });
+  summary.requests = run.requests;
+  summary.queries = run.queries ?? 0;
+  summary.points = run.points ?? 0;
   summary.stoppedBy = CYCLE_STOP[run.stoppedBy];
-  const budget = await app.github.budget();
-  summary.budgetLeft = backgroundLeft(budget);
+  const now = new Date();
+  const [reading, budget] = await Promise.all([
+    readBackground(app.db, app.github, shareRule(app.config, app.github), now),
+    app.github.budget(),
+  ]);
+  summary.background = reading;
+  summary.budgetLeft = withinRemaining(reading.room.commits, budget);
   if (summary.transport === 'graphql') summary.graphqlPointsLeft = graphqlPointsLeft(budget);
   return summary;
 }
@@ -221,7 +214,7 @@ function formatCounts(s: CommitsRunSummary): string {
 }
 
 export function formatSummary(s: CommitsRunSummary): string {
-  const budget = s.budgetLeft === null ? '' : `; background budget left ${s.budgetLeft}`;
+  const budget = s.budgetLeft === null ? '' : `; commits budget left ${s.budgetLeft}`;
   const points = s.graphqlPointsLeft === null ? '' : `; GraphQL points left ${s.graphqlPointsLeft}`;
   return `commits: ${s.fetched}/${s.limit} fetched (${formatCounts(s)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}${points}`;
 }

@@ -1,9 +1,15 @@
 import { type App, createApp } from '../app.ts';
+import {
+  type BackgroundReading,
+  readBackground,
+  shareRule,
+  withinRemaining,
+} from '../commits/share.ts';
 import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../enrichment/entity.ts';
-import { type EnrichOutcome, type EnrichResult, enrichOnce } from '../enrichment/runner.ts';
+import { type EnrichOutcome, type EnrichResult, enrichClasses } from '../enrichment/runner.ts';
 import { UsageError } from '../errors.ts';
+import type { CycleStop } from '../fetching/cycle.ts';
 import { GitHubAuthFailed } from '../github/errors.ts';
-import type { BudgetSnapshot } from '../github/types.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
 import { quoted } from '../quote.ts';
 import { bar, terminal } from '../terminal.ts';
@@ -13,10 +19,13 @@ import { describeFailure } from './failure.ts';
 const USAGE = `
 Usage: bin/enrich --limit N [--class actor|repository] [--json]
 
-Enriches up to N due actors and repositories now, one request each, alternating the
-two classes (a class with nothing due is skipped). Runs beside a live worker: entities
-are claimed under a lease, so no two processes fetch the same one, and every request
-spends the shared enrichment budget.
+Enriches up to N due actors and repositories now, one request each, by the worker's own
+loop and budget rule: the two classes in turn (a class with nothing due is skipped), one
+profile in flight a credential. Runs beside a live worker: entities are claimed under a
+lease, so no two processes fetch the same one, and every request spends the background
+allowance it shares with commit fetching: enrichment's floor of it always, and the part
+commits leave unused while they wait for no REST request. --limit caps the entities, not
+the rule.
 
   --limit N    at most N entities (required, a positive integer)
   --class C    only actors or only repositories
@@ -43,7 +52,10 @@ export interface EnrichRunSummary {
   done: number;
   stoppedBy: StopReason;
   outcomes: Record<Exclude<EnrichOutcome, 'idle' | 'budget_exhausted'>, number>;
+  /** What enrichment may still spend in this window (budgetLeft()); null after an error. */
   budgetLeft: number | null;
+  /** The background allowance at the end: floors, spent, lent, who waits (ADR 0181). */
+  background: BackgroundReading | null;
   /** Why the pass stopped early, when it was GitHub's 401s or an error (one line). */
   error: { code: string; message: string } | null;
   entities: {
@@ -56,11 +68,18 @@ export interface EnrichRunSummary {
   }[];
 }
 
-/** What the enrich allowance still has in this window (never more than GitHub says remains). */
-export function budgetLeft(b: BudgetSnapshot): number {
-  // The background allowance is shared with commit fetching (ADR 0071).
-  const left = Math.max(0, b.allowance.enrich - b.spent.enrich - b.spent.commits);
-  return b.remaining === null ? left : Math.min(left, Math.max(0, b.remaining));
+/**
+ * What enrichment may still spend in this window by the share rule (ADR 0181): past its
+ * floor only what commits leave while they do not wait for REST, and never more than GitHub
+ * says remains.
+ */
+export async function budgetLeft(app: App): Promise<number> {
+  const now = new Date();
+  const [reading, pool] = await Promise.all([
+    readBackground(app.db, app.github, shareRule(app.config, app.github), now),
+    app.github.budget(),
+  ]);
+  return withinRemaining(reading.room.enrich, pool);
 }
 
 export interface RunOptions {
@@ -71,10 +90,10 @@ export interface RunOptions {
 }
 
 /**
- * Runs enrichOnce up to `limit` times, round-robin over the classes still in play. A
- * class leaves the rotation when it is idle, or when its fair share is used while the
- * other class still has work; a class that left for its share comes back once the
- * other is idle (the split is work-conserving). The budget or a rate limit stops all.
+ * The worker's enrichment cycle (enrichClasses: the shared fetch loop, the share rule, the
+ * plan's lanes) over the classes asked for, capped at `limit` entities: the classes in turn,
+ * a class that is idle or used its half while the other has work leaving the turn. The
+ * budget, the share rule or a rate limit stops it, as it stops a worker's cycle.
  */
 export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSummary> {
   const summary: EnrichRunSummary = {
@@ -83,72 +102,53 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
     stoppedBy: 'nothing_due',
     outcomes: { enriched: 0, not_modified: 0, gone: 0, retry: 0, failed: 0, rate_limited: 0 },
     budgetLeft: null,
+    background: null,
     error: null,
     entities: [],
   };
-  let active = [...opts.classes];
-  let waitingForShare: EntityClass[] = [];
-  let turn = 0;
-  while (active.length > 0) {
-    if (summary.done >= opts.limit) {
-      summary.stoppedBy = 'limit';
-      break;
-    }
-    if (opts.shouldStop?.()) {
-      summary.stoppedBy = 'interrupted';
-      break;
-    }
-    const cls = active[turn % active.length]!;
-    let r: EnrichResult;
-    try {
-      r = await enrichOnce(app, cls);
-    } catch (err) {
-      // What was done so far stands (each entity committed on its own): stop, and say why.
-      summary.stoppedBy = err instanceof GitHubAuthFailed ? 'auth' : 'error';
-      summary.error = {
-        code: (err as { code?: unknown }).code?.toString() ?? 'INTERNAL',
-        message: err instanceof GitHubAuthFailed ? err.message : describeFailure(err),
-      };
-      break;
-    }
-    if (r.outcome === 'idle') {
-      active = [...active.filter((c) => c !== cls), ...waitingForShare];
-      waitingForShare = [];
-      continue;
-    }
-    if (r.outcome === 'budget_exhausted') {
-      if (r.reason === 'fair_share') {
-        active = active.filter((c) => c !== cls);
-        waitingForShare.push(cls);
-        continue;
-      }
-      summary.stoppedBy = r.reason === 'auth' ? 'auth' : 'budget';
-      if (r.reason === 'auth') {
-        summary.error = { code: 'GITHUB_AUTH_FAILED', message: r.detail ?? 'GitHub answered 401' };
-      }
-      break;
-    }
-    summary.done += 1;
-    summary.outcomes[r.outcome] += 1;
-    summary.entities.push({
-      class: cls,
-      id: jsonInteger(r.entityId!),
-      name: r.name ?? '',
-      outcome: r.outcome,
-      status: r.status ?? null,
+  try {
+    const run = await enrichClasses(app, opts.classes, {
+      maxEntities: opts.limit,
+      shouldStop: opts.shouldStop,
+      onResult: async (r) => {
+        if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') return;
+        summary.done += 1;
+        summary.outcomes[r.outcome] += 1;
+        summary.entities.push({
+          class: r.class,
+          id: jsonInteger(r.entityId!),
+          name: r.name ?? '',
+          outcome: r.outcome,
+          status: r.status ?? null,
+        });
+        await opts.onEntity?.(r, summary);
+      },
     });
-    turn += 1;
-    await opts.onEntity?.(r, summary);
-    if (r.outcome === 'rate_limited') {
-      summary.stoppedBy = 'rate_limited';
-      break;
+    summary.stoppedBy = CYCLE_STOP[run.stoppedBy];
+    if (run.refusal?.reason === 'auth') {
+      summary.stoppedBy = 'auth';
+      summary.error = {
+        code: 'GITHUB_AUTH_FAILED',
+        message: run.refusal.detail ?? 'GitHub answered 401',
+      };
     }
+  } catch (err) {
+    // What was done so far stands (each entity committed on its own): stop, and say why.
+    summary.stoppedBy = err instanceof GitHubAuthFailed ? 'auth' : 'error';
+    summary.error = {
+      code: (err as { code?: unknown }).code?.toString() ?? 'INTERNAL',
+      message: err instanceof GitHubAuthFailed ? err.message : describeFailure(err),
+    };
   }
   if (summary.error) return summary;
-  if (active.length === 0 && waitingForShare.length > 0) summary.stoppedBy = 'budget';
-  if (summary.done >= opts.limit) summary.stoppedBy = 'limit';
   try {
-    summary.budgetLeft = budgetLeft(await app.github.budget());
+    const now = new Date();
+    const [reading, pool] = await Promise.all([
+      readBackground(app.db, app.github, shareRule(app.config, app.github), now),
+      app.github.budget(),
+    ]);
+    summary.background = reading;
+    summary.budgetLeft = withinRemaining(reading.room.enrich, pool);
   } catch (err) {
     summary.stoppedBy = 'error';
     summary.error = { code: 'INTERNAL', message: describeFailure(err) };
@@ -156,10 +156,20 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
   return summary;
 }
 
+/** The loop's stop, in this command's words. */
+const CYCLE_STOP: Record<CycleStop, StopReason> = {
+  idle: 'nothing_due',
+  cap: 'limit',
+  stopped: 'interrupted',
+  budget_exhausted: 'budget',
+  rate_limited: 'rate_limited',
+};
+
 const STOP_TEXT: Record<StopReason, string> = {
   limit: 'limit reached',
   nothing_due: 'nothing more is due',
-  budget: 'the enrichment budget says no for now',
+  budget:
+    "the background budget (or, while commits wait, enrichment's floor of it) says no for now",
   rate_limited: 'GitHub rate-limited us; enrichment resumes after the reset',
   interrupted: 'interrupted',
   auth: 'GitHub rejected every credential (401)',
@@ -222,7 +232,7 @@ export async function main(argv: string[]): Promise<number> {
         if (parsed.values.json) return;
         terminal.write(process.stdout, `${formatEntity(r)}\n`);
         if (bar) {
-          terminal.setStatus(process.stderr, progressBar(s, budgetLeft(await app.github.budget())));
+          terminal.setStatus(process.stderr, progressBar(s, await budgetLeft(app)));
         }
       },
     });

@@ -3,6 +3,8 @@ import path from 'node:path';
 import { type App, createApp } from '../app.ts';
 import { UsageError } from '../errors.ts';
 import { hourKnown, hourLines } from '../export/hour-query.ts';
+import { hourOpenReasons, type OpenReason, withPending } from '../export/open-hours.ts';
+import { sweepTemporaryFiles } from '../export/temporary-files.ts';
 import { type HourFile, inHourSnapshot, writeHourFile } from '../export/write.ts';
 import { type ArchiveHour, hourEnd, hourFileName, parseHour } from '../gaps/hours.ts';
 import { bar, terminal } from '../terminal.ts';
@@ -24,7 +26,9 @@ reads GH Archive (DuckDB, ClickHouse, BigQuery loaders) reads it (docs/export.md
 The same stored hour is the same bytes every time. A push whose commits are still pending
 is written without size and commits; one known only by webhook has "id": null. Pushes of a
 repository known to be private are never written. Each file appears whole or not at all
-(written beside it, then renamed). On a terminal, progress is drawn on stderr.
+(written beside it, then renamed; what a killed export left there is removed by the next
+one). An hour still open (being imported, a gap, just ended) is written with a warning. On
+a terminal, progress is drawn on stderr.
 
 Exit codes: 0 every hour written; 1 a file could not be written (the others still are) or
 the run was interrupted; 2 bad arguments (an hour that is not one, or in the future) or
@@ -59,6 +63,8 @@ interface Outcome {
   error: string | null;
   /** The store knew nothing of the hour (no push, no archive read, before it started). */
   unknown: boolean;
+  /** Why the hour may still change, read in the snapshot it was written from (ADR 0185). */
+  open: OpenReason[];
 }
 
 async function exportOne(
@@ -68,12 +74,20 @@ async function exportOne(
   o: { showBar: boolean; signal: AbortSignal; now: Date },
 ): Promise<Outcome> {
   const file = path.join(out, hourFileName(hour));
-  const outcome: Outcome = { hour: hour.name, path: file, file: null, error: null, unknown: false };
+  const outcome: Outcome = {
+    hour: hour.name,
+    path: file,
+    file: null,
+    error: null,
+    unknown: false,
+    open: [],
+  };
   try {
     await inHourSnapshot(app.db, async (run) => {
       const from = hour.start;
       const to = hourEnd(hour);
       outcome.unknown = !(await hourKnown(run, from, to));
+      const open = hourEnd(hour) > o.now ? [] : await hourOpenReasons(run, hour, o.now);
       const total = o.showBar ? await hourLines(run, from, to) : 0;
       const draw = (n: number) =>
         terminal.setStatus(
@@ -86,6 +100,7 @@ async function exportOne(
         signal: o.signal,
         onLines: o.showBar ? draw : undefined,
       });
+      outcome.open = withPending(open, outcome.file.pending);
       app.logger.info(
         {
           event: 'export.hour_written',
@@ -109,6 +124,11 @@ async function exportOne(
     terminal.write(
       process.stderr,
       `export: warning: hour ${hour.name} is not over yet: pushes arriving later are not in ${file}\n`,
+    );
+  } else if (outcome.file && outcome.open.some((r) => r !== 'commits_pending')) {
+    terminal.write(
+      process.stderr,
+      `export: warning: hour ${hour.name} is still open (${outcome.open.join(', ')}): pushes may still be added after ${file} was written\n`,
     );
   } else if (outcome.unknown && outcome.file) {
     terminal.write(
@@ -143,6 +163,14 @@ export async function main(argv: string[]): Promise<number> {
   const hours = parseHours(positionals, now);
   const out = path.resolve(values.out ?? '.');
   await mkdir(out, { recursive: true });
+  // What an export killed here before left behind (never a running export's file).
+  const swept = await sweepTemporaryFiles(out);
+  if (swept.files.length > 0) {
+    terminal.write(
+      process.stderr,
+      `export: removed ${swept.files.length} temporary files (${swept.bytes} bytes) that killed exports left in ${out}\n`,
+    );
+  }
 
   const app = await createApp({ role: 'export', poolMax: 2 });
   const abort = new AbortController();
@@ -175,6 +203,7 @@ export async function main(argv: string[]): Promise<number> {
       with_commits: o.file?.withCommits ?? null,
       pending: o.file?.pending ?? null,
       commits: o.file?.commits ?? null,
+      open: o.file ? o.open : null,
       bytes: o.file?.bytes ?? null,
       sha256: o.file?.sha256 ?? null,
     }));

@@ -1,4 +1,5 @@
 import { type App, createApp } from '../app.ts';
+import { rewriteStoredAddresses } from '../commits/rewrite-addresses.ts';
 import { migrateToLatest, withSetupLock } from '../db/migrate.ts';
 import { describeSource, seedSources } from '../ingestion/sources.ts';
 import { installQueues } from '../queue/boss.ts';
@@ -26,9 +27,11 @@ It also records, once, the settings that shape stored data (${STORED_SETTINGS.ma
 a process whose environment says otherwise refuses to start (exit 2), and so does
 bin/setup itself.
 
-  --reconfigure   make this environment's values of those settings the database's (rows
-                  already stored keep the shape they have); restart every worker and web
-                  with the new values afterwards
+  --reconfigure   make this environment's values of those settings the database's; rows
+                  already stored keep the shape they have, except that a COMMIT_EMAILS
+                  other than keep is applied to every address stored before (hashed or
+                  dropped, batch by batch); restart every worker and web with the new
+                  values afterwards
 `;
 
 interface SetupReport {
@@ -38,6 +41,8 @@ interface SetupReport {
   sourcesAdded: string[];
   /** Stored-data settings recorded for the first time, or changed by --reconfigure. */
   settings: SettingChange[];
+  /** Rows whose addresses --reconfigure put under the new COMMIT_EMAILS (null: none asked). */
+  rewritten: number | null;
 }
 
 function changed(r: SetupReport): boolean {
@@ -63,6 +68,7 @@ function formatSetupReport(r: SetupReport): string {
       `stored-data settings ${r.settings
         .map((c) => (c.from === null ? `${c.name}=${c.to}` : `${c.name} ${c.from} → ${c.to}`))
         .join(', ')}`,
+    r.rewritten !== null && `addresses of ${r.rewritten} stored row(s) rewritten`,
   ].filter(Boolean);
   return `setup: ${parts.join(', ')}`;
 }
@@ -84,9 +90,9 @@ export async function runSetup(
     );
     // Before anything else is touched: a setup whose environment disagrees with the
     // database's stored-data settings refuses (exit 2), as a worker would.
-    const settings = opts.reconfigure
+    const { settings, rewritten } = opts.reconfigure
       ? await reconfigure(app)
-      : await checkStoredSettings(app.db, app.config, 'setup');
+      : { settings: await checkStoredSettings(app.db, app.config, 'setup'), rewritten: null };
     if (!opts.reconfigure && settings.length > 0) logRecorded(app.logger, settings);
     const queues = await installQueues(app);
     // After the queue install: queue_overview reads the pg-boss schema. Recreated every
@@ -107,6 +113,7 @@ export async function runSetup(
       queuesUpdated: queues.updated,
       sourcesAdded: seeded,
       settings,
+      rewritten,
     };
   });
   // The steps above said what changed; bin/setup prints this summary as its result.
@@ -117,20 +124,39 @@ export async function runSetup(
   return report;
 }
 
-/** --reconfigure: the changes, logged at warn (mixed rows from here on are on purpose). */
-async function reconfigure(app: App): Promise<SettingChange[]> {
+/**
+ * --reconfigure: the changes, logged at warn (mixed rows from here on are on purpose). A
+ * COMMIT_EMAILS other than `keep` that differs from the recorded one is first applied to
+ * what was stored (ADR 0184: no address the setting forbids stays anywhere), and recorded
+ * only once that finished, so an interrupted reconfigure is run again whole.
+ */
+async function reconfigure(
+  app: App,
+): Promise<{ settings: SettingChange[]; rewritten: number | null }> {
+  const emails = app.config.commits.emails;
+  const recorded = await app.db
+    .selectFrom('stored_settings')
+    .select('value')
+    .where('name', '=', 'COMMIT_EMAILS')
+    .executeTakeFirst();
+  const counts =
+    emails !== 'keep' && recorded !== undefined && recorded.value !== emails
+      ? await rewriteStoredAddresses(app.db, emails)
+      : null;
+  const rewritten = counts && Object.values(counts).reduce((a, b) => a + b, 0);
   const changes = await reconfigureStoredSettings(app.db, app.config, 'setup --reconfigure');
-  if (changes.length === 0) return changes;
+  if (changes.length === 0) return { settings: changes, rewritten };
   const sessions = await writerSessions(app.db);
   app.logger.warn(
     {
       event: 'setup.reconfigured',
       changes: changes.map((c) => ({ setting: c.name, from: c.from, to: c.to })),
       writer_sessions: sessions,
+      ...(counts ? { rewritten: counts } : {}),
     },
-    `stored-data settings changed: ${changes.map((c) => `${c.name} ${c.from ?? '(none)'} → ${c.to}`).join(', ')}; rows stored before keep their shape${sessions > 0 ? `; ${sessions} database session(s) of a worker or web are connected: restart them with the new values` : ''}`,
+    `stored-data settings changed: ${changes.map((c) => `${c.name} ${c.from ?? '(none)'} → ${c.to}`).join(', ')}; ${counts ? `addresses stored before put under COMMIT_EMAILS=${emails} (${rewritten} row(s)), other rows keep their shape` : 'rows stored before keep their shape'}${sessions > 0 ? `; ${sessions} database session(s) of a worker or web are connected: restart them with the new values` : ''}`,
   );
-  return changes;
+  return { settings: changes, rewritten };
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -1,6 +1,7 @@
 import { createApp } from '../app.ts';
 import { childFill } from '../backfill/fill-process.ts';
 import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
+import { createWebPools, WEB_POOL_TOTAL, type WebPools, webPoolSizes } from '../web/pools.ts';
 import { startWebServer, type WebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';
 import { runSetup } from './setup.ts';
@@ -32,16 +33,20 @@ export async function main(argv: string[]): Promise<number> {
   // Gap fills in a child process: an import that dies never takes the polls with it.
   const worker = new WorkerService(app, { fill: childFill(app.databaseUrl) });
   let web: WebServer | undefined;
+  let pools: WebPools | undefined;
   try {
     await runSetup(app);
     await worker.start();
-    // The web server sends its webhook hints through the worker's boss.
-    web = await startWebServer({ ...app, boss: worker.boss }, app.config.http);
+    // The web server sends its webhook hints through the worker's boss. Webhook intake and
+    // /archive get pools of their own beside the worker's (src/web/pools.ts).
+    pools = createWebPools(app.databaseUrl, webPoolSizes(WEB_POOL_TOTAL), app.logger);
+    web = await startWebServer({ ...app, boss: worker.boss, pools }, app.config.http);
     await stopRequested;
   } finally {
     // Webhooks first (a delivery in flight may still send a hint), then jobs, then pools.
     await web?.close();
     await worker.stop();
+    await pools?.close();
     await app.close();
   }
   return 0;

@@ -1,8 +1,10 @@
 import type { PgBoss } from 'pg-boss';
 import { createApp } from '../app.ts';
+import { loadConfig } from '../config.ts';
 import { isNotSetUpError } from '../db/setup-state.ts';
 import { startHintSender } from '../queue/dispatch.ts';
 import { checkStoredSettings, logRecorded } from '../stored-settings.ts';
+import { createWebPools, WEB_POOL_TOTAL, webPoolSizes } from '../web/pools.ts';
 import { startWebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';
 import { shutdownSignal } from './shutdown.ts';
@@ -17,6 +19,10 @@ Serves, on HTTP_HOST:HTTP_PORT (default 127.0.0.1:3000):
   GET  /                  the status page
   GET  /metrics           Prometheus metrics (read from the database at scrape time)
   POST /webhooks/github   GitHub push webhooks (needs WEBHOOK_SECRET; 404 without it)
+  GET  /archive/          the store as GH Archive hour files (ARCHIVE_SERVE=off: none)
+
+Six database connections (or DATABASE_POOL_MAX when lower, at least three): a third for
+webhook intake, a third for /archive, a third for the rest; none waits for another's.
 
 Run as many replicas as you like: everything it shows or stores is in Postgres.
 SIGTERM/SIGINT stops gracefully; a second signal exits at once.
@@ -40,10 +46,16 @@ async function checkWebhookSettings(app: Awaited<ReturnType<typeof createApp>>):
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  const app = await createApp({ role: 'web', poolMax: 6, requires: 'none' });
+  // Six connections (or DATABASE_POOL_MAX when lower) in three pools: webhook intake and
+  // /archive each have their own, so neither can take the other's (src/web/pools.ts).
+  const config = loadConfig();
+  const sizes = webPoolSizes(Math.min(WEB_POOL_TOTAL, config.databasePoolMax ?? WEB_POOL_TOTAL));
+  const app = await createApp({ config, role: 'web', poolMax: sizes.app, requires: 'none' });
+  const pools = createWebPools(app.databaseUrl, sizes, app.logger);
   try {
     await checkWebhookSettings(app);
   } catch (err) {
+    await pools.close();
     await app.close();
     throw err;
   }
@@ -53,11 +65,12 @@ export async function main(argv: string[]): Promise<number> {
   try {
     // pg-boss only sends the post-commit hints of webhooks; without it the web still serves.
     boss = await startHintSender(app, 'web');
-    server = await startWebServer({ ...app, boss }, app.config.http);
+    server = await startWebServer({ ...app, boss, pools }, app.config.http);
     await stopRequested;
   } finally {
     await server?.close();
     await boss?.stop({ graceful: true, timeout: 5_000 }).catch(() => {});
+    await pools.close();
     await app.close();
   }
   return 0;

@@ -32,11 +32,19 @@ export interface CommitsClaim extends PushKey {
   fullName: string | null;
   defaultBranch: string | null;
   repositoryState: EnrichmentState | null;
-  /** The lease as Postgres text (microseconds kept): what proves the claim is still ours. */
+  /**
+   * The lease as Postgres text (microseconds kept): what proves the claim is still ours. A
+   * batch that renews its leases (renewClaims) writes the new one here.
+   */
   lease: string;
   previousLease: string | null;
   /** commits_error as the claim found it (why the last attempt did not end the push). */
   lastError: string | null;
+  /** Fetches of this push alone, and batch queries about it, that died mid-request (ADR 0182). */
+  deaths: number;
+  batchDeaths: number;
+  /** A request about it was in flight when its last fetcher stopped: a death to charge. */
+  diedInFlight: boolean;
 }
 
 export interface CommitsClaimOptions {
@@ -60,27 +68,32 @@ interface ClaimRow {
   default_branch: string | null;
   enrichment_state: EnrichmentState | null;
   last_error: string | null;
+  deaths: number;
+  batch_deaths: number;
+  died_in_flight: boolean;
 }
 
 /** Due, and free: the same predicate in every part of the statement and in due.ts. */
 export function dueSql(alias: string, now: Date) {
   const p = sql.ref(alias);
-  return sql`${p}.commits_state = 'pending' AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
+  return sql`${p}.commits_state IN ('pending', 'unverified')
+    AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
     AND (${p}.commits_claimed_until IS NULL OR ${p}.commits_claimed_until <= ${now}::timestamptz)`;
 }
 
 /**
- * The repositories that have pending pushes, one index probe each however many pushes
- * they hold (a skip scan of push_events_commits_pending_repo).
+ * The repositories that have pushes for the fetcher (pending or unverified), one index
+ * probe each however many pushes they hold (a skip scan of push_events_commits_pending_repo).
  */
 export function pendingRepositoriesCte() {
   return sql`
     repos (repository_id) AS (
-      (SELECT repository_id FROM push_events WHERE commits_state = 'pending'
+      (SELECT repository_id FROM push_events WHERE commits_state IN ('pending', 'unverified')
        ORDER BY repository_id LIMIT 1)
       UNION ALL
       SELECT (SELECT p.repository_id FROM push_events p
-              WHERE p.commits_state = 'pending' AND p.repository_id > r.repository_id
+              WHERE p.commits_state IN ('pending', 'unverified')
+                AND p.repository_id > r.repository_id
               ORDER BY p.repository_id LIMIT 1)
       FROM repos r WHERE r.repository_id IS NOT NULL
     )`;
@@ -126,7 +139,9 @@ export function claimStatement(opts: CommitsClaimOptions) {
       WHERE t.repository_id = pick.repository_id AND t.ref = pick.ref
         AND t.before = pick.before AND t.head = pick.head
       RETURNING t.repository_id, t.ref, t.before, t.head, t.commits_attempts AS attempts,
-        t.commits_claimed_until::text AS lease, pick.prev_until, t.commits_error AS last_error
+        t.commits_claimed_until::text AS lease, pick.prev_until, t.commits_error AS last_error,
+        t.commits_deaths AS deaths, t.commits_batch_deaths AS batch_deaths,
+        t.commits_fetch_started_at IS NOT NULL AS died_in_flight
     ),
     turn AS (
       INSERT INTO commit_fetch_turns (repository_id, served_at)
@@ -135,7 +150,7 @@ export function claimStatement(opts: CommitsClaimOptions) {
     )
     SELECT claimed.repository_id::text AS repository_id, claimed.ref, claimed.before,
       claimed.head, claimed.attempts, claimed.lease, claimed.prev_until, claimed.last_error,
-      repo.full_name, repo.default_branch, repo.enrichment_state
+      claimed.deaths, claimed.batch_deaths, claimed.died_in_flight, repo.full_name, repo.default_branch, repo.enrichment_state
     FROM claimed LEFT JOIN repositories repo ON repo.id = claimed.repository_id`;
 }
 
@@ -159,13 +174,20 @@ export async function claimNextPush(
     lease: row.lease,
     previousLease: row.prev_until,
     lastError: row.last_error,
+    deaths: row.deaths,
+    batchDeaths: row.batch_deaths,
+    diedInFlight: row.died_in_flight,
   };
 }
 
-/** The WHERE that proves a claim is still ours: the push, still pending, under our lease. */
+/**
+ * The WHERE that proves a claim is still ours: the push, still waiting for the fetcher
+ * (pending, or unverified: a mirror's commits to prove, ADR 0184), under our lease.
+ */
 export function stillOurs(claim: CommitsClaim) {
   return sql`repository_id = ${claim.repositoryId}::bigint AND ref = ${claim.ref}
-    AND before = ${claim.before} AND head = ${claim.head} AND commits_state = 'pending'
+    AND before = ${claim.before} AND head = ${claim.head}
+    AND commits_state IN ('pending', 'unverified')
     AND commits_claimed_until = ${claim.lease}::timestamptz`;
 }
 
@@ -175,4 +197,61 @@ export async function releasePush(db: Db, claim: CommitsClaim): Promise<boolean>
     UPDATE push_events SET commits_claimed_until = ${claim.previousLease}::timestamptz
     WHERE ${stillOurs(claim)}`.execute(db);
   return Number(r.numAffectedRows ?? 0) === 1;
+}
+
+/** The claims as parallel arrays, for statements over a batch's pushes (unnest). */
+export function claimArrays(claims: readonly CommitsClaim[]) {
+  return {
+    ids: claims.map((c) => c.repositoryId),
+    refs: claims.map((c) => c.ref),
+    befores: claims.map((c) => c.before),
+    heads: claims.map((c) => c.head),
+    leases: claims.map((c) => c.lease),
+  };
+}
+
+/** The key a batch's statements return a push by. */
+export const claimKey = (c: PushKey) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
+
+/**
+ * Renews the leases of a batch's claims still ours, to `seconds` from `now` (ADR 0182): a
+ * batch runs for as long as its rounds and fallbacks take, so it renews before each step for
+ * as long as that step may take, and no other fetcher takes a push it is still working on.
+ * Each renewed lease is new (a fresh sub-millisecond part, as a claim's) and written back
+ * into its claim; the claims no longer ours are returned (another fetcher has them).
+ */
+export async function renewClaims(
+  db: Db,
+  claims: readonly CommitsClaim[],
+  o: { now: Date; seconds: number },
+): Promise<CommitsClaim[]> {
+  if (claims.length === 0) return [];
+  const until = new Date(o.now.getTime() + o.seconds * 1000);
+  const a = claimArrays(claims);
+  const r = await sql<{
+    repository_id: string;
+    ref: string;
+    before: string;
+    head: string;
+    lease: string;
+  }>`
+    UPDATE push_events p
+    SET commits_claimed_until = ${until}::timestamptz
+          + make_interval(secs => floor(random() * 1000) / 1000000.0)
+    FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
+                ${a.leases}::timestamptz[]) AS v(repository_id, ref, before, head, lease)
+    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
+      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+    RETURNING p.repository_id::text AS repository_id, p.ref, p.before, p.head,
+      p.commits_claimed_until::text AS lease`.execute(db);
+  const renewed = new Map(
+    r.rows.map((row) => [claimKey({ ...row, repositoryId: row.repository_id }), row.lease]),
+  );
+  const lost: CommitsClaim[] = [];
+  for (const c of claims) {
+    const lease = renewed.get(claimKey(c));
+    if (lease === undefined) lost.push(c);
+    else c.lease = lease;
+  }
+  return lost;
 }

@@ -2,6 +2,7 @@ import { AppError } from '../errors.ts';
 import { exactId } from '../json/exact.ts';
 import { inspectJson } from '../json/walk.ts';
 import { answerObject, answerText, answerTime } from './answer-values.ts';
+import { commitListProblem } from './commit-list.ts';
 
 /**
  * GitHub's "compare two commits" (GET /repos/{owner}/{repo}/compare/{base}...{head}), read
@@ -135,21 +136,22 @@ export function parseCompare(data: unknown, path: string, maxCommits: number): C
   const deep = inspectJson(o.commits, 16, 'commits');
   if (deep.tooDeep) throw new CompareInvalid(path, `nested too deep at ${deep.tooDeep}`);
   const commits = o.commits.map((c, i) => commitOf(c, path, i));
-  const seen = new Set<string>();
-  for (const c of commits) {
-    if (seen.has(c.sha)) throw new CompareInvalid(path, `${c.sha} is listed twice`);
-    seen.add(c.sha);
-  }
-  if (commits.length > total) {
-    throw new CompareInvalid(path, `${commits.length} commits where total_commits says ${total}`);
-  }
+  // A page is checked against itself here (no sha twice, no more than the total); against
+  // the push by checkAgainstPush, with the rules every list of a push's commits meets.
+  const problem = commitListProblem(
+    commits.map((c) => c.sha),
+    { total, countName: 'total_commits' },
+  );
+  if (problem) throw new CompareInvalid(path, problem);
   return { totalCommits: total, commits };
 }
 
 /**
- * An unpaged answer against the push it answers (the red team's lying compare): it holds
- * every commit of the range when the range fits (total ≤ what one answer holds), and its
- * last commit is the push's head — a range is reachable from its head, oldest first.
+ * An unpaged answer against the push it answers (the red team's lying compare), by the rules
+ * every list of a push's commits meets (src/commits/commit-list.ts): it holds every commit
+ * of the range when the range fits (total ≤ what one answer holds), its shas are as long as
+ * the head's, and its last commit is the push's head — a range is reachable from its head,
+ * oldest first, and an answer cut to the newest 250 still ends there.
  */
 export function checkAgainstPush(
   a: CompareAnswer,
@@ -157,15 +159,16 @@ export function checkAgainstPush(
   head: string,
   unpagedMax: number,
 ): CompareAnswer {
-  if (a.totalCommits <= unpagedMax && a.commits.length !== a.totalCommits) {
-    throw new CompareInvalid(
-      path,
-      `${a.commits.length} commits where total_commits says ${a.totalCommits}`,
-    );
-  }
-  const last = a.commits.at(-1);
-  if (last && last.sha !== head) {
-    throw new CompareInvalid(path, `the last commit is ${last.sha}, not the head ${head}`);
-  }
+  const problem = commitListProblem(
+    a.commits.map((c) => c.sha),
+    {
+      total: a.totalCommits,
+      head,
+      capacity: unpagedMax,
+      cutFrom: 'oldest',
+      countName: 'total_commits',
+    },
+  );
+  if (problem) throw new CompareInvalid(path, problem);
   return a;
 }

@@ -1,6 +1,6 @@
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
 import { fetchLanes, type LaneDeps } from '../fetching/lanes.ts';
-import { type FetchDeps, type FetchOutcome, fetchOnce } from './fetch.ts';
+import { type FetchDeps, type FetchOutcome, type FetchResult, fetchOnce } from './fetch.ts';
 import { fetchGraphQLBatch, graphqlStepMax } from './graphql-fetch.ts';
 
 /**
@@ -25,6 +25,8 @@ export interface CommitsCycleOptions {
   maxPushes?: number;
   shouldStop?: () => boolean;
   signal?: AbortSignal;
+  /** Each push's result as it is settled (bin/commits prints a line a push). */
+  onResult?: (r: FetchResult) => void | Promise<void>;
 }
 
 export interface CommitsCycleSummary {
@@ -83,7 +85,11 @@ export async function fetchCycle(
         stepMax: graphqlStepMax(opts.maxPushes, graphqlLanes),
         // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
         step: async (room) => {
-          const b = await fetchGraphQLBatch(deps, { jobId: opts.jobId, maxPushes: room });
+          const b = await fetchGraphQLBatch(deps, {
+            jobId: opts.jobId,
+            maxPushes: room,
+            onResult: opts.onResult,
+          });
           for (const [k, n] of Object.entries(b.outcomes)) summary.outcomes[k as FetchOutcome] += n;
           summary.requests += b.requests;
           summary.newActors += b.newActors;
@@ -97,6 +103,7 @@ export async function fetchCycle(
         lanes: fetchLanes(deps, 'rest', 'commits'),
         step: async () => {
           const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
+          await opts.onResult?.(r);
           summary.outcomes[r.outcome] += 1;
           summary.requests += r.requests;
           summary.newActors += r.newActors ?? 0;

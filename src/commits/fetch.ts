@@ -27,7 +27,7 @@ import {
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
 import { logResult } from './fetch-log.ts';
-import { commitsShare } from './share.ts';
+import { clearCommitsWait, commitsShare, markCommitsWait, shareRule } from './share.ts';
 import {
   bumpRepository,
   deferPush,
@@ -78,10 +78,23 @@ export interface FetchResult {
   status?: number | null;
   /** The ledger row of the last request. */
   requestId?: number | null;
-  /** Why budget_exhausted: the budget said no, commits used their share, or the gate stayed busy. */
+  /**
+   * Why budget_exhausted: the budget said no, commits used their share, or the gate stayed
+   * busy; on a charged `retry` or `failed` (FetchClaimedOptions.charge), why REST did not ask.
+   */
   reason?: 'budget' | 'share' | 'gate_timeout';
   retryAt?: Date;
   detail?: string;
+  /** A 5xx, timeout, malformed or refused answer: GitHub did not give a usable one. */
+  transient?: boolean;
+}
+
+export interface FetchClaimedOptions {
+  /**
+   * The push's GraphQL query failed (why): if REST cannot take it now either (the budget,
+   * the share, the gate), that failure is its attempt on the ladder, not given back uncounted.
+   */
+  charge?: string;
 }
 
 const GONE_STATUSES = new Set([404, 410, 451]);
@@ -135,15 +148,19 @@ interface Ctx {
 async function reserveOne(ctx: Ctx, path: string): Promise<Reservation> {
   const { db, github, config } = ctx.deps;
   const now = (ctx.deps.clock ?? systemClock).now();
-  const share = await commitsShare(db, github, {
-    now,
-    share: config.enrichment.share,
-    commitsShare: config.commits.share,
-    ttlSeconds: config.enrichment.ttlSeconds,
-  });
-  if (!share.allowed) throw new Refused('share');
+  const share = await commitsShare(db, github, { ...shareRule(config, github), now });
+  // Told no, commits wait (by GraphQL, the only sign of it): enrichment stops borrowing their
+  // floor until a commits request is granted again (ADR 0181).
+  if (!share.allowed) {
+    await markCommitsWait(db, now);
+    throw new Refused('share');
+  }
   const d = await github.tryReserve('commits', { jobId: ctx.jobId, path });
-  if (!d.ok) throw new Refused('budget', d.retryAt);
+  if (!d.ok) {
+    await markCommitsWait(db, now);
+    throw new Refused('budget', d.retryAt);
+  }
+  if (share.commitsRefusedAt) await clearCommitsWait(db, share.commitsRefusedAt);
   return d.reservation;
 }
 
@@ -324,6 +341,7 @@ export async function fetchClaimed(
   claim: CommitsClaim,
   jobId: string | null,
   log: FetchDeps['logger'],
+  opts: FetchClaimedOptions = {},
 ): Promise<FetchResult> {
   const { db, config } = deps;
   const clock = deps.clock ?? systemClock;
@@ -370,7 +388,7 @@ export async function fetchClaimed(
     sent = await fetchRange(ctx);
     if (sent && tipsAround.length > 0) sent = await withoutTipsAround(ctx, sent, tipsAround);
   } catch (err) {
-    return settleError(ctx, err, log);
+    return settleError(ctx, err, log, opts);
   }
   const now = clock.now();
   const common = {
@@ -419,7 +437,12 @@ export async function fetchClaimed(
   return result;
 }
 
-async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Promise<FetchResult> {
+async function settleError(
+  ctx: Ctx,
+  err: unknown,
+  log: FetchDeps['logger'],
+  opts: FetchClaimedOptions,
+): Promise<FetchResult> {
   const { deps, claim } = ctx;
   const { db } = deps;
   const now = (deps.clock ?? systemClock).now();
@@ -429,6 +452,34 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
     requests: ctx.requests,
     requestId: ctx.requestId,
   };
+  const notSent =
+    err instanceof Refused
+      ? err.reason
+      : err instanceof GateTimeout
+        ? 'gate_timeout'
+        : err instanceof BudgetExhausted
+          ? 'budget'
+          : null;
+  if (notSent && opts.charge) {
+    // REST cannot take it now, and GraphQL failed on it: that failure is its attempt.
+    const r = await markFailedAttempt(
+      db,
+      claim,
+      opts.charge,
+      now,
+      deps.config.enrichment.maxAttempts,
+    );
+    const result: FetchResult = {
+      ...base,
+      outcome: r.terminal && r.applied ? 'failed' : 'retry',
+      reason: notSent,
+      detail: opts.charge,
+      retryAt: r.terminal ? undefined : r.nextAttemptAt,
+      transient: true,
+    };
+    logResult(log, result);
+    return result;
+  }
   if (err instanceof Refused) {
     await abandonFetchAttempt(db, claim, now);
     log.debug(
@@ -483,6 +534,7 @@ async function settleError(ctx: Ctx, err: unknown, log: FetchDeps['logger']): Pr
       status,
       detail: message,
       retryAt: r.terminal ? undefined : r.nextAttemptAt,
+      transient: true,
     };
     logResult(log, result);
     return result;

@@ -347,6 +347,19 @@ export function judge(ev: PushEvidence, limits: ProofLimits): Verdict {
     if (expected > limits.cap)
       return { kind: 'fallback', reason: `over the cap (${expected} by the counts)` };
     const remaining = expected - w.members.length;
+    // |anc(head)| − |anc(base)| is at most the push's size whatever its kind, so `remaining`
+    // is at least what is left to walk; the rounds left read at most a page a branch each.
+    // When that cannot be enough, REST compare now, not after the rounds are spent.
+    const readable =
+      Math.max(0, limits.maxRounds - ev.rounds) *
+      PAGE_MAX *
+      Math.min(w.boundary.size, limits.maxFrontier);
+    if (remaining > readable) {
+      return {
+        kind: 'fallback',
+        reason: `${remaining} commits left by the counts, more than ${limits.maxRounds - ev.rounds} rounds read`,
+      };
+    }
     if (ff && remaining <= 0) {
       // The walk is as large as the push: what is left unfetched is the base's ancestry.
       return more(

@@ -23,10 +23,15 @@ import { CommitsPerPush, chooseFirstRound, type FirstRound } from './graphql-siz
 /**
  * Rounds of batched queries until every push has a verdict (ADR 0111). Each round asks,
  * for every push still open, what its proof needs next; the asks of many pushes go into
- * queries of at most `maxRequests` GitHub requests (149 round to 1 point). A query that
- * GitHub could not finish (RESOURCE_LIMITS_EXCEEDED, a 502, a timeout) is split in two
- * and asked again; what an answer did hold is kept. The transport is given (`send`): the
- * fetcher passes github.graphql(), the bench and the unit tests the fake's executor.
+ * queries of at most `maxRequests` GitHub requests (149 round to 1 point). A part GitHub
+ * refused as too heavy (RESOURCE_LIMITS_EXCEEDED) is split and asked again; what an answer
+ * did hold is kept. A whole query that failed (a 5xx, a timeout, an answer over its cap, one
+ * that is not JSON or is empty: ADR 0182) is split in two and asked again only until the
+ * batch has seen `maxQueryFailures` of them: then the breaker opens, no query is sent any
+ * more, and every push without a verdict is `unanswered` (the fetcher gives it to REST). A
+ * push marked `alone` (a suspect of a batch that died) is asked in queries of its own. The
+ * transport is given (`send`): the fetcher passes github.graphql(), the bench and the unit
+ * tests the fake's executor.
  */
 
 export interface RoundPush {
@@ -49,6 +54,8 @@ export interface RoundPush {
   baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now' | 'default-around' | 'new-ref';
   /** The pushed ref (refs/heads/…): what a `new-ref` push is compared with. */
   ref?: string;
+  /** Asked in queries of its own: a batch query about it died once (ADR 0182). */
+  alone?: boolean;
 }
 
 /** The pushes whose first round reads the default branch. */
@@ -75,13 +82,40 @@ export interface SendResult {
   errors: readonly AnswerError[];
 }
 
-/** Thrown by `send` for an answer GitHub did not finish: the batch is split and retried. */
-export function isSplittable(err: unknown): boolean {
+/** Codes of the errors that are a whole query's failure (by the errors' stable codes). */
+const QUERY_FAILURE_CODES = new Set([
+  'GITHUB_UNAVAILABLE',
+  'GITHUB_TIMEOUT',
+  'GITHUB_UNREACHABLE',
+  'GITHUB_ANSWER_TOO_LARGE',
+  'GITHUB_ANSWER_TIMEOUT',
+  'MALFORMED_RESPONSE',
+  'GITHUB_REQUEST_FAILED',
+]);
+
+/**
+ * Thrown by `send` for a query that got no usable answer at all (5xx, timeout, over the cap,
+ * not JSON, empty): the ladder's kind of failure. Anything else (a rate limit, the budget,
+ * bad credentials, a bug) stops the rounds.
+ */
+export function isQueryFailure(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
-  return code === 'GITHUB_UNAVAILABLE' || code === 'GITHUB_TIMEOUT';
+  return typeof code === 'string' && QUERY_FAILURE_CODES.has(code);
 }
 
-export type Final = Exclude<Verdict, { kind: 'more' }> | { kind: 'unfinished'; reason: string };
+/** Whole-query failures a batch takes before it stops asking GraphQL (the breaker). */
+export const MAX_QUERY_FAILURES = 3;
+
+export type Final =
+  | Exclude<Verdict, { kind: 'more' }>
+  | { kind: 'unfinished'; reason: string }
+  /**
+   * GraphQL gave no verdict: the breaker opened. `failed`: a query about this push failed
+   * (it is charged an attempt if REST cannot take it); else it was not asked, or answered.
+   */
+  | { kind: 'unanswered'; reason: string; failed: boolean }
+  /** Its claim was no longer ours when a query about it was to be sent: not asked. */
+  | { kind: 'lost' };
 
 export interface ProveResult {
   verdicts: Map<string, Final>;
@@ -93,6 +127,9 @@ export interface ProveResult {
   requests: number;
   /** A transport error that ended the rounds (rate limit, budget): the rest are unfinished. */
   stoppedBy: unknown;
+  /** Whole queries that failed, and the last failure (the breaker opens at maxQueryFailures). */
+  queryFailures: number;
+  lastQueryFailure: unknown;
 }
 
 export interface ProveOptions {
@@ -105,8 +142,15 @@ export interface ProveOptions {
   firstRound?: FirstRound;
   /** How deep the first round reads the base's history (oids only: 1 request whatever). */
   baseFirst?: number;
-  /** A transport error GitHub may not repeat for a smaller query (a 502, a timeout). */
-  isSplittable?: (err: unknown) => boolean;
+  /** A whole query's failure (default isQueryFailure): split, until the breaker opens. */
+  isQueryFailure?: (err: unknown) => boolean;
+  /** Whole-query failures before the breaker opens (default MAX_QUERY_FAILURES). */
+  maxQueryFailures?: number;
+  /**
+   * Before each query, the keys it is about to ask about; returns those whose claims are no
+   * longer ours (left out of it, verdict `lost`). The fetcher renews the batch's leases here.
+   */
+  beforeQuery?: (keys: readonly string[]) => Promise<ReadonlySet<string>>;
   /**
    * Asked before each round after the first while pushes are still open: more pushes to
    * prove alongside them (the fetcher's next due ones). They start with a first round of
@@ -122,6 +166,8 @@ interface Open {
   asks: Ask[];
   defaultBranch: boolean;
   splits: number;
+  /** A query about it failed (whole), in this round or an earlier one. */
+  failed?: boolean;
 }
 
 /** A round's query filled less than this waits for the next round's asks (see proveAll). */
@@ -132,7 +178,7 @@ const GITHUB_MIX = new CommitsPerPush().entries();
 
 export async function proveAll(
   pushes: readonly RoundPush[],
-  send: (q: BuiltQuery) => Promise<SendResult>,
+  send: (q: BuiltQuery, keys: readonly string[]) => Promise<SendResult>,
   opts: ProveOptions,
 ): Promise<ProveResult> {
   const out: ProveResult = {
@@ -143,6 +189,21 @@ export async function proveAll(
     points: 0,
     requests: 0,
     stoppedBy: null,
+    queryFailures: 0,
+    lastQueryFailure: null,
+  };
+  const isFailure = opts.isQueryFailure ?? isQueryFailure;
+  const maxFailures = opts.maxQueryFailures ?? MAX_QUERY_FAILURES;
+  const breakerOpen = () => out.queryFailures >= maxFailures;
+  const failedOn = new Set<string>();
+  /** The breaker is open: no more queries; every push without a verdict is unanswered. */
+  const unanswered = (o: Open) => {
+    const why = (out.lastQueryFailure as Error | null)?.message ?? 'no answer';
+    out.verdicts.set(o.push.key, {
+      kind: 'unanswered',
+      reason: `GraphQL failed ${out.queryFailures} queries of this batch (last: ${why.slice(0, 200)})`,
+      failed: o.failed === true || failedOn.has(o.push.key),
+    });
   };
   // The first round fills its queries (graphql-sizing.ts): few pushes are each read deep
   // (most proven in one round); many, each by its head and parents, the rest sized by the
@@ -179,7 +240,16 @@ export async function proveAll(
     defaultBranch: o.defaultBranch,
   });
 
-  async function run(batch: Open[]): Promise<Open[]> {
+  async function run(asked: Open[]): Promise<Open[]> {
+    if (breakerOpen()) {
+      for (const o of asked) unanswered(o);
+      return [];
+    }
+    const lost = opts.beforeQuery ? await opts.beforeQuery(asked.map((o) => o.push.key)) : null;
+    const batch = lost?.size ? asked.filter((o) => !lost.has(o.push.key)) : asked;
+    for (const o of asked)
+      if (lost?.has(o.push.key)) out.verdicts.set(o.push.key, { kind: 'lost' });
+    if (batch.length === 0) return [];
     const q = buildQuery(
       batch.map(item),
       batch.map((o) => o.ev.base),
@@ -189,14 +259,29 @@ export async function proveAll(
       out.queries += 1;
       out.requests += q.requests;
       out.points += q.points;
-      answer = await send(q);
+      answer = await send(
+        q,
+        batch.map((o) => o.push.key),
+      );
     } catch (err) {
-      if (!(opts.isSplittable ?? isSplittable)(err)) throw err;
-      if (batch.length === 1) {
-        out.verdicts.set(batch[0]!.push.key, {
-          kind: 'fallback',
-          reason: `GraphQL could not answer it (${(err as Error).message.slice(0, 120)})`,
-        });
+      if (!isFailure(err)) throw err;
+      // A whole query failed (the ladder's kind): halved and asked again while the breaker
+      // is closed, never down to a query a push — a few failures and GraphQL stops.
+      out.queryFailures += 1;
+      out.lastQueryFailure = err;
+      for (const o of batch) {
+        o.failed = true;
+        failedOn.add(o.push.key);
+      }
+      if (batch.length === 1 || breakerOpen()) {
+        if (!breakerOpen()) {
+          // Alone and still failing: GraphQL has nothing more to try for it.
+          out.verdicts.set(batch[0]!.push.key, {
+            kind: 'unanswered',
+            reason: `GraphQL could not answer it (${(err as Error).message.slice(0, 200)})`,
+            failed: true,
+          });
+        } else for (const o of batch) unanswered(o);
         return [];
       }
       const half = Math.ceil(batch.length / 2);
@@ -258,32 +343,35 @@ export async function proveAll(
 
   try {
     for (let round = 0; open.length > 0; round++) {
-      if (round > 0 && opts.more) {
+      if (round > 0 && opts.more && !breakerOpen()) {
         for (const push of await opts.more()) {
           all.push(push);
           open.push(opening(push));
         }
       }
-      const batches = planBatches(
-        open.map((o) => ({ ...item(o), o })),
+      // Suspects of a batch that died are asked alone: a death then is theirs.
+      const together = open.filter((o) => !o.push.alone);
+      const planned = planBatches(
+        together.map((o) => ({ ...item(o), o })),
         opts.maxRequests,
-      );
+      ).map((b) => b.map((x) => x.o));
       // A round's emptiest query, when others go out with it, waits for the next round:
       // its pushes' asks pack with what those answers ask next, so only the last round
       // sends a part-empty query (a point is a point however little it holds).
-      const next: Open[] = [];
-      const fill = batches.map((b) =>
+      const fill = planned.map((b) =>
         Math.max(
-          b.reduce((n, x) => n + itemRequests(x), 0) / opts.maxRequests,
+          b.reduce((n, o) => n + itemRequests(item(o)), 0) / opts.maxRequests,
           b.length / GRAPHQL_MAX_PUSHES_A_QUERY,
         ),
       );
       const emptiest = fill.indexOf(Math.min(...fill));
-      const wait = batches.length > 1 && fill[emptiest]! < WAIT_BELOW;
-      for (const [i, b] of batches.entries()) {
-        if (wait && i === emptiest) next.push(...b.map((x) => x.o));
-        else next.push(...(await run(b.map((x) => x.o))));
-      }
+      const wait = planned.length > 1 && fill[emptiest]! < WAIT_BELOW;
+      const next: Open[] = wait ? planned[emptiest]! : [];
+      const batches = [
+        ...planned.filter((_, i) => !(wait && i === emptiest)),
+        ...open.filter((o) => o.push.alone).map((o) => [o]),
+      ];
+      for (const b of batches) next.push(...(await run(b)));
       open = next;
     }
   } catch (err) {

@@ -9,19 +9,19 @@ import { PAGE_MAX } from './graphql-proof.ts';
  * `first` n costs 1 + n requests and a page of the base's history or a count 1. A batch is
  * proven in rounds, and each round's last query is part empty: a batch of 50 pushes spends
  * most of its points on the rounds, not on the pushes (8.5 pushes a point), one of 1,000 on
- * the pushes (25). So a batch takes what is due, as much as the points left, the lease and
- * the step's room allow; and its first round fills its queries: each push is read as deep
+ * the pushes (25). So a batch takes what is due, as much as the points left and the step's
+ * room allow; and its first round fills its queries: each push is read as deep
  * as its share of them, or deeper where the commits per push GitHub's pushes have (learned
  * from the pushes this process settled) say one more query settles more of them at once
  * than the rounds after it would cost.
  */
 
-/** Pushes one batch claims at most: a lease's worth of queries, and memory, bound it too. */
+/** Pushes one batch claims at most. */
 export const GRAPHQL_MAX_BATCH = 1_000;
 /** 149 requests round to 1 point (GitHub divides by 100 and rounds). */
 export const GRAPHQL_MAX_REQUESTS = 149;
-/** The part of the lease a batch's queries may take: claims and stores need the rest. */
-const LEASE_FRACTION = 0.5;
+/** Expected points this close count as a tie (the model is not finer than that). */
+const NEAR_TIE = 0.05;
 /** A batch is sized to the points left with this margin (merges, first pushes cost more). */
 const POINTS_MARGIN = 0.8;
 
@@ -121,30 +121,47 @@ export function expectedPoints(
   dist: readonly [number, number][],
   maxRequests = GRAPHQL_MAX_REQUESTS,
 ): number {
+  return pointsOf(n, plan, dist, maxRequests).total;
+}
+
+/** expectedPoints, and the first round's part of it. */
+function pointsOf(
+  n: number,
+  plan: FirstRound,
+  dist: readonly [number, number][],
+  maxRequests: number,
+): { total: number; first: number } {
   const head = plan.walk === 1 ? 1 : 1 + plan.walk;
-  const first = n * (head + (plan.withBase ? 1 : 0));
+  const asked = n * (head + (plan.withBase ? 1 : 0));
   let settled = 0;
   let rest = 0;
+  let tail = 0;
   for (const [k, p] of dist) {
-    if (k <= plan.walk) settled += p;
-    else rest += p * (k - plan.walk + Math.ceil((k - plan.walk) / PAGE_MAX));
+    const left = k - plan.walk;
+    if (left <= 0) settled += p;
+    else if (k <= PAGE_MAX) rest += p * (left + 1);
+    // A push of more than a walk holds is walked in queries of its own size, whatever the
+    // batch: its requests are its points, not a round's.
+    else tail += p * (left + Math.ceil(left / PAGE_MAX));
   }
   const needed = 1 - settled ** n;
   const open = n * (1 - settled);
   const counts = (plan.withBase ? 0 : 1) + (plan.walk === 1 ? 1 : 0);
-  let points = roundPoints(first, n, maxRequests);
-  if (counts > 0) points += needed * roundPoints(open * counts, open, maxRequests);
-  points += needed * roundPoints(n * rest, open, maxRequests);
-  return points;
+  const first = roundPoints(asked, n, maxRequests);
+  let total = first;
+  if (counts > 0) total += needed * roundPoints(open * counts, open, maxRequests);
+  total += needed * roundPoints(n * rest, open, maxRequests);
+  total += (n * tail) / maxRequests;
+  return { total, first };
 }
 
 /**
  * The first round for a batch of `n`: every depth a walk may read (1–100), with and without
  * the base's page, and for each whole number of queries the first round may take (the
- * fewest that hold a walk of 1 for every push, and four more) the depth that fills them;
- * the plan with the fewest expected points wins, a near tie going to the deeper read (fewer
- * rounds: the same points, sooner), then to the one with the base (which settles a merge or
- * a force push a round sooner).
+ * fewest that hold every push's head, and four more) the depth that fills them; the plan
+ * with the fewest expected points wins. A near tie goes to the one whose first round costs
+ * less (the later rounds are only expected), then to the one with the base (which settles
+ * a merge or a force push a round sooner), then to the deeper read (the same points, sooner).
  */
 export function chooseFirstRound(
   n: number,
@@ -160,62 +177,59 @@ export function chooseFirstRound(
     const per = Math.floor((queries * maxRequests) / size);
     for (const d of [per - 1, per - 2]) if (d >= 1 && d <= PAGE_MAX) walks.add(d);
   }
-  let best: { plan: FirstRound; points: number } | null = null;
-  for (const walk of [...walks].sort((a, b) => b - a)) {
+  const scored: { plan: FirstRound; total: number; first: number }[] = [];
+  for (const walk of walks) {
     for (const withBase of [true, false]) {
       const plan = { walk, withBase };
-      const points = expectedPoints(size, plan, entries, maxRequests);
-      if (!best || points < best.points - 0.01) best = { plan, points };
+      scored.push({ plan, ...pointsOf(size, plan, entries, maxRequests) });
     }
   }
-  return best?.plan ?? { walk: 1, withBase: false };
+  const lowest = Math.min(...scored.map((x) => x.total));
+  const near = scored.filter((x) => x.total <= lowest + NEAR_TIE);
+  near.sort(
+    (a, b) =>
+      a.first - b.first ||
+      Number(b.plan.withBase) - Number(a.plan.withBase) ||
+      b.plan.walk - a.plan.walk,
+  );
+  return near[0]?.plan ?? { walk: 1, withBase: false };
 }
 
 /**
- * The points the pool's GraphQL windows still have: each window's quota less its spend,
- * never more than GitHub says remains, 0 while it is blocked; null when no credential has one.
+ * The points the pool's GraphQL windows still have: what GitHub says remains, else each
+ * window's quota less its spend; 0 while it is blocked; null when no credential has one.
  */
 export function graphqlPointsLeft(b: PoolBudget): number | null {
   const windows = b.credentials.flatMap((c) => (c.graphql ? [c.graphql] : []));
   if (windows.length === 0) return null;
   return windows.reduce((n, g) => {
     if (g.blocked) return n;
-    const left = Math.max(0, g.quota - g.spent);
-    return n + (g.remaining === null ? left : Math.min(left, Math.max(0, g.remaining)));
+    // GitHub's remaining, once known, wins over the ledger's sum.
+    return n + (g.remaining === null ? Math.max(0, g.quota - g.spent) : Math.max(0, g.remaining));
   }, 0);
 }
 
-/**
- * What this process has learned of its batches: commits per push settled, and how long a
- * query takes (a running figure from a prior of a second).
- */
+/** What this process has learned of its batches: the commits per push they settled. */
 export class BatchHistory {
   readonly sizes = new CommitsPerPush();
-  secondsPerQuery = 1;
 
-  /** A batch proven: its pushes' commit counts, the queries it sent, the time they took. */
-  record(o: { settled: number[]; queries: number; seconds: number }): void {
-    for (const k of o.settled) this.sizes.add(k);
-    if (o.queries > 0 && o.seconds >= 0) {
-      const w = Math.min(0.5, o.queries / 20);
-      this.secondsPerQuery = (1 - w) * this.secondsPerQuery + w * (o.seconds / o.queries);
-    }
+  /** A batch proven: the commit counts of the pushes it settled. */
+  record(settled: readonly number[]): void {
+    for (const k of settled) this.sizes.add(k);
   }
 
   /**
    * Pushes the next batch claims at most: the step's room, within what the points left pay
-   * for (with a margin: merges and first pushes cost more than their size says) and what
-   * the lease leaves time to prove, each by the points a batch of that size is expected to
-   * take (a query costs a point). Null points: no window to read, no bound from it.
+   * for (with a margin: merges and first pushes cost more than their size says), by the
+   * points a batch of that size is expected to take. Null points: no window to read, no
+   * bound from it. (The batch holds its claims for as long as it works on them, renewing
+   * their leases before each query: the lease does not bound it.)
    */
-  batchSize(o: { room: number; pointsLeft: number | null; leaseSeconds: number }): number {
+  batchSize(o: { room: number; pointsLeft: number | null }): number {
     const dist = this.sizes.entries();
     const points = (n: number) => expectedPoints(n, chooseFirstRound(n, dist), dist);
-    const byLease = (o.leaseSeconds * LEASE_FRACTION) / Math.max(0.001, this.secondsPerQuery);
-    const affordable = Math.min(
-      o.pointsLeft === null ? Number.POSITIVE_INFINITY : o.pointsLeft * POINTS_MARGIN,
-      byLease,
-    );
+    const affordable =
+      o.pointsLeft === null ? Number.POSITIVE_INFINITY : o.pointsLeft * POINTS_MARGIN;
     let lo = 1;
     let hi = Math.max(1, Math.min(o.room, GRAPHQL_MAX_BATCH));
     if (points(hi) <= affordable) return hi;

@@ -1,5 +1,6 @@
 import type { CommitEmailMode } from '../config.ts';
-import type { CommitsState } from '../db/schema.ts';
+import type { CommitSource, CommitsState } from '../db/schema.ts';
+import { commitListProblem } from './commit-list.ts';
 import type { PushCommits } from './store.ts';
 import { type CommitsTargets, isTargeted, NO_TARGETS } from './targets.ts';
 
@@ -12,10 +13,21 @@ import { type CommitsTargets, isTargeted, NO_TARGETS } from './targets.ts';
  * Every payload is GitHub's or a mirror's: hostile until bounded. At most
  * MAX_INLINE_COMMITS entries are read; an entry without a well-formed sha is not stored
  * (the push is then `partial`); free text beyond its cap is cut or, for addresses, dropped.
+ * A list that breaks the rules a compare answer is held to (src/commits/commit-list.ts) is
+ * not stored at all, and its `size` not believed. A list from an archive nobody vouches for
+ * is stored `unverified` until GitHub's answer proves it (ADR 0184).
  */
 
 /** GitHub puts at most 2,048 commits in a push delivery (20 in an event). */
 export const MAX_INLINE_COMMITS = 2048;
+/** An event (and so an archive line) lists at most this many commits: the oldest ones. */
+export const EVENT_COMMITS_MAX = 20;
+/**
+ * GitHub's events stopped carrying commits on 2025-10-07 (and GH Archive with them): a line
+ * of a later day that carries some was not written by GitHub. From the next day on, to
+ * leave the day of the change its real lines.
+ */
+export const INLINE_COMMITS_END = new Date('2025-10-08T00:00:00Z');
 const SHA = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 const NAME_CAP = 1024;
 const MESSAGE_CAP = 65_536;
@@ -35,6 +47,14 @@ export interface CommitsPlan {
   count: number | null;
   /** The commits to store with the push, oldest first (position = index). */
   commits: InlineCommit[];
+  /** Where the commits' text came from (the archive's, downgraded to `mirror` after 2025-10). */
+  source: CommitSource;
+  /** The fetcher should fetch it now (pending, or a covered unverified push). */
+  due: boolean;
+  /** distinct_size to store: the payload's, unless it says more than the push has. */
+  distinctSize: number | null;
+  /** Why the inline commits were not believed (commits_error), or null. */
+  refused: string | null;
 }
 
 export interface PlannedPush {
@@ -45,6 +65,9 @@ export interface PlannedPush {
   ref: string;
   head: string;
   size: number | null;
+  distinctSize?: number | null;
+  /** When the push was made: an archive line after INLINE_COMMITS_END is a mirror's claim. */
+  createdAt?: Date;
   payload: Record<string, unknown>;
 }
 
@@ -87,11 +110,41 @@ export function inlineCommits(payload: Record<string, unknown>): {
 }
 
 /**
- * The plan for one push. `fromWebhook`: a delivery's array is all its commits unless it
- * holds the 2,048 GitHub caps it at (then the count is unknown); an event's or archive
- * line's count is its `size`.
+ * Where inline commits come from, as the caller knows it: `github` (a polled event: GitHub's
+ * own answer), `webhook`, `archive` (GH Archive's own mirror, or a file named on the command
+ * line) or `mirror` (any other archive). An archive line of a push made after
+ * INLINE_COMMITS_END counts as a mirror's, whoever served it.
+ */
+export function inlineSource(
+  given: CommitSource,
+  push: Pick<PlannedPush, 'createdAt'>,
+): CommitSource {
+  if (given !== 'archive') return given;
+  return push.createdAt && push.createdAt.getTime() >= INLINE_COMMITS_END.getTime()
+    ? 'mirror'
+    : 'archive';
+}
+
+/** distinct_size as stored: never more than the push's commits (a mirror's 1e9 is no count). */
+function distinctOf(push: PlannedPush, count: number | null): number | null {
+  const d = push.distinctSize ?? null;
+  if (d === null) return null;
+  const bound = count ?? push.size;
+  return bound !== null && d > bound ? null : d;
+}
+
+/**
+ * The plan for one push. `given`: where its payload came from (see inlineSource); a
+ * webhook's array is all its commits unless it holds the 2,048 GitHub caps it at (then the
+ * count is unknown); an event's or archive line's count is its `size`.
  *
  * - a deleted ref (head all zeros) or a tag: `none`, count 0, nothing to fetch;
+ * - commits carried that break the rules of a commit list (a sha twice, shas unlike the
+ *   head's, more than `size`, fewer than a `size` that fits an event, a whole list that does
+ *   not end with the head): not stored, `size` not believed (count NULL), `commits_error`
+ *   says why; then as if none were carried;
+ * - commits carried by a mirror (or after 2025-10): `unverified`, stored as evidence, due
+ *   for the fetcher when targeted (GitHub's answer replaces them);
  * - every commit carried: `complete`, whoever targets it;
  * - targeted and not all carried: `pending` (the fetcher stores the whole list, so no
  *   partial inline rows whose positions it would have to reconcile);
@@ -101,23 +154,56 @@ export function inlineCommits(payload: Record<string, unknown>): {
 export function planCommits(
   push: PlannedPush,
   targets: CommitsTargets,
-  fromWebhook: boolean,
+  given: CommitSource,
 ): CommitsPlan {
-  if (ZEROS.test(push.head) || push.ref.startsWith('refs/tags/')) {
-    return { state: 'none', count: 0, commits: [] };
-  }
+  const source = inlineSource(given, push);
+  const plan = (
+    state: CommitsState,
+    count: number | null,
+    commits: InlineCommit[] = [],
+    refused: string | null = null,
+  ): CommitsPlan => ({
+    state,
+    count,
+    commits,
+    source,
+    due: state === 'pending' || (state === 'unverified' && isTargeted(targets, push)),
+    distinctSize: refused === null ? distinctOf(push, count) : null,
+    refused,
+  });
+  if (ZEROS.test(push.head) || push.ref.startsWith('refs/tags/')) return plan('none', 0);
+  const fromWebhook = source === 'webhook';
   const inline = inlineCommits(push.payload);
   const count = fromWebhook
     ? inline && inline.given < MAX_INLINE_COMMITS
       ? inline.given
       : null
     : push.size;
-  if (inline && count !== null && inline.given === count && inline.commits.length === count) {
-    return { state: 'complete', count, commits: inline.commits };
+  let refused: string | null = null;
+  if (inline) {
+    refused = commitListProblem(
+      inline.commits.map((c) => c.sha),
+      {
+        total: count ?? Number.MAX_SAFE_INTEGER,
+        head: push.head,
+        ...(fromWebhook ? {} : { capacity: EVENT_COMMITS_MAX, cutFrom: 'newest' as const }),
+        countName: fromWebhook ? 'the delivery' : 'size',
+        listed: inline.given,
+      },
+    );
   }
-  if (isTargeted(targets, push)) return { state: 'pending', count, commits: [] };
-  if (inline && inline.given > 0) return { state: 'partial', count, commits: inline.commits };
-  return { state: 'skipped', count, commits: [] };
+  const targeted = isTargeted(targets, push);
+  if (refused !== null) {
+    const why = `inline commits refused: ${refused}`;
+    return plan(targeted ? 'pending' : 'skipped', null, [], why);
+  }
+  if (inline && source === 'mirror') return plan('unverified', count, inline.commits);
+  if (inline && count !== null && inline.given === count && inline.commits.length === count) {
+    return plan('complete', count, inline.commits);
+  }
+  if (targeted) return plan('pending', count);
+  if (inline && inline.given > 0) return plan('partial', count, inline.commits);
+  return plan('skipped', count);
 }
 
 /**
@@ -132,7 +218,11 @@ export interface CommitsContext {
 
 export const DEFAULT_COMMITS: CommitsContext = { targets: NO_TARGETS, emails: 'hash' };
 
-/** The inline commits of `pushes` by plan, for storeCommits (pushes without any left out). */
+/**
+ * The inline commits of `pushes` by plan, for storeCommits (pushes without any left out).
+ * Each carries its plan's state and source: its rows join a push held in that state only,
+ * so a line read after the push was stored otherwise (pending, proven) adds none.
+ */
 export function inlineCommitRows(
   pushes: readonly { repository: { id: string }; ref: string; before: string; head: string }[],
   plans: readonly CommitsPlan[],
@@ -144,6 +234,8 @@ export function inlineCommitRows(
     out.push({
       push: { repositoryId: p.repository.id, ref: p.ref, before: p.before, head: p.head },
       commits: plan.commits,
+      source: plan.source,
+      ifState: plan.state,
     });
   });
   return out;

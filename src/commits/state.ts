@@ -8,6 +8,9 @@ import { type CommitsClaim, stillOurs } from './claim.ts';
  * transition that ends an attempt clears the lease, and applies only while the lease is
  * still ours: a fetcher whose lease expired mid-request must not overwrite the next owner.
  *
+ * (`unverified` — a mirror's commits held, not yet proven — follows the same ladder as
+ * `pending`, and stays `unverified` until an answer ends it: ADR 0184.)
+ *
  *   pending ──200, all commits──► complete        pending ──404/410/451──► gone (terminal)
  *   pending ──200, over the cap──► partial        pending ──403/429──► pending (no penalty)
  *   pending ──5xx/timeout/malformed/422──► pending (attempts+1, backoff) … ► failed
@@ -18,12 +21,17 @@ import { type CommitsClaim, stillOurs } from './claim.ts';
 async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
   // Every settle also closes the attempt openFetchAttempt opened (deaths.ts, ADR 0120).
   const r = await sql`
-    UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL
+    UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL,
+      commits_fetch_group = NULL
     WHERE ${stillOurs(claim)}`.execute(db);
   return Number(r.numAffectedRows ?? 0) === 1;
 }
 
-/** Stored: complete (every commit of the range) or partial (the true count, fewer rows). */
+/**
+ * Stored: complete (every commit of the range) or partial (the true count, fewer rows). A
+ * distinct_size the source gave that exceeds the proven count was never true (a mirror's
+ * 1e9): it becomes unknown (ADR 0184).
+ */
 export function markFetched(
   db: Db,
   claim: CommitsClaim,
@@ -33,7 +41,9 @@ export function markFetched(
     db,
     claim,
     sql`commits_state = ${result.state}, commit_count = ${result.commitCount},
-        commits_attempts = ${claim.attempts + 1}, commits_error = NULL`,
+        commits_attempts = ${claim.attempts + 1}, commits_error = NULL,
+        distinct_size = CASE WHEN distinct_size > ${result.commitCount}::int THEN NULL
+          ELSE distinct_size END`,
   );
 }
 
@@ -67,7 +77,8 @@ export async function markFailedAttempt(
   const applied = await transition(
     db,
     claim,
-    sql`commits_state = ${terminal ? 'failed' : 'pending'}, commits_attempts = ${attempts},
+    // An unverified push stays so on the ladder: its mirror's commits are still unproven.
+    sql`commits_state = ${terminal ? sql`'failed'` : sql`commits_state`}, commits_attempts = ${attempts},
         commits_error = ${detail}, commits_next_attempt_at = ${nextAttemptAt}`,
   );
   return { applied, terminal, nextAttemptAt };

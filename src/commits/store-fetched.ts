@@ -9,8 +9,9 @@ import { storeCommits } from './store.ts';
 /**
  * A compare answer into the tables, in ONE transaction: the push's state (only while the
  * lease is still ours; otherwise nothing at all is written), its commits and its
- * push_commits rows. Both inserts are ON CONFLICT DO NOTHING, so a fetch repeated after a
- * crash between the answer and this commit adds no row twice.
+ * push_commits rows. GitHub's answer is the push's list: it replaces the rows a mirror left
+ * (an `unverified` push) and rewrites their text (ADR 0184); stored twice it adds nothing,
+ * so a fetch repeated after a crash between the answer and this commit adds no row twice.
  */
 export async function storeFetched(
   db: Db,
@@ -47,8 +48,8 @@ export async function storeFetched(
     };
     const stored = await storeCommits(
       trx,
-      [{ push, commits: answer.commits, firstPosition: opts.firstPosition }],
-      { emails: opts.emails },
+      [{ push, commits: answer.commits, firstPosition: opts.firstPosition, source: 'github' }],
+      { emails: opts.emails, replace: true },
     );
     if (opts.byGraphQL) await countGraphQLSettled(trx, claim.repositoryId, opts.now);
     return { applied, state, newCommits: stored.commits, newActors: stored.newActors };

@@ -1,9 +1,10 @@
-import { createHash } from 'node:crypto';
 import { CompiledQuery } from 'kysely';
 import type pg from 'pg';
 import type { CommitEmailMode } from '../config.ts';
 import type { Db } from '../db/pool.ts';
+import type { CommitSource, CommitsState } from '../db/schema.ts';
 import { compareIds } from '../json/exact.ts';
+import { addressUnderPolicy, textUnderPolicy } from './emails.ts';
 
 /**
  * Writing commits (ADR 0070), shared by every path that has them: inline commits of pushes
@@ -12,11 +13,18 @@ import { compareIds } from '../json/exact.ts';
  * go in by (repository_id, sha) and push_commits by key (the lock order of every writer),
  * and commit authors or committers GitHub names by id become actors pending enrichment.
  *
- * A commit's content never changes: a commit held already is not rewritten, but columns
- * it still lacks (an inline commit knows no author id, parents or dates) are filled from a
- * richer answer. push_commits rows are written only for pushes that are stored (joined on
- * push_events' natural key), ON CONFLICT DO NOTHING, so storing the same answer twice is a
- * no-op.
+ * A commit's content never changes, but who told it does (ADR 0184): each row records its
+ * `source`, and a better source rewrites a row a lesser one wrote — GitHub's answer
+ * (`github`) over a webhook's, a webhook's over an archive's, any of them over a mirror's or
+ * a row of unknown source (written before sources were recorded). A row held from a source
+ * as good is not rewritten, but columns it still lacks (an inline commit knows no author
+ * id, parents or dates) are filled from a richer answer. Addresses, and addresses inside
+ * names and messages, are stored under COMMIT_EMAILS (src/commits/emails.ts).
+ *
+ * push_commits rows are written only for pushes that are stored (joined on push_events'
+ * natural key) — inline ones only while the push is in the state their plan gave it — ON
+ * CONFLICT DO NOTHING, so storing the same answer twice is a no-op. A fetched answer
+ * (`replace`) is the push's list: it replaces whatever rows the push held (a mirror's).
  */
 
 export interface CommitRow {
@@ -51,10 +59,19 @@ export interface PushCommits {
   push: PushKey;
   commits: readonly CommitRow[];
   firstPosition?: number;
+  /** Where the commits' text came from; default `github` (an answer from GitHub). */
+  source?: CommitSource;
+  /** Inline commits: the rows join the push only while it is in this state (its plan's). */
+  ifState?: CommitsState;
 }
 
 export interface StoreCommitsOptions {
   emails: CommitEmailMode;
+  /**
+   * The list is the push's whole answer from GitHub: rows the push held at other positions
+   * or with other commits (a mirror's) are replaced. One push per call.
+   */
+  replace?: boolean;
 }
 
 export interface StoreCommitsResult {
@@ -67,32 +84,72 @@ export interface StoreCommitsResult {
 
 const NOTHING: StoreCommitsResult = { commits: 0, pushCommits: 0, newActors: 0 };
 
-const HASHED = /^sha256:[0-9a-f]{64}$/;
+/** COMMIT_EMAILS applied to one address (the rule itself: src/commits/emails.ts). */
+export const emailFor = addressUnderPolicy;
 
-/** COMMIT_EMAILS applied to one address: a stable hash joins an address to itself only. */
-export function emailFor(address: string | null | undefined, mode: CommitEmailMode): string | null {
-  if (address === null || address === undefined || mode === 'drop') return null;
-  if (mode === 'keep') return address;
-  // Hashed already (another instance's hour file, ADR 0130): hashing it again would join
-  // it to nothing, where as it is it joins the same address hashed here.
-  if (HASHED.test(address)) return address;
-  const normal = address.trim().toLowerCase();
-  if (normal === '') return null;
-  return `sha256:${createHash('sha256').update(normal, 'utf8').digest('hex')}`;
-}
+/** How much a source is believed: a better one rewrites a lesser one's row. */
+const SOURCE_RANK: Record<CommitSource, number> = { github: 3, webhook: 2, archive: 1, mirror: 0 };
+const rankSql = (source: string) =>
+  `CASE ${source} WHEN 'github' THEN 3 WHEN 'webhook' THEN 2 WHEN 'archive' THEN 1 ELSE 0 END`;
+const BETTER = `${rankSql('excluded.source')} > ${rankSql('commits.source')}`;
+/** Columns a better source's row replaces (its null included: a mirror's address is no fallback). */
+const TEXT_COLUMNS = ['author_name', 'author_email', 'message'];
+/** Columns only ever filled: a source that lacks one never takes it away. */
+const FILLED_COLUMNS = [
+  'author_id',
+  'author_login',
+  'committer_name',
+  'committer_email',
+  'committer_id',
+  'committed_at',
+  'authored_at',
+  'parents',
+];
 
-const STATEMENT = `
+function statement(replace: boolean): string {
+  const set = [
+    ...TEXT_COLUMNS.map(
+      (c) => `${c} = CASE WHEN ${BETTER} THEN excluded.${c} ELSE commits.${c} END`,
+    ),
+    ...FILLED_COLUMNS.map(
+      (c) =>
+        `${c} = CASE WHEN ${BETTER} THEN coalesce(excluded.${c}, commits.${c}) ELSE coalesce(commits.${c}, excluded.${c}) END`,
+    ),
+    `source = CASE WHEN ${BETTER} THEN excluded.source ELSE commits.source END`,
+  ].join(',\n      ');
+  const fills = FILLED_COLUMNS.map(
+    (c) => `(commits.${c} IS NULL AND excluded.${c} IS NOT NULL)`,
+  ).join('\n         OR ');
+  // A fetched answer replaces the push's rows; an inline list never touches rows held.
+  const pushCommitsConflict = replace
+    ? `ON CONFLICT (repository_id, ref, before, head, position) DO UPDATE SET
+        sha = excluded.sha, "distinct" = excluded."distinct"
+      WHERE (push_commits.sha, push_commits."distinct")
+        IS DISTINCT FROM (excluded.sha, excluded."distinct")`
+    : 'ON CONFLICT DO NOTHING';
+  const stale = replace
+    ? `, stale AS (
+    DELETE FROM push_commits d
+    USING (SELECT DISTINCT repository_id, ref, before, head FROM pc) k
+    WHERE (d.repository_id, d.ref, d.before, d.head) = (k.repository_id, k.ref, k.before, k.head)
+      AND NOT EXISTS (SELECT 1 FROM pc x
+        WHERE (x.repository_id, x.ref, x.before, x.head, x.position)
+            = (d.repository_id, d.ref, d.before, d.head, d.position))
+    RETURNING 1
+  )`
+    : '';
+  return `
   WITH c AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
       $6::text[], $7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $11::text[],
-      $12::timestamptz[], $13::text[])
+      $12::timestamptz[], $13::text[], $23::text[])
       AS u (repository_id, sha, author_name, author_email, author_id, author_login,
         committer_name, committer_email, committer_id, committed_at, message, authored_at,
-        parents)
+        parents, source)
   ), pc AS MATERIALIZED (
     SELECT * FROM unnest($14::bigint[], $15::text[], $16::text[], $17::text[], $18::int[],
-      $19::text[], $20::boolean[])
-      AS u (repository_id, ref, before, head, position, sha, "distinct")
+      $19::text[], $20::boolean[], $24::text[])
+      AS u (repository_id, ref, before, head, position, sha, "distinct", state)
   ), people AS MATERIALIZED (
     SELECT * FROM unnest($21::bigint[], $22::text[]) AS u (id, login)
   ), a AS (
@@ -103,53 +160,52 @@ const STATEMENT = `
   ), ins AS (
     INSERT INTO commits (repository_id, sha, author_name, author_email, author_id,
       author_login, committer_name, committer_email, committer_id, committed_at, message,
-      authored_at, parents)
+      authored_at, parents, source)
     SELECT repository_id, sha, author_name, author_email, author_id, author_login,
       committer_name, committer_email, committer_id, committed_at, message, authored_at,
       -- Parents travel as one '{…}' text per commit (arrays of arrays must be rectangular).
-      parents::text[]
+      parents::text[], source
     FROM c ORDER BY repository_id, sha
     ON CONFLICT (repository_id, sha) DO UPDATE SET
-      author_id = coalesce(commits.author_id, excluded.author_id),
-      author_login = coalesce(commits.author_login, excluded.author_login),
-      committer_name = coalesce(commits.committer_name, excluded.committer_name),
-      committer_email = coalesce(commits.committer_email, excluded.committer_email),
-      committer_id = coalesce(commits.committer_id, excluded.committer_id),
-      committed_at = coalesce(commits.committed_at, excluded.committed_at),
-      authored_at = coalesce(commits.authored_at, excluded.authored_at),
-      parents = coalesce(commits.parents, excluded.parents)
-      WHERE (commits.author_id IS NULL AND excluded.author_id IS NOT NULL)
-         OR (commits.author_login IS NULL AND excluded.author_login IS NOT NULL)
-         OR (commits.committer_name IS NULL AND excluded.committer_name IS NOT NULL)
-         OR (commits.committer_email IS NULL AND excluded.committer_email IS NOT NULL)
-         OR (commits.committer_id IS NULL AND excluded.committer_id IS NOT NULL)
-         OR (commits.committed_at IS NULL AND excluded.committed_at IS NOT NULL)
-         OR (commits.authored_at IS NULL AND excluded.authored_at IS NOT NULL)
-         OR (commits.parents IS NULL AND excluded.parents IS NOT NULL)
+      ${set}
+      WHERE ${BETTER}
+         OR ${fills}
     RETURNING xmax = 0 AS inserted
   ), pi AS (
     INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct")
     SELECT pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha, pc."distinct"
     FROM pc JOIN push_events p
       ON (p.repository_id, p.ref, p.before, p.head) = (pc.repository_id, pc.ref, pc.before, pc.head)
+    WHERE pc.state IS NULL OR p.commits_state = pc.state
     ORDER BY pc.repository_id, pc.ref, pc.before, pc.head, pc.position
-    ON CONFLICT DO NOTHING
+    ${pushCommitsConflict}
     RETURNING 1
-  )
+  )${stale}
   SELECT (SELECT count(*) FILTER (WHERE inserted) FROM ins) AS commits,
          (SELECT count(*) FROM pi) AS push_commits,
          (SELECT count(*) FROM a) AS actors`;
+}
+
+const STATEMENTS = { inline: statement(false), replace: statement(true) };
 
 function textArray(values: readonly string[] | null | undefined): string | null {
   if (!values) return null;
   return `{${values.map((v) => `"${v.replace(/["\\]/g, '\\$&')}"`).join(',')}}`;
 }
 
-/** Keeps, per (repository, sha), the row that knows most (an id, dates, parents). */
-function richer(a: CommitRow, b: CommitRow): CommitRow {
+/** Keeps, per (repository, sha), the row of the better source, then the one that knows most. */
+function richer(a: Sourced, b: Sourced): Sourced {
+  const rank = SOURCE_RANK[b.source] - SOURCE_RANK[a.source];
+  if (rank !== 0) return rank > 0 ? b : a;
   const score = (c: CommitRow) =>
     (c.authorId ? 4 : 0) + (c.authoredAt ? 2 : 0) + (c.parents ? 1 : 0) + (c.committerId ? 1 : 0);
-  return score(b) > score(a) ? b : a;
+  return score(b.row) > score(a.row) ? b : a;
+}
+
+interface Sourced {
+  repositoryId: string;
+  row: CommitRow;
+  source: CommitSource;
 }
 
 /** The statement and its parameters (run through Kysely or on a raw pg client). */
@@ -157,17 +213,15 @@ export function storeCommitsQuery(
   pushes: readonly PushCommits[],
   opts: StoreCommitsOptions,
 ): { sql: string; parameters: unknown[] } | null {
-  const commits = new Map<string, { repositoryId: string; row: CommitRow }>();
+  const commits = new Map<string, Sourced>();
   const people = new Map<string, string>();
-  const pc: unknown[][] = [[], [], [], [], [], [], []];
-  for (const { push, commits: rows, firstPosition = 0 } of pushes) {
+  const pc: unknown[][] = [[], [], [], [], [], [], [], []];
+  for (const { push, commits: rows, firstPosition = 0, source = 'github', ifState } of pushes) {
     rows.forEach((row, i) => {
       const key = `${push.repositoryId}\u0000${row.sha}`;
       const held = commits.get(key);
-      commits.set(key, {
-        repositoryId: push.repositoryId,
-        row: held ? richer(held.row, row) : row,
-      });
+      const mine = { repositoryId: push.repositoryId, row, source };
+      commits.set(key, held ? richer(held, mine) : mine);
       pc[0]!.push(push.repositoryId);
       pc[1]!.push(push.ref);
       pc[2]!.push(push.before);
@@ -175,34 +229,44 @@ export function storeCommitsQuery(
       pc[4]!.push(firstPosition + i);
       pc[5]!.push(row.sha);
       pc[6]!.push(row.distinct ?? null);
+      pc[7]!.push(ifState ?? null);
       if (row.authorId && row.authorLogin) people.set(row.authorId, row.authorLogin);
       if (row.committerId && row.committerLogin) people.set(row.committerId, row.committerLogin);
     });
   }
   if (commits.size === 0) return null;
-  const c: unknown[][] = Array.from({ length: 13 }, () => []);
-  for (const { repositoryId, row } of commits.values()) {
+  const c: unknown[][] = Array.from({ length: 14 }, () => []);
+  const mode = opts.emails;
+  for (const { repositoryId, row, source } of commits.values()) {
     const values = [
       repositoryId,
       row.sha,
-      row.authorName ?? null,
-      emailFor(row.authorEmail, opts.emails),
+      textUnderPolicy(row.authorName ?? null, mode),
+      addressUnderPolicy(row.authorEmail, mode),
       row.authorId ?? null,
       row.authorLogin ?? null,
-      row.committerName ?? null,
-      emailFor(row.committerEmail, opts.emails),
+      textUnderPolicy(row.committerName ?? null, mode),
+      addressUnderPolicy(row.committerEmail, mode),
       row.committerId ?? null,
       row.committedAt ?? null,
-      row.message ?? null,
+      textUnderPolicy(row.message ?? null, mode),
       row.authoredAt ?? null,
       textArray(row.parents),
+      source,
     ];
     for (const [i, v] of values.entries()) c[i]!.push(v);
   }
   const ids = [...people.keys()].sort(compareIds);
   return {
-    sql: STATEMENT,
-    parameters: [...c, ...pc, ids, ids.map((id) => people.get(id)!)],
+    sql: opts.replace ? STATEMENTS.replace : STATEMENTS.inline,
+    parameters: [
+      ...c.slice(0, 13),
+      ...pc.slice(0, 7),
+      ids,
+      ids.map((id) => people.get(id)!),
+      c[13],
+      pc[7],
+    ],
   };
 }
 

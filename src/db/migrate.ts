@@ -17,6 +17,11 @@ import {
   REF_CREATED_AT_INDEX,
   REF_CREATED_AT_INDEX_COLUMNS,
 } from '../../db/migrations/2026-12-02T0500_push_events_ref_created_at.ts';
+import {
+  FETCHER_INDEX_PREDICATE,
+  FETCHER_INDEXES,
+  onlineName,
+} from '../../db/migrations/2026-12-04T1050_commit_sources_and_unverified.ts';
 import { AppError } from '../errors.ts';
 import { LockSpace } from './locks.ts';
 import type { Db } from './pool.ts';
@@ -74,6 +79,13 @@ const ONLINE_INDEXES = [
     name: REF_CREATED_AT_INDEX,
     create: `CREATE INDEX CONCURRENTLY ${REF_CREATED_AT_INDEX} ON push_events ${REF_CREATED_AT_INDEX_COLUMNS}`,
   },
+  // The fetcher's partial indexes over 'unverified' too (ADR 0184): built under a second
+  // name, which the migration gives the old one's.
+  ...FETCHER_INDEXES.map((index) => ({
+    migration: '2026-12-04T1050_commit_sources_and_unverified',
+    name: onlineName(index.name),
+    create: `CREATE INDEX CONCURRENTLY ${onlineName(index.name)} ON push_events ${index.columns} WHERE ${FETCHER_INDEX_PREDICATE}`,
+  })),
 ] as const;
 
 function failedOf(set: MigrationResultSet): void {

@@ -58,13 +58,17 @@ export const PUSH_ORIGINS = ['poll', 'webhook', 'archive'] as const;
 export type PushOrigin = (typeof PUSH_ORIGINS)[number];
 export const GAP_STATES = ['open', 'filled', 'unavailable'] as const;
 export type GapState = (typeof GAP_STATES)[number];
-/** 'missing': the mirror has no such hour (404/410). */
-export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing'] as const;
+/**
+ * 'missing': the mirror has no such hour (404/410). 'open': read while the mirror said the
+ * hour was still open (ADR 0185): its lines are stored, and it is read again until final.
+ */
+export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing', 'open'] as const;
 export type BackfillFileState = (typeof BACKFILL_FILE_STATES)[number];
 /**
  * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
  * fetcher), complete / partial (stored, all or some), none (deleted ref or tag: no commits),
- * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up).
+ * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up),
+ * unverified (stored as a mirror gave them, not yet proven by GitHub: ADR 0184).
  */
 export const COMMITS_STATES = [
   'pending',
@@ -74,8 +78,16 @@ export const COMMITS_STATES = [
   'skipped',
   'gone',
   'failed',
+  'unverified',
 ] as const;
 export type CommitsState = (typeof COMMITS_STATES)[number];
+/**
+ * Where a commit row's text came from (ADR 0184): GitHub's own answer (compare, GraphQL, a
+ * polled event), a webhook delivery, an archive vouched for (GH Archive's own hours before
+ * 2025-10-08, a file named on the command line), or a mirror (any other archive).
+ */
+export const COMMIT_SOURCES = ['github', 'webhook', 'archive', 'mirror'] as const;
+export type CommitSource = (typeof COMMIT_SOURCES)[number];
 /**
  * Two pushes found claiming one event id (ADR 0122): `reused` (different eras: GitHub reused
  * the id, both keep it) or `disputed` (one era: one keeps it, the other is stored without).
@@ -284,11 +296,18 @@ export interface PushEventsTable {
   commits_error: string | null;
   /** Set while a fetch attempt is open (migration 2026-12-01T1410, ADR 0120); NULL once settled. */
   commits_fetch_started_at: NullableTimestamp;
-  /** Fetches of this push that died mid-request: the second sets it aside (`failed`). */
+  /** Fetches of this push alone that died mid-request: the second sets it aside (`failed`). */
   commits_deaths: Generated<number>;
+  /**
+   * Pushes the request in flight asks about (migration 2026-12-04T1030, ADR 0182): 1 alone,
+   * more for a GraphQL batch's query; NULL while none is in flight.
+   */
+  commits_fetch_group: number | null;
+  /** Batch queries about this push (with others) that died mid-request: a suspect, asked alone. */
+  commits_batch_deaths: Generated<number>;
 }
 
-/** One commit of a repository; content never changes (inserts ON CONFLICT DO NOTHING). */
+/** One commit of a repository; a mirror's text is rewritten by a better source's (ADR 0184). */
 export interface CommitsTable {
   repository_id: BigId;
   sha: string;
@@ -305,6 +324,8 @@ export interface CommitsTable {
   authored_at: NullableTimestamp;
   parents: string[] | null;
   first_seen_at: Generated<Timestamp>;
+  /** Where the row's text came from (ADR 0184); NULL for a row written before 2026-12-04. */
+  source: CommitSource | null;
 }
 
 /** The commits of one push (keyed by push_events' natural key), position 0 = oldest. */
@@ -323,6 +344,16 @@ export interface PushCommitsTable {
 export interface CommitFetchTurnsTable {
   repository_id: BigId;
   served_at: Timestamp;
+}
+
+/**
+ * A background purpose told no while it waits for REST requests (migration 2026-12-04T1020,
+ * ADR 0181): kept until its next grant, so enrichment leaves commits their floor.
+ */
+export interface BudgetWaitsTable {
+  purpose: Exclude<RequestPurpose, 'poll'>;
+  since: Timestamp;
+  refused_at: Timestamp;
 }
 
 export interface GithubRequestsTable {
@@ -487,6 +518,9 @@ export interface BackfillFilesTable {
   mirror: Generated<string>;
   /** The archive hour read (NULL for a local file). */
   hour: NullableTimestamp;
+  /** The created_at range of the pushes this import writes: its hours are open until it completes. */
+  writes_from: NullableTimestamp;
+  writes_to: NullableTimestamp;
 }
 
 /** View hourly_coverage (and hourly_coverage_between(since, until)): one row per UTC hour. */
@@ -558,6 +592,7 @@ export interface Database {
   commit_fetch_turns: CommitFetchTurnsTable;
   commits_graphql_minutes: CommitsGraphqlMinutesTable;
   github_requests: GithubRequestsTable;
+  budget_waits: BudgetWaitsTable;
   github_rate_limits: GithubRateLimitsTable;
   github_endpoint_pace: GithubEndpointPaceTable;
   github_request_minutes: GithubRequestMinutesTable;

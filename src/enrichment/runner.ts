@@ -1,4 +1,5 @@
 import { systemClock } from '../clock.ts';
+import { shareRule } from '../commits/share.ts';
 import type { Deps } from '../deps.ts';
 import { faultPoint } from '../fault.ts';
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
@@ -61,10 +62,12 @@ export interface EnrichResult {
   /** HTTP status of the answer, when one came. */
   status?: number | null;
   /**
-   * Why budget_exhausted: the GitHub layer said no, the class used its half, the gate
-   * stayed busy, or every credential is blocked by GitHub's 401s (`detail` names them).
+   * Why budget_exhausted: the GitHub layer said no, enrichment is past its floor while
+   * commits wait for REST (share), the class used its half while the other class has work
+   * (fair_share), the gate stayed busy, or every credential is blocked by GitHub's 401s
+   * (`detail` names them).
    */
-  reason?: 'budget' | 'fair_share' | 'gate_timeout' | 'auth';
+  reason?: 'budget' | 'share' | 'fair_share' | 'gate_timeout' | 'auth';
   /** When this entity (retry) or this class (rate_limited) may be tried again. */
   retryAt?: Date;
   detail?: string;
@@ -122,7 +125,8 @@ export async function enrichOnce(
   faultPoint('enrich.after_claim');
   const base = { class: cls, entityId: claim.id, name: claim.name };
 
-  // 3. Reserve: this class's fair share first, then the GitHub layer's budget.
+  // 3. Reserve: the share rule (enrichment's floor, this class's half) first, then the
+  // GitHub layer's budget.
   const path = ENTITY_TABLES[cls].path(claim.name);
   const entity = { class: cls, id: claim.id };
   let reservation = null;
@@ -130,11 +134,10 @@ export async function enrichOnce(
   let refusal: string | undefined;
   try {
     const share = await fairShare(db, github, cls, {
+      ...shareRule(config, github),
       now: clock.now(),
-      ttlSeconds,
-      share: config.enrichment.share,
-      commitsShare: config.commits.share,
     });
+    if (share.by === 'floor') reason = 'share';
     if (share.allowed) {
       reason = 'budget';
       const d = await github.tryReserve('enrich', { jobId, entity, path });
@@ -397,6 +400,8 @@ export interface CycleOptions {
   /** Checked before each entity: a job being shut down stops between entities, never mid-request. */
   shouldStop?: () => boolean;
   signal?: AbortSignal;
+  /** Each entity worked on, as it is settled (bin/enrich prints a line an entity). */
+  onResult?: (r: EnrichResult) => void | Promise<void>;
 }
 
 export interface CycleSummary {
@@ -408,6 +413,12 @@ export interface CycleSummary {
   stoppedBy: CycleStop;
   /** Set when rate limited: when the class may run again. */
   retryAt?: Date;
+}
+
+export interface ClassesSummary extends Omit<CycleSummary, 'class'> {
+  classes: readonly EntityClass[];
+  /** The refusal that ended a cycle stopped by budget_exhausted (its reason, and detail). */
+  refusal?: Pick<EnrichResult, 'reason' | 'detail'>;
 }
 
 function emptyOutcomes(): Record<EnrichOutcome, number> {
@@ -424,36 +435,94 @@ function emptyOutcomes(): Record<EnrichOutcome, number> {
 }
 
 /**
- * One cycle of a class (what the enrich-actor / enrich-repository jobs run): enrichOnce
- * until nothing is due, the budget or the fair share says no, GitHub rate-limits us,
- * the cap is reached, or the caller asks to stop — the shared fetch loop
- * (src/fetching/cycle.ts), one lane per REST fetcher of the in-flight plan. Concurrent
- * enrichOnce calls in one process are as safe as two workers: each claims its own row
- * (claim.ts: FOR UPDATE SKIP LOCKED, then a lease) and applies only while stillOurs holds
- * (the entity's id, this worker, this lease's time).
+ * The classes a cycle serves, in turn. A class leaves the turn when it is idle, or when its
+ * half is used while the other class has work (fair_share); a class that left for its half
+ * comes back once another goes idle (the split is work-conserving). Lanes share it: each
+ * takes the next class when it starts a step, so two lanes work on the two classes.
  */
-export async function enrichCycle(
+function classTurns(classes: readonly EntityClass[]) {
+  let active = [...classes];
+  let parked: EntityClass[] = [];
+  let turn = 0;
+  return {
+    next: (): EntityClass | null => (active.length ? active[turn++ % active.length]! : null),
+    idle(cls: EntityClass): void {
+      active = [...active.filter((c) => c !== cls), ...parked];
+      parked = [];
+    },
+    park(cls: EntityClass): void {
+      if (!active.includes(cls)) return;
+      active = active.filter((c) => c !== cls);
+      parked.push(cls);
+    },
+    anyParked: () => parked.length > 0,
+  };
+}
+
+/**
+ * One cycle over `classes` (bin/enrich: both, or one with --class; a worker's
+ * enrich-actor / enrich-repository job: its own): enrichOnce until nothing is due, the
+ * budget or the share rule says no, GitHub rate-limits us, the cap is reached, or the caller
+ * asks to stop — the shared fetch loop (src/fetching/cycle.ts), one lane per REST fetcher of
+ * the in-flight plan. Concurrent enrichOnce calls in one process are as safe as two workers:
+ * each claims its own row (claim.ts: FOR UPDATE SKIP LOCKED, then a lease) and applies only
+ * while stillOurs holds (the entity's id, this worker, this lease's time).
+ */
+export async function enrichClasses(
   deps: EnrichDeps & LaneDeps,
-  cls: EntityClass,
+  classes: readonly EntityClass[],
   opts: CycleOptions = {},
-): Promise<CycleSummary> {
+): Promise<ClassesSummary> {
   const outcomes = emptyOutcomes();
+  const turns = classTurns(classes);
+  let refusal: ClassesSummary['refusal'];
   const run = await runFetchCycle({
     lanes: fetchLanes(deps, 'rest', 'enrich'),
     cap: opts.maxEntities,
     shouldStop: opts.shouldStop,
     signal: opts.signal,
     step: async () => {
-      const r = await enrichOnce(deps, cls, { jobId: opts.jobId, signal: opts.signal });
-      outcomes[r.outcome] += 1;
-      return oneEntityReport(r.outcome, r.outcome === 'rate_limited' ? r.retryAt : undefined);
+      for (;;) {
+        const cls = turns.next();
+        if (cls === null)
+          return { taken: 0, stop: turns.anyParked() ? 'budget_exhausted' : 'idle' };
+        const r = await enrichOnce(deps, cls, { jobId: opts.jobId, signal: opts.signal });
+        outcomes[r.outcome] += 1;
+        if (r.outcome === 'idle') {
+          turns.idle(cls);
+          continue;
+        }
+        if (r.outcome === 'budget_exhausted' && r.reason === 'fair_share') {
+          // This class's half: the other class has work, and takes the turn.
+          turns.park(cls);
+          continue;
+        }
+        if (r.outcome === 'budget_exhausted') refusal = { reason: r.reason, detail: r.detail };
+        else await opts.onResult?.(r);
+        return oneEntityReport(r.outcome, r.outcome === 'rate_limited' ? r.retryAt : undefined);
+      }
     },
   });
   return {
-    class: cls,
+    classes,
     processed: run.processed,
     outcomes,
     stoppedBy: run.stoppedBy,
     ...(run.retryAt ? { retryAt: run.retryAt } : {}),
+    ...(run.stoppedBy === 'budget_exhausted' && refusal ? { refusal } : {}),
   };
+}
+
+/** One cycle of a class: what the enrich-actor / enrich-repository jobs run. */
+export async function enrichCycle(
+  deps: EnrichDeps & LaneDeps,
+  cls: EntityClass,
+  opts: CycleOptions = {},
+): Promise<CycleSummary> {
+  const {
+    classes: _classes,
+    refusal: _refusal,
+    ...summary
+  } = await enrichClasses(deps, [cls], opts);
+  return { class: cls, ...summary };
 }

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { type FileHandle, mkdir, open, readdir, rm, stat, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -6,36 +5,71 @@ import type { Db } from '../db/pool.ts';
 import { AppError } from '../errors.ts';
 import { type ArchiveHour, hourEnd } from '../gaps/hours.ts';
 import type { Logger } from '../log.ts';
-import { hourKnown, hourState, type Run } from './hour-query.ts';
+import { hourKnown, type Run } from './hour-query.ts';
+import {
+  type BuiltHour,
+  builtHour,
+  confirmBuilt,
+  currentSnapshot,
+  hourChanges,
+  recordBuilt,
+  renamedSince,
+} from './hour-state.ts';
+import { hourOpenReasons, type OpenReason, withPending } from './open-hours.ts';
+import { sweepTemporaryFiles } from './temporary-files.ts';
 import { FORMAT_VERSION, type HourFile, inHourSnapshot, writeHourFile } from './write.ts';
 
 /**
- * The hour files /archive serves (ADR 0130), built once per state of the hour and kept on
- * disk: a file is named by the hour and a fingerprint of every value its lines are made of
- * (hour-query.ts hourState, read in the same snapshot as the rows), so a file on disk is
- * exactly the bytes the store would produce now whenever its fingerprint is the current
- * one. The fingerprint is the ETag too: a 304 costs one aggregate query, never a build.
- * Content-Length is the file's size.
+ * The hour files /archive serves (ADR 0130, ADR 0185), built once per state of the hour and
+ * kept on disk. What an hour looks like now is read from two short rows, never from its
+ * pushes (src/export/hour-state.ts): its count of changing writes, and the file recorded
+ * for it — the count and snapshot it was built at and its SHA-256. When the counts agree
+ * the recorded file is the hour as it is now; its SHA-256 is the ETag, so a 304 and a hit
+ * cost those rows and, for a hit, an open of the file named by it.
  *
- * A miss builds the file (one build at a time per process: a build is a full read of the
- * hour), into a temporary file renamed into place. The cache keeps the latest file of each
- * hour and at most MAX_CACHE_BYTES in all, least recently served first out. Its directory
- * is DATA_DIR/archive-cache, or one under the system's temporary directory when DATA_DIR is
- * not writable (a container's working directory); losing it costs only rebuilds.
+ * A miss builds the file in the very snapshot the count was read in (one build at a time
+ * per process: a build is a full read of the hour), into a temporary file renamed to its
+ * SHA-256's name, and records it. A file is named by its content, so a cache directory
+ * shared by two databases never serves one's bytes for the other's. The cache keeps the
+ * latest file of each hour and at most MAX_CACHE_BYTES in all, least recently served first
+ * out. Its directory is DATA_DIR/archive-cache, or one under the system's temporary
+ * directory when DATA_DIR is not writable (a container's working directory); losing it
+ * costs only rebuilds.
+ *
+ * An hour being imported is not built at all (`importing`): its rows change by a chunk a
+ * second, and a copy of it would be neither final nor current (src/export/open-hours.ts).
  */
 
 export const MAX_CACHE_BYTES = 2 * 1024 ** 3;
 
+/** What decides an hour file's bytes besides the rows: the line format and the compressor. */
+export const FILE_FORMAT = `v${FORMAT_VERSION}/zlib-${process.versions.zlib}`;
+
 export type ArchiveAnswer =
   | { kind: 'unknown' }
-  | { kind: 'not_modified'; etag: string }
-  | { kind: 'file'; etag: string; handle: FileHandle; bytes: number; built: HourFile | null };
+  /** An import is writing into the hour: answered 503, nothing built. */
+  | { kind: 'importing'; reasons: OpenReason[] }
+  | { kind: 'not_modified'; etag: string; reasons: OpenReason[] }
+  | {
+      kind: 'file';
+      etag: string;
+      handle: FileHandle;
+      bytes: number;
+      /** This request built it (null: served from the cache). */
+      built: HourFile | null;
+      reasons: OpenReason[];
+    };
 
 export interface ArchiveCacheOptions {
+  /** The archive's own pool (bin/web gives it a share of its connections). */
   db: Db;
   logger: Logger;
   dataDir: string;
   maxBytes?: number;
+  /** Runs a use of the database within the archive's share (src/web/archive-gate.ts). */
+  withSlot?: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** Waits for another request's build, within the archive's share. */
+  waitFor?: <T>(p: Promise<T>) => Promise<T>;
 }
 
 /** The cache directory could not be made anywhere. */
@@ -50,12 +84,9 @@ export class ArchiveCacheUnavailable extends AppError {
   }
 }
 
-/** The validator of an hour's state: quoted, as HTTP wants it. */
-function etagOf(hour: ArchiveHour, digest: string): string {
-  const h = createHash('sha256')
-    .update(`${FORMAT_VERSION}\n${process.versions.zlib}\n${hour.name}\n${digest}`)
-    .digest('hex');
-  return `"${h.slice(0, 40)}"`;
+/** The ETag of a file: its SHA-256 (the first 160 bits), quoted as HTTP wants it. */
+export function etagOf(sha256: string): string {
+  return `"${sha256.slice(0, 40)}"`;
 }
 
 /** If-None-Match holds `etag` (a list, weak or strong, or `*`). */
@@ -67,11 +98,25 @@ export function matches(ifNoneMatch: string | undefined, etag: string): boolean 
     .some((t) => t === '*' || t === etag);
 }
 
+function fileName(hour: ArchiveHour, sha256: string): string {
+  return `${hour.name}.${sha256.slice(0, 40)}.json.gz`;
+}
+
+/** What one look at the hour, in one snapshot, found or did. */
+type Step =
+  | { answer: ArchiveAnswer; record?: BuiltHour; confirm?: { built: BuiltHour; snapshot: string } }
+  /** A build of another request runs: wait for it and look again. */
+  | null;
+
+const direct = <T>(fn: () => Promise<T>) => fn();
+
 export class ArchiveCache {
   readonly #db: Db;
   readonly #logger: Logger;
   readonly #dataDir: string;
   readonly #maxBytes: number;
+  readonly #withSlot: <T>(fn: () => Promise<T>) => Promise<T>;
+  readonly #waitFor: <T>(p: Promise<T>) => Promise<T>;
   #dir: Promise<string> | null = null;
   /** One build at a time (a build is a full read of the hour); the others wait for it. */
   #building: Promise<void> = Promise.resolve();
@@ -82,9 +127,11 @@ export class ArchiveCache {
     this.#logger = opts.logger;
     this.#dataDir = opts.dataDir;
     this.#maxBytes = opts.maxBytes ?? MAX_CACHE_BYTES;
+    this.#withSlot = opts.withSlot ?? direct;
+    this.#waitFor = opts.waitFor ?? ((p) => p);
   }
 
-  /** The directory, made on first use. */
+  /** The directory, made on first use (and swept of what killed builds left in it). */
   dir(): Promise<string> {
     this.#dir ??= (async () => {
       const uid = typeof process.getuid === 'function' ? process.getuid() : null;
@@ -105,6 +152,18 @@ export class ArchiveCache {
           const probe = await open(path.join(dir, `.probe-${process.pid}`), 'w');
           await probe.close();
           await rm(path.join(dir, `.probe-${process.pid}`), { force: true });
+          const swept = await sweepTemporaryFiles(dir);
+          if (swept.files.length > 0) {
+            this.#logger.info(
+              {
+                event: 'export.temporary_swept',
+                dir,
+                files: swept.files.length,
+                bytes: swept.bytes,
+              },
+              `archive cache: removed ${swept.files.length} temporary files (${swept.bytes} bytes) left by killed builds`,
+            );
+          }
           return dir;
         } catch (err) {
           last = err;
@@ -117,47 +176,123 @@ export class ArchiveCache {
   }
 
   /**
-   * The hour's file as it is now, open for reading (the caller closes the handle), or a
-   * 304 when `ifNoneMatch` names its current ETag, or unknown (nothing stored of the hour).
-   * A miss builds the file in the very snapshot its fingerprint was read in; a miss while
-   * another build runs waits for that one and looks again (it may be the same hour). A hit
-   * never waits for a build.
+   * The hour's file as it is now, open for reading (the caller closes the handle), or a 304
+   * when `ifNoneMatch` names its current ETag, or `importing`, or unknown (nothing stored of
+   * the hour). A hit never waits for a build; a miss while another build runs waits for it
+   * and looks again (it may be the same hour).
    */
-  async answer(hour: ArchiveHour, ifNoneMatch?: string): Promise<ArchiveAnswer> {
+  async answer(hour: ArchiveHour, now: Date, ifNoneMatch?: string): Promise<ArchiveAnswer> {
     const dir = await this.dir();
     for (;;) {
-      const a = await inHourSnapshot(this.#db, async (run): Promise<ArchiveAnswer | null> => {
-        if (!(await hourKnown(run, hour.start, hourEnd(hour)))) return { kind: 'unknown' };
-        const etag = etagOf(hour, (await hourState(run, hour.start, hourEnd(hour))).digest);
-        if (matches(ifNoneMatch, etag)) return { kind: 'not_modified', etag };
-        const held = await this.#openFile(dir, hour, etag);
-        if (held) return { kind: 'file', etag, ...held, built: null };
-        // Checked and taken with no await between: one build at a time.
-        if (this.#buildingNow) return null;
-        this.#buildingNow = true;
-        let done!: () => void;
-        this.#building = new Promise<void>((resolve) => {
-          done = resolve;
-        });
+      const step = await this.#withSlot(async () => {
+        let building: (() => void) | null = null;
         try {
-          const built = await this.#build(run, dir, hour, etag);
-          const opened = await this.#openFile(dir, hour, etag);
-          if (!opened)
-            throw new Error(`archive cache: ${fileName(hour, etag)} vanished after its build`);
-          return { kind: 'file', etag, ...opened, built };
+          const s = await inHourSnapshot(this.#db, (run) =>
+            this.#look(run, dir, hour, now, ifNoneMatch, (release) => {
+              building = release;
+            }),
+          );
+          try {
+            // Recorded before the build is released: whoever waited for it finds the row.
+            if (s?.record) await recordBuilt(this.#db, hour, FILE_FORMAT, s.record);
+            if (s?.confirm) {
+              const { built, snapshot } = s.confirm;
+              await confirmBuilt(this.#db, hour, FILE_FORMAT, built, snapshot);
+            }
+          } catch (err) {
+            if (s?.answer.kind === 'file') await s.answer.handle.close().catch(() => {});
+            throw err;
+          }
+          return s;
         } finally {
-          this.#buildingNow = false;
-          done();
+          (building as (() => void) | null)?.();
         }
       });
-      if (a) return a;
-      // A miss while another build runs: wait for it, then look again.
-      await this.#building;
+      if (step) return step.answer;
+      await this.#waitFor(this.#building);
     }
   }
 
-  async #openFile(dir: string, hour: ArchiveHour, etag: string) {
-    const file = path.join(dir, fileName(hour, etag));
+  async #look(
+    run: Run,
+    dir: string,
+    hour: ArchiveHour,
+    now: Date,
+    ifNoneMatch: string | undefined,
+    onBuild: (release: () => void) => void,
+  ): Promise<Step> {
+    const open = await hourOpenReasons(run, hour, now);
+    if (open.includes('importing')) return { answer: { kind: 'importing', reasons: open } };
+    const changes = await hourChanges(run, hour);
+    const built = await builtHour(run, hour, FILE_FORMAT);
+    let confirm: { built: BuiltHour; snapshot: string } | undefined;
+    let current = built !== null && built.changes === changes;
+    if (current) {
+      const renamed = await renamedSince(run, hour, built!.snapshot);
+      if (renamed === true) current = false;
+      else if (renamed === false) confirm = { built: built!, snapshot: await currentSnapshot(run) };
+    }
+    if (current && built) {
+      const etag = etagOf(built.sha256);
+      const reasons = withPending(open, built.pending);
+      if (matches(ifNoneMatch, etag)) {
+        return { answer: { kind: 'not_modified', etag, reasons }, confirm };
+      }
+      const held = await this.#openFile(dir, fileName(hour, built.sha256));
+      if (held) return { answer: { kind: 'file', etag, ...held, built: null, reasons }, confirm };
+      // Recorded, but not on this disk (another replica built it, or the cache was pruned):
+      // built again below, in this snapshot, where it is the same bytes.
+    } else if (!(await hourKnown(run, hour.start, hourEnd(hour)))) {
+      return { answer: { kind: 'unknown' } };
+    }
+    // Checked and taken with no await between: one build at a time.
+    if (this.#buildingNow) return null;
+    this.#buildingNow = true;
+    let done!: () => void;
+    this.#building = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    onBuild(() => {
+      this.#buildingNow = false;
+      done();
+    });
+    const snapshot = await currentSnapshot(run);
+    const file = await this.#build(run, dir, hour);
+    if (current && built && built.sha256 !== file.sha256) {
+      // The recorded file's count said nothing changed, but the bytes did: a write the
+      // triggers do not watch. Served and recorded as built; worth a report.
+      this.#logger.warn(
+        {
+          event: 'export.hour_unwatched_change',
+          hour: hour.name,
+          recorded_sha256: built.sha256,
+          sha256: file.sha256,
+        },
+        `archive: ${hour.name} changed without a counted write (recorded ${built.sha256.slice(0, 12)}…, built ${file.sha256.slice(0, 12)}…)`,
+      );
+    }
+    const opened = await this.#openFile(dir, fileName(hour, file.sha256));
+    if (!opened)
+      throw new Error(`archive cache: ${fileName(hour, file.sha256)} vanished after its build`);
+    const etag = etagOf(file.sha256);
+    const record: BuiltHour = {
+      changes,
+      snapshot,
+      sha256: file.sha256,
+      bytes: file.bytes,
+      pushes: file.pushes,
+      pending: file.pending,
+    };
+    const reasons = withPending(open, file.pending);
+    if (matches(ifNoneMatch, etag)) {
+      await opened.handle.close();
+      return { answer: { kind: 'not_modified', etag, reasons }, record };
+    }
+    return { answer: { kind: 'file', etag, ...opened, built: file, reasons }, record };
+  }
+
+  async #openFile(dir: string, name: string) {
+    const file = path.join(dir, name);
     let handle: FileHandle;
     try {
       handle = await open(file, 'r');
@@ -172,9 +307,11 @@ export class ArchiveCache {
     return { handle, bytes };
   }
 
-  async #build(run: Run, dir: string, hour: ArchiveHour, etag: string): Promise<HourFile> {
+  async #build(run: Run, dir: string, hour: ArchiveHour): Promise<HourFile> {
     const t0 = Date.now();
-    const file = await writeHourFile(run, hour, path.join(dir, fileName(hour, etag)));
+    const file = await writeHourFile(run, hour, (f) => path.join(dir, fileName(hour, f.sha256)), {
+      dir,
+    });
     this.#logger.info(
       {
         event: 'export.hour_written',
@@ -183,13 +320,13 @@ export class ArchiveCache {
         pending: file.pending,
         bytes: file.bytes,
         sha256: file.sha256,
-        etag,
+        etag: etagOf(file.sha256),
         seconds: (Date.now() - t0) / 1000,
         to: 'archive-cache',
       },
       `archive: ${hour.name} built: ${file.pushes} pushes, ${file.bytes} bytes`,
     );
-    await this.#prune(dir, hour, fileName(hour, etag)).catch((err: unknown) =>
+    await this.#prune(dir, hour, fileName(hour, file.sha256)).catch((err: unknown) =>
       this.#logger.warn({ err }, `archive cache: pruning ${dir} failed`),
     );
     return file;
@@ -220,8 +357,4 @@ export class ArchiveCache {
       total -= f.size;
     }
   }
-}
-
-function fileName(hour: ArchiveHour, etag: string): string {
-  return `${hour.name}.${etag.replaceAll('"', '')}.json.gz`;
 }

@@ -81,7 +81,12 @@ const HOUR_SELECT = `
   ) f ON p.commits_state IN ('complete', 'partial', 'none')
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}`;
 
-/** The hour's rows in file order, for the cursor. */
+/**
+ * The hour's rows in file order, for the cursor. A column this reads is one a write to must
+ * change the hour's state for /archive: the triggers of migration
+ * 2026-12-04T1100_archive_hour_state watch them (WATCHED there; test/integration/
+ * archive-hour-state.test.ts holds the two together).
+ */
 export const HOUR_ROWS = `${HOUR_SELECT}
   ORDER BY ${PUSH_ORDER}`;
 
@@ -114,20 +119,24 @@ export interface HourRow {
 /** States whose stored commits are the push's commits as far as they go (the line lists them). */
 const LISTED: ReadonlySet<CommitsState> = new Set(['complete', 'partial', 'none']);
 
+/** States whose count and commits are nobody's yet: waiting for GitHub, or a mirror's claim. */
+const UNSAID: ReadonlySet<CommitsState> = new Set(['pending', 'unverified']);
+
 /**
  * A row → what its line says (ADR 0130). A pending push says nothing of its commits (no
- * `size`, no `commits`) rather than something wrong; a push whose count is unknown has no
- * `size`; `commits` are listed only when what is stored is the push's list (complete,
- * partial: the ones we hold, none: an empty one). `distinct_size` is the source's when it
- * gave one, else counted from push_commits when every commit is stored and says whether
- * it is distinct, else left out.
+ * `size`, no `commits`) rather than something wrong, and neither does an unverified one:
+ * what a mirror claimed is not passed on as this store's (ADR 0184). A push whose count is
+ * unknown has no `size`; `commits` are listed only when what is stored is the push's list
+ * (complete, partial: the ones we hold, none: an empty one). `distinct_size` is the
+ * source's when it gave one no larger than the count, else counted from push_commits when
+ * every commit is stored and says whether it is distinct, else left out.
  */
 export function toExportRow(r: HourRow): ExportRow {
-  const size = r.commits_state === 'pending' ? null : r.commit_count;
+  const size = UNSAID.has(r.commits_state) ? null : r.commit_count;
   const listed = size !== null && LISTED.has(r.commits_state);
   let distinctSize: number | null = null;
   if (size !== null) {
-    if (r.distinct_size !== null) distinctSize = r.distinct_size;
+    if (r.distinct_size !== null && r.distinct_size <= size) distinctSize = r.distinct_size;
     else if (listed && r.stored === size && r.distinct_known === size) {
       distinctSize = r.distinct_true;
     }
@@ -156,34 +165,6 @@ export function toExportRow(r: HourRow): ExportRow {
           distinct: r.distincts?.[i] ?? null,
         }))
       : null,
-  };
-}
-
-/**
- * The hour's state in a few numbers, in the caller's snapshot: the very rows the file is
- * written from (HOUR_SELECT, one definition for both), each hashed whole (a row's text
- * form tells NULL from '') and summed — two 64-bit hashes, so their order does not matter
- * (the file's order is a function of the rows) and a change of any value a line is made of
- * changes the sums. The cache key and ETag of /archive (src/export/cache.ts). It costs
- * Postgres what the export costs it, without the JSON and gzip.
- */
-const FINGERPRINT = `
-  SELECT count(*)::text AS pushes,
-    coalesce(sum(hashtextextended(h::text, 0)), 0)::text AS h0,
-    coalesce(sum(hashtextextended(h::text, 1)), 0)::text AS h1
-  FROM (${HOUR_SELECT}) h`;
-
-export interface HourState {
-  pushes: number;
-  /** The sums, as text: the cache key is made of them. */
-  digest: string;
-}
-
-export async function hourState(run: Run, from: Date, to: Date): Promise<HourState> {
-  const row = (await run<Record<string, string>>(FINGERPRINT, [from, to]))[0]!;
-  return {
-    pushes: Number(row.pushes),
-    digest: [row.pushes, row.h0, row.h1].join(':'),
   };
 }
 

@@ -2,13 +2,15 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { createWriteStream } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { Transform, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { constants, createGzip } from 'node:zlib';
 import type { Db } from '../db/pool.ts';
-import { type ArchiveHour, hourEnd } from '../gaps/hours.ts';
+import { type ArchiveHour, hourEnd, hourFileName } from '../gaps/hours.ts';
 import { HOUR_ROWS, type HourRow, type Run, runOn, toExportRow } from './hour-query.ts';
 import { exportLine, MAX_LINE_COMMITS } from './line.ts';
+import { temporaryName } from './temporary-files.ts';
 
 /**
  * Writing an hour file (ADR 0130): the hour's rows walked with a cursor inside one
@@ -58,6 +60,8 @@ export interface WriteOptions {
   /** Called after each fetch with the lines written so far. */
   onLines?: (lines: number) => void;
   signal?: AbortSignal;
+  /** writeHourFile with a path decided after the write: the directory it goes into. */
+  dir?: string;
 }
 
 /**
@@ -153,18 +157,21 @@ export async function inHourSnapshot<T>(db: Db, fn: (run: Run) => Promise<T>): P
 /**
  * Writes the hour to `path` whole or not at all: into a temporary file beside it, renamed
  * over `path` once complete (a reader never sees half a file, a crash leaves no truncated
- * one under the real name).
+ * one under the real name: the next writer into the directory sweeps what a killed one
+ * left, temporary-files.ts). `path` may be decided by what was written (the archive cache
+ * names a file by its SHA-256).
  */
 export async function writeHourFile(
   run: Run,
   hour: ArchiveHour,
-  path: string,
+  path: string | ((file: HourFile) => string),
   opts: WriteOptions = {},
 ): Promise<HourFile> {
-  const tmp = `${path}.${process.pid}.${Date.now().toString(36)}.tmp`;
+  const dir = typeof path === 'string' ? dirname(path) : (opts.dir ?? '.');
+  const tmp = join(dir, temporaryName(hourFileName(hour)));
   try {
     const file = await writeHour(run, hour, createWriteStream(tmp, { flags: 'wx' }), opts);
-    await rename(tmp, path);
+    await rename(tmp, typeof path === 'string' ? path : path(file));
     return file;
   } catch (err) {
     await rm(tmp, { force: true }).catch(() => {});

@@ -1,3 +1,5 @@
+import { MAX_JSON_DEPTH, MAX_JSON_VALUES } from '../json/bounded.ts';
+import type { JsonStreamLimits } from '../json/stream.ts';
 import type { RequestKind } from './request-kind.ts';
 
 /**
@@ -20,15 +22,49 @@ export const ANSWER_MAX_BYTES: Readonly<Record<RequestKind, number>> = {
   other: 1024 * 1024,
 };
 
+/** Characters kept of one string of a streamed answer: every reader cuts at 65,536 or fewer. */
+export const STREAMED_STRING_MAX = 65_537;
+/**
+ * Characters of text one streamed answer may hold (ADR 0182): what the 150 MB a worker is
+ * documented to stay under leaves for one answer in flight (8 MB of Latin-1 text, 16 MB at
+ * most). GitHub's own answers hold far less — a batch query's ≤ 147 commits, a compare's ≤ 250
+ * without its files — and one that holds more is refused as too large (a query is then split).
+ */
+export const STREAMED_TEXT_MAX = 8_000_000;
+
+/**
+ * The kinds whose successful answers are parsed as they stream in, never held as bytes and
+ * text at once (src/json/stream.ts): the answers commits read, up to 32 MB each. A compare's
+ * `files` (patches) is checked but never built: nothing reads it.
+ */
+export const ANSWER_STREAMED: Readonly<Partial<Record<RequestKind, JsonStreamLimits>>> = {
+  graphql: {
+    maxDepth: MAX_JSON_DEPTH,
+    maxValues: MAX_JSON_VALUES,
+    maxString: STREAMED_STRING_MAX,
+    maxText: STREAMED_TEXT_MAX,
+  },
+  compare: {
+    maxDepth: MAX_JSON_DEPTH,
+    maxValues: MAX_JSON_VALUES,
+    maxString: STREAMED_STRING_MAX,
+    maxText: STREAMED_TEXT_MAX,
+    skipTopLevel: ['files'],
+  },
+};
+
 /** The limits one answer is read under. */
 export interface AnswerLimits {
   kind: RequestKind;
   /** Bytes of body past which the answer is refused (headers are Node's own 16 KB limit). */
   maxBytes: number;
+  /** A 2xx answer of this kind is parsed as it streams in, within these limits. */
+  stream?: JsonStreamLimits;
 }
 
 export function answerLimits(kind: RequestKind): AnswerLimits {
-  return { kind, maxBytes: ANSWER_MAX_BYTES[kind] };
+  const stream = ANSWER_STREAMED[kind];
+  return { kind, maxBytes: ANSWER_MAX_BYTES[kind], ...(stream ? { stream } : {}) };
 }
 
 /** "8 MB", "256 KB", "1.5 MB": a size as a person reads it. */

@@ -81,5 +81,7 @@ export async function budgetWithGraphQL(
  */
 export function graphqlWindowRefuses(g: GraphQLBudget | null | undefined): boolean {
   if (!g) return true;
-  return g.blocked !== null || (g.remaining !== null && g.remaining <= 0) || g.spent >= g.quota;
+  if (g.blocked !== null) return true;
+  // GitHub's remaining, once known, wins over the ledger's sum (budget-state.ts wholeWindow).
+  return g.remaining !== null ? g.remaining <= 0 : g.spent >= g.quota;
 }

@@ -273,11 +273,23 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
 export function allowsSql(purpose: RequestPurpose, share: number, now: Date, points = 1) {
   const background = sql`floor(st.quota * ${share}::float8)`;
   const cost = sql`${points}::int`;
-  const room = isBackground(purpose)
+  const summed = isBackground(purpose)
     ? sql`st.enrich + st.commits + ${cost} <= ${background}`
     : sql`st.poll + ${cost} <= st.quota - ${background}`;
+  // A window wholly one purpose's (a #graphql key): GitHub's remaining, when known, is the
+  // only limit — a local sum that contradicts it (a lying cost) never closes it (decide()).
+  const room = wholeWindow(share) ? sql`(st.remaining IS NOT NULL OR ${summed})` : summed;
   return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
     AND (st.remaining IS NULL OR st.remaining >= ${cost}) AND ${room}`;
+}
+
+/**
+ * The whole window is the background's (share 1: a credential's GraphQL points, which only
+ * commits spend): the allowance is the quota, so once GitHub has said what remains, that is
+ * the test, and what the ledger sums is not (ADR 0182).
+ */
+export function wholeWindow(share: number): boolean {
+  return share >= 1;
 }
 
 /** How many requests of `purpose` `st` may still make in its window (its allowance, within what GitHub has left). */
@@ -286,6 +298,7 @@ export function roomSql(purpose: RequestPurpose, share: number) {
   const left = isBackground(purpose)
     ? sql`(${background} - st.enrich - st.commits)`
     : sql`(st.quota - ${background} - st.poll)`;
+  if (wholeWindow(share)) return sql`COALESCE(st.remaining, ${left})`;
   return sql`LEAST(${left}, COALESCE(st.remaining, ${left}))`;
 }
 
@@ -354,9 +367,10 @@ export function decide(
   }
   const allowance = allowanceFor(state.quota, share);
   const { spent } = state;
-  const full = isBackground(purpose)
+  const summedFull = isBackground(purpose)
     ? spent.enrich + spent.commits + points > allowance.enrich
     : spent.poll + points > allowance.poll;
+  const full = summedFull && !(wholeWindow(share) && state.remaining !== null);
   if (full) {
     const oldest = isBackground(purpose) ? spent.oldest.background : spent.oldest.poll;
     const retryAt = freesAt(state, oldest, now);

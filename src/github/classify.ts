@@ -48,6 +48,20 @@ export function classify<T>(
     counted: status !== 304,
   };
   if (status >= 200 && status < 300) {
+    const { streamed } = raw;
+    if (streamed) {
+      // Parsed as it streamed in (a compare: ADR 0182), never held as text.
+      if (streamed.bytes === 0) return { ...base, data: undefined };
+      if (streamed.error) {
+        throw new MalformedResponse(
+          path,
+          `HTTP ${status} body is not JSON (${streamed.bytes} bytes: ${streamed.error.message})`,
+          streamed.error,
+          status,
+        );
+      }
+      return { ...base, data: streamed.value as T };
+    }
     if (raw.body === null || raw.body === '') return { ...base, data: undefined };
     try {
       // Exact: 64-bit ids keep every digit (src/json/exact.ts).

@@ -23,8 +23,12 @@ export const MAX_ERRORS = 200;
 const MAX_MESSAGE = 1000;
 const MAX_TYPE = 100;
 const MAX_PATH = 50;
-/** The most points one query can cost (500,000 nodes / 100 is 5,000): a bigger cost is not GitHub's. */
-export const MAX_COST = 100_000;
+/**
+ * The most points one query can cost: GitHub refuses a query of more than 500,000 nodes, and
+ * charges its requests / 100 — at most 5,000 ("Rate limits and query limits for the GraphQL
+ * API"). A bigger cost is not GitHub's: the query is charged what was reserved (ADR 0182).
+ */
+export const MAX_COST = 5_000;
 const RATE_LIMIT_TYPES = new Set(['RATE_LIMITED', 'RATE_LIMIT']);
 const MIN_BACKOFF_MS = 60_000;
 
@@ -79,11 +83,48 @@ export function graphqlRateLimit(raw: RawResponse, now: Date): RateLimitState | 
   const fromHeaders =
     resource === undefined || resource === 'graphql' ? parseRateLimit(raw.headers, now) : null;
   if (fromHeaders) return fromHeaders;
-  if (raw.status < 200 || raw.status >= 300 || !raw.body) return null;
+  if (raw.status < 200 || raw.status >= 300) return null;
+  if (raw.streamed) {
+    const v = raw.streamed.value;
+    return isObject(v) ? bodyRateLimit(v.data, now) : null;
+  }
+  if (!raw.body) return null;
   try {
     return bodyRateLimit((parseJson(raw.body) as { data?: unknown })?.data, now);
   } catch {
     return null;
+  }
+}
+
+/** The answer's JSON: as it was parsed while streaming in, else parsed from its text. */
+function answerJson(path: string, raw: RawResponse): unknown {
+  const { streamed } = raw;
+  if (streamed) {
+    if (streamed.bytes === 0) {
+      throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
+    }
+    if (streamed.error) {
+      throw new MalformedResponse(
+        path,
+        `HTTP ${raw.status} body is not JSON (${streamed.bytes} bytes: ${streamed.error.message})`,
+        streamed.error,
+        raw.status,
+      );
+    }
+    return streamed.value;
+  }
+  if (raw.body === null || raw.body === '') {
+    throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
+  }
+  try {
+    return parseJson(raw.body);
+  } catch (err) {
+    throw new MalformedResponse(
+      path,
+      `HTTP ${raw.status} body is not JSON (${raw.body.length} bytes)`,
+      err,
+      raw.status,
+    );
   }
 }
 
@@ -99,20 +140,7 @@ export function graphqlReader<T>(o: {
     classify(raw) {
       const now = o.now();
       if (raw.status < 200 || raw.status >= 300) throw statusError(path, raw, o.credential, now);
-      if (raw.body === null || raw.body === '') {
-        throw new MalformedResponse(path, `HTTP ${raw.status} with no body`, null, raw.status);
-      }
-      let body: unknown;
-      try {
-        body = parseJson(raw.body);
-      } catch (err) {
-        throw new MalformedResponse(
-          path,
-          `HTTP ${raw.status} body is not JSON (${raw.body.length} bytes)`,
-          err,
-          raw.status,
-        );
-      }
+      const body = answerJson(path, raw);
       if (!isObject(body)) throw new MalformedResponse(path, 'the answer is not an object');
       const data = body.data ?? null;
       if (data !== null && !isObject(data)) {
@@ -138,7 +166,20 @@ export function graphqlReader<T>(o: {
       };
     },
     rateLimit: (raw, now) => graphqlRateLimit(raw, now),
-    // What the query cost, as GitHub said; else what was reserved (a timeout costs too).
-    points: (result) => result?.cost ?? o.estimate,
+    // What the query cost, as GitHub said; else what was reserved (a timeout costs too) —
+    // never more than the same answer says the window has used (ADR 0182).
+    points: (result, raw) =>
+      chargedPoints(result?.cost ?? o.estimate, raw ? graphqlRateLimit(raw, o.now()) : null),
   };
+}
+
+/**
+ * The points a query is settled at: its cost (or the estimate), at most what the answer's own
+ * window says is used of it (limit − remaining). A query cannot cost more than its window
+ * has spent, so where the two disagree GitHub's remaining wins: `cost: 100000` beside
+ * `x-ratelimit-remaining: 4853` of 5,000 is settled at 147, not at a window's worth.
+ */
+export function chargedPoints(points: number, window: RateLimitState | null): number {
+  if (!window) return points;
+  return Math.max(0, Math.min(points, window.limit - window.remaining));
 }

@@ -1,3 +1,4 @@
+import type { Config } from '../config.ts';
 import { faultPoint } from '../fault.ts';
 import type { ClientContext } from './client-context.ts';
 import { GitHubAuthFailed, GraphQLNeedsCredential, RateLimited } from './errors.ts';
@@ -22,6 +23,27 @@ export const GRAPHQL_PATH = '/graphql';
 
 /** A pacing row stands at most this far ahead of now (plus the query's own spacing). */
 const MAX_AHEAD_MS = 60_000;
+
+/**
+ * The longest one query of `points` can take from its call to its answer: the gate's wait,
+ * its pacing slot (at most MAX_AHEAD_MS and its own spacing ahead), and the answer's deadline
+ * (connect and response). What a caller holding work for the query's sake leases it for.
+ */
+export function graphqlQueryBoundMs(
+  github: Pick<
+    Config['github'],
+    'gateWaitSeconds' | 'graphqlPointsPerMinute' | 'connectTimeoutMs' | 'responseTimeoutMs'
+  >,
+  points: number,
+): number {
+  return (
+    github.gateWaitSeconds * 1000 +
+    MAX_AHEAD_MS +
+    pointsSpacingMs(points, github.graphqlPointsPerMinute) +
+    github.connectTimeoutMs +
+    github.responseTimeoutMs
+  );
+}
 
 export function createGraphQL(ctx: ClientContext, sender: Sender, requester: Requester) {
   const { db, clock, config } = ctx;
@@ -83,6 +105,7 @@ export function createGraphQL(ctx: ClientContext, sender: Sender, requester: Req
             );
           }
           const out = { method: 'POST' as const, path: GRAPHQL_PATH, etag: null, body };
+          await req.beforeSend?.();
           return sender.sendOnce(cred, out, slot, reader);
         },
         {

@@ -1,5 +1,8 @@
 import http from 'node:http';
 import https from 'node:https';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { JsonStreamError, jsonStreamParser } from '../json/stream.ts';
 import { type AnswerLimits, byteSize } from './answer-limits.ts';
 
 /**
@@ -28,6 +31,12 @@ import { type AnswerLimits, byteSize } from './answer-limits.ts';
  * Bounded answers (ADR 0120): given AnswerLimits, a body longer than `maxBytes` — declared in
  * Content-Length, or counted as it streams in — is refused with AnswerTooLarge the moment the
  * cap is passed, and the socket is destroyed: not one byte more is read or kept.
+ *
+ * Streamed answers (ADR 0182): a 2xx answer whose limits say `stream` is parsed chunk by chunk
+ * as it arrives (src/json/stream.ts) and no byte of it is kept; its Response has an empty body
+ * and the parsed value (or why it is not JSON) is found with streamedBodyOf(response.body).
+ * An answer holding more text than the limits keep is refused as too large, like one over its
+ * byte cap. Any other body is kept once, as it came (no copy on its way to the reader).
  */
 export class HttpTimeout extends Error {
   readonly code = 'ETIMEDOUT';
@@ -45,11 +54,20 @@ export class AnswerTooLarge extends Error {
   readonly received: number;
   readonly declared: number | null;
   readonly maxBytes: number;
-  constructor(status: number, limits: AnswerLimits, received: number, declared: number | null) {
+  constructor(
+    status: number,
+    limits: AnswerLimits,
+    received: number,
+    declared: number | null,
+    /** Refused for the text it holds (a streamed answer), not its bytes. */
+    text: JsonStreamError | null = null,
+  ) {
     super(
-      declared !== null && declared > limits.maxBytes
-        ? `HTTP ${status} answer declares ${byteSize(declared)}, over the ${byteSize(limits.maxBytes)} cap for ${limits.kind} answers; not read`
-        : `HTTP ${status} answer passed the ${byteSize(limits.maxBytes)} cap for ${limits.kind} answers; read stopped at ${byteSize(received)}`,
+      text
+        ? `HTTP ${status} answer holds more text than a ${limits.kind} answer may (${text.message}); read stopped at ${byteSize(received)}`
+        : declared !== null && declared > limits.maxBytes
+          ? `HTTP ${status} answer declares ${byteSize(declared)}, over the ${byteSize(limits.maxBytes)} cap for ${limits.kind} answers; not read`
+          : `HTTP ${status} answer passed the ${byteSize(limits.maxBytes)} cap for ${limits.kind} answers; read stopped at ${byteSize(received)}`,
     );
     this.name = 'AnswerTooLarge';
     this.status = status;
@@ -117,10 +135,55 @@ type Agents = ReturnType<typeof keepAliveAgents>;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
+/**
+ * A streamed answer's chunks are garbage once parsed, but V8 frees memory outside its heap only
+ * at a collection, and parsing allocates next to nothing on the heap, so none comes: up to V8's
+ * margin for such memory (~64 MB) of dead chunks piled up over one 32 MB answer, 40 MB of RSS
+ * over the worker's bound (bench `commits-memory`). A young-generation collection every few
+ * MB read frees them (a millisecond or two each).
+ */
+const COLLECT_EVERY_BYTES = 4 * 1024 * 1024;
+let collectYoung: (() => void) | null | undefined;
+
+function collectReadChunks(): void {
+  if (collectYoung === undefined) {
+    try {
+      // gc() is not given to code unless asked for; a context made after the flag has it.
+      const given = (globalThis as { gc?: unknown }).gc;
+      if (typeof given !== 'function') v8.setFlagsFromString('--expose-gc');
+      const gc = (typeof given === 'function' ? given : vm.runInNewContext('gc')) as (o: {
+        type: 'minor';
+      }) => void;
+      collectYoung = () => gc({ type: 'minor' });
+    } catch {
+      collectYoung = null;
+    }
+  }
+  collectYoung?.();
+}
+
+/** A streamed answer, parsed as it came: its value, or why it is not JSON within the limits. */
+export interface StreamedBody {
+  /** Bytes read (0: the answer had no body). */
+  bytes: number;
+  value?: unknown;
+  error?: JsonStreamError;
+}
+
+/** Streamed answers by their Response's body stream (what Octokit hands on as `data`). */
+const streamedBodies = new WeakMap<object, StreamedBody>();
+
+/** The parsed answer a streamed Response's body stands for, if it is one. */
+export function streamedBodyOf(body: unknown): StreamedBody | undefined {
+  return typeof body === 'object' && body !== null ? streamedBodies.get(body) : undefined;
+}
+
 interface RawAnswer {
   status: number;
   headers: Headers;
-  body: Buffer;
+  /** The body as its chunks came (never joined here), or the streamed answer's parse. */
+  chunks: Buffer[];
+  streamed: StreamedBody | null;
 }
 
 /** What is sent: method, headers and (a POST's) body. */
@@ -187,12 +250,21 @@ function attempt(
     };
     const onAbort = () => fail(Object.assign(new Error('request aborted'), { name: 'AbortError' }));
     signal?.addEventListener('abort', onAbort, { once: true });
+    // Time spent parsing a streamed answer as it arrives is ours, not the server's: the
+    // response timeout is given it back (the transport's deadline still bounds the whole).
+    let parseDebtMs = 0;
+    const onResponseTimeout = () => {
+      if (parseDebtMs > 0) {
+        const debt = parseDebtMs;
+        parseDebtMs = 0;
+        timer = setTimeout(onResponseTimeout, debt);
+        return;
+      }
+      fail(new HttpTimeout('response', o.responseTimeoutMs));
+    };
     const startResponseTimer = () => {
       clearTimeout(timer);
-      timer = setTimeout(
-        () => fail(new HttpTimeout('response', o.responseTimeoutMs)),
-        o.responseTimeoutMs,
-      );
+      timer = setTimeout(onResponseTimeout, o.responseTimeoutMs);
     };
     req.on('socket', (socket) => {
       if (!socket.connecting) {
@@ -226,6 +298,11 @@ function attempt(
         return fail(new AnswerTooLarge(status, limits, 0, declared));
       }
       let received = 0;
+      // A 2xx answer of a streamed kind: parsed chunk by chunk, none of it kept.
+      const parser =
+        limits?.stream && status >= 200 && status < 300 ? jsonStreamParser(limits.stream) : null;
+      let parseError: JsonStreamError | null = null;
+      let uncollected = 0;
       res.on('data', (c: Buffer) => {
         received += c.length;
         // Refused the moment the cap is passed: the socket goes, the chunks with it.
@@ -233,7 +310,28 @@ function attempt(
           chunks.length = 0;
           return fail(new AnswerTooLarge(status, limits, received, null));
         }
-        chunks.push(c);
+        if (!parser) {
+          chunks.push(c);
+          return;
+        }
+        uncollected += c.length;
+        if (uncollected >= COLLECT_EVERY_BYTES) {
+          uncollected = 0;
+          collectReadChunks();
+        }
+        if (parseError) return; // not JSON: read to its end (the socket stays usable), kept nowhere
+        const started = performance.now();
+        try {
+          parser.write(c);
+        } catch (err) {
+          if (!(err instanceof JsonStreamError)) return fail(err as Error);
+          if (err.reason === 'too_much_text') {
+            return fail(new AnswerTooLarge(status, limits!, received, null, err));
+          }
+          parseError = err;
+        } finally {
+          parseDebtMs += performance.now() - started;
+        }
       });
       res.on('error', fail);
       res.on('aborted', () =>
@@ -246,7 +344,20 @@ function attempt(
         for (const [k, v] of Object.entries(res.headers)) {
           if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(', ') : v);
         }
-        resolve({ status: res.statusCode ?? 0, headers: h, body: Buffer.concat(chunks) });
+        let streamed: StreamedBody | null = null;
+        if (parser) {
+          streamed = { bytes: received };
+          if (parseError) streamed.error = parseError;
+          else if (received > 0) {
+            try {
+              streamed.value = parser.end();
+            } catch (err) {
+              if (!(err instanceof JsonStreamError)) return fail(err as Error);
+              streamed.error = err;
+            }
+          }
+        }
+        resolve({ status: res.statusCode ?? 0, headers: h, chunks, streamed });
       });
     });
     req.end(body ?? undefined);
@@ -259,6 +370,20 @@ async function outgoingBody(body: RequestInit['body']): Promise<Buffer | null> {
   if (typeof body === 'string') return Buffer.from(body, 'utf8');
   if (body instanceof Uint8Array) return Buffer.from(body);
   return Buffer.from(await new Response(body).arrayBuffer());
+}
+
+/**
+ * The chunks as a body stream, each handed on as it is (a Response made from bytes copies
+ * them; this does not): the reader takes them in turn, and each is freed once read.
+ */
+function bodyStream(chunks: Buffer[]): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>({
+    pull(controller) {
+      const next = chunks.shift();
+      if (next) controller.enqueue(next);
+      else controller.close();
+    },
+  });
 }
 
 export function createHttpFetch(o: HttpFetchOptions): HttpFetch {
@@ -281,12 +406,13 @@ export function createHttpFetch(o: HttpFetchOptions): HttpFetch {
         continue;
       }
       const response = new Response(
-        NULL_BODY.has(answer.status) ? null : new Uint8Array(answer.body),
+        NULL_BODY.has(answer.status) ? null : bodyStream(answer.streamed ? [] : answer.chunks),
         {
           status: answer.status,
           headers: answer.headers,
         },
       );
+      if (answer.streamed && response.body) streamedBodies.set(response.body, answer.streamed);
       Object.defineProperty(response, 'url', { value: url.toString() });
       return response;
     }

@@ -4,7 +4,13 @@ import { Octokit } from '@octokit/rest';
 import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
 import { answerLimits } from './answer-limits.ts';
 import { FixtureMiss, GitHubAnswerRefused, GitHubUnavailable } from './errors.ts';
-import { AnswerTooLarge, type HttpFetch, isRequestNotSent } from './http-fetch.ts';
+import {
+  AnswerTooLarge,
+  type HttpFetch,
+  isRequestNotSent,
+  type StreamedBody,
+  streamedBodyOf,
+} from './http-fetch.ts';
 import { type RequestMethod, requestKind } from './request-kind.ts';
 
 /**
@@ -16,10 +22,16 @@ export interface RawResponse {
   status: number;
   /** Lower-cased header names. */
   headers: Record<string, string>;
-  /** The body as text; null when there is none (304). */
+  /** The body as text; null when there is none (304); '' for a streamed answer. */
   body: string | null;
   /** Final URL (after redirects). */
   url: string;
+  /**
+   * A 2xx answer of a streamed kind (graphql, compare: answer-limits.ts), parsed as it came
+   * in and never held as text (ADR 0182): its value, or why it is not JSON. Readers take it
+   * before `body`.
+   */
+  streamed?: StreamedBody;
 }
 
 /**
@@ -107,6 +119,16 @@ interface OctokitFailure {
   response?: { status: number; url: string; headers: Record<string, string>; data: unknown };
 }
 
+/** A body's bytes: its one chunk as it is, or its chunks joined (each let go once joined). */
+async function bytesOf(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  for await (const c of stream) chunks.push(c);
+  if (chunks.length === 1) return chunks[0]!;
+  const all = Buffer.concat(chunks);
+  chunks.length = 0;
+  return all;
+}
+
 /** From the request to its decoded text, by default: connect (5 s) plus response (15 s). */
 const DEFAULT_DEADLINE_MS = 20_000;
 
@@ -164,19 +186,21 @@ export function liveTransport(o: {
           headers,
           ...(sent != null ? { data: sent } : {}),
         });
+        const streamed = streamedBodyOf(res.data);
         // Invalid UTF-8 stays distinguishable (src/json/utf8.ts): the rules set aside an
         // event whose key field holds it instead of storing U+FFFD.
-        const body = res.data
-          ? decodeUtf8KeepingInvalid(
-              new Uint8Array(await new Response(res.data as ReadableStream).arrayBuffer()),
-            )
-          : null;
+        const body = streamed
+          ? ''
+          : res.data
+            ? decodeUtf8KeepingInvalid(await bytesOf(res.data as ReadableStream<Uint8Array>))
+            : null;
         withinDeadline(res.status);
         return {
           status: res.status,
           headers: res.headers as Record<string, string>,
           body,
           url: res.url,
+          ...(streamed ? { streamed } : {}),
         };
       } catch (err) {
         if (err instanceof TransportFailure) throw err;

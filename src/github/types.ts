@@ -72,6 +72,12 @@ export interface GraphQLRequest {
   points: number;
   jobId?: string | null;
   runId?: number | null;
+  /**
+   * Run once the query is marked sent (its gate held), right before it goes out: what the
+   * caller records as in flight is in flight from here (a batch's pushes, ADR 0182). Not run
+   * when the query never leaves (the budget, the gate, no token).
+   */
+  beforeSend?: () => Promise<void>;
 }
 
 /** One entry of a GraphQL answer's `errors`, bounded (ADR 0114). */

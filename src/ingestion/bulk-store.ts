@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { jsonTextUnderPolicy } from '../commits/emails.ts';
 import {
   type CommitsContext,
   DEFAULT_COMMITS,
@@ -9,7 +10,7 @@ import { storeCommits, storeCommitsOn } from '../commits/store.ts';
 import type { CommitEmailMode } from '../config.ts';
 import { copyFrom } from '../db/copy.ts';
 import type { Db } from '../db/pool.ts';
-import type { PushOrigin } from '../db/schema.ts';
+import type { CommitSource, PushOrigin } from '../db/schema.ts';
 import { AppError } from '../errors.ts';
 import {
   asEventIdRace,
@@ -70,6 +71,11 @@ export interface BulkStoreOptions {
   /** Who claims the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
   claim?: Partial<ClaimContext>;
   /**
+   * Where the pushes' inline commits come from (ADR 0184); default by origin: a poll's are
+   * GitHub's, a delivery's the webhook's, an archive's a mirror's.
+   */
+  inlineSource?: CommitSource;
+  /**
    * The caller's session, when it has one (src/db/session.ts sessionOf): the merge is then
    * a prepared statement of it, planned once (the caller's transaction is the same).
    */
@@ -123,7 +129,8 @@ export function emptyStoreResult(): BulkStoreResult {
 const STAGE_COLUMNS = `
   id bigint, actor_id bigint, repository_id bigint,
   push_id bigint, ref text, head text, before text, created_at timestamptz,
-  payload text, size integer, distinct_size integer, commit_count integer, commits_state text`;
+  payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
+  commits_due boolean, commits_error text`;
 
 /** Creates this session's staging table (idempotent; call outside or inside a transaction). */
 export async function prepareStage(client: pg.ClientBase): Promise<void> {
@@ -170,12 +177,14 @@ type MergeSource = 'stage' | 'values';
 
 const VALUES_CTE = `v AS MATERIALIZED (
       SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
-        head, before, created_at, payload, size, distinct_size, commit_count, commits_state
+        head, before, created_at, payload, size, distinct_size, commit_count, commits_state,
+        commits_due, commits_error
       FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
         $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
-        $18::int[], $19::int[], $20::text[])
+        $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[])
         AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
-          created_at, payload, size, distinct_size, commit_count, commits_state)
+          created_at, payload, size, distinct_size, commit_count, commits_state, commits_due,
+          commits_error)
     ),`;
 
 const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
@@ -199,21 +208,21 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
-        commits_state, commits_next_attempt_at, mirror_id)
+        commits_state, commits_next_attempt_at, commits_error, mirror_id)
       SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
         $1::text, $2::bigint, $3::bigint, s.commit_count, s.commits_state,
-        CASE WHEN s.commits_state = 'pending' THEN now() END, $4::smallint
+        CASE WHEN s.commits_due THEN now() END, s.commits_error, $4::smallint
       FROM ${src} s
       LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
       ORDER BY s.repository_id, s.ref, s.before, s.head`;
   const pushes = expectNew
     ? `p AS (${insert}
-      RETURNING repository_id, ref, before, head, commits_state
+      RETURNING repository_id, ref, before, head, commits_next_attempt_at
     )`
     : `p AS (${insert}
       ON CONFLICT (repository_id, ref, before, head) DO NOTHING
-      RETURNING repository_id, ref, before, head, commits_state
+      RETURNING repository_id, ref, before, head, commits_next_attempt_at
     ), f AS (
       UPDATE push_events t SET id = s.id, mirror_id = $4::smallint
       FROM ${src} s
@@ -237,7 +246,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
     SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
            ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
            (SELECT count(*) FROM p) AS created,
-           (SELECT count(*) FILTER (WHERE commits_state = 'pending') FROM p) AS pending,
+           (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL) FROM p) AS pending,
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
            ${CLAIM_RESULTS}`;
 }
@@ -377,8 +386,8 @@ export async function bulkStorePage(
 ): Promise<BulkStoreResult> {
   if (pushes.length === 0) return emptyStoreResult();
   const ctx = opts.commits ?? DEFAULT_COMMITS;
-  const fromWebhook = opts.origin === 'webhook';
-  const plans = pushes.map((p) => planCommits(p, ctx.targets, fromWebhook));
+  const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
+  const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
   const claim = claimOf(opts.origin, opts.claim);
   const params = [
@@ -397,11 +406,14 @@ export async function bulkStorePage(
     col((p) => p.head),
     col((p) => p.before),
     col((p) => p.createdAt),
-    col((p) => JSON.stringify(p.payload)),
+    // COMMIT_EMAILS holds in the payload too: its commits' addresses, any address in it.
+    col((p) => jsonTextUnderPolicy(p.payload, ctx.emails)),
     col((p) => p.size),
-    col((p) => p.distinctSize),
+    plans.map((c) => c.distinctSize),
     plans.map((c) => c.count),
     plans.map((c) => c.state),
+    plans.map((c) => c.due),
+    plans.map((c) => c.refused),
   ];
   const run = opts.session ?? runOnDb(db);
   const [row] = await run<MergeCounts>(
@@ -417,3 +429,10 @@ export async function bulkStorePage(
   if (commits.length > 0) await storeCommits(db, commits, { emails: ctx.emails });
   return result;
 }
+
+/** Whose inline commits a push of each origin carries, unless the caller says (ADR 0184). */
+const INLINE_SOURCE_OF: Record<PushOrigin, CommitSource> = {
+  poll: 'github',
+  webhook: 'webhook',
+  archive: 'mirror',
+};

@@ -1,3 +1,4 @@
+import { systemClock } from '../clock.ts';
 import { commitsOffReason } from '../commits/targets.ts';
 import type { EventSource } from '../db/schema.ts';
 import { faultPoint } from '../fault.ts';
@@ -15,6 +16,7 @@ import { logIdClashes } from './event-ids.ts';
 import { heldBefore, ringOf } from './horizon.ts';
 import { mapEventsPage } from './mapping.ts';
 import { storePage } from './page-store.ts';
+import { nextPollIfItDies, scheduleIfItDies } from './poll-deaths.ts';
 import { type RunState, runCounters } from './run-state.ts';
 import type { IngestionDeps, PollOptions } from './run-summary.ts';
 import { type Opened, type SourceSession, settlePending } from './source-session.ts';
@@ -178,6 +180,14 @@ export async function fetchPages(
           .set(runCounters(after))
           .where('id', '=', String(state.runId))
           .execute();
+        if (page === 1) {
+          // Page 1 is read and stored: its answer is not the suspect. Should the process die
+          // from here, the source is due again at the interval this answer announced, not at
+          // the one the opening transaction knew (ADR 0180).
+          const now = (deps.clock ?? systemClock).now();
+          const interval = state.pollInterval ?? source.poll_interval_seconds;
+          await scheduleIfItDies(trx, Number(source.id), nextPollIfItDies(now, interval), now);
+        }
         next = null;
         refused = null;
         if (wantsNext) {

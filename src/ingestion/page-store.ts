@@ -99,7 +99,7 @@ export async function storePage<T>(
       db.transaction().execute(async (trx) => {
         // The bulk merge (ADR 0040): one statement for actors, repositories and pushes.
         const s = await bulkStorePage(trx, page.pushes, opts);
-        const q = await quarantineEvents(trx, rejected);
+        const q = await quarantineEvents(trx, rejected, opts.commits.emails);
         const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };
         return { stored, result: await within(trx, stored) };
       }),
@@ -119,6 +119,7 @@ function storeOneByOne<T>(
   rejected: QuarantineRow[],
   within: (trx: Db, stored: StoredPage) => Promise<T>,
 ): Promise<{ stored: StoredPage; result: T }> {
+  const emails = opts.commits?.emails ?? 'hash';
   return db.transaction().execute(async (trx) => {
     const stored: StoredPage = {
       created: 0,
@@ -151,7 +152,7 @@ function storeOneByOne<T>(
       }
     }
     for (const row of refusedRows) {
-      let q = await inSavepoint(trx, () => quarantineEvents(trx, [row]));
+      let q = await inSavepoint(trx, () => quarantineEvents(trx, [row], emails));
       // Even the record of it was refused: keep the fact and the reason, without the event.
       if ('refused' in q) {
         const bare = {
@@ -159,7 +160,7 @@ function storeOneByOne<T>(
           raw: null,
           message: `${row.message} (event not storable: kept without raw)`,
         };
-        q = { ok: await quarantineEvents(trx, [bare]) };
+        q = { ok: await quarantineEvents(trx, [bare], emails) };
       }
       stored.rejected++;
       stored.firstSeen.push(...q.ok.firstSeen);

@@ -10,15 +10,20 @@ import { getSource } from './sources.ts';
 /**
  * Polls that killed their process (issue 27.1, ADR 0120), as gap fills' deaths (ADR 0061).
  *
- * A poll counts its attempt before its first request: the run's opening transaction moves the
- * source's next poll to where a failure would put it (backoffBeforeRequest), so a process that
- * dies on the answer has already backed the source off — its successor does not poll the same
- * feed at once. A run left `running` is found dead later (the reconciler, or the next poll of
+ * A poll that dies leaves its source due one poll interval on, never later (ADR 0180): the
+ * run's opening transaction moves the source's next poll to the run's start plus the interval
+ * the feed last announced (scheduleIfItDies), and the commit of page 1 moves it to that
+ * commit plus the interval page 1's answer announced — an answer read and stored is not the
+ * suspect. So a successor polls the feed when the feed itself says to, and an ordinary crash
+ * costs nothing. What stops a poison answer from crash-looping the worker is the count, not
+ * the delay: a run left `running` is found dead later (the reconciler, or the next poll of
  * the source under its lock): it becomes `interrupted` and, in the same statement, a failure
- * of its source (consecutive_failures + 1) and a death (poll_deaths + 1). The second death
- * since the source's last completed run sets it aside for SET_ASIDE_SECONDS, with a last_error
- * that says why and until when; a completed run clears the count, `bin/sources enable ID`
- * clears it and polls at once. After the day, one more try: a third death sets it aside again.
+ * of its source (consecutive_failures + 1) and — when a request of its own was sent and never
+ * answered — a death (poll_deaths + 1). The second death since the source's last completed run
+ * sets it aside for SET_ASIDE_SECONDS, with a last_error that says why and until when; a
+ * completed run clears the count (a committed page does not: a poison page 2 behind a good
+ * page 1 would loop forever), `bin/sources enable ID` clears it and polls at once. After the
+ * day, one more try: a third death sets it aside again.
  */
 
 export const MAX_POLL_DEATHS = 2;
@@ -144,23 +149,30 @@ export async function interruptPredecessors(
   return { source: await getSource(db, sourceId), died };
 }
 
+/** Where a poll that dies from `from` on leaves its source: one poll interval later. */
+export function nextPollIfItDies(from: Date, pollIntervalSeconds: number): Date {
+  return new Date(from.getTime() + Math.max(1, pollIntervalSeconds) * 1000);
+}
+
 /**
- * Before the first request: the source's next poll moved to where this attempt's failure
- * would put it (the failure ladder's next step), in the run's opening transaction. Any end of
- * the run writes its own schedule over it; a death leaves it.
+ * The source's next poll should this run die from here (nextPollIfItDies): in the run's
+ * opening transaction, from its start and the interval the feed last announced; in page 1's
+ * commit, from that commit and the interval page 1's answer announced. Any end of the run
+ * writes its own schedule over it (a completed run's plan, a failure's backoff); a death
+ * leaves it.
  */
-export async function backoffBeforeRequest(
+export async function scheduleIfItDies(
   db: Db,
   sourceId: number,
   nextPollAt: Date,
   now: Date,
 ): Promise<void> {
-  const backoff = db
+  const schedule = db
     .updateTable('event_sources')
     .set({ next_poll_at: nextPollAt, updated_at: now })
     .where('id', '=', String(sourceId));
   // Prepared: the poll's opening transaction plans it once a session (src/db/prepared.ts).
-  await prepared(sql`${backoff}`).execute(db);
+  await prepared(sql`${schedule}`).execute(db);
 }
 
 /**

@@ -10,10 +10,11 @@ import { fetchPages, pagePath } from './fetch-pages.ts';
 import { finalizeFailure, finalizeSuccess } from './finalize.ts';
 import { WatchedGates } from './gate-tickets.ts';
 import {
-  backoffBeforeRequest,
   type DeadRun,
   interruptPredecessors,
   logDeadRuns,
+  nextPollIfItDies,
+  scheduleIfItDies,
 } from './poll-deaths.ts';
 import { newRunState } from './run-state.ts';
 import {
@@ -23,7 +24,7 @@ import {
   type PollOptions,
   type RunSummary,
 } from './run-summary.ts';
-import { addSeconds, failureBackoffSeconds, notDueReason } from './schedule.ts';
+import { notDueReason } from './schedule.ts';
 import type { Opened, SourceSession } from './source-session.ts';
 import { describeSource, getSource } from './sources.ts';
 
@@ -167,11 +168,12 @@ async function openRun(
       return { kind: 'deferred', summary: deferredSummary(row ?? source, d), d } as const;
     }
     const firstHeld = decision.held;
-    // The attempt counted before the request (committed with the run): the next poll is where
-    // this one's failure would put it, so a process that dies on the answer has backed the
-    // source off already. Every end of the run writes its own schedule over it.
-    const failing = addSeconds(startedAt, failureBackoffSeconds(source.consecutive_failures + 1));
-    await backoffBeforeRequest(trx, sourceId, failing, startedAt);
+    // Committed with the run: should the process die from here, its source is due again one
+    // poll interval on (ADR 0180) — the feed's own pace, neither at once nor a failure's
+    // backoff. A poison answer is stopped by the death count, not by this delay. Every end of
+    // the run writes its own schedule over it.
+    const ifItDies = nextPollIfItDies(startedAt, source.poll_interval_seconds);
+    await scheduleIfItDies(trx, sourceId, ifItDies, startedAt);
     return {
       kind: 'open',
       opened: { source, firstPage: decision.reservation, firstHeld, runId, startedAt },

@@ -1,7 +1,10 @@
+import { jsonTextUnderPolicy } from '../commits/emails.ts';
 import { planCommits } from '../commits/inline.ts';
 import type { PushCommits } from '../commits/store.ts';
 import { type CommitsTargets, NO_TARGETS } from '../commits/targets.ts';
+import type { CommitEmailMode } from '../config.ts';
 import { copyField } from '../db/copy.ts';
+import type { CommitSource } from '../db/schema.ts';
 import type { PushRow } from './mapping.ts';
 
 /**
@@ -15,6 +18,8 @@ import type { PushRow } from './mapping.ts';
  */
 
 const text = copyField;
+/** Inline commits of a staged batch when the caller does not say: a mirror's, hashed. */
+const DEFAULT_INLINE = { source: 'mirror', emails: 'hash' } as const;
 const num = (n: number | string | null) => (n === null ? '\\N' : String(n));
 
 /**
@@ -67,19 +72,30 @@ export class StageBatch {
    * Appends one push in the stage's column order. With `known`, an entity known to exist
    * is left out of newActors / newRepositories, so insertStagedEntities does not even
    * probe it; `known` may lag what is committed (a chunk in flight), never lead it.
+   * `inline` says who vouches for the file's inline commits (ADR 0184): `archive` (GH
+   * Archive's own, a file named on the command line) or `mirror`; `emails` is COMMIT_EMAILS,
+   * which holds in the stored payload as in the commits.
    */
-  add(p: PushRow, known: KnownEntities | null = null, targets: CommitsTargets = NO_TARGETS): void {
-    const plan = planCommits(p, targets, false);
+  add(
+    p: PushRow,
+    known: KnownEntities | null = null,
+    targets: CommitsTargets = NO_TARGETS,
+    inline: { source: CommitSource; emails: CommitEmailMode } = DEFAULT_INLINE,
+  ): void {
+    const plan = planCommits(p, targets, inline.source);
     if (plan.commits.length > 0) {
       this.commits.push({
         row: this.offsets.length,
         push: {
           push: { repositoryId: p.repository.id, ref: p.ref, before: p.before, head: p.head },
           commits: plan.commits,
+          source: plan.source,
+          ifState: plan.state,
         },
       });
     }
-    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(JSON.stringify(p.payload))}\t${num(p.size)}\t${num(p.distinctSize)}\t${num(plan.count)}\t${plan.state}\n`;
+    const payload = jsonTextUnderPolicy(p.payload, inline.emails);
+    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${plan.state}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {

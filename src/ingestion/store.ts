@@ -29,7 +29,10 @@ export interface StoreResult {
   /** Actors / repositories inserted (state 'pending': they need enriching). */
   newActors: number;
   newRepositories: number;
-  /** Pushes this call inserted with commits_state 'pending' (a fetch-commits hint after COMMIT). */
+  /**
+   * Pushes this call inserted for the fetcher — pending, or unverified and covered (a
+   * fetch-commits hint after COMMIT).
+   */
   commitsPending: number;
   /** Event id clashes this call recorded (event_id_clashes): log each after COMMIT. */
   clashes: IdClash[];

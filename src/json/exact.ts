@@ -33,6 +33,18 @@ export function jsonInteger(digits: string): RawJson {
   return NativeJson.rawJSON(digits);
 }
 
+/**
+ * JSON text parsed with every number kept as written (`1.50`, 20 digits): a stored jsonb
+ * value read, changed elsewhere and written back keeps its numbers byte for byte.
+ */
+export function parseJsonVerbatim(text: string): unknown {
+  return JSON.parse(text, (_key: string, value: unknown, context?: { source?: string }) =>
+    typeof value === 'number' && context?.source !== undefined
+      ? NativeJson.rawJSON(context.source)
+      : value,
+  );
+}
+
 /** A JSON integer (as source text) that a double cannot hold exactly. */
 const INTEGER_SOURCE = /^-?\d+$/;
 /**

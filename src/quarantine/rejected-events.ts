@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
+import { jsonUnderPolicy, textUnderPolicy } from '../commits/emails.ts';
+import type { CommitEmailMode } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { parseTimestamp } from '../ingestion/rules.ts';
 import { exactId, TooDeepJson } from '../json/exact.ts';
@@ -12,6 +14,9 @@ import type { Logger } from '../log.ts';
  * that stores the good events beside them, so the page commits whole: good rows stored,
  * bad ones set aside, exactly once per (source, event) — a re-read bumps seen_count. An
  * event is its id in its era (ADR 0122): the same id of another year is another event.
+ * What is kept of an event (raw, message) holds COMMIT_EMAILS like every stored push
+ * (src/commits/emails.ts, ADR 0184): an address set aside is no more in clear than a
+ * stored one, and neither is the log line that reports it.
  */
 
 export interface QuarantineRow {
@@ -89,22 +94,42 @@ function clip(s: string | null, max: number): string | null {
   return s === null ? null : storableText(s.length > max ? `${s.slice(0, max)}…` : s);
 }
 
+/** A row as it may be kept and logged: its raw event and its message under `emails`. */
+function underPolicy(row: QuarantineRow, emails: CommitEmailMode): QuarantineRow {
+  if (emails === 'keep') return row;
+  const raw =
+    row.raw instanceof TooDeepJson
+      ? new TooDeepJson(textUnderPolicy(row.raw.text, emails), row.raw.reason, row.raw.detail)
+      : jsonUnderPolicy(row.raw, emails);
+  return {
+    ...row,
+    raw,
+    eventId: textUnderPolicy(row.eventId, emails),
+    message: textUnderPolicy(row.message, emails),
+  };
+}
+
 /**
  * Records rejected events once per (source, key). Idempotent: the same poison read again
  * (this run or a later one) moves last_seen_at, last_run_id and seen_count, nothing else
- * but the reason (the current rules' verdict).
+ * but the reason (the current rules' verdict). `emails` (COMMIT_EMAILS) shapes what is
+ * kept; the key is of the event as read, so it does not depend on the setting. The rows
+ * returned to log are the ones kept.
  */
 export async function quarantineEvents(
   trx: Db,
-  rows: QuarantineRow[],
+  given: QuarantineRow[],
+  emails: CommitEmailMode = 'hash',
   now: Date = new Date(),
 ): Promise<QuarantineResult> {
-  if (rows.length === 0) return { firstSeen: [], seenAgain: 0 };
+  if (given.length === 0) return { firstSeen: [], seenAgain: 0 };
   // One entry per key: a page listing the same poison twice must not update a row twice.
   const byKey = new Map<string, { row: QuarantineRow; values: Record<string, unknown> }>();
-  for (const row of rows) {
-    const raw = storableRaw(row.raw);
-    const key = eventKey(row.eventId, row.raw, raw.hashOf);
+  for (const original of given) {
+    const asRead = storableRaw(original.raw);
+    const key = eventKey(original.eventId, original.raw, asRead.hashOf);
+    const row = underPolicy(original, emails);
+    const raw = row.raw === original.raw ? asRead : storableRaw(row.raw);
     const sourceId = row.sourceId === null ? null : String(row.sourceId);
     const mapKey = `${sourceId ?? '0'}/${key}`;
     const seen = byKey.get(mapKey);
@@ -124,7 +149,8 @@ export async function quarantineEvents(
         reason: row.reason,
         message: clip(row.message, 1000)!,
         raw: raw.json,
-        raw_exact: raw.exact,
+        // An address put under the policy is a change: no longer the event as read.
+        raw_exact: raw.exact && row.raw === original.raw,
         first_seen_at: now,
         last_seen_at: now,
         seen_count: 1,

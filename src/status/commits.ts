@@ -14,7 +14,7 @@ import { COMMITS_STATES, type CommitsState, PUSH_ORIGINS, type PushOrigin } from
  */
 export interface CommitsStatus {
   byState: Record<CommitsState, number>;
-  /** Pending pushes whose next attempt has come. */
+  /** Pushes for the fetcher (pending, or unverified and covered) whose next attempt has come. */
   pendingDue: number;
   /** The backlog (pending pushes) by the origin each push first arrived from. */
   pendingByOrigin: Record<PushOrigin, number>;
@@ -56,7 +56,8 @@ export function commitsBacklogStatement(now: Date) {
   const hourAgo = new Date(now.getTime() - 3_600_000);
   return sql<{ due: string; requests: string; graphql_pushes: string; graphql_points: string }>`
     SELECT (SELECT count(*) FROM push_events
-            WHERE commits_state = 'pending' AND commits_next_attempt_at <= ${now}) AS due,
+            WHERE commits_state IN ('pending', 'unverified')
+              AND commits_next_attempt_at <= ${now}) AS due,
            (SELECT count(*) FROM github_requests
             WHERE purpose = 'commits' AND reserved_at > ${hourAgo}) AS requests,
            ${graphqlSettledSinceSql(hourAgo)} AS graphql_pushes,

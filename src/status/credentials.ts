@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { type BackgroundReading, readBackground, shareRule } from '../commits/share.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import type { BudgetPolicy } from '../github/budget.ts';
@@ -80,7 +81,28 @@ export function graphqlPolicyFor(policy: BudgetPolicy): BudgetPolicy | null {
  * Every credential of the deployment with its GraphQL window (one statement) and their total,
  * as github.budget() gives them for one process's credentials.
  */
-export async function deploymentBudget(db: Db, config: Config, now: Date): Promise<PoolBudget> {
-  const policy = await deploymentPolicy(db, config, now);
+export async function deploymentBudget(
+  db: Db,
+  config: Config,
+  now: Date,
+  known?: BudgetPolicy,
+): Promise<PoolBudget> {
+  const policy = known ?? (await deploymentPolicy(db, config, now));
   return budgetWithGraphQL(db, policy, graphqlPolicyFor(policy), now);
+}
+
+/**
+ * The deployment's background allowance by the share rule (ADR 0181), over the credentials of
+ * `policy` (deploymentPolicy's): commits go by REST when this configuration says so or no
+ * credential has a GraphQL window.
+ */
+export function deploymentBackground(
+  db: Db,
+  config: Config,
+  policy: BudgetPolicy,
+  now: Date,
+): Promise<BackgroundReading> {
+  const credentials = policy.credentials.map((c) => c.label);
+  const rule = shareRule(config, { graphqlEnabled: graphqlPolicyFor(policy) !== null });
+  return readBackground(db, { credentials }, rule, now);
 }

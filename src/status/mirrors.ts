@@ -17,6 +17,7 @@ export interface MirrorStatus {
   hoursImported: number;
   /** Hours it answered it does not have (404/410). */
   hoursMissing: number;
+  /** Failed reads, and hours read while the mirror said they were still open (ADR 0185). */
   hoursFailed: number;
   /** Pushes stored from its files (a push already held from elsewhere is not counted again). */
   pushesAdded: number;
@@ -37,7 +38,7 @@ export async function mirrorStatuses(
   }>`
     SELECT mirror, count(*) FILTER (WHERE state = 'completed') AS imported,
            count(*) FILTER (WHERE state = 'missing') AS missing,
-           count(*) FILTER (WHERE state = 'failed') AS failed,
+           count(*) FILTER (WHERE state IN ('failed', 'open')) AS failed,
            coalesce(sum(pushes_created), 0) AS pushes, max(updated_at) AS last
     FROM backfill_files GROUP BY mirror`.execute(db);
   const mine = configured.map((m) => withoutUserinfo(m));

@@ -1,4 +1,5 @@
 import { systemClock } from '../clock.ts';
+import type { BackgroundReading } from '../commits/share.ts';
 import type { Deps } from '../deps.ts';
 import { type Backlog, backlog } from '../enrichment/due.ts';
 import { authBlocks } from '../github/auth-blocks.ts';
@@ -7,7 +8,7 @@ import type { AuthBlock } from '../github/errors.ts';
 import type { BudgetSnapshot } from '../github/types.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type CommitsStatus, commitsStatus } from './commits.ts';
-import { deploymentBudget } from './credentials.ts';
+import { deploymentBackground, deploymentBudget, deploymentPolicy } from './credentials.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
 import { type MirrorStatus, mirrorStatuses } from './mirrors.ts';
 import {
@@ -50,6 +51,11 @@ export interface StatusReport {
   commits: CommitsStatus;
   /** The pool's total (one credential: that credential); null with budgetError when unreadable. */
   budget: BudgetSnapshot | null;
+  /**
+   * The background allowance between enrichment and commits (ADR 0181): each side's floor,
+   * what it spent and lent, whether it waits for REST, its room; null with budgetError.
+   */
+  background: BackgroundReading | null;
   budgetError?: string;
   /** Each credential of the pool: labels and numbers, never a secret (empty with budgetError). */
   credentials: CredentialStatus[];
@@ -132,15 +138,18 @@ export async function readStatus(
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
     commits: await commitsStatus(db, now, config.github),
     budget: null,
+    background: null,
     credentials: [],
     queues: null,
     lastReconcile: null,
     webhooksEnabled: config.webhookSecret !== undefined,
   };
   try {
-    const { credentials, ...total } = await deploymentBudget(db, config, now);
+    const policy = await deploymentPolicy(db, config, now);
+    const { credentials, ...total } = await deploymentBudget(db, config, now, policy);
     report.budget = total;
     const labels = credentials.map((c) => c.credential);
+    report.background = await deploymentBackground(db, config, policy, now);
     const auth = new Map((await authBlocks(db, labels, now)).map((a) => [a.credential, a]));
     report.credentials = credentials.map((c) => credentialStatus(c, auth.get(c.credential)));
   } catch (err) {

@@ -1,3 +1,4 @@
+import type { BackgroundReading } from '../commits/share.ts';
 import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from './commits.ts';
 import { count, duration, nextPoll, relative, spendParts } from './format.ts';
@@ -224,6 +225,28 @@ export function graphqlText(g: GraphQLBudget, now: Date): string {
   return `${count(g.spent)}/${count(g.quota)} spent, ${g.remaining === null ? '? left' : `${count(g.remaining)} left`}, resets ${relative(g.resetAt, now)}${blocked}`;
 }
 
+/**
+ * The background allowance between enrichment and commits (ADR 0181): each side's floor,
+ * what it spent, what its floor lent the other, and whether it waits for REST now.
+ */
+function backgroundLines(g: BackgroundReading): string[] {
+  const row = (side: 'enrich' | 'commits') => [
+    side,
+    count(g.floors[side]),
+    count(g.spent[side]),
+    count(g.lent[side]),
+    g.waiting[side] ? 'yes' : 'no',
+    count(g.room[side]),
+  ];
+  return [
+    `  background ${count(g.allowance)} this window, shares are floors: what a side leaves unused while it waits for nothing, the other may spend`,
+    ...table(
+      ['purpose', 'floor', 'spent', 'lent', 'waits', 'may spend'],
+      [row('enrich'), row('commits')],
+    ).map((l) => `  ${l}`),
+  ];
+}
+
 export function renderText(report: StatusReport): string {
   const now = report.generatedAt;
   const out: string[] = [`github-push-ingestor status at ${now.toISOString()}`, ''];
@@ -282,6 +305,7 @@ export function renderText(report: StatusReport): string {
   } else {
     out.push(`  unavailable: ${report.budgetError ?? 'unknown error'}`);
   }
+  if (report.background) out.push(...backgroundLines(report.background));
   if (report.credentials.length > 0) out.push('', 'Credentials', ...credentialsTable(report));
 
   out.push('', 'Queues');

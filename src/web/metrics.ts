@@ -407,9 +407,10 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   );
   for (const [origin, n] of Object.entries(commits.pendingByOrigin))
     pendingByOrigin.set({ origin }, n);
-  gauge('gpi_commits_pending_due', 'Pushes pending their commits whose fetch is due now').set(
-    commits.pendingDue,
-  );
+  gauge(
+    'gpi_commits_pending_due',
+    'Pushes whose commits fetch is due now (pending, or unverified and covered)',
+  ).set(commits.pendingDue);
   gauge(
     'gpi_commits_requests_last_hour',
     'Requests of purpose commits reserved in the last hour (the fetch rate)',

@@ -1,3 +1,4 @@
+import type { BackgroundReading } from '../commits/share.ts';
 import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
@@ -151,16 +152,14 @@ function gapsCard(report: StatusReport): string {
 function commitsCard(report: StatusReport): string {
   const c = report.commits;
   return card('Commits', `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`, [
-    ['pending (due now)', `${count(c.byState.pending)} (${count(c.pendingDue)})`],
+    // Pending pushes due, and unverified ones a source covers (a mirror's commits to prove).
+    ['due for fetching', count(c.pendingDue)],
     ['requests (1h)', count(c.requestsLastHour)],
     ...PUSH_ORIGINS.map((o): [string, string] => [
       `backlog from ${o}`,
       count(c.pendingByOrigin[o]),
     ]),
-    ...COMMITS_STATES.filter((s) => s !== 'pending').map((s): [string, string] => [
-      `${s} pushes`,
-      count(c.byState[s]),
-    ]),
+    ...COMMITS_STATES.map((s): [string, string] => [`${s} pushes`, count(c.byState[s])]),
   ]);
 }
 
@@ -212,6 +211,19 @@ function coverageChart(coverage: CoverageHour[]): string {
   );
 }
 
+/** The background allowance's floors, spend and lending (ADR 0181). */
+function backgroundCard(g: BackgroundReading): string {
+  const side = (name: 'enrich' | 'commits'): CardRow => [
+    `${name}: floor / spent / lent`,
+    `${count(g.floors[name])} / ${count(g.spent[name])} / ${count(g.lent[name])}${g.waiting[name] ? ', waits' : ''}`,
+    `${name} may always spend its floor; past it, what the other leaves while it waits for no REST request. Lent: what ${name}'s floor carried of the other's spend. May spend now: ${count(g.room[name])}`,
+  ];
+  return card('Background', `${count(g.spent.enrich + g.spent.commits)} / ${count(g.allowance)}`, [
+    side('enrich'),
+    side('commits'),
+  ]);
+}
+
 export function renderPage(
   report: StatusReport,
   series: MinuteSeries,
@@ -258,6 +270,7 @@ export function renderPage(
           ],
         ])
       : card('Request budget', 'unavailable', [['reason', report.budgetError ?? 'unknown']]),
+    ...(report.background ? [backgroundCard(report.background)] : []),
     ...Object.entries(report.enrichment).map(([cls, x]) =>
       card(`${cls} backlog`, `${count(x.pending)} pending`, [
         ['due now', count(x.due)],

@@ -5,6 +5,7 @@ import type { Config } from '../config.ts';
 import { pendingMigrations } from '../db/migrate.ts';
 import { createDb, type Db } from '../db/pool.ts';
 import { pgBossInstalled } from '../status/queues.ts';
+import type { IntakeHealth } from './intake-health.ts';
 
 export type Readiness = { ready: true } | { ready: false; reason: string };
 
@@ -17,7 +18,8 @@ export const READINESS_APPLICATION_NAME = 'github-push-ingestor readyz';
 /**
  * GET /readyz: can this deployment do its work? The database answers, every migration
  * has run (an old web in front of a newer schema, or the reverse, must not take traffic),
- * and bin/setup has installed pg-boss. The first failing check is the reason.
+ * bin/setup has installed pg-boss, and, with WEBHOOK_SECRET set, webhook intake can store
+ * (src/web/intake-health.ts). The first failing check is the reason.
  */
 export async function checkReadiness(
   db: Db,
@@ -60,6 +62,8 @@ export interface ReadinessProbeOptions {
   databaseUrl?: string;
   db: Db;
   timeoutMs?: number;
+  /** Webhook intake's own check (src/web/intake-health.ts), when the web takes deliveries. */
+  intake?: IntakeHealth;
 }
 
 /**
@@ -107,7 +111,10 @@ export function createReadinessProbe(o: ReadinessProbeOptions): ReadinessProbe {
       );
     });
     try {
-      return await Promise.race([checkReadiness(db, o.config), deadline]);
+      const r = await Promise.race([checkReadiness(db, o.config), deadline]);
+      if (!r.ready || !o.intake) return r;
+      const intake = await o.intake.check(timeoutMs);
+      return intake ? { ready: false, reason: intake } : r;
     } finally {
       clearTimeout(timer);
       for (const s of sockets) s.destroy();

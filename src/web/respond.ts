@@ -1,6 +1,7 @@
 import type http from 'node:http';
 import type { PgBoss } from 'pg-boss';
 import type { Deps } from '../deps.ts';
+import type { WebPools } from './pools.ts';
 
 /**
  * What every route of bin/web's server needs, and how it answers: shared by the server
@@ -13,6 +14,11 @@ export type WebDeps = Pick<Deps, 'config' | 'db' | 'logger' | 'github' | 'clock'
   boss?: PgBoss;
   /** /readyz opens its own bounded connection on this URL (src/web/readiness.ts). */
   databaseUrl?: string;
+  /**
+   * Pools of their own for webhook intake and /archive (src/web/pools.ts); without them
+   * both use `db`.
+   */
+  pools?: Pick<WebPools, 'intake' | 'archive'>;
 };
 
 export function sendJson(res: http.ServerResponse, status: number, body: unknown): void {

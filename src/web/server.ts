@@ -8,6 +8,7 @@ import { minuteSeries } from '../status/series.ts';
 import { InvalidSourceQuery, parseSourceQuery, type SourceQuery } from '../status/sources.ts';
 import { ARCHIVE_FILES, archiveRoutes } from './archive-route.ts';
 import { createByteBudget } from './body-budget.ts';
+import { createIntakeHealth } from './intake-health.ts';
 import { createMetrics } from './metrics.ts';
 import { renderPage } from './page.ts';
 import { createReadinessProbe } from './readiness.ts';
@@ -41,10 +42,16 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
 
   route('GET', '/healthz', async (_req, res) => sendJson(res, 200, { ok: true }));
 
+  // Webhook intake on its own pool when it has one: nothing else can take its connections.
+  const intakeDb = deps.pools?.intake.db ?? deps.db;
+  const intake = deps.config.webhookSecret
+    ? createIntakeHealth({ db: intakeDb, pool: deps.pools?.intake.pool })
+    : undefined;
   const readiness = createReadinessProbe({
     config: deps.config,
     db: deps.db,
     databaseUrl: deps.databaseUrl,
+    intake,
   });
   route('GET', '/readyz', async (_req, res) => {
     const r = await readiness.check();
@@ -69,9 +76,12 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
     sendText(res, 200, metrics.contentType, await metrics.scrape());
   });
 
-  route('POST', '/webhooks/github', webhookRoute(deps, bodyBudget));
+  route('POST', '/webhooks/github', webhookRoute({ ...deps, db: intakeDb }, bodyBudget, intake));
   if (deps.config.archive.serve) {
-    const archive = archiveRoutes(deps);
+    const archive = archiveRoutes(deps, {
+      db: deps.pools?.archive.db,
+      slots: deps.pools?.archive.pool.options.max,
+    });
     route('GET', '/archive/', archive.index);
     route('GET', '/archive', archive.index);
     route('GET', ARCHIVE_FILES, archive.file);

@@ -5,6 +5,7 @@ import { loggableDeliveryId, receiveDelivery } from '../webhooks/intake.ts';
 import { signatureShaped } from '../webhooks/signature.ts';
 import { BodyTimeout, BodyTooLarge, BudgetFull, type HeldBody, readBody } from './body.ts';
 import type { ByteBudget } from './body-budget.ts';
+import type { IntakeHealth } from './intake-health.ts';
 import { sendJson, type WebDeps } from './respond.ts';
 
 /**
@@ -59,7 +60,7 @@ function refuse(
   req.once('end', () => clearTimeout(timer));
 }
 
-export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
+export function webhookRoute(deps: WebDeps, budget: ByteBudget, health?: IntakeHealth) {
   return async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const deliveryId = header(req, 'x-github-delivery');
     // Unsigned text reaches no log line: an id that does not look like one is not shown.
@@ -150,6 +151,9 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget) {
           encoding,
         },
       );
+      // What /readyz says of intake: a 500 is a delivery the database did not take.
+      if (result.status >= 500) health?.noteFailed(new Date());
+      else health?.noteStored();
       sendJson(res, result.status, result.body);
     } finally {
       raw.release();

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
+import { textUnderPolicy } from '../commits/emails.ts';
 import { hintCommits } from '../commits/hint.ts';
 import { commitsTargetsUnless } from '../commits/targets.ts';
 import type { CommitEmailMode } from '../config.ts';
@@ -214,6 +215,7 @@ export async function receiveDelivery(
     receivedAt,
   });
 
+  const emails = deps.commitEmails ?? 'hash';
   let outcome: Outcome;
   try {
     // Who gets commits: the process's cached targets, read before the transaction (and
@@ -222,7 +224,7 @@ export async function receiveDelivery(
       verdict.kind === 'push'
         ? {
             targets: await commitsTargetsUnless(deps.commitsOff === true, deps.db),
-            emails: deps.commitEmails ?? 'hash',
+            emails,
           }
         : undefined;
     outcome = await deps.db.transaction().execute(async (trx): Promise<Outcome> => {
@@ -232,7 +234,9 @@ export async function receiveDelivery(
           : verdict.kind === 'rejected'
             ? `rejected:${verdict.rejection.reason}`
             : routingFor(event);
-      const detail = verdict.kind === 'rejected' ? verdict.rejection.message : null;
+      // Why it was rejected may quote the delivery: kept and logged under COMMIT_EMAILS.
+      const detail =
+        verdict.kind === 'rejected' ? textUnderPolicy(verdict.rejection.message, emails) : null;
       const rec = await recordDelivery(trx, record(provisional, detail));
       const base = {
         duplicate: !rec.isNew,
@@ -265,7 +269,10 @@ export async function receiveDelivery(
         // The database refused the push itself, for a reason the rules did not foresee: the
         // same body would be refused again, so the delivery is recorded as rejected.
         const err = attempt.refused;
-        const refusal = `the database refused the push (SQLSTATE ${sqlState(err)}): ${storableText((err as Error).message)}`;
+        const refusal = textUnderPolicy(
+          `the database refused the push (SQLSTATE ${sqlState(err)}): ${storableText((err as Error).message)}`,
+          emails,
+        );
         await setRouting(trx, deliveryId, 'rejected:store_failed', refusal);
         return { ...base, status: 422, routing: 'rejected:store_failed', detail: refusal };
       }

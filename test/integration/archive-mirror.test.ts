@@ -18,9 +18,11 @@ import { startTestWeb, type TestWeb } from '../support/web.ts';
  * Instances as mirrors (issue 28): instance A (this file's database) serves its store at
  * /archive; instance B (a second database) names A's /archive in GHARCHIVE_URL and fills a
  * gap of a source whose pushes get their commits. Every push comes with all its commits
- * inline, so B stores them complete without a single request to GitHub: its ledger
- * (github_requests) stays empty, nothing is left pending, and its coverage says the hour
- * came from the archive, read from A.
+ * inline. A is not GH Archive, so what it says of commits is evidence, not truth (ADR
+ * 0184): B keeps every commit as A gave it, each push `unverified` and due for B's fetcher
+ * (GitHub's answer will prove or replace them), without a request while reading: its ledger
+ * (github_requests) stays empty, and its coverage says the hour came from the archive, read
+ * from A.
  */
 
 const a = useTestDatabase();
@@ -74,7 +76,7 @@ async function held(db: Db, repositoryId: number): Promise<Held[]> {
 }
 
 describe('a second instance filling a gap from the first one’s /archive', () => {
-  it('stores every push complete from the inline commits, with zero requests to GitHub', async () => {
+  it('keeps every push with its inline commits, unverified and due for the fetcher, with zero requests to GitHub', async () => {
     const mirror = `${web.url}/archive`;
     const { source } = await addSource(b.db, { kind: 'repo', target: w.repo.name }, 'live');
     await b.db
@@ -112,20 +114,28 @@ describe('a second instance filling a gap from the first one’s /archive', () =
     const there = await held(a.db, w.repo.id);
     const here = await held(b.db, w.repo.id);
     expect(there.map((p) => p.head).sort()).toEqual([...w.repoHeads].sort());
-    // Same pushes, same ids (null for the webhook-only one), same commits, same addresses.
-    expect(here).toEqual(there);
-    expect(here.every((p) => p.commits_state === 'complete')).toBe(true);
+    // Same pushes, same ids (null for the webhook-only one), same commits, same addresses —
+    // held as A's claim: unverified, where A holds them proven.
+    const claim = (ps: Held[]) => ps.map((p) => ({ ...p, commits_state: 'as claimed' }));
+    expect(claim(here)).toEqual(claim(there));
+    expect(there.every((p) => p.commits_state === 'complete')).toBe(true);
+    expect(here.every((p) => p.commits_state === 'unverified')).toBe(true);
     expect(here.find((p) => p.head === w.heads.webhook)!.id).toBeNull();
     expect(here.reduce((n, p) => n + p.commits.length, 0)).toBeGreaterThanOrEqual(10);
 
-    // Not a request: the ledger is empty, and nothing waits for the fetcher.
+    // Not a request while reading: the ledger is empty. Every push waits for the fetcher
+    // (its source covers it), and every commit row says a mirror wrote it.
     const ledger = await sql<{ n: string; compare: string }>`
       SELECT count(*) AS n, count(*) FILTER (WHERE path LIKE '%/compare/%') AS compare
       FROM github_requests`.execute(b.db);
     expect(ledger.rows[0]).toEqual({ n: '0', compare: '0' });
-    const pending = await sql<{ n: string }>`
-      SELECT count(*) AS n FROM push_events WHERE commits_state = 'pending'`.execute(b.db);
-    expect(pending.rows[0]!.n).toBe('0');
+    const due = await sql<{ state: string; due: string }>`
+      SELECT commits_state AS state, count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL) AS due
+      FROM push_events GROUP BY 1`.execute(b.db);
+    expect(due.rows).toEqual([{ state: 'unverified', due: String(w.repoHeads.length) }]);
+    const sources = await sql<{ source: string | null }>`
+      SELECT DISTINCT source FROM commits`.execute(b.db);
+    expect(sources.rows).toEqual([{ source: 'mirror' }]);
 
     // Coverage: the hour's pushes came from the archive, and A is the mirror read.
     const cov = await sql<{ pushes: string; archive: string; mirrors_read: string }>`

@@ -351,5 +351,11 @@ describe('bin/backfill with several mirrors', () => {
     );
     const gaps = await both(['--gaps', '--mirror', 'all']);
     expect(gaps.code).toBe(2);
+    // Empty is refused, not read as unset (which would mean data.gharchive.org): one line.
+    const empty = await both(['2026-11-15-3'], { GHARCHIVE_URL: '' });
+    expect(empty.code).toBe(2);
+    expect(empty.err.trim().split('\n')).toEqual([
+      'backfill: configuration error: GHARCHIVE_URL must not be empty: unset it for https://data.gharchive.org, or list at least one mirror',
+    ]);
   });
 });

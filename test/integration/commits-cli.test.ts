@@ -112,7 +112,7 @@ describe('bin/commits', () => {
       );
     }
     expect(lines[3]).toMatch(
-      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 0, queries 1, points 1\) — stopped: limit reached; background budget left \d+; GraphQL points left 4999$/,
+      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 0, queries 1, points 1\) — stopped: limit reached; commits budget left \d+; GraphQL points left 4999$/,
     );
   });
 
@@ -136,7 +136,7 @@ describe('bin/commits', () => {
       );
     }
     expect(lines[3]).toMatch(
-      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 3\) — stopped: limit reached; background budget left \d+$/,
+      /^commits: 3\/3 fetched \(complete 3, partial 0, gone 0, failed 0, requests 3\) — stopped: limit reached; commits budget left \d+$/,
     );
   });
 
@@ -154,7 +154,7 @@ describe('bin/commits', () => {
     expect(await states()).toEqual({ complete: 1 });
     const last = r.out.trim().split('\n').at(-1)!;
     // GitHub said 40 before the query; the query cost 1
-    expect(last).toMatch(/; background budget left \d+; GraphQL points left 39$/);
+    expect(last).toMatch(/; commits budget left \d+; GraphQL points left 39$/);
     expect(last).toContain('stopped: nothing more is due');
   });
 

@@ -215,6 +215,7 @@ function ghesPush(o: {
   listed?: number;
   repo?: string;
   login?: string;
+  createdAt?: string;
 }): GitHubEvent {
   const listed = o.listed ?? o.size;
   const commits = Array.from({ length: listed }, (_, i) => ({
@@ -227,6 +228,7 @@ function ghesPush(o: {
   return pushEvent({
     ...(o.repo ? { repo: { name: o.repo } } : {}),
     ...(o.login ? { actor: { login: o.login } } : {}),
+    ...(o.createdAt ? { created_at: o.createdAt } : {}),
     payload: { size: o.size, distinct_size: o.size, commits, head: commits.at(-1)?.sha ?? sha() },
   });
 }
@@ -394,9 +396,12 @@ describe('archive lines', () => {
 
   it('stores a pre-2025-10 line with all its commits complete, one with size > 20 partial or pending', async () => {
     await source('repo', 'archive-owner/watched');
-    const whole = ghesPush({ size: 3 });
-    const cut = ghesPush({ size: 42, listed: 20 });
-    const watched = ghesPush({ size: 42, listed: 20, repo: 'archive-owner/watched' });
+    // Lines of an hour when GitHub's events still carried commits (ADR 0184: a later one's
+    // would be a mirror's claim, unverified).
+    const createdAt = '2015-01-01T15:00:00Z';
+    const whole = ghesPush({ size: 3, createdAt });
+    const cut = ghesPush({ size: 42, listed: 20, createdAt });
+    const watched = ghesPush({ size: 42, listed: 20, repo: 'archive-owner/watched', createdAt });
     const modern = pushEvent();
     const f = file([whole, cut, watched, modern]);
     const r = await importFile(

@@ -1,9 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fixedClock } from '../../src/clock.ts';
-import { type FetchDeps, fetchOnce } from '../../src/commits/fetch.ts';
-import { splitOf } from '../../src/commits/share.ts';
+import { type FetchDeps, fetchCycle, fetchOnce } from '../../src/commits/fetch.ts';
+import { readBackground, shareRule, splitOf } from '../../src/commits/share.ts';
 import { loadConfig } from '../../src/config.ts';
-import { enrichOnce } from '../../src/enrichment/runner.ts';
+import { enrichClasses, enrichOnce } from '../../src/enrichment/runner.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
 import { createLogger } from '../../src/log.ts';
@@ -12,6 +12,8 @@ import {
   freshCommitWorld,
   insertPushes,
   insertRepository,
+  newSha,
+  pushState,
 } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { userProfile } from '../support/github-factories.ts';
@@ -141,5 +143,104 @@ describe('the share', () => {
     await pendingActors(5);
     await pendingPushes(50);
     expect(await runBoth(d)).toEqual({ commits: 35, enrich: 5 });
+  });
+});
+
+/**
+ * Shares are floors, not fences (ADR 0181), with commits by GraphQL: their points are a
+ * window of their own, so their REST floor is lent to enrichment until a push GraphQL cannot
+ * prove (an octopus merge) is told no a REST compare; from then on enrichment stops at its
+ * own floor until that push is served, and borrows again after.
+ */
+describe('floors, not fences: commits by GraphQL', () => {
+  function tokenDeps() {
+    const config = loadConfig({
+      DATABASE_URL: t.url,
+      GITHUB_API_URL: fake.url,
+      GITHUB_TOKEN: `ghp_floors${Math.random().toString(36).slice(2)}`,
+      LOG_LEVEL: 'silent',
+      GITHUB_ENDPOINT_RATE_PER_MINUTE: '0',
+    });
+    const logger = createLogger('silent');
+    const clock = fixedClock(new Date());
+    const github = createGitHubClient({ config, db: t.db, databaseUrl: t.url, logger, clock });
+    clients.push(github);
+    return { config, db: t.db, github, logger, workerId: 'floors-test', clock };
+  }
+
+  /** A linear push GraphQL proves, and an octopus of nine it gives to REST compare. */
+  async function pushesWithAnOctopus(): Promise<string> {
+    await insertRepository(t.db, 91, 'floors/octopus');
+    const root = chain(fake, 'floors/octopus', 2);
+    const legs = Array.from({ length: 9 }, () => chain(fake, 'floors/octopus', 1, root[1]!)[0]!);
+    const octopus = newSha();
+    fake.addCommits('floors/octopus', [{ sha: octopus, parents: legs }]);
+    await insertPushes(t.db, [
+      { repositoryId: 91, ref: 'refs/heads/line', before: root[0]!, head: root[1]! },
+      { repositoryId: 91, before: legs[0]!, head: octopus },
+    ]);
+    return octopus;
+  }
+
+  it('lends commits’ floor to enrichment, takes it back while a fallback waits, and lends again once it is served', async () => {
+    // A token of 60 an hour: a background of 40, floors of 20 and 20.
+    const reset = new Date(Date.now() + 1800_000);
+    fake.setRateLimit({ limit: 60, remaining: 60, resetAt: reset });
+    const d = tokenDeps();
+    const read = () => readBackground(t.db, d.github, shareRule(d.config, d.github), d.clock.now());
+    await pendingActors(80);
+    const octopus = await pushesWithAnOctopus();
+    expect(d.github.graphqlEnabled).toBe(true);
+
+    // Commits have pushes due, but by GraphQL: nothing waits for REST, so enrichment takes
+    // the whole background — its floor and the 20 commits lend.
+    const first = await enrichClasses(d, ['actor']);
+    expect(first).toMatchObject({ processed: 40, stoppedBy: 'budget_exhausted' });
+    expect(await read()).toMatchObject({
+      allowance: 40,
+      floors: { enrich: 20, commits: 20 },
+      spent: { enrich: 40, commits: 0 },
+      lent: { enrich: 0, commits: 20 },
+      waiting: { enrich: true, commits: false },
+    });
+
+    // The GraphQL cycle proves the linear push; the octopus goes to REST and is told no.
+    const blocked = await fetchCycle(d);
+    expect(blocked.outcomes.complete).toBe(1);
+    expect(blocked.stoppedBy).toBe('budget_exhausted');
+    expect(await pushState(t.db, octopus)).toMatchObject({
+      commits_state: 'pending',
+      commits_attempts: 0,
+    });
+    const waiting = await read();
+    expect(waiting.waiting.commits).toBe(true);
+    expect(waiting.commitsWaitingSince).not.toBeNull();
+
+    // The next window: enrichment takes its floor and stops there, told no by the share
+    // rule (not the budget), leaving commits theirs.
+    fake.setRateLimit({ remaining: 60, resetAt: new Date(reset.getTime() + 1000 + 3600_000) });
+    d.clock.set(new Date(reset.getTime() + 1000));
+    const floor = await enrichClasses(d, ['actor']);
+    expect(floor).toMatchObject({
+      processed: 20,
+      stoppedBy: 'budget_exhausted',
+      refusal: { reason: 'share' },
+    });
+
+    // The octopus is served by REST from commits' floor, which ends the wait…
+    const served = await fetchCycle(d);
+    expect(served.outcomes.complete).toBe(1);
+    expect(served.requests).toBe(1);
+    expect(await pushState(t.db, octopus)).toMatchObject({ commits_state: 'complete' });
+    expect((await read()).waiting.commits).toBe(false);
+
+    // …and enrichment borrows what commits leave again.
+    const again = await enrichClasses(d, ['actor'], { maxEntities: 5 });
+    expect(again).toMatchObject({ processed: 5, stoppedBy: 'cap' });
+    expect(await read()).toMatchObject({
+      spent: { enrich: 25, commits: 1 },
+      lent: { enrich: 0, commits: 5 },
+    });
+    expect(forbidden()).toHaveLength(0);
   });
 });

@@ -17,28 +17,32 @@ let web: TestWeb;
 const BIN = path.resolve(import.meta.dirname, '../../bin/status');
 const run = promisify(execFile);
 
-// 3 pending (2 due, 1 later), 4 complete, 1 partial, 2 none, 5 skipped, 1 gone, 1 failed.
-const SEEDED: [state: string, n: number, later?: boolean][] = [
+// 3 pending (2 due, 1 later), 4 complete, 1 partial, 2 none, 5 skipped, 1 gone, 1 failed,
+// 2 unverified (a mirror's commits: 1 covered and due, 1 that no source covers, never due).
+const SEEDED: [state: string, n: number, when?: 'later' | 'never'][] = [
   ['pending', 2],
-  ['pending', 1, true],
+  ['pending', 1, 'later'],
   ['complete', 4],
   ['partial', 1],
   ['none', 2],
   ['skipped', 5],
   ['gone', 1],
   ['failed', 1],
+  ['unverified', 1],
+  ['unverified', 1, 'never'],
 ];
 
 beforeAll(async () => {
   let seq = 0;
-  for (const [state, n, later] of SEEDED) {
+  for (const [state, n, when] of SEEDED) {
+    const fetched = (state === 'pending' || state === 'unverified') && when !== 'never';
     for (let i = 0; i < n; i++) {
       seq++;
       await sql`
         INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at, payload,
           commits_state, commits_next_attempt_at)
         VALUES (1, ${seq}, 'refs/heads/main', ${`h${seq}`}, ${`b${seq}`}, now(), '{}', ${state},
-          CASE WHEN ${state} = 'pending' THEN now() + ${later ? '1 hour' : '-1 minute'}::interval END)`.execute(
+          CASE WHEN ${fetched} THEN now() + ${when === 'later' ? '1 hour' : '-1 minute'}::interval END)`.execute(
         t.db,
       );
     }
@@ -69,6 +73,7 @@ const BY_STATE = {
   skipped: 5,
   gone: 1,
   failed: 1,
+  unverified: 2,
 };
 
 describe('commits status', () => {
@@ -77,7 +82,8 @@ describe('commits status', () => {
     const report = (await res.json()) as { commits: unknown };
     expect(report.commits).toEqual({
       byState: BY_STATE,
-      pendingDue: 2,
+      // The pending pushes due, and the unverified one a source covers.
+      pendingDue: 3,
       // The default origin of a stored push is poll: the whole backlog came from polls.
       pendingByOrigin: { poll: 3, webhook: 0, archive: 0 },
       requestsLastHour: 3,
@@ -99,13 +105,15 @@ describe('commits status', () => {
     };
     const { stdout } = await run(process.execPath, [BIN], { env });
     expect(stdout).toMatch(/^Commits$/m);
-    expect(stdout).toMatch(/^\s+pending\s+complete\s+partial\s+none\s+skipped\s+gone\s+failed$/m);
-    expect(stdout).toMatch(/^\s+3\s+4\s+1\s+2\s+5\s+1\s+1$/m);
+    expect(stdout).toMatch(
+      /^\s+pending\s+complete\s+partial\s+none\s+skipped\s+gone\s+failed\s+unverified$/m,
+    );
+    expect(stdout).toMatch(/^\s+3\s+4\s+1\s+2\s+5\s+1\s+1\s+2$/m);
     expect(stdout).toContain(
-      '2 pushes due for fetching, 3 commits requests in the last hour, 7 commits stored',
+      '3 pushes due for fetching, 3 commits requests in the last hour, 7 commits stored',
     );
     const json = JSON.parse((await run(process.execPath, [BIN, '--json'], { env })).stdout);
-    expect(json.commits).toMatchObject({ byState: BY_STATE, pendingDue: 2, requestsLastHour: 3 });
+    expect(json.commits).toMatchObject({ byState: BY_STATE, pendingDue: 3, requestsLastHour: 3 });
   });
 
   it('bin/status says in one line why commits are off: no credential, then no source asking', async () => {
@@ -142,7 +150,9 @@ describe('commits status', () => {
     const card = html.match(/<div class="card"><h2>Commits<\/h2>.*?<\/dl><\/div>/s)?.[0];
     expect(card).toBeDefined();
     expect(card).toContain('<div class="big">7 stored</div>');
-    expect(card).toContain('<dt>pending (due now)</dt><dd>3 (2)</dd>');
+    expect(card).toContain('<dt>due for fetching</dt><dd>3</dd>');
+    expect(card).toContain('<dt>pending pushes</dt><dd>3</dd>');
+    expect(card).toContain('<dt>unverified pushes</dt><dd>2</dd>');
     expect(card).toContain('<dt>requests (1h)</dt><dd>3</dd>');
     expect(card).toContain('<dt>skipped pushes</dt><dd>5</dd>');
   });
@@ -152,7 +162,7 @@ describe('commits status', () => {
     for (const [state, n] of Object.entries(BY_STATE)) {
       expect(sampleValue(m, 'gpi_push_commits_state', { state })).toBe(n);
     }
-    expect(sampleValue(m, 'gpi_commits_pending_due')).toBe(2);
+    expect(sampleValue(m, 'gpi_commits_pending_due')).toBe(3);
     expect(sampleValue(m, 'gpi_commits_requests_last_hour')).toBe(3);
     expect(sampleValue(m, 'gpi_commits_stored')).toBe(7);
   });

@@ -156,16 +156,40 @@ describe('a compare over its cap', () => {
 });
 
 describe('polls that died', () => {
-  it('counts the attempt before the request: while page 1 is in flight the source is already backed off', async () => {
+  it('should the poll die on page 1, its source is due one poll interval after the run began, not a failure backoff; once page 1 is stored, one interval of its answer after its commit', async () => {
     const s = await repoSource('dying/in-flight');
-    fake.addEvents(s.feed, [pushEvent()]);
-    let during: Date | null = null;
+    // A source that failed three times (a fourth failure backs off 8 minutes) and last heard an
+    // X-Poll-Interval of 30 s; its feed now announces 5 s and serves two pages.
+    await sql`UPDATE event_sources SET consecutive_failures = 3, poll_interval_seconds = 30
+      WHERE id = ${s.id}`.execute(t.db);
+    fake.setPollInterval(s.feed, 5);
+    fake.addEvents(
+      s.feed,
+      Array.from({ length: 150 }, () => pushEvent({ repo: { id: 78, name: 'dying/in-flight' } })),
+    );
+    const during = new Map<string, { at: Date; deaths: number }>();
+    const requestedAt = new Map<string, number>();
     fake.onRequest = async (req) => {
-      if (req.path === s.path) during = (await getSource(t.db, s.id)).next_poll_at;
+      if (req.path !== s.path) return;
+      requestedAt.set(req.query.page!, Date.now());
+      const row = await getSource(t.db, s.id);
+      during.set(req.query.page!, { at: row.next_poll_at, deaths: row.poll_deaths });
     };
     const before = Date.now();
     expect((await pollSource(deps(), s.id)).outcome).toBe('completed');
-    expect(during!.getTime()).toBeGreaterThanOrEqual(before + 60_000);
+    // Page 1 in flight: the run's start + the 30 s it knew.
+    const page1 = during.get('1')!.at.getTime();
+    expect(page1).toBeGreaterThanOrEqual(before + 30_000);
+    expect(page1).toBeLessThanOrEqual(requestedAt.get('1')! + 30_000);
+    // Page 2 in flight: page 1's commit + the 5 s page 1 announced.
+    const page2 = during.get('2')!.at.getTime();
+    expect(page2).toBeGreaterThanOrEqual(requestedAt.get('1')! + 5_000);
+    expect(page2).toBeLessThanOrEqual(requestedAt.get('2')! + 5_000);
+    // The completed run then wrote its own plan, and cleared the failures.
+    expect(await getSource(t.db, s.id)).toMatchObject({
+      consecutive_failures: 0,
+      poll_interval_seconds: 5,
+    });
   });
 
   it('a dead run found by the next poll is a failure; the second death in a row sets the source aside for a day; enable retries it', async () => {

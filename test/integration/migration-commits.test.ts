@@ -101,8 +101,9 @@ describe('migration 2026-12-01T1000_commits', () => {
   it('finds due pending pushes through the partial index', async () => {
     const r = await sql<{ indexdef: string }>`
       SELECT indexdef FROM pg_indexes WHERE indexname = 'push_events_commits_due'`.execute(s.db);
+    // Since 2026-12-04T1050 (ADR 0184) the fetcher's index covers unverified pushes too.
     expect(r.rows[0]?.indexdef).toMatch(
-      /\(commits_next_attempt_at\) WHERE \(commits_state = 'pending'::text\)/,
+      /\(commits_next_attempt_at\) WHERE \(commits_state = ANY \(ARRAY\['pending'::text, 'unverified'::text\]\)\)/,
     );
   });
 

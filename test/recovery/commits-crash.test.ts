@@ -203,7 +203,8 @@ describe('SIGKILL mid-fetch', () => {
  * not sent, a query answered and settled with more rounds to go, every answer in and nothing
  * stored, the first push stored and the rest not — then run again: every push ends with
  * exactly its commits, once each, the dead leases expire and are taken, the ledger's points
- * are all settled, and each push is counted once in commits_graphql_minutes.
+ * are all settled, each push is counted once in commits_graphql_minutes, and a death is
+ * charged only to the pushes of the query that was in flight.
  */
 describe('SIGKILL mid-GraphQL batch', () => {
   const TOKEN = 'ghp_crashgraphql0000000000';
@@ -327,22 +328,31 @@ describe('SIGKILL mid-GraphQL batch', () => {
       expect(fake.graphql.queries.length - answered).toBeGreaterThan(1);
     }
 
-    // Every push: complete, exactly its commits in order, no lease, no attempt left open; a
-    // push the dead batch had opened counts that one death, never a second.
+    // Every push: complete, exactly its commits in order, no lease, no attempt left open. A
+    // death is charged only where the batch died with a query in flight (ADR 0182): the six
+    // pushes were one query's, so each is a suspect of that one batch death — never a death
+    // of its own, and never one where the kill came after every answer was in.
     expect(await states()).toEqual({ complete: pushes.length });
     for (const p of pushes) {
       expect(await pushShas(t.db, p.head, p.ref)).toEqual(
         p.commits.map((sha, position) => ({ position, sha })),
       );
     }
-    const rowsLeft = await sql<{ until: Date | null; open: boolean; deaths: number; n: number }>`
+    const rowsLeft = await sql<{
+      until: Date | null;
+      open: boolean;
+      deaths: number;
+      batchDeaths: number;
+      n: number;
+    }>`
       SELECT commits_claimed_until AS until, commits_fetch_started_at IS NOT NULL AS open,
-        commits_deaths AS deaths, commit_count AS n FROM push_events`.execute(t.db);
-    for (const r of rowsLeft.rows) expect(r).toMatchObject({ until: null, open: false });
-    expect(rowsLeft.rows.map((r) => r.deaths).sort()).toEqual([
-      ...Array(storedAtDeath).fill(0),
-      ...Array(pushes.length - storedAtDeath).fill(1),
-    ]);
+        commits_deaths AS deaths, commits_batch_deaths AS "batchDeaths", commit_count AS n
+      FROM push_events`.execute(t.db);
+    for (const r of rowsLeft.rows) expect(r).toMatchObject({ until: null, open: false, deaths: 0 });
+    const inFlight = point === 'github.after_sent' || point === 'github.after_settle';
+    expect(rowsLeft.rows.map((r) => r.batchDeaths)).toEqual(
+      Array(pushes.length).fill(inFlight ? 1 : 0),
+    );
     expect(rowsLeft.rows.map((r) => r.n).sort()).toEqual(
       pushes.map((p) => p.commits.length).sort(),
     );

@@ -10,9 +10,9 @@ import { type Child, killAll, spawnBin } from './world.ts';
 /**
  * A crash loop (issue 9): five rounds of a bin/worker that dies in the middle of a poll
  * (FAULT_POINT=ingest.after_page_commit: page 1 committed, the run still open, its
- * poll-sources job still `active`), then — once the source's backoff has passed (the dead
- * poll counted its attempt first, ADR 0120; the test moves the clock on by setting it due)
- * — a fresh worker that must resume at once: its start-up sweep fails the dead poll's job
+ * poll-sources job still `active`), then — once the source's poll interval has passed (the
+ * dead poll left it due one interval, the fake's 60 s, after its page commit, ADR 0180; the
+ * test moves the clock on by setting it due) — a fresh worker that must resume at once: its start-up sweep fails the dead poll's job
  * (before it polls), and it stores every push the feed served — and is itself SIGKILLed once its
  * run has completed (whatever else it is doing), so the next round starts over a corpse
  * again. Before ADR 0011 the dead job
@@ -93,13 +93,16 @@ describe('crash loop', () => {
         WHERE name = 'poll-sources' AND state = 'active'`.execute(t.db);
       expect(orphaned.rows, `round ${round}: the dead poll is left active`).toHaveLength(1);
       const orphan = orphaned.rows[0]!.id;
-      // Work that killed its process is not retried at once (ADR 0120): the dead poll counted
-      // its attempt before its request, so its source waits a minute. The minute passes.
+      // The dead poll committed page 1: its source is due one poll interval (the fake's 60 s)
+      // after that commit, no later (ADR 0180). The interval passes.
       const next = await sql<{ at: Date }>`SELECT next_poll_at AS at FROM event_sources`.execute(
         t.db,
       );
-      expect(next.rows[0]!.at.getTime(), `round ${round}: backed off`).toBeGreaterThan(
+      expect(next.rows[0]!.at.getTime(), `round ${round}: its interval on`).toBeGreaterThan(
         Date.now() + 30_000,
+      );
+      expect(next.rows[0]!.at.getTime(), `round ${round}: no later`).toBeLessThanOrEqual(
+        Date.now() + 60_000,
       );
       await sql`UPDATE event_sources SET next_poll_at = now()`.execute(t.db);
 

@@ -22,9 +22,13 @@ import { type Child, killAll, ROOT, spawnBin } from './world.ts';
  *    needed) reads 8 MB of it, refuses it and lives; the feed fails and backs off, the other
  *    feeds are polled, and the worker's peak RSS over its whole life stays bounded.
  * 2. Work that still kills its process: the fake SIGKILLs whichever worker asks for the bad
- *    feed, mid-answer. Each restart polls the other feeds and not the bad one (its attempt was
- *    counted before the request); the second death sets the bad feed aside for a day; the
- *    operator's `bin/sources enable` polls it again.
+ *    feed, mid-answer. Each restart polls the other feeds and not the bad one before its poll
+ *    interval has passed (the dead poll left it due one interval on, ADR 0180); the second
+ *    death sets the bad feed aside for a day; the operator's `bin/sources enable` polls it
+ *    again.
+ * 3. The same with a feed that announces an X-Poll-Interval of 1 s, nothing moved by the test:
+ *    the restart polls the bad feed again at once and dies, and the worker after it sets the
+ *    feed aside — two deaths, never a crash loop.
  */
 
 const t = useTestDatabase();
@@ -176,8 +180,10 @@ describe('a feed whose answer kills the worker', () => {
     expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
     const killedAt = Date.now();
     const afterDeath1 = await row(bad.id);
-    // Counted before the request: the bad feed already waits its backoff.
+    // Scheduled before the request: the bad feed is due one poll interval (the fake's 60 s)
+    // after the dead run began, no later.
     expect(afterDeath1.next_poll_at.getTime()).toBeGreaterThan(killedAt + 30_000);
+    expect(afterDeath1.next_poll_at.getTime()).toBeLessThanOrEqual(killedAt + 60_000);
 
     // Restart: the death is counted, the good feeds are polled, the bad one is not.
     const ids2 = [...ids1, ...(await freshPushes(goods, 12))];
@@ -192,7 +198,7 @@ describe('a feed whose answer kills the worker', () => {
     expect((await row(bad.id)).last_error).toMatch(/^POLL_DIED: run \d+ died on its answer/);
     expect(requestsFor(bad.path)).toHaveLength(1);
 
-    // Death 2: its backoff passes (the test moves it), the same worker polls it and dies.
+    // Death 2: its poll interval passes (the test moves it), the same worker polls it and dies.
     await sql`UPDATE event_sources SET next_poll_at = now() WHERE id = ${bad.id}`.execute(t.db);
     expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
     expect(requestsFor(bad.path)).toHaveLength(2);
@@ -249,5 +255,70 @@ describe('a feed whose answer kills the worker', () => {
       completed: 1,
       interrupted: 2,
     });
+  });
+  it('a feed announcing X-Poll-Interval 1 s: the restart dies on it once more, the next sets it aside; nothing moved by the test', {
+    timeout: 240_000,
+  }, async () => {
+    const bad = await source('hostile/fast-killer');
+    const goods = [await source('kind/five'), await source('kind/six')];
+    fake.setPollInterval(bad.feed, 1);
+    fake.addEvents(bad.feed, [pushEvent({ id: 60_000_008_000 })]);
+    let victim: Child | null = null;
+    let killing = false;
+    const killed: string[] = [];
+    fake.onRequest = (req) => {
+      if (killing && req.path === bad.path && victim) {
+        killed.push(req.rawUrl);
+        victim.process.kill('SIGKILL');
+      }
+    };
+
+    // The feed is fine at first: polled to the end, its interval of 1 s learned.
+    const ids1 = await freshPushes(goods, 21);
+    victim = worker();
+    await waitFor(
+      async () =>
+        (await stored([...ids1, '60000008000'])) &&
+        (await row(bad.id)).last_error === null &&
+        (
+          await t.db
+            .selectFrom('event_sources')
+            .select('poll_interval_seconds')
+            .where('id', '=', String(bad.id))
+            .executeTakeFirstOrThrow()
+        ).poll_interval_seconds === 1,
+      { timeoutMs: 60_000, what: 'every feed polled, the bad one’s interval learned' },
+    );
+
+    // Death 1: its answer now kills whoever asks (the running worker polls it within a second).
+    killing = true;
+    expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    const afterDeath1 = await row(bad.id);
+    expect(afterDeath1.next_poll_at.getTime()).toBeLessThanOrEqual(Date.now() + 1_000);
+
+    // Death 2: the restart counts the first and, the feed due within its second, dies on it.
+    victim = worker();
+    expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(killed).toHaveLength(2);
+    expect(await row(bad.id)).toMatchObject({ consecutive_failures: 1, poll_deaths: 1 });
+    expect((await row(bad.id)).last_error).toMatch(/^POLL_DIED: run \d+ died on its answer/);
+
+    // The next worker counts the second death and sets the feed aside; the others go on.
+    const ids3 = await freshPushes(goods, 23);
+    victim = worker();
+    const aside = await victim.waitForLine(
+      (l) => l.event === 'source.set_aside' && l.source_id === bad.id,
+      'the bad feed set aside',
+      60_000,
+    );
+    expect(aside.deaths).toBe(2);
+    await waitFor(() => stored(ids3), { timeoutMs: 60_000, what: 'the good feeds polled' });
+    const ids4 = await freshPushes(goods, 24);
+    await waitFor(() => stored(ids4), { timeoutMs: 60_000, what: 'the good feeds, once more' });
+    expect(killed).toHaveLength(2);
+    expect(victim.process.exitCode, 'the third worker is alive').toBeNull();
+    expect((await row(bad.id)).next_poll_at.getTime()).toBeGreaterThan(Date.now() + 23 * 3600_000);
+    victim.process.kill('SIGTERM');
+    expect(await victim.exited).toEqual({ code: 0, signal: null });
   });
 });

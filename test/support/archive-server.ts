@@ -27,6 +27,13 @@ export interface ArchiveFault {
   cutWhen?: () => Promise<unknown>;
   /** Never answer. */
   hang?: boolean;
+  /**
+   * Send the headers and this many body bytes, then wait (the connection open) until
+   * `resumeWhen` resolves, then send the rest: an import held part-way through a file, its
+   * first chunks committed, for as long as the test needs it to be running.
+   */
+  pauseAfterBytes?: number;
+  resumeWhen?: () => Promise<unknown>;
   /** Send `head` body bytes at once, then `bytes` every `everyMs` (a stalling mirror). */
   trickle?: { head: number; bytes: number; everyMs: number };
 }
@@ -160,6 +167,37 @@ export async function startArchiveServer(): Promise<ArchiveServer> {
         const piece = part.subarray(at, at + 16_384);
         at += piece.length;
         res.write(piece, () => setTimeout(next, 2));
+      };
+      next();
+      return;
+    }
+    if (fault?.pauseAfterBytes !== undefined && body) {
+      rec.status = 200;
+      res.writeHead(200, {
+        'content-type': 'application/gzip',
+        'content-length': String(body.length),
+      });
+      hanging.add(res);
+      const pauseAt = Math.min(fault.pauseAfterBytes, body.length);
+      let at = 0;
+      const next = () => {
+        if (res.destroyed) return;
+        if (at === pauseAt && fault.resumeWhen) {
+          const resume = fault.resumeWhen;
+          fault.resumeWhen = undefined;
+          void resume().then(next);
+          return;
+        }
+        if (at >= body.length) {
+          res.end();
+          return;
+        }
+        const piece = body.subarray(
+          at,
+          Math.min(at + 16_384, at < pauseAt ? pauseAt : body.length),
+        );
+        at += piece.length;
+        res.write(piece, () => setTimeout(next, 1));
       };
       next();
       return;

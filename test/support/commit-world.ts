@@ -162,6 +162,7 @@ export async function freshCommitWorld(db: Db, fake: FakeGitHub, extra: string[]
     'repositories',
     'github_requests',
     'github_rate_limits',
+    'budget_waits',
     ...extra,
   ];
   await sql`TRUNCATE ${sql.join(tables.map((name) => sql.table(name)))}`.execute(db);

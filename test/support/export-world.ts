@@ -117,6 +117,11 @@ export async function buildExportWorld(
     distinct_size: commits.filter((c) => c.distinct).length,
     commits,
   });
+  // A whole list ends with the push's head, as GitHub's does (src/commits/commit-list.ts).
+  const endingAt = (commits: ReturnType<typeof commitsOf>, head: string) => {
+    commits.at(-1)!.sha = head;
+    return commits;
+  };
 
   const three = commitsOf(3, { distinct: (i) => i !== 1 });
   const unicode = commitsOf(1);
@@ -139,11 +144,30 @@ export async function buildExportWorld(
   };
   const tie = commitsOf(2);
   const lines: GitHubEvent[] = [
-    line(5, repo, { head: heads.three, ...pre2025(three) }),
-    line(7, repo, { head: heads.unicode, ...pre2025(unicode) }, { actor: bot }),
+    line(5, repo, { head: heads.three, ...pre2025(endingAt(three, heads.three)) }),
+    line(
+      7,
+      repo,
+      { head: heads.unicode, ...pre2025(endingAt(unicode, heads.unicode)) },
+      { actor: bot },
+    ),
     // Two pushes in the same second: the event id orders them (B's id is the smaller).
-    line(9, repo, { head: heads.tieA, ...pre2025(tie.slice(0, 1)) }, { id: n + 901 }),
-    line(9, repo, { head: heads.tieB, ...pre2025(tie.slice(1)) }, { id: n + 900 }),
+    line(
+      9,
+      repo,
+      { head: heads.tieA, ...pre2025(endingAt(tie.slice(0, 1), heads.tieA)) },
+      {
+        id: n + 901,
+      },
+    ),
+    line(
+      9,
+      repo,
+      { head: heads.tieB, ...pre2025(endingAt(tie.slice(1), heads.tieB)) },
+      {
+        id: n + 900,
+      },
+    ),
     // 25 commits, the Events API's 20 (the oldest) listed: partial, in another repository.
     line(11, other, {
       head: heads.partial,
@@ -162,7 +186,10 @@ export async function buildExportWorld(
     line(15, other, { head: heads.skipped }),
     // Targeted and without commits: pending.
     line(17, targeted, { head: heads.pending }),
-    line(19, secret, { head: heads.privateRepo, ...pre2025(commitsOf(1)) }),
+    line(19, secret, {
+      head: heads.privateRepo,
+      ...pre2025(endingAt(commitsOf(1), heads.privateRepo)),
+    }),
   ];
   const dir = mkdtempSync(path.join(tmpdir(), 'gpi-export-world-'));
   try {
@@ -188,6 +215,17 @@ export async function buildExportWorld(
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+  // Lines of a recent hour that carry commits are a mirror's claim, whoever serves them
+  // (ADR 0184): stored unverified, the commits kept. This world stands for a store whose
+  // fetcher has since proven them (GitHub's answer listing the same commits): complete when
+  // every commit is listed, partial otherwise, the text GitHub's.
+  await sql`
+    UPDATE push_events p SET commits_state = CASE WHEN p.commit_count = (
+        SELECT count(*) FROM push_commits pc
+        WHERE (pc.repository_id, pc.ref, pc.before, pc.head) = (p.repository_id, p.ref, p.before, p.head)
+      ) THEN 'complete' ELSE 'partial' END
+    WHERE p.commits_state = 'unverified'`.execute(store.db);
+  await sql`UPDATE commits SET source = 'github' WHERE source = 'mirror'`.execute(store.db);
 
   // A webhook delivery: no event id; its repository is known public.
   const hooked = commitsOf(2);
@@ -203,7 +241,10 @@ export async function buildExportWorld(
           pushed_at: Math.floor(at(minute).getTime() / 1000),
         },
         sender: { id: actor.id, login: actor.login },
-        commits: hooked.map((c) => ({
+        commits: endingAt(
+          hooked.map((c) => ({ ...c })),
+          head,
+        ).map((c) => ({
           id: c.sha,
           message: c.message,
           distinct: c.distinct,
@@ -227,7 +268,7 @@ export async function buildExportWorld(
 
   // A polled push (no commits in the event) whose commits a compare answer brought: its
   // commits do not say whether they are distinct.
-  const fetchedCommits = commitsOf(4);
+  const fetchedCommits = endingAt(commitsOf(4), heads.fetched);
   const before = sha(`before-fetched-${seq}`);
   await store.db.transaction().execute(async (trx) => {
     await storePushes(

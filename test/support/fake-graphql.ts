@@ -43,6 +43,13 @@ export interface GraphQLKnobs {
   /** Past either threshold, the fields after it are refused (a partial answer). */
   resourceLimits: { nodes?: number; topLevelFields?: number } | null;
   rateLimitedType: 'RATE_LIMIT' | 'RATE_LIMITED';
+  /**
+   * A hostile proxy's answers (never GitHub's): each 200 with data padded to this many bytes
+   * by a string under `extensions`, which nothing reads (0: no padding).
+   */
+  padAnswerTo: number;
+  /** A hostile proxy's `rateLimit.cost` in place of the query's true cost (null: the truth). */
+  claimedCost: number | null;
 }
 
 export const DEFAULT_KNOBS: GraphQLKnobs = {
@@ -52,6 +59,8 @@ export const DEFAULT_KNOBS: GraphQLKnobs = {
   queryDelayMs: 0,
   resourceLimits: null,
   rateLimitedType: 'RATE_LIMIT',
+  padAnswerTo: 0,
+  claimedCost: null,
 };
 
 export interface GraphQLFault {
@@ -315,7 +324,7 @@ export function fakeGraphQL(o: { limitFor: (credential: string) => number }) {
     const ctx: ExecContext = {
       lookup: r.lookup,
       rateLimit: {
-        cost: a.cost,
+        cost: knobs.claimedCost ?? a.cost,
         limit: bucket.limit,
         remaining: bucket.remaining,
         used: bucket.used,
@@ -335,10 +344,16 @@ export function fakeGraphQL(o: { limitFor: (credential: string) => number }) {
       operationName,
       fieldResolver,
     });
-    const out: { data?: unknown; errors?: GitHubErrorJson[] } = {};
+    const out: { data?: unknown; errors?: GitHubErrorJson[]; extensions?: { pad: string } } = {};
     if (result.data !== undefined) out.data = result.data;
     if (result.errors?.length) out.errors = result.errors.map(errorJson);
-    return answer(200, out);
+    const text = JSON.stringify(out);
+    // `,"extensions":{"pad":""}` is 24 bytes, before the closing brace.
+    const pad = knobs.padAnswerTo - text.length - 24;
+    if (pad <= 0) return answer(200, out);
+    const padded = answer(200, `${text.slice(0, -1)},"extensions":{"pad":"${'x'.repeat(pad)}"}}`);
+    record.errorTypes = (out.errors ?? []).map((e) => e.type ?? 'ERROR');
+    return padded;
   }
 
   function controls(keyOf: (o?: BucketOf) => string): FakeGraphQLControls {

@@ -30,10 +30,17 @@ export function inProcessGraphQL(o: { repos?: ReturnType<typeof fakeRepos> } = {
       err.code = a.status >= 500 ? 'GITHUB_UNAVAILABLE' : 'GITHUB_REQUEST_FAILED';
       throw err;
     }
-    const body = JSON.parse(a.body) as {
-      data?: Record<string, unknown> | null;
-      errors?: SendResult['errors'];
-    };
+    let body: { data?: Record<string, unknown> | null; errors?: SendResult['errors'] };
+    try {
+      body = JSON.parse(a.body);
+    } catch {
+      // As the client reads it (graphql-answer.ts): a 200 that is not JSON is malformed.
+      const err = new Error('fake GraphQL answered 200 with a body that is not JSON') as Error & {
+        code: string;
+      };
+      err.code = 'MALFORMED_RESPONSE';
+      throw err;
+    }
     const rate = body.data?.rateLimit as { cost?: number } | undefined;
     return {
       data: body.data ?? null,

@@ -3,6 +3,7 @@ import type { Config } from '../../src/config.ts';
 import type { Db } from '../../src/db/pool.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
+import { createWebPools } from '../../src/web/pools.ts';
 import { startWebServer, type WebDeps, type WebServer } from '../../src/web/server.ts';
 import type { TestDatabase } from './db.ts';
 import { memoryLogger, testConfig } from './github-client.ts';
@@ -31,6 +32,8 @@ export interface TestWebOptions {
   boss?: WebDeps['boss'];
   /** 'live' without a token: an anonymous process (default 'fixture', which has a credential). */
   mode?: 'live' | 'fixture';
+  /** Pools of their own for webhook intake and /archive, of these sizes, as bin/web has. */
+  pools?: { intake: number; archive: number };
 }
 
 export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Promise<TestWeb> {
@@ -47,6 +50,7 @@ export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Pro
     databaseUrl: t.url,
     logger,
   });
+  const pools = o.pools ? createWebPools(t.url, o.pools, logger) : undefined;
   const deps: WebDeps = {
     config,
     db: o.db ?? t.db,
@@ -54,11 +58,13 @@ export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Pro
     github,
     boss: o.boss,
     databaseUrl: t.url,
+    pools,
   };
   let server: WebServer;
   try {
     server = await startWebServer(deps, { host: '127.0.0.1', port: 0 });
   } catch (err) {
+    await pools?.close();
     await github.close();
     throw err;
   }
@@ -69,6 +75,7 @@ export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Pro
     logs: lines,
     async close() {
       await server.close();
+      await pools?.close();
       await github.close();
     },
   };

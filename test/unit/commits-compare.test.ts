@@ -107,6 +107,11 @@ describe('checkAgainstPush: an answer that disagrees with its push is refused', 
   it('a last commit that is not the head', () => {
     expect(() => checkAgainstPush(answer(2, [a, b]), '/x', h, 250)).toThrow(/not the head/);
   });
+  it('a sha unlike the head: 64 hex in a push of a SHA-1 repository (ADR 0184)', () => {
+    expect(() => checkAgainstPush(answer(2, ['d'.repeat(64), h]), '/x', h, 250)).toThrow(
+      /is 64 characters where the head .* is 40/,
+    );
+  });
   it('an honest answer, and the newest 250 of a longer range', () => {
     expect(checkAgainstPush(answer(3, [a, b, h]), '/x', h, 250).commits).toHaveLength(3);
     expect(checkAgainstPush(answer(900, [a, b, h]), '/x', h, 250).totalCommits).toBe(900);

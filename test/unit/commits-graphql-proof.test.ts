@@ -9,6 +9,7 @@ import {
   topologicalOrder,
 } from '../../src/commits/graphql-proof.ts';
 import { type Final, proveAll, type RoundPush } from '../../src/commits/graphql-rounds.ts';
+import type { FirstRound } from '../../src/commits/graphql-sizing.ts';
 import { range } from '../support/fake-commit-graph.ts';
 import { analyzeQuery } from '../support/fake-graphql-cost.ts';
 import { githubSchema, validateAgainstGitHubSchema } from '../support/fake-graphql-schema.ts';
@@ -74,11 +75,12 @@ const limits = { ...DEFAULT_PROOF_LIMITS, cap: 250 };
 async function prove(
   d: ReturnType<typeof inProcessGraphQL>,
   pushes: RoundPush[],
-  o: { cap?: number; maxRequests?: number } = {},
+  o: { cap?: number; maxRequests?: number; firstRound?: FirstRound } = {},
 ) {
   return proveAll(pushes, d.send, {
     limits: { ...limits, cap: o.cap ?? 250 },
     maxRequests: o.maxRequests ?? 149,
+    ...(o.firstRound ? { firstRound: o.firstRound } : {}),
   });
 }
 
@@ -316,9 +318,84 @@ describe('proving a push from GraphQL answers', () => {
     const res = await prove(d, [push(r, x[0]!, x[1]!), push(r, x[1]!, x[2]!)]);
     expect(provenShas(res.verdicts.get(`o/flaky:${x[1]}`)).shas).toEqual([x[1]]);
     expect(provenShas(res.verdicts.get(`o/flaky:${x[2]}`)).shas).toEqual([x[2]]);
+    expect(res.queryFailures).toBe(1);
     d.controls.fail({ status: 502, times: 10 });
     const alone = await prove(d, [push(r, x[0]!, x[1]!)]);
-    expect(alone.verdicts.get(`o/flaky:${x[1]}`)).toMatchObject({ kind: 'fallback' });
+    expect(alone.verdicts.get(`o/flaky:${x[1]}`)).toMatchObject({
+      kind: 'unanswered',
+      failed: true,
+    });
+    expect(alone.queries).toBe(1);
+  });
+
+  it.each([
+    ['502', { status: 502 }],
+    ['a 200 that is not JSON', { status: 200, body: '<html>proxy error</html>' }],
+    ['an empty 200', { status: 200, body: '' }],
+  ])(
+    '%s on every query: the breaker opens after 3 queries, not one a push',
+    async (_what, fault) => {
+      const { d, repo } = world();
+      const r = repo(10, 'o/down');
+      const x = r.line(61, null);
+      d.controls.fail({ ...fault, times: Number.POSITIVE_INFINITY });
+      const pushes = x.slice(1).map((h, i) => push(r, x[i]!, h));
+      // Each head alone (one request a push): the 60 fit one first-round query.
+      const res = await prove(d, pushes, { firstRound: { walk: 1, withBase: false } });
+      // 60 pushes: one failed query, its halves, and the breaker is open.
+      expect(res.queries).toBe(3);
+      expect(d.controls.queries).toHaveLength(3);
+      expect(res.queryFailures).toBe(3);
+      const verdicts = pushes.map((p) => res.verdicts.get(p.key)!);
+      for (const v of verdicts) expect(v.kind).toBe('unanswered');
+      // The first query asked about every one of them: each is charged if REST cannot take it.
+      expect(verdicts.every((v) => v.kind === 'unanswered' && v.failed)).toBe(true);
+    },
+  );
+
+  it('the breaker leaves the pushes no query failed on uncharged', async () => {
+    const { d, repo } = world();
+    const r = repo(11, 'o/wide');
+    const x = r.line(301, null);
+    // 300 one-commit pushes: three first-round queries; the first fails for good.
+    const pushes = x.slice(1).map((h, i) => push(r, x[i]!, h));
+    d.controls.fail({ status: 502, times: Number.POSITIVE_INFINITY });
+    const res = await prove(d, pushes);
+    expect(res.queries).toBe(3);
+    const failed = pushes.filter((p) => {
+      const v = res.verdicts.get(p.key)!;
+      return v.kind === 'unanswered' && v.failed;
+    });
+    const notAsked = pushes.filter((p) => {
+      const v = res.verdicts.get(p.key)!;
+      return v.kind === 'unanswered' && !v.failed;
+    });
+    expect(failed.length).toBeGreaterThan(0);
+    expect(notAsked.length).toBeGreaterThan(0);
+    expect(failed.length + notAsked.length).toBe(pushes.length);
+  });
+
+  it('a suspect is asked in a query of its own', async () => {
+    const { d, repo } = world();
+    const r = repo(12, 'o/suspect');
+    const x = r.line(5, null);
+    const pushes = x.slice(1).map((h, i) => ({ ...push(r, x[i]!, h), alone: i === 1 }));
+    const res = await prove(d, pushes);
+    for (const p of pushes) expect(provenShas(res.verdicts.get(p.key)).total).toBe(1);
+    const byQuery = d.controls.queries.map(
+      (q) => Object.keys(q.variables).filter((k) => /^o\d+$/.test(k)).length,
+    );
+    expect(byQuery.sort()).toEqual([1, 3]);
+  });
+
+  it('a push the counts show GraphQL cannot walk in the rounds left goes to REST at once', async () => {
+    const { d, repo } = world();
+    const r = repo(13, 'o/huge');
+    const x = r.line(1_201, null);
+    const res = await prove(d, [push(r, x[0]!, x[1_200]!)], { cap: 10_000 });
+    expect(res.verdicts.get(`o/huge:${x[1_200]}`)).toMatchObject({ kind: 'fallback' });
+    // Round one counts head and base: 1,200 commits cannot be walked 100 a round in six more.
+    expect(res.queries).toBe(1);
   });
 });
 

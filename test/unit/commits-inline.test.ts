@@ -22,7 +22,7 @@ describe('inline commits from a hostile payload', () => {
     const r = inlineCommits({ commits })!;
     expect(r.given).toBe(5000);
     expect(r.commits).toHaveLength(MAX_INLINE_COMMITS);
-    expect(planCommits(push({ commits }, 5000), NO_TARGETS, false)).toMatchObject({
+    expect(planCommits(push({ commits }, 5000), NO_TARGETS, 'github')).toMatchObject({
       state: 'partial',
       count: 5000,
     });
@@ -37,7 +37,7 @@ describe('inline commits from a hostile payload', () => {
       [SHA(5)],
       { id: SHA(6) },
     ];
-    const plan = planCommits(push({ commits }, 6), NO_TARGETS, false);
+    const plan = planCommits(push({ commits }, 6), NO_TARGETS, 'github');
     expect(plan.state).toBe('partial');
     expect(plan.commits.map((c) => c.sha)).toEqual([SHA(1), SHA(6)]);
   });
@@ -64,16 +64,16 @@ describe('inline commits from a hostile payload', () => {
 
   it('a payload whose commits are not an array carries none', () => {
     expect(inlineCommits({ commits: { 0: { sha: SHA(1) } } })).toBeNull();
-    expect(planCommits(push({ commits: 'x' }, 1), NO_TARGETS, false).state).toBe('skipped');
+    expect(planCommits(push({ commits: 'x' }, 1), NO_TARGETS, 'github').state).toBe('skipped');
   });
 
   it('a webhook array below the cap is the whole push; at the cap the count is unknown', () => {
     const commits = (n: number) => Array.from({ length: n }, (_, i) => ({ sha: SHA(i + 1) }));
-    expect(planCommits(push({ commits: commits(0) }), NO_TARGETS, true)).toMatchObject({
+    expect(planCommits(push({ commits: commits(0) }), NO_TARGETS, 'webhook')).toMatchObject({
       state: 'complete',
       count: 0,
     });
-    expect(planCommits(push({ commits: commits(2048) }), NO_TARGETS, true)).toMatchObject({
+    expect(planCommits(push({ commits: commits(2048) }), NO_TARGETS, 'webhook')).toMatchObject({
       state: 'partial',
       count: null,
     });
@@ -88,5 +88,59 @@ describe('emailFor', () => {
     expect(emailFor(' A@B.org ', 'keep')).toBe(' A@B.org ');
     expect(emailFor('a@b.org', 'drop')).toBeNull();
     expect(emailFor(null, 'keep')).toBeNull();
+  });
+});
+
+describe('an inline list is held to the rules a compare answer meets (ADR 0184)', () => {
+  const head = 'f'.repeat(40);
+  const listed = (...shas: string[]) => ({ commits: shas.map((sha) => ({ sha })) });
+  const at = (payload: Record<string, unknown>, size: number, createdAt?: Date) => ({
+    ...push(payload, size),
+    ...(createdAt ? { createdAt } : {}),
+  });
+
+  it.each([
+    ['a sha listed twice', listed(head, head), 2, /is listed twice/],
+    ['a whole list whose last is not the head', listed(head, SHA(1)), 2, /not the head/],
+    ['a sha unlike the head (64 hex in a SHA-1 push)', listed('a'.repeat(64)), 1, /64 characters/],
+    ['more commits than size', listed(SHA(1), head), 1, /2 commits where size says 1/],
+    ['fewer than a size that fits an event', listed(head), 3, /1 commits where size says 3/],
+  ])('%s: nothing stored, size not believed, the reason kept', (_, payload, size, why) => {
+    for (const source of ['github', 'archive', 'mirror'] as const) {
+      const plan = planCommits(push(payload, size), NO_TARGETS, source);
+      expect(plan).toMatchObject({ state: 'skipped', count: null, commits: [] });
+      expect(plan.refused).toMatch(why);
+    }
+  });
+
+  it('a list that keeps them, from a mirror: unverified, kept, due only when targeted', () => {
+    const plan = planCommits(push(listed(SHA(1), head), 2), NO_TARGETS, 'mirror');
+    expect(plan).toMatchObject({ state: 'unverified', count: 2, due: false, source: 'mirror' });
+    expect(plan.commits.map((c) => c.sha)).toEqual([SHA(1), head]);
+    const everyone = { ...NO_TARGETS, publicPushes: true };
+    expect(planCommits(push(listed(SHA(1), head), 2), everyone, 'mirror').due).toBe(true);
+    // An empty list with size 0 is a claim too.
+    expect(planCommits(push({ commits: [] }, 0), NO_TARGETS, 'mirror').state).toBe('unverified');
+  });
+
+  it('an archive line after 2025-10-07 is a mirror’s whoever serves it', () => {
+    const before = at(listed(head), 1, new Date('2025-10-07T23:59:59Z'));
+    const after = at(listed(head), 1, new Date('2025-10-08T00:00:00Z'));
+    expect(planCommits(before, NO_TARGETS, 'archive')).toMatchObject({
+      state: 'complete',
+      source: 'archive',
+    });
+    expect(planCommits(after, NO_TARGETS, 'archive')).toMatchObject({
+      state: 'unverified',
+      source: 'mirror',
+    });
+    // GitHub's own answer (a polled GHES event) is not an archive's.
+    expect(planCommits(after, NO_TARGETS, 'github').state).toBe('complete');
+  });
+
+  it('distinct_size over the count is not kept', () => {
+    const p = { ...push(listed(head), 1), distinctSize: 1e9 };
+    expect(planCommits(p, NO_TARGETS, 'github')).toMatchObject({ count: 1, distinctSize: null });
+    expect(planCommits({ ...p, distinctSize: 1 }, NO_TARGETS, 'github').distinctSize).toBe(1);
   });
 });

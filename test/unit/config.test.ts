@@ -41,6 +41,12 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['GITHUB_ENDPOINT_RATE_PER_MINUTE', '15.5', /integer from 0 \(off\)/],
   ['GRAPHQL_POINTS_PER_MINUTE', '2001', /integer from 0 \(off\) to 2000/],
   ['GRAPHQL_POINTS_PER_MINUTE', 'fast', /integer from 0 \(off\) to 2000/],
+  // A 1-point query's pacing slot no shorter than the claims' lease: the batch outlives them.
+  [
+    'GRAPHQL_POINTS_PER_MINUTE',
+    '1',
+    /60 s apart a point \(got "1"\), no less than ENRICH_LEASE_SECONDS \(60 s\).*at least 2, or 0/,
+  ],
   ['DATABASE_POOL_MAX', '0', /integer from 1 to 10000/],
   ['DATABASE_POOL_MAX', 'lots', /integer from 1 to 10000/],
   ['RETENTION_DAYS', '-1', /integer from 1 to 3650/],
@@ -50,6 +56,8 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['EMBEDDED_POSTGRES_PORT', '70000', /port from 1 to 65535/],
   ['GHARCHIVE_URL', 'data.gharchive.org', /http\(s\) URL or a file:\/\/ directory/],
   ['GHARCHIVE_URL', 's3://bucket/gharchive', /http\(s\) URL or a file:\/\/ directory/],
+  // Empty is refused, not unset: unset means the public GH Archive.
+  ['GHARCHIVE_URL', '', /must not be empty: unset it for https:\/\/data\.gharchive\.org/],
   ['ARCHIVE_MIN_RATE', '16k', /integer from 1 to/],
   ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
   ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],

@@ -108,7 +108,7 @@ describe('exportLine', () => {
     });
   });
 
-  it('reads back through the archive import exactly: the fast path, and complete when every commit is listed', () => {
+  it('reads back through the archive import exactly: the fast path, every commit kept, unverified from a mirror (ADR 0184)', () => {
     const line = exportLine(row());
     const verdict = classifyLine(Buffer.from(line));
     expect(verdict.kind).toBe('push');
@@ -125,8 +125,11 @@ describe('exportLine', () => {
       distinctSize: 1,
     });
     if ('rejected' in push) return;
-    const plan = planCommits(push, NO_TARGETS, false);
-    expect(plan.state).toBe('complete');
+    // Another instance reading this line holds it as a mirror's claim: every commit kept,
+    // unverified until GitHub proves them. The same list from GitHub itself is complete.
+    const plan = planCommits(push, NO_TARGETS, 'mirror');
+    expect(plan).toMatchObject({ state: 'unverified', count: 2, source: 'mirror', refused: null });
+    expect(planCommits(push, NO_TARGETS, 'github').state).toBe('complete');
     expect(plan.commits.map((c) => [c.sha, c.authorName, c.distinct])).toEqual([
       [sha(1), 'Dev 1', false],
       [sha(2), 'Dev 2', true],
