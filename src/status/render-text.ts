@@ -1,7 +1,7 @@
 import type { BackgroundReading } from '../commits/share.ts';
 import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from './commits.ts';
-import { count, duration, nextPoll, relative, spendParts } from './format.ts';
+import { count, duration, nextPoll, relative, spendParts, windowParts } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { type SourceStatus, sourceLabel } from './sources.ts';
 
@@ -217,12 +217,18 @@ function pushesPerPointLine(report: StatusReport): string {
   return `  GraphQL, last hour: ${count(x.pushes)} pushes settled for ${count(x.points)} points: ${ratio}`;
 }
 
-/** "12/5,000 spent, 4,988 left, resets in 40m" or "... blocked (rate limit) until …". */
+/**
+ * "12/5,000 spent, 4,988 left, resets in 40m" (or "12/5,000 spent, 900 spent elsewhere,
+ * 4,088 left, …", "... blocked (rate limit) until …"): parts that add up to the quota
+ * (windowParts).
+ */
 export function graphqlText(g: GraphQLBudget, now: Date): string {
   const blocked = g.blocked
     ? `, blocked (${g.blocked.reason === 'auth' ? '401' : 'rate limit'}) until ${g.blocked.until.toISOString()}`
     : '';
-  return `${count(g.spent)}/${count(g.quota)} spent, ${g.remaining === null ? '? left' : `${count(g.remaining)} left`}, resets ${relative(g.resetAt, now)}${blocked}`;
+  const w = windowParts(g);
+  const elsewhere = w.elsewhere > 0 ? `${count(w.elsewhere)} spent elsewhere, ` : '';
+  return `${count(w.spent)}/${count(g.quota)} spent, ${elsewhere}${count(w.left)} left, resets ${relative(g.resetAt, now)}${blocked}`;
 }
 
 /**
