@@ -1,10 +1,12 @@
 import type pg from 'pg';
 import { jsonTextUnderPolicy } from '../commits/emails.ts';
 import {
+  AWAITING_CREDENTIAL,
   type CommitsContext,
   DEFAULT_COMMITS,
   inlineCommitRows,
   planCommits,
+  stagedState,
 } from '../commits/inline.ts';
 import { storeCommits, storeCommitsOn } from '../commits/store.ts';
 import type { CommitEmailMode } from '../config.ts';
@@ -211,7 +213,8 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         commits_state, commits_next_attempt_at, commits_error, mirror_id)
       SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
-        $1::text, $2::bigint, $3::bigint, s.commit_count, s.commits_state,
+        $1::text, $2::bigint, $3::bigint, s.commit_count,
+        CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due THEN now() END, s.commits_error, $4::smallint
       FROM ${src} s
       LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
@@ -411,7 +414,7 @@ export async function bulkStorePage(
     col((p) => p.size),
     plans.map((c) => c.distinctSize),
     plans.map((c) => c.count),
-    plans.map((c) => c.state),
+    plans.map(stagedState),
     plans.map((c) => c.due),
     plans.map((c) => c.refused),
   ];

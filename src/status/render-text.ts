@@ -197,6 +197,11 @@ function commitsLines(report: StatusReport): string[] {
     ...graphqlLine(report),
     // Why new pushes get none, when none do (ADR 0112): one line an operator can act on.
     ...(c.off ? [`  commits are off: ${c.off}`] : []),
+    ...(c.awaitingCredential > 0
+      ? [
+          `  ${count(c.awaitingCredential)} pushes wait for a credential: a worker with one fetches them, newest first, when nothing else is due`,
+        ]
+      : []),
   ];
 }
 

@@ -1,4 +1,5 @@
 import type { BackgroundReading } from '../commits/share.ts';
+import { NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
 import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
@@ -113,6 +114,9 @@ function health(report: StatusReport): Health {
   if (!blocked && someBlocked.length > 0) {
     problems.push(`${someBlocked.length} of ${report.credentials.length} credentials blocked`);
   }
+  // Commits off for want of a credential is a fault to fix; off because no source asks is a choice.
+  if (report.commits.off === NO_CREDENTIAL_IN_USE)
+    problems.push('commits off: no GitHub credential');
   if (problems.length) return { level: 'warn', text: problems.join(', ') };
   return { level: 'ok', text: enabled ? 'healthy' : 'no enabled sources' };
 }
@@ -177,19 +181,27 @@ function gapsCard(report: StatusReport): string {
   );
 }
 
-/** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
+/**
+ * Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070); the pushes
+ * waiting for a credential, and why commits are off when they are (ADR 0186).
+ */
 function commitsCard(report: StatusReport): string {
   const c = report.commits;
-  return card('Commits', `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`, [
+  const rows: CardRow[] = [
     // Pending pushes due, and unverified ones a source covers (a mirror's commits to prove).
     ['due for fetching', count(c.pendingDue)],
+    ...(c.awaitingCredential > 0
+      ? [['waiting for a credential', count(c.awaitingCredential)] as CardRow]
+      : []),
     ['requests (1h)', count(c.requestsLastHour)],
     ...PUSH_ORIGINS.map((o): [string, string] => [
       `backlog from ${o}`,
       count(c.pendingByOrigin[o]),
     ]),
     ...COMMITS_STATES.map((s): [string, string] => [`${s} pushes`, count(c.byState[s])]),
-  ]);
+  ];
+  const stored = `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`;
+  return card('Commits', stored, rows, 'commits-card', c.off ? `commits are off: ${c.off}` : '');
 }
 
 /**

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { inlineCommits, MAX_INLINE_COMMITS, planCommits } from '../../src/commits/inline.ts';
+import {
+  AWAITING_CREDENTIAL,
+  inlineCommits,
+  MAX_INLINE_COMMITS,
+  planCommits,
+  stagedState,
+} from '../../src/commits/inline.ts';
 import { emailFor } from '../../src/commits/store.ts';
 import { NO_TARGETS } from '../../src/commits/targets.ts';
 
@@ -77,6 +83,32 @@ describe('inline commits from a hostile payload', () => {
       state: 'partial',
       count: null,
     });
+  });
+});
+
+describe('a covered push in a process without a credential (ADR 0186)', () => {
+  const everyone = { ...NO_TARGETS, publicPushes: true };
+  const noCredential = { ...everyone, credential: false };
+  const carried = [{ sha: SHA(1), message: 'm', author: { name: 'a', email: 'a@x' } }];
+
+  it('is pending with one, skipped waiting for one without', () => {
+    expect(planCommits(push({}, 3), everyone, false)).toEqual({
+      state: 'pending',
+      count: 3,
+      commits: [],
+    });
+    const waiting = planCommits(push({}, 3), noCredential, false);
+    expect(waiting).toEqual({ state: 'skipped', awaitingCredential: true, count: 3, commits: [] });
+    expect(stagedState(waiting)).toBe(AWAITING_CREDENTIAL);
+  });
+
+  it('keeps what it carried (partial), and a push nobody covers is plainly skipped', () => {
+    const partial = planCommits(push({ commits: carried }, 5), noCredential, false);
+    expect(partial).toMatchObject({ state: 'partial', count: 5 });
+    expect(partial.awaitingCredential).toBeUndefined();
+    const stranger = planCommits(push({}, 3), { ...NO_TARGETS, credential: false }, false);
+    expect(stranger).toEqual({ state: 'skipped', count: 3, commits: [] });
+    expect(stagedState(stranger)).toBe('skipped');
   });
 });
 
