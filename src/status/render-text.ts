@@ -264,7 +264,7 @@ export function renderText(report: StatusReport): string {
 
   const a = report.activity;
   out.push(
-    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook, ${count(a.pushes.archive)} from the archive), ${count(a.pushes.last24h)} in the last 24h`,
+    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook, ${count(a.pushes.archive)} from the archive); in the last 24h ${count(a.pushes.pushedLast24h)} pushed, ${count(a.pushes.last24h)} arrived`,
     `Runs (24h): ${
       Object.entries(a.runsLast24h)
         .map(([status, n]) => `${status} ${n}`)

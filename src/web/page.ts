@@ -285,7 +285,8 @@ export function renderPage(
 
   const cards = [
     card('Pushes held', count(a.pushes.total), [
-      ['last 24h', count(a.pushes.last24h)],
+      ['pushed (24h)', count(a.pushes.pushedLast24h)],
+      ['arrived (24h)', count(a.pushes.last24h)],
       ['polled', count(a.pushes.poll)],
       ['by webhook', count(a.pushes.webhook)],
       ['from the archive', count(a.pushes.archive)],

@@ -103,6 +103,7 @@ describe('GET /status', () => {
       webhook: 52,
       archive: 20,
       last24h: 540,
+      pushedLast24h: 540,
     });
     expect(s.activity.gapsLast24h).toBe(1);
     expect(s.gaps).toMatchObject({
