@@ -21,11 +21,25 @@ export const AWAITING_RELEASE_BATCH = 500;
 /** The predicate of push_events_commits_awaiting (the same text, so the planner uses it). */
 const AWAITING = sql`commits_state = 'skipped' AND commits_next_attempt_at IS NOT NULL`;
 
+export function countAwaitingStatement() {
+  return sql<{ n: string }>`SELECT count(*) AS n FROM push_events WHERE ${AWAITING}`;
+}
+
 /** How many pushes wait for a credential (an index-only count of the partial index). */
 export async function countAwaitingCredential(db: Db): Promise<number> {
-  const r = await sql<{ n: string }>`
-    SELECT count(*) AS n FROM push_events WHERE ${AWAITING}`.execute(db);
+  const r = await countAwaitingStatement().execute(db);
   return Number(r.rows[0]!.n);
+}
+
+/** The newest `limit` waiting pushes, locked (others' locks skipped), with their names. */
+export function awaitingPickStatement(limit: number) {
+  return sql<Picked>`
+      SELECT p.repository_id, p.ref, p.before, p.head, a.login, r.full_name
+      FROM (SELECT repository_id, ref, before, head, actor_id FROM push_events
+            WHERE ${AWAITING} ORDER BY created_at DESC LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED) p
+      LEFT JOIN actors a ON a.id = p.actor_id
+      LEFT JOIN repositories r ON r.id = p.repository_id`;
 }
 
 export interface AwaitingRelease {
@@ -55,13 +69,7 @@ export async function releaseAwaitingPushes(
   limit = AWAITING_RELEASE_BATCH,
 ): Promise<AwaitingRelease> {
   return db.transaction().execute(async (trx) => {
-    const picked = await sql<Picked>`
-      SELECT p.repository_id, p.ref, p.before, p.head, a.login, r.full_name
-      FROM (SELECT repository_id, ref, before, head, actor_id FROM push_events
-            WHERE ${AWAITING} ORDER BY created_at DESC LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED) p
-      LEFT JOIN actors a ON a.id = p.actor_id
-      LEFT JOIN repositories r ON r.id = p.repository_id`.execute(trx);
+    const picked = await awaitingPickStatement(limit).execute(trx);
     if (picked.rows.length === 0) return { released: 0, dropped: 0 };
     const targets = await loadCommitsTargets(trx);
     // Whether a push was a private repository's is not stored: the sources covered it when

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { countAwaitingStatement } from '../commits/awaiting.ts';
 import { commitsOffFor, credentialInUseSql, sourceWantsCommitsSql } from '../commits/deployment.ts';
 import { graphqlSettledSinceSql } from '../commits/graphql-settled.ts';
 import type { Db } from '../db/pool.ts';
@@ -84,8 +85,7 @@ export function pushesPerPoint(pushes: number, points: number): number | null {
 function deploymentStatement(now: Date) {
   return sql<{ credential: boolean; wants: boolean; awaiting: string }>`
     SELECT ${credentialInUseSql(now)} AS credential, ${sourceWantsCommitsSql()} AS wants,
-      (SELECT count(*) FROM push_events
-       WHERE commits_state = 'skipped' AND commits_next_attempt_at IS NOT NULL) AS awaiting`;
+      (${countAwaitingStatement()}) AS awaiting`;
 }
 
 export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {

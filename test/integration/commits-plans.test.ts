@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { awaitingPickStatement, countAwaitingStatement } from '../../src/commits/awaiting.ts';
 import { claimStatement } from '../../src/commits/claim.ts';
 import { defaultTipStatement } from '../../src/commits/default-tip.ts';
 import { commitsDueStatement } from '../../src/commits/due.ts';
@@ -46,6 +47,13 @@ beforeAll(async () => {
       commits_state)
     VALUES (1, 777777, 'refs/heads/topic', repeat('0', 40), md5('topic'),
       now() - interval '50000 minutes 30 seconds', '{}', 'none')`.execute(t.db);
+  // A few hundred pushes waiting for a credential (skipped, with a next attempt).
+  await sql`
+    INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+      commits_state, commits_next_attempt_at)
+    SELECT 1, 600000 + g, 'refs/heads/main', md5('w' || g), md5('w' || (g + 1)),
+      now() - g * interval '1 minute', '{}', 'skipped', now()
+    FROM generate_series(1, 300) g`.execute(t.db);
   await sql`VACUUM (ANALYZE) push_events`.execute(t.db);
 });
 
@@ -86,6 +94,18 @@ describe('commits fetch plans', () => {
     const p = await explain(t.db, claimStatement({ now: new Date(), leaseSeconds: 60 }));
     expect(seqScans(p, 'push_events'), p.shown).toEqual([]);
     expect(indexReads(p, 'push_events_commits_pending_repo'), p.shown).not.toEqual([]);
+  });
+
+  it('the pushes waiting for a credential: picked newest first and counted from their own index', async () => {
+    const pick = await explain(t.db, awaitingPickStatement(500));
+    expect(seqScans(pick, 'push_events'), pick.shown).toEqual([]);
+    expect(sorts(pick), pick.shown).toEqual([]);
+    const probe = indexReads(pick, 'push_events_commits_awaiting');
+    expect(probe, pick.shown).toHaveLength(1);
+    expect(probe[0]!['Scan Direction'], pick.shown).toBe('Backward');
+    const count = await explain(t.db, countAwaitingStatement());
+    expect(seqScans(count, 'push_events'), count.shown).toEqual([]);
+    expect(indexReads(count, 'push_events_commits_awaiting'), count.shown).not.toEqual([]);
   });
 
   it('"anything due?" is one probe of the partial index', async () => {
