@@ -214,6 +214,8 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
       SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
         $1::text, $2::bigint, $3::bigint, s.commit_count,
+        -- a covered push stored without a credential: skipped, its next attempt marking it
+        -- as waiting for one (ADR 0186)
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due THEN now() END, s.commits_error, $4::smallint
       FROM ${src} s

@@ -248,10 +248,10 @@ async function reconcileCommits(
   let due = await hasDueCommits(deps.db, now);
   if (liveJobs > 0) return { due, liveJobs, action: due ? 'live_job' : 'nothing_due', jobId: null };
   if (!due) {
-    // One probe of push_events_commits_awaiting when none waits.
     if (commitsOffReason(deps.config.github) !== null) {
       return { due, liveJobs, action: 'nothing_due', jobId: null };
     }
+    // One probe of push_events_commits_awaiting when none waits.
     const r = await releaseAwaitingPushes(deps.db, now);
     if (r.released + r.dropped > 0) {
       deps.logger.info(
