@@ -215,7 +215,7 @@ export function planCommits(
   const carried = inline !== null && inline.given > 0;
   if (targeted) {
     if (targets.credential !== false) return plan('pending', count);
-    if (!carried) return { ...plan('skipped', count), due: true, awaitingCredential: true };
+    if (!carried) return { ...plan('skipped', count), awaitingCredential: true };
   }
   if (carried) return plan('partial', count, inline.commits);
   return plan('skipped', count);

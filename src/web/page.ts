@@ -1,5 +1,5 @@
-import type { BackgroundReading } from '../commits/share.ts';
 import { NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
+import type { BackgroundReading } from '../commits/share.ts';
 import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
 import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
@@ -262,14 +262,17 @@ function coverageChart(coverage: CoverageHour[]): string {
 
 /** The background allowance's floors, spend and lending (ADR 0181). */
 function backgroundCard(g: BackgroundReading): string {
-  const side = (name: 'enrich' | 'commits'): CardRow => [
-    `${name}: floor / spent / lent`,
-    `${count(g.floors[name])} / ${count(g.spent[name])} / ${count(g.lent[name])}${g.waiting[name] ? ', waits' : ''}`,
-    `${name} may always spend its floor; past it, what the other leaves while it waits for no REST request. Lent: what ${name}'s floor carried of the other's spend. May spend now: ${count(g.room[name])}`,
+  const why = (name: 'enrich' | 'commits') =>
+    `${name} may always spend its floor; past it, what the other leaves while it waits for no REST request. Lent: what ${name}'s floor carried of the other's spend. May spend now: ${count(g.room[name])}`;
+  // Two short rows a side, so no value wraps on a phone: the floor (and whether the side
+  // waits for REST now), then what it spent and lent.
+  const side = (name: 'enrich' | 'commits'): CardRow[] => [
+    [`${name} floor`, `${count(g.floors[name])}${g.waiting[name] ? ', waits' : ''}`, why(name)],
+    [`${name} spent / lent`, `${count(g.spent[name])} / ${count(g.lent[name])}`, why(name)],
   ];
   return card('Background', `${count(g.spent.enrich + g.spent.commits)} / ${count(g.allowance)}`, [
-    side('enrich'),
-    side('commits'),
+    ...side('enrich'),
+    ...side('commits'),
   ]);
 }
 
