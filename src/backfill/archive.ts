@@ -61,6 +61,29 @@ function retryAfter(res: http.IncomingMessage): number | null {
   return n === null ? null : Math.min(n, 86_400);
 }
 
+/**
+ * What to check when a mirror could not be reached at all, by Node's error code: its name
+ * does not resolve, nothing listens there, or the network between dropped it.
+ */
+export function networkHint(err: unknown): string {
+  switch ((err as { code?: unknown } | null)?.code) {
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'EAI_NONAME':
+      return "; the mirror's host name does not resolve: check it in GHARCHIVE_URL (or --mirror) and this machine's DNS";
+    case 'ECONNREFUSED':
+      return "; nothing answers there: check the mirror's URL in GHARCHIVE_URL (or --mirror) and that it is up";
+    case 'ECONNRESET':
+    case 'ETIMEDOUT':
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+    case 'EPIPE':
+      return '; check the network (and any proxy) between here and the mirror';
+    default:
+      return '';
+  }
+}
+
 /** The file ended before its end: a cut download or a truncated gzip (some archive files are). */
 export class ArchiveTruncated extends AppError {
   constructor(what: string, detail: string, cause?: unknown) {
@@ -327,7 +350,12 @@ function get(
       reject(
         err instanceof AppError || signal?.aborted
           ? err
-          : new ArchiveUnavailable(shown(url), withoutUserinfo((err as Error).message), null, err),
+          : new ArchiveUnavailable(
+              shown(url),
+              `${withoutUserinfo((err as Error).message)}${networkHint(err)}`,
+              null,
+              err,
+            ),
       );
     });
   });

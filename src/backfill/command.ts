@@ -92,6 +92,10 @@ function nextStep(code: string | undefined): string {
       return '; running it again reads the same page: check the mirror in GHARCHIVE_URL (or --mirror)';
     case 'ARCHIVE_HOUR_OPEN':
       return '; the mirror is still writing this hour (another instance importing it, a gap it has not filled, or an hour just ended): what it served is stored; run the same command again later to read it once it is final';
+    // The mirror did not answer usefully (unreachable, 5xx, too slow): the error says what to
+    // check; running again resumes, but only once the mirror answers.
+    case 'ARCHIVE_UNAVAILABLE':
+      return '; once the mirror answers, run the same command again to resume from its checkpoint';
     case 'ARCHIVE_HOUR_MISSING':
       return '; this mirror has no file for the hour (GH Archive publishes an hour about an hour after it ends, and lacks some for good): try another mirror (--mirror URL or --mirror all), or later';
     default:

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { commitsOffReason, commitsTargetsUnless, NO_TARGETS } from '../commits/targets.ts';
+import { commitsOffReason, commitsTargetsFor, NO_TARGETS } from '../commits/targets.ts';
 import { kyselyOn } from '../db/session.ts';
 import { AppError } from '../errors.ts';
 import { pushesFinal } from '../export/open-hours.ts';
@@ -273,10 +273,11 @@ export async function readAndStore(
     logIdClashes(log, clashes.slice(0, room));
   };
   // Who gets commits, read once for the file (ADR 0070, ADR 0112): a pre-2025-10 line's
-  // inline commits are stored, a covered push without them is left pending for the fetcher.
+  // inline commits are stored, a covered push without them is left pending for the fetcher
+  // (or, in a process without a credential, skipped awaiting one: ADR 0186).
   const off =
     !deps.db || (deps.config !== undefined && commitsOffReason(deps.config.github) !== null);
-  const targets = deps.db ? await commitsTargetsUnless(off, deps.db) : NO_TARGETS;
+  const targets = deps.db ? await commitsTargetsFor(off, deps.db) : NO_TARGETS;
   // Who vouches for the file's inline commits (ADR 0184), and COMMIT_EMAILS for its payloads.
   const inline = { source: inlineSourceOf(source.mirror), emails: mode.emails };
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were

@@ -18,7 +18,8 @@ repositories (new ones pending for enrichment), exactly as polling would store t
 push already held is not stored again, and a webhook copy gets its event id.
 
   FILE         a local .json.gz or .json file (NDJSON, one Events API object a line)
-  HOUR         YYYY-MM-DD-H, GH Archive's file name (UTC, hour not zero-padded), fetched
+  HOUR         YYYY-MM-DD-H, GH Archive's file name (UTC; a zero-padded hour is that hour,
+               fetched by GH Archive's name: 2025-01-01-08 as 2025-01-01-8), fetched
                from GHARCHIVE_URL (default https://data.gharchive.org; a mirror, or
                file:///a/directory). A day: bin/backfill 2025-01-01-{0..23}
   --source ID  keep only the events source ID's feed lists (public: all; repo, org,

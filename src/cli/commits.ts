@@ -1,4 +1,6 @@
 import { type App, createApp } from '../app.ts';
+import { releaseAwaitingPushes } from '../commits/awaiting.ts';
+import { hasDueCommits } from '../commits/due.ts';
 import {
   emptyFetchOutcomes,
   type FetchOutcome,
@@ -12,6 +14,7 @@ import {
   shareRule,
   withinRemaining,
 } from '../commits/share.ts';
+import { commitsOffReason } from '../commits/targets.ts';
 import { UsageError } from '../errors.ts';
 import type { CycleStop } from '../fetching/cycle.ts';
 import { jsonInteger, type RawJson } from '../json/exact.ts';
@@ -35,10 +38,14 @@ while nothing is due to enrich. --limit caps the pushes, not the rule.
   --limit N    at most N pushes (required, a positive integer)
   --json       print one JSON summary instead of progress
 
+When nothing is due and this process has a credential, it first makes up to N of the
+pushes that waited for one (stored by a process without a credential) due, newest first;
+the worker's reconciler does the same a batch at a time.
+
 Prints one line per push and a summary (stdout): fetched, complete, partial, gone, failed
 and requests (and GraphQL queries and points), then the REST requests commits may still
-spend (budget left) and, by GraphQL, the points its windows have left; on a terminal, a progress bar under them
-(stderr).
+spend (budget left) and, by GraphQL, the points its windows have left, and how many that waited for a credential it
+made due; on a terminal, a progress bar under them (stderr).
 Exit codes: 0 stopped normally (limit reached, nothing due, budget or rate limit);
 1 an error; 2 bad arguments or configuration.
 `;
@@ -59,6 +66,11 @@ export interface CommitsRunSummary {
   queries: number;
   points: number;
   stoppedBy: StopReason;
+  /**
+   * Pushes that waited for a credential made due before fetching (none was due, and this
+   * process has a credential): newest first, at most the limit (ADR 0186).
+   */
+  released: number;
   outcomes: Record<Counted, number>;
   /**
    * The REST requests commits may still spend in this window by the share rule (ADR 0181):
@@ -120,6 +132,7 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
     queries: 0,
     points: 0,
     stoppedBy: 'nothing_due',
+    released: 0,
     outcomes: emptyOutcomes(),
     budgetLeft: null,
     background: null,
@@ -144,6 +157,11 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
     });
     await opts.onPush?.(r, summary);
   };
+  // Nothing due, and this process can fetch: the pushes that waited for a credential first,
+  // the newest, as many as the limit (the worker's reconciler does the same a batch a tick).
+  if (commitsOffReason(app.config.github) === null && !(await hasDueCommits(app.db))) {
+    summary.released = (await releaseAwaitingPushes(app.db, new Date(), opts.limit)).released;
+  }
   // The worker's cycle (fetchCycle: the shared fetch loop with commits' transports, the
   // plan's lanes, the share rule before every REST request), capped at the limit.
   const run = await fetchCycle(app, {
@@ -216,7 +234,8 @@ function formatCounts(s: CommitsRunSummary): string {
 export function formatSummary(s: CommitsRunSummary): string {
   const budget = s.budgetLeft === null ? '' : `; commits budget left ${s.budgetLeft}`;
   const points = s.graphqlPointsLeft === null ? '' : `; GraphQL points left ${s.graphqlPointsLeft}`;
-  return `commits: ${s.fetched}/${s.limit} fetched (${formatCounts(s)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}${points}`;
+  const released = s.released > 0 ? `; ${s.released} that waited for a credential made due` : '';
+  return `commits: ${s.fetched}/${s.limit} fetched (${formatCounts(s)}) — stopped: ${STOP_TEXT[s.stoppedBy]}${budget}${points}${released}`;
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -18,7 +18,8 @@ line per stored push created in that hour (UTC), in the Events API's PushEvent s
 payload.size, distinct_size and up to 20 commits (the oldest) back, so that anything that
 reads GH Archive (DuckDB, ClickHouse, BigQuery loaders) reads it (docs/export.md).
 
-  HOUR        YYYY-MM-DD-H, GH Archive's file name (UTC, hour not zero-padded).
+  HOUR        YYYY-MM-DD-H, GH Archive's file name (UTC); a zero-padded hour is that
+              hour (2026-11-29-08 is 2026-11-29-8, and its file is named so).
               A day: bin/export 2026-11-29-{0..23}
   --out DIR   the directory to write into (default: the current one; made if missing)
   --json      print the results as JSON only

@@ -25,10 +25,27 @@ export function isDatabaseConnectionError(err: unknown): boolean {
   return false;
 }
 
+/** A host name that did not resolve, anywhere in the error's causes (getaddrinfo). */
+function unresolvedHost(err: unknown): string | null {
+  for (let e = err, depth = 0; e instanceof Error && depth < 5; depth++) {
+    const x = e as { code?: unknown; hostname?: unknown };
+    if ((x.code === 'ENOTFOUND' || x.code === 'EAI_AGAIN') && typeof x.hostname === 'string') {
+      return x.hostname;
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return null;
+}
+
 /** "the database connection was lost (terminating connection due to …)", or "Name [CODE]: message". */
 export function describeFailure(err: unknown): string {
   const e = err as (Error & { code?: unknown }) | null;
   const message = withoutUserinfo((e?.message ?? String(err)).split('\n')[0]!);
+  const host = unresolvedHost(err);
+  if (host !== null) {
+    // Most often DATABASE_URL's host (the first connection a command makes), but say which.
+    return `the host name ${JSON.stringify(host.slice(0, 255))} does not resolve (${message}); check the host in DATABASE_URL (or the URL that names it) and this machine's DNS`;
+  }
   if (isDatabaseConnectionError(err)) {
     return `the database connection failed (${message}); check that Postgres is up and DATABASE_URL`;
   }

@@ -1,5 +1,5 @@
 import { type App, createApp } from '../app.ts';
-import { commitsOffReason } from '../commits/targets.ts';
+import { deploymentCommits, NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
 import type { EventSource } from '../db/schema.ts';
 import { NotFound, UsageError } from '../errors.ts';
 import {
@@ -26,8 +26,10 @@ Usage:
   bin/sources enable ID             poll it again (clears its failure backoff, due now)
   bin/sources disable ID            stop polling it (its data stays)
   bin/sources import FILE|-         many at once, one a line (see bin/sources import --help)
-  bin/sources commits ID on|off     fetch the commits of the pushes it targets, or not
-                                    (on by default for repo, org and user; off for public)
+  bin/sources commits ID on|off     fetch the commits of the pushes it covers, or not (on
+                                    by default for every kind; "on, no credential" in the
+                                    list while no process of the deployment has a GitHub
+                                    credential: the pushes wait for one)
 
 KIND TARGET may also be one word, as SOURCES writes it: bin/sources add repo:OWNER/NAME.
 Sources are added in this process's GITHUB_MODE (live unless GITHUB_MODE=fixture); a
@@ -90,7 +92,12 @@ function toJson(s: EventSource) {
   };
 }
 
-function printList(sources: EventSource[]): void {
+/**
+ * The list as a table. `credentialInUse`: some process of the deployment used a GitHub
+ * credential in the last hour; without one a source's commits are "on, no credential" —
+ * on, and the pushes it covers wait for one (ADR 0186).
+ */
+function printList(sources: EventSource[], credentialInUse: boolean): void {
   if (sources.length === 0) {
     line('no sources (add one with: bin/sources add public)');
     return;
@@ -113,7 +120,7 @@ function printList(sources: EventSource[]): void {
     s.target ?? '-',
     s.mode,
     s.enabled ? 'yes' : 'no',
-    s.commits_enabled ? 'on' : 'off',
+    s.commits_enabled ? (credentialInUse ? 'on' : 'on, no credential') : 'off',
     s.enabled ? nextPollText(s.next_poll_at, now) : '-',
     String(s.consecutive_failures),
     s.last_error
@@ -174,7 +181,7 @@ export async function main(argv: string[]): Promise<number> {
       return withApp(async (app) => {
         const sources = await listSources(app.db);
         if (json) line(JSON.stringify(sources.map(toJson), null, 2));
-        else printList(sources);
+        else printList(sources, (await deploymentCommits(app.db, new Date())).credentialInUse);
         return 0;
       });
     }
@@ -211,9 +218,16 @@ export async function main(argv: string[]): Promise<number> {
           line(
             `source ${source.id} commits ${setting}: ${describeSource(source)} (${source.mode}); applies to pushes stored from now on`,
           );
-          // On, yet nobody's commits are fetched without a credential (ADR 0112): say so.
-          const off = setting === 'on' ? commitsOffReason(app.config.github) : null;
-          if (off) process.stderr.write(`sources: commits stay off in this process: ${off}\n`);
+          // On, yet nobody's commits are fetched while the deployment has no credential
+          // (ADR 0112, ADR 0186): say so.
+          if (setting === 'on') {
+            const d = await deploymentCommits(app.db, new Date());
+            if (!d.credentialInUse) {
+              process.stderr.write(
+                `sources: commits are not fetched yet: ${NO_CREDENTIAL_IN_USE}\n`,
+              );
+            }
+          }
           return 0;
         } catch (err) {
           if (!(err instanceof NotFound)) throw err;

@@ -12,10 +12,17 @@ const USAGE = `
 Usage: bin/status [--json] [--sources N] [--page P] [--state STATE] [--kind KIND]
        bin/status --coverage [--hours N] [--json]
 
-Prints what the status page shows: sources and their last runs, enrichment backlog,
-request budget, queues, the last reconcile, webhook deliveries. Read from the database,
-so it shows the whole deployment, whichever machine you run it on: the credentials are
-the ones the workers use (the ledger and the rate-limits table), not this shell's.
+Prints what the status page shows, read from the database, so it shows the whole
+deployment whichever machine you run it on:
+  pushes held (by origin), and pushed and arrived in the last 24 hours; runs and gaps of
+  the last 24 hours; rejected events (set aside, by reason); gaps (open, filled,
+  unavailable, the open ones listed) and the last backfill; the archive mirrors;
+  sources counted by state and kind, the most failing, the most overdue, the latest
+  polled, and one page of them; commits (pushes by state, the fetch backlog and rate,
+  the backlog by origin, GraphQL's points and pushes a point, whether commits are off and
+  the pushes waiting for a credential); the enrichment backlog; the request budget and
+  the credentials (the ones the workers use, from the ledger and the rate-limits table,
+  not this shell's); queues and the last reconcile; webhooks.
 
   --json           the same report as GET /status (or the coverage rows), for scripts
   --sources N      list N sources in full (default 50, at most 1000; 0: counts only)

@@ -19,7 +19,8 @@ Serves, on HTTP_HOST:HTTP_PORT (default 127.0.0.1:3000):
   GET  /                  the status page
   GET  /metrics           Prometheus metrics (read from the database at scrape time)
   POST /webhooks/github   GitHub push webhooks (needs WEBHOOK_SECRET; 404 without it)
-  GET  /archive/          the store as GH Archive hour files (ARCHIVE_SERVE=off: none)
+  GET  /archive/          this store's hours as GH Archive files: an index, and
+                          /archive/YYYY-MM-DD-H.json.gz each (ARCHIVE_SERVE=off: 404)
 
 Six database connections (or DATABASE_POOL_MAX when lower, at least three): a third for
 webhook intake, a third for /archive, a third for the rest; none waits for another's.

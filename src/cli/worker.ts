@@ -8,11 +8,14 @@ import { shutdownSignal } from './shutdown.ts';
 const USAGE = `
 Usage: bin/worker
 
-Runs until stopped: a scheduler that enqueues poll-sources and reconcile every
+Runs until stopped: a scheduler that enqueues poll-sources, reconcile and backfill every
 TICK_SECONDS (default 60) and maintenance hourly, and the handlers for every
 pg-boss queue: ${ALL_QUEUES.join(', ')}
-(backfill fills recorded gaps from GH Archive). Reconciles once at start. Run one per
-machine; replicas cooperate through Postgres. Needs bin/setup to have run (the pg-boss schema is not migrated here).
+(backfill fills the recorded gaps whose archive hours are published, from GHARCHIVE_URL;
+the reconciler sends the enrichment and commit cycles due work needs). Reconciles once at
+start, and polls at once. Run one per machine; replicas cooperate through Postgres. Needs
+bin/setup to have run (the pg-boss schema is not migrated here). Without a GitHub
+credential it warns at start: the pushes it stores wait for one (docs/commits.md).
 
 SIGTERM or SIGINT: stop the scheduler, stop taking jobs, let running jobs finish
 (up to 20 s), close the pools, exit 0. A second signal exits at once.

@@ -41,8 +41,17 @@ export interface InlineCommit {
   distinct: boolean | null;
 }
 
+/**
+ * How a plan's state travels to the merge (a staging row's or a parameter's commits_state)
+ * when a covered push waits for a credential: the merge stores it `skipped` with
+ * commits_next_attempt_at set (ADR 0186). Never stored as such.
+ */
+export const AWAITING_CREDENTIAL = 'awaiting';
+
 export interface CommitsPlan {
   state: CommitsState;
+  /** Covered, carrying no commits, and no credential in this process: it waits for one. */
+  awaitingCredential?: true;
   /** The push's true number of commits; null while unknown. */
   count: number | null;
   /** The commits to store with the push, oldest first (position = index). */
@@ -147,7 +156,9 @@ function distinctOf(push: PlannedPush, count: number | null): number | null {
  *   for the fetcher when targeted (GitHub's answer replaces them);
  * - every commit carried: `complete`, whoever targets it;
  * - targeted and not all carried: `pending` (the fetcher stores the whole list, so no
- *   partial inline rows whose positions it would have to reconcile);
+ *   partial inline rows whose positions it would have to reconcile); without a credential
+ *   in the process and none carried, `skipped` awaiting one (ADR 0186), and with some
+ *   carried, `partial` with them (what is there now beats a later fetch of the rest);
  * - not targeted, some carried: `partial` with what was carried;
  * - not targeted, none carried (a post-2025-10 event): `skipped`.
  */
@@ -201,9 +212,18 @@ export function planCommits(
   if (inline && count !== null && inline.given === count && inline.commits.length === count) {
     return plan('complete', count, inline.commits);
   }
-  if (targeted) return plan('pending', count);
-  if (inline && inline.given > 0) return plan('partial', count, inline.commits);
+  const carried = inline !== null && inline.given > 0;
+  if (targeted) {
+    if (targets.credential !== false) return plan('pending', count);
+    if (!carried) return { ...plan('skipped', count), awaitingCredential: true };
+  }
+  if (carried) return plan('partial', count, inline.commits);
   return plan('skipped', count);
+}
+
+/** The commits_state a plan is staged with: its state, or AWAITING_CREDENTIAL. */
+export function stagedState(plan: CommitsPlan): string {
+  return plan.awaitingCredential ? AWAITING_CREDENTIAL : plan.state;
 }
 
 /**

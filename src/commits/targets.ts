@@ -12,6 +12,11 @@ import type { Db } from '../db/pool.ts';
  * so deciding for a push is at most three set probes, never a query.
  */
 export interface CommitsTargets {
+  /**
+   * false: the storing process has no GitHub credential, so a covered push cannot be fetched
+   * now; it is stored `skipped`, waiting for one (planCommits). Absent: it has one.
+   */
+  readonly credential?: boolean;
   /** An enabled public source has commits on: every push not known to be private. */
   readonly publicPushes: boolean;
   readonly repositories: ReadonlySet<string>;
@@ -121,11 +126,13 @@ export function commitsTargets(db: Db): Promise<CommitsTargets> {
 }
 
 /**
- * The targets a batch stores with: nobody's when commits are off for the whole process
- * (`off`: commitsOffReason said why), else the cached read of event_sources.
+ * The targets a batch stores with: the cached read of event_sources, marked `credential:
+ * false` when this process has none (`off`: commitsOffReason said why) — its covered pushes
+ * then wait for a credential instead of being fetched (ADR 0186).
  */
-export function commitsTargetsUnless(off: boolean, db: Db): Promise<CommitsTargets> {
-  return off ? Promise.resolve(NO_TARGETS) : commitsTargets(db);
+export async function commitsTargetsFor(off: boolean, db: Db): Promise<CommitsTargets> {
+  const targets = await commitsTargets(db);
+  return off ? { ...targets, credential: false } : targets;
 }
 
 /** Drops what the process holds for `db` (after changing a source in-process). */

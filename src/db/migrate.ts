@@ -22,6 +22,10 @@ import {
   FETCHER_INDEXES,
   onlineName,
 } from '../../db/migrations/2026-12-04T1050_commit_sources_and_unverified.ts';
+import {
+  AWAITING_INDEX,
+  AWAITING_INDEX_DEFINITION,
+} from '../../db/migrations/2026-12-04T1110_commits_awaiting_credential.ts';
 import { AppError } from '../errors.ts';
 import { LockSpace } from './locks.ts';
 import type { Db } from './pool.ts';
@@ -86,6 +90,11 @@ const ONLINE_INDEXES = [
     name: onlineName(index.name),
     create: `CREATE INDEX CONCURRENTLY ${onlineName(index.name)} ON push_events ${index.columns} WHERE ${FETCHER_INDEX_PREDICATE}`,
   })),
+  {
+    migration: '2026-12-04T1110_commits_awaiting_credential',
+    name: AWAITING_INDEX,
+    create: `CREATE INDEX CONCURRENTLY ${AWAITING_INDEX} ${AWAITING_INDEX_DEFINITION}`,
+  },
 ] as const;
 
 function failedOf(set: MigrationResultSet): void {

@@ -1,10 +1,12 @@
 import type pg from 'pg';
 import { jsonTextUnderPolicy } from '../commits/emails.ts';
 import {
+  AWAITING_CREDENTIAL,
   type CommitsContext,
   DEFAULT_COMMITS,
   inlineCommitRows,
   planCommits,
+  stagedState,
 } from '../commits/inline.ts';
 import { storeCommits, storeCommitsOn } from '../commits/store.ts';
 import type { CommitEmailMode } from '../config.ts';
@@ -211,18 +213,22 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         commits_state, commits_next_attempt_at, commits_error, mirror_id)
       SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
-        $1::text, $2::bigint, $3::bigint, s.commit_count, s.commits_state,
-        CASE WHEN s.commits_due THEN now() END, s.commits_error, $4::smallint
+        $1::text, $2::bigint, $3::bigint, s.commit_count,
+        -- a covered push stored without a credential: skipped, its next attempt marking it
+        -- as waiting for one (ADR 0186)
+        CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
+        CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
+        s.commits_error, $4::smallint
       FROM ${src} s
       LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
       ORDER BY s.repository_id, s.ref, s.before, s.head`;
   const pushes = expectNew
     ? `p AS (${insert}
-      RETURNING repository_id, ref, before, head, commits_next_attempt_at
+      RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
     )`
     : `p AS (${insert}
       ON CONFLICT (repository_id, ref, before, head) DO NOTHING
-      RETURNING repository_id, ref, before, head, commits_next_attempt_at
+      RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
     ), f AS (
       UPDATE push_events t SET id = s.id, mirror_id = $4::smallint
       FROM ${src} s
@@ -246,7 +252,8 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
     SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
            ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
            (SELECT count(*) FROM p) AS created,
-           (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL) FROM p) AS pending,
+           (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL
+             AND commits_state <> 'skipped') FROM p) AS pending,
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
            ${CLAIM_RESULTS}`;
 }
@@ -411,7 +418,7 @@ export async function bulkStorePage(
     col((p) => p.size),
     plans.map((c) => c.distinctSize),
     plans.map((c) => c.count),
-    plans.map((c) => c.state),
+    plans.map(stagedState),
     plans.map((c) => c.due),
     plans.map((c) => c.refused),
   ];

@@ -1,4 +1,4 @@
-import { commitsTargetsUnless } from '../commits/targets.ts';
+import { commitsTargetsFor } from '../commits/targets.ts';
 import type { CommitEmailMode } from '../config.ts';
 import { isContentRefusal, sqlState } from '../db/errors.ts';
 import type { Db } from '../db/pool.ts';
@@ -42,7 +42,7 @@ export interface PageContext {
    * its own: the cache is per Kysely instance, and a poll's session is a new one each run.
    */
   targetsFrom?: Db;
-  /** No credential in this process: nobody's commits are fetched (commitsOffReason, ADR 0112). */
+  /** No credential in this process (commitsOffReason): covered pushes wait for one (ADR 0186). */
   commitsOff?: boolean;
 }
 
@@ -87,7 +87,7 @@ export async function storePage<T>(
     runId: ctx.runId,
     // Who gets commits: read once per batch (cached), never per push (ADR 0070).
     commits: {
-      targets: await commitsTargetsUnless(ctx.commitsOff === true, ctx.targetsFrom ?? db),
+      targets: await commitsTargetsFor(ctx.commitsOff === true, ctx.targetsFrom ?? db),
       emails: ctx.commitEmails ?? 'hash',
     },
   };

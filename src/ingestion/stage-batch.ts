@@ -1,5 +1,5 @@
 import { jsonTextUnderPolicy } from '../commits/emails.ts';
-import { planCommits } from '../commits/inline.ts';
+import { planCommits, stagedState } from '../commits/inline.ts';
 import type { PushCommits } from '../commits/store.ts';
 import { type CommitsTargets, NO_TARGETS } from '../commits/targets.ts';
 import type { CommitEmailMode } from '../config.ts';
@@ -95,7 +95,7 @@ export class StageBatch {
       });
     }
     const payload = jsonTextUnderPolicy(p.payload, inline.emails);
-    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${plan.state}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\n`;
+    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {

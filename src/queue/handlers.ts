@@ -64,6 +64,9 @@ export interface JobResult {
   [field: string]: unknown;
 }
 
+/** The outcomes of a job that found nothing to do (logged at debug). */
+export const IDLE_OUTCOMES: ReadonlySet<string> = new Set(['nothing_due', 'nothing_to_do']);
+
 type Handler<R extends JobResult> = (log: Logger, domain: Deps) => Promise<R>;
 
 /**
@@ -88,7 +91,11 @@ async function runJob<R extends JobResult>(
       duration_ms: durationMs(),
       ...result,
     };
-    log.info(fields, `${queue} job completed: ${result.outcome}`);
+    // A job that found nothing to do says so at debug: the ticks of an idle deployment
+    // (poll-sources, reconcile and backfill every TICK_SECONDS) would otherwise be most of
+    // its log.
+    const level = IDLE_OUTCOMES.has(result.outcome) ? 'debug' : 'info';
+    log[level](fields, `${queue} job completed: ${result.outcome}`);
     return result;
   } catch (err) {
     log.error(

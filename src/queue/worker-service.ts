@@ -1,6 +1,8 @@
 import type { PgBoss } from 'pg-boss';
 import type { App } from '../app.ts';
 import type { FillRunner } from '../backfill/fill-run.ts';
+import { deploymentCommits } from '../commits/deployment.ts';
+import { commitsOffReason } from '../commits/targets.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { type ReconcileReport, reconcile, sweepOrphanedJobs } from '../reconcile/reconciler.ts';
@@ -26,6 +28,40 @@ import { QUEUES } from './names.ts';
  */
 export function shutdownTimeoutMs(config: Config): number {
   return config.github.connectTimeoutMs + config.github.responseTimeoutMs;
+}
+
+/** What the worker talks to: "live mode" for github.com, else the API's URL (a fake, a GHES). */
+export function talksTo(mode: Config['github']['mode'], apiUrl: string): string {
+  if (mode !== 'live') return `${mode} mode`;
+  return new URL(apiUrl).hostname === 'api.github.com'
+    ? 'live mode'
+    : `live, GitHub API at ${apiUrl}`;
+}
+
+/**
+ * Without a GitHub credential the pushes a worker stores wait for one (ADR 0186): a warning
+ * when no process of the deployment has used one in the last hour either (commits are off
+ * everywhere until one is set), a note when another process has one; nothing with one.
+ */
+export async function sayIfNoCredential(
+  app: Pick<App, 'config' | 'db'>,
+  log: Logger,
+  now = new Date(),
+): Promise<void> {
+  if (commitsOffReason(app.config.github) === null) return;
+  const elsewhere = (await deploymentCommits(app.db, now)).credentialInUse;
+  const fields = { event: 'worker.no_credential', elsewhere };
+  if (elsewhere) {
+    log.info(
+      fields,
+      'this worker has no GitHub credential; another process of the deployment has one: the pushes this worker stores wait for it',
+    );
+  } else {
+    log.warn(
+      fields,
+      'no GitHub credential here or in any process of the deployment: pushes are stored without their commits, which wait for one (set GITHUB_TOKEN, GITHUB_TOKENS or GITHUB_APP_ID)',
+    );
+  }
 }
 
 export interface WorkerServiceOptions {
@@ -104,10 +140,12 @@ export class WorkerService {
       await this.boss.send(QUEUES.pollSources, { reason: 'start' });
     }
     this.#state = 'running';
+    const { mode, apiUrl } = this.#app.config.github;
     this.#log.info(
-      { event: 'worker.started', worker: this.#app.workerId, mode: this.#app.config.github.mode },
-      `worker ${this.#app.workerId} started (${this.#app.config.github.mode} mode)`,
+      { event: 'worker.started', worker: this.#app.workerId, mode, api_url: apiUrl },
+      `worker ${this.#app.workerId} started (${talksTo(mode, apiUrl)})`,
     );
+    await sayIfNoCredential(this.#app, this.#log);
   }
 
   /** One reconcile pass outside any job (worker start, bin/reconcile). */

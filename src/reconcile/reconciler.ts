@@ -1,7 +1,9 @@
 import type { PgBoss } from 'pg-boss';
 import { type DeadImport, interruptDeadImports } from '../backfill/checkpoints.ts';
 import { systemClock } from '../clock.ts';
+import { releaseAwaitingPushes } from '../commits/awaiting.ts';
 import { hasDueCommits } from '../commits/due.ts';
+import { commitsOffReason } from '../commits/targets.ts';
 import type { Deps } from '../deps.ts';
 import { hasDueWork } from '../enrichment/due.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
@@ -234,16 +236,31 @@ export function commitsBudgetRefuses(
 
 /**
  * Pending pushes due and no live fetch-commits job: send one cycle (a lost hint loses
- * nothing). Not while the budget its transport spends would refuse it anyway.
+ * nothing). Not while the budget its transport spends would refuse it anyway. With nothing
+ * due, a process that can fetch first makes a batch of the pushes waiting for a credential
+ * pending (ADR 0186), newest first: so they are fetched only when no new push is waiting.
  */
 async function reconcileCommits(
   deps: ReconcileDeps,
   now: Date,
   liveJobs: number,
 ): Promise<CommitsReconcile> {
-  const due = await hasDueCommits(deps.db, now);
-  if (!due || liveJobs > 0) {
-    return { due, liveJobs, action: due ? 'live_job' : 'nothing_due', jobId: null };
+  let due = await hasDueCommits(deps.db, now);
+  if (liveJobs > 0) return { due, liveJobs, action: due ? 'live_job' : 'nothing_due', jobId: null };
+  if (!due) {
+    if (commitsOffReason(deps.config.github) !== null) {
+      return { due, liveJobs, action: 'nothing_due', jobId: null };
+    }
+    // One probe of push_events_commits_awaiting when none waits.
+    const r = await releaseAwaitingPushes(deps.db, now);
+    if (r.released + r.dropped > 0) {
+      deps.logger.info(
+        { event: 'commits.released', released: r.released, dropped: r.dropped },
+        `commits: ${r.released} push(es) that waited for a credential made due, newest first${r.dropped ? `; ${r.dropped} no source covers any more left skipped` : ''}`,
+      );
+    }
+    if (r.released === 0) return { due, liveJobs, action: 'nothing_due', jobId: null };
+    due = true;
   }
   if (deps.github && commitsBudgetRefuses(deps.github, deps.config, await deps.github.budget())) {
     deps.logger.debug(

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
+import { countAwaitingStatement } from '../commits/awaiting.ts';
+import { commitsOffFor, credentialInUseSql, sourceWantsCommitsSql } from '../commits/deployment.ts';
 import { graphqlSettledSinceSql } from '../commits/graphql-settled.ts';
-import { commitsOffReason } from '../commits/targets.ts';
-import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { COMMITS_STATES, type CommitsState, PUSH_ORIGINS, type PushOrigin } from '../db/schema.ts';
 
@@ -32,9 +32,15 @@ export interface CommitsStatus {
   storedEstimated: boolean;
   /**
    * Why no push that arrives now gets its commits fetched, in one line, or null when some do
-   * (ADR 0112): no credential in this process, or no enabled source with commits on.
+   * (ADR 0112, ADR 0186): no credential used by any process of the deployment in the last
+   * hour (whatever the asking process has), or no enabled source with commits on.
    */
   off: string | null;
+  /**
+   * Pushes a source covers that a process without a credential stored `skipped`: they wait
+   * for one, and a worker that has one fetches them, newest first, when nothing else is due.
+   */
+  awaitingCredential: number;
 }
 
 export { COMMITS_STATES };
@@ -71,20 +77,19 @@ export function pushesPerPoint(pushes: number, points: number): number | null {
   return points > 0 ? Math.round((pushes / points) * 100) / 100 : null;
 }
 
-/** No enabled source asks for commits: one probe of event_sources (a few rows to 10,000). */
-async function noSourceWantsCommits(db: Db): Promise<boolean> {
-  const r = await sql<{ any: boolean }>`
-    SELECT EXISTS (SELECT 1 FROM event_sources WHERE enabled AND commits_enabled) AS any`.execute(
-    db,
-  );
-  return !r.rows[0]!.any;
+/**
+ * Whether the deployment uses a credential and a source asks for commits, and the pushes
+ * waiting for a credential (an index-only count of push_events_commits_awaiting): one
+ * statement.
+ */
+function deploymentStatement(now: Date) {
+  return sql<{ credential: boolean; wants: boolean; awaiting: string }>`
+    SELECT ${credentialInUseSql(now)} AS credential, ${sourceWantsCommitsSql()} AS wants,
+      (${countAwaitingStatement()}) AS awaiting`;
 }
 
-export async function commitsStatus(
-  db: Db,
-  now: Date,
-  github: Pick<Config['github'], 'mode' | 'tokens' | 'app'>,
-): Promise<CommitsStatus> {
+export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
+  const d = (await deploymentStatement(now).execute(db)).rows[0]!;
   const out: CommitsStatus = {
     byState: Object.fromEntries(COMMITS_STATES.map((s) => [s, 0])) as Record<CommitsState, number>,
     pendingDue: 0,
@@ -96,11 +101,8 @@ export async function commitsStatus(
     graphql: { pushes: 0, points: 0, pushesPerPoint: null },
     stored: 0,
     storedEstimated: false,
-    off:
-      commitsOffReason(github) ??
-      ((await noSourceWantsCommits(db))
-        ? 'no enabled source has commits on (bin/sources commits ID on)'
-        : null),
+    off: commitsOffFor({ credentialInUse: d.credential, sourceWants: d.wants }),
+    awaitingCredential: Number(d.awaiting),
   };
   for (const row of (await commitsStateCounts().execute(db)).rows) {
     out.byState[row.commits_state] = Number(row.n);

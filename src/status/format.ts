@@ -56,3 +56,29 @@ export function spendParts(s: SpendOf): { poll: string; background: string } {
     background: `${count(enrich + commits)}/${count(s.allowance.enrich)}`,
   };
 }
+
+/** A points window as three parts that add up to its quota. */
+export interface WindowParts {
+  /** Spent by this deployment in the window (its ledger). */
+  spent: number;
+  /** Spent by something else on the same credentials: GitHub's count says less is left. */
+  elsewhere: number;
+  /** What the deployment may still spend: the less of GitHub's remaining and quota − spent. */
+  left: number;
+}
+
+/**
+ * The window as parts that add up: spent + elsewhere + left = quota. The ledger's spend and
+ * GitHub's remaining are two counts (GitHub's is as of its last answer, and counts what
+ * other clients of the same token spent); the budget refuses at whichever runs out first, so
+ * that is what is left, and what GitHub counts beyond the ledger is shown as spent elsewhere.
+ */
+export function windowParts(w: {
+  spent: number;
+  quota: number;
+  remaining: number | null;
+}): WindowParts {
+  const byLedger = Math.max(0, w.quota - w.spent);
+  const left = w.remaining === null ? byLedger : Math.max(0, Math.min(w.remaining, byLedger));
+  return { spent: w.spent, elsewhere: byLedger - left, left };
+}

@@ -136,7 +136,7 @@ export async function readStatus(
     gaps: await gapStatus(db),
     mirrors: await mirrorStatuses(db, config.archive.mirrors),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
-    commits: await commitsStatus(db, now, config.github),
+    commits: await commitsStatus(db, now),
     budget: null,
     background: null,
     credentials: [],

@@ -1,7 +1,7 @@
 import type { BackgroundReading } from '../commits/share.ts';
 import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from './commits.ts';
-import { count, duration, nextPoll, relative, spendParts } from './format.ts';
+import { count, duration, nextPoll, relative, spendParts, windowParts } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { type SourceStatus, sourceLabel } from './sources.ts';
 
@@ -197,6 +197,11 @@ function commitsLines(report: StatusReport): string[] {
     ...graphqlLine(report),
     // Why new pushes get none, when none do (ADR 0112): one line an operator can act on.
     ...(c.off ? [`  commits are off: ${c.off}`] : []),
+    ...(c.awaitingCredential > 0
+      ? [
+          `  ${count(c.awaitingCredential)} pushes wait for a credential: a worker with one fetches them, newest first, when nothing else is due`,
+        ]
+      : []),
   ];
 }
 
@@ -217,12 +222,18 @@ function pushesPerPointLine(report: StatusReport): string {
   return `  GraphQL, last hour: ${count(x.pushes)} pushes settled for ${count(x.points)} points: ${ratio}`;
 }
 
-/** "12/5,000 spent, 4,988 left, resets in 40m" or "... blocked (rate limit) until …". */
+/**
+ * "12/5,000 spent, 4,988 left, resets in 40m" (or "12/5,000 spent, 900 spent elsewhere,
+ * 4,088 left, …", "... blocked (rate limit) until …"): parts that add up to the quota
+ * (windowParts).
+ */
 export function graphqlText(g: GraphQLBudget, now: Date): string {
   const blocked = g.blocked
     ? `, blocked (${g.blocked.reason === 'auth' ? '401' : 'rate limit'}) until ${g.blocked.until.toISOString()}`
     : '';
-  return `${count(g.spent)}/${count(g.quota)} spent, ${g.remaining === null ? '? left' : `${count(g.remaining)} left`}, resets ${relative(g.resetAt, now)}${blocked}`;
+  const w = windowParts(g);
+  const elsewhere = w.elsewhere > 0 ? `${count(w.elsewhere)} spent elsewhere, ` : '';
+  return `${count(w.spent)}/${count(g.quota)} spent, ${elsewhere}${count(w.left)} left, resets ${relative(g.resetAt, now)}${blocked}`;
 }
 
 /**
@@ -253,7 +264,7 @@ export function renderText(report: StatusReport): string {
 
   const a = report.activity;
   out.push(
-    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook, ${count(a.pushes.archive)} from the archive), ${count(a.pushes.last24h)} in the last 24h`,
+    `Pushes: ${count(a.pushes.total)} held (${count(a.pushes.poll)} polled, ${count(a.pushes.webhook)} by webhook, ${count(a.pushes.archive)} from the archive); in the last 24h ${count(a.pushes.pushedLast24h)} pushed, ${count(a.pushes.last24h)} arrived`,
     `Runs (24h): ${
       Object.entries(a.runsLast24h)
         .map(([status, n]) => `${status} ${n}`)

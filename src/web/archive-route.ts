@@ -94,8 +94,15 @@ export function archiveRoutes(
     const name = FILE_PATH.exec(path)?.[1];
     const hour = name ? parseHour(name) : null;
     const at = now();
-    // GH Archive's names only (2026-01-01-5, never -05), and only hours that are over.
-    if (!hour || hour.name !== name || hourEnd(hour) > at) {
+    // One rule for a zero-padded hour everywhere (bin/export, bin/backfill, here): it is
+    // that hour. Its file has GH Archive's name (2026-01-01-5, never -05): sent there.
+    if (hour && hour.name !== name) {
+      res.writeHead(301, { location: `/archive/${hour.name}.json.gz` });
+      res.end();
+      return;
+    }
+    // Only hours that are over.
+    if (!hour || hourEnd(hour) > at) {
       sendJson(res, 404, { error: 'not found' });
       return;
     }

@@ -397,7 +397,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     dueGauge.set({ class: cls }, b.due);
   }
 
-  const commits = await commitsStatus(db, now, config.github);
+  const commits = await commitsStatus(db, now);
   const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state (ADR 0070)', ['state']);
   for (const state of COMMITS_STATES) byState.set({ state }, commits.byState[state]);
   const pendingByOrigin = gauge(
@@ -411,6 +411,10 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     'gpi_commits_pending_due',
     'Pushes whose commits fetch is due now (pending, or unverified and covered)',
   ).set(commits.pendingDue);
+  gauge(
+    'gpi_commits_awaiting_credential',
+    'Pushes a source covers, stored skipped by a process without a credential: they wait for one',
+  ).set(commits.awaitingCredential);
   gauge(
     'gpi_commits_requests_last_hour',
     'Requests of purpose commits reserved in the last hour (the fetch rate)',

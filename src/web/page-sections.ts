@@ -1,4 +1,4 @@
-import { count, relative, spendParts } from '../status/format.ts';
+import { count, relative, spendParts, windowParts } from '../status/format.ts';
 import type { CredentialStatus, StatusReport } from '../status/model.ts';
 import { sourceLabel } from '../status/sources.ts';
 import { dateTick } from './chart.ts';
@@ -34,7 +34,10 @@ function graphqlCell(g: CredentialStatus['graphql'], now: Date): string {
   const block = g.blocked
     ? ` <span class="pill ${g.blocked.reason === 'auth' ? 'bad' : 'warn'}">${g.blocked.reason === 'auth' ? '401' : 'rate limit'} until ${e(relative(g.blocked.until, now).replace('in ', ''))}</span>`
     : '';
-  return `${count(g.spent)}/${count(g.quota)} <span class="muted">(${g.remaining === null ? '?' : count(g.remaining)} left, resets ${e(relative(g.resetAt, now))})</span>${block}`;
+  // Parts that add up to the quota (windowParts): GitHub's count beyond the ledger is elsewhere's.
+  const w = windowParts(g);
+  const elsewhere = w.elsewhere > 0 ? `${count(w.elsewhere)} spent elsewhere, ` : '';
+  return `${count(w.spent)}/${count(g.quota)} <span class="muted">(${elsewhere}${count(w.left)} left, resets ${e(relative(g.resetAt, now))})</span>${block}`;
 }
 
 /** The archive mirrors configured or read, and what each added (docs/mirrors.md). */

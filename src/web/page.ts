@@ -1,8 +1,10 @@
+import { NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
 import type { BackgroundReading } from '../commits/share.ts';
 import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
+import type { GraphQLBudget } from '../github/budget-types.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
-import { count, duration, nextPoll, relative, spendParts } from '../status/format.ts';
+import { count, duration, nextPoll, relative, spendParts, windowParts } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
 import type { MinuteSeries } from '../status/series.ts';
 import { barChart } from './chart.ts';
@@ -37,8 +39,14 @@ main { padding:16px 24px 32px; max-width:1240px; }
 .card { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; }
 .card h2 { font-size:12px; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); margin:0 0 6px; }
 .big { font-size:24px; font-weight:600; }
-.card dl { display:grid; grid-template-columns:auto minmax(0, 1fr); gap:2px 12px; margin:6px 0 0; }
-.card dt { color:var(--muted); } .card dd { margin:0; text-align:right; font-variant-numeric:tabular-nums; min-width:0; overflow-wrap:anywhere; }
+/* A row is its label floated left and its value as wide as its text, right-aligned: beside
+   the label when both fit, else on a line of its own under it. A value never breaks inside a
+   word or number: a short one never wraps, a long one (.phrases) only between its phrases. */
+.card dl { display:flow-root; margin:6px 0 0; }
+.card dt { float:left; clear:both; max-width:100%; margin:0 12px 2px 0; color:var(--muted); }
+.card dd { display:flow-root; width:max-content; max-width:100%; margin:0 0 2px auto; text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; overflow:hidden; text-overflow:ellipsis; }
+.card dd.phrases { white-space:normal; } .card dd.phrases > span { white-space:nowrap; }
+.card .off { margin:8px 0 0; color:var(--warn); font-size:12px; }
 section { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:16px; }
 section h2 { font-size:15px; margin:0 0 8px; }
 section h3 { font-size:13px; margin:14px 0 6px; }
@@ -106,27 +114,52 @@ function health(report: StatusReport): Health {
   if (!blocked && someBlocked.length > 0) {
     problems.push(`${someBlocked.length} of ${report.credentials.length} credentials blocked`);
   }
+  // Commits off for want of a credential is a fault to fix; off because no source asks is a choice.
+  if (report.commits.off === NO_CREDENTIAL_IN_USE)
+    problems.push('commits off: no GitHub credential');
   if (problems.length) return { level: 'warn', text: problems.join(', ') };
   return { level: 'ok', text: enabled ? 'healthy' : 'no enabled sources' };
 }
 
-/** A card row: its value, or its value shortened with the whole of it as the tooltip. */
-type CardRow = [string, string] | [string, string, string];
+/**
+ * A card row: its label and value, and optionally the whole value as the tooltip (of a
+ * shortened one). A value is one short text that never wraps, or phrases (a long value): it
+ * wraps between them, never inside one.
+ */
+type CardValue = string | readonly string[];
+type CardRow = [string, CardValue] | [string, CardValue, string];
 
-function card(title: string, big: string, rows: CardRow[], id?: string): string {
-  return `<div class="card"${id ? ` id="${id}"` : ''}><h2>${e(title)}</h2><div class="big">${e(big)}</div><dl>${rows
-    .map(([k, v, full]) => `<dt>${e(k)}</dt><dd${full ? ` title="${e(full)}"` : ''}>${e(v)}</dd>`)
-    .join('')}</dl></div>`;
+function cardValue(v: CardValue, full: string | undefined): string {
+  const title = full ? ` title="${e(full)}"` : '';
+  if (typeof v === 'string') return `<dd${title}>${e(v)}</dd>`;
+  return `<dd class="phrases"${title}>${v.map((x) => `<span>${e(x)}</span>`).join(' ')}</dd>`;
 }
 
-/** A local file's path as its last component (the whole path is the tooltip). */
+function card(title: string, big: string, rows: CardRow[], id?: string, note?: string): string {
+  return `<div class="card"${id ? ` id="${id}"` : ''}><h2>${e(title)}</h2><div class="big">${e(big)}</div><dl>${rows
+    .map(([k, v, full]) => `<dt>${e(k)}</dt>${cardValue(v, full)}`)
+    .join('')}</dl>${note ? `<p class="off">${e(note)}</p>` : ''}</div>`;
+}
+
+/** The most of a file name a card shows: a phone's card holds about 20 characters a line. */
+const FILE_SHOWN = 18;
+
+/**
+ * A local file's path as its name without the GH Archive extension ("2026-11-29-8"), at most
+ * FILE_SHOWN characters (its end kept, where the hour is); the whole path is the tooltip.
+ */
 function shortFile(file: string): string {
-  return file.includes('/') ? `…/${file.split('/').at(-1)}` : file;
+  if (!file.includes('/')) return file;
+  const name = file
+    .split('/')
+    .at(-1)!
+    .replace(/\.json(\.gz)?$/, '');
+  return name.length > FILE_SHOWN ? `…${name.slice(1 - FILE_SHOWN)}` : name;
 }
 
 function lastBackfillRow(b: NonNullable<StatusReport['gaps']['lastBackfill']>, now: Date): CardRow {
   const short = shortFile(b.file);
-  const value = `${short} ${b.state} ${relative(b.updatedAt, now)}`;
+  const value = [short, b.state, relative(b.updatedAt, now)];
   return short === b.file ? ['last backfill', value] : ['last backfill', value, b.file];
 }
 
@@ -148,40 +181,56 @@ function gapsCard(report: StatusReport): string {
   );
 }
 
-/** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
+/**
+ * Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070); the pushes
+ * waiting for a credential, and why commits are off when they are (ADR 0186).
+ */
 function commitsCard(report: StatusReport): string {
   const c = report.commits;
-  return card('Commits', `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`, [
+  const rows: CardRow[] = [
     // Pending pushes due, and unverified ones a source covers (a mirror's commits to prove).
     ['due for fetching', count(c.pendingDue)],
+    ...(c.awaitingCredential > 0
+      ? [['waiting for a credential', count(c.awaitingCredential)] as CardRow]
+      : []),
     ['requests (1h)', count(c.requestsLastHour)],
     ...PUSH_ORIGINS.map((o): [string, string] => [
       `backlog from ${o}`,
       count(c.pendingByOrigin[o]),
     ]),
     ...COMMITS_STATES.map((s): [string, string] => [`${s} pushes`, count(c.byState[s])]),
-  ]);
+  ];
+  const stored = `${c.storedEstimated ? '~' : ''}${count(c.stored)} stored`;
+  return card('Commits', stored, rows, 'commits-card', c.off ? `commits are off: ${c.off}` : '');
 }
 
-/** Commits by GraphQL: pushes a point over the last hour, and the pool's points window. */
+/**
+ * Commits by GraphQL: pushes a point over the last hour, and the pool's points window in parts
+ * that add up to its quota (spent here, spent elsewhere, left), each a row of its own.
+ */
 function graphqlCard(report: StatusReport): string {
   const x = report.commits.graphql;
   const g = report.budget?.graphql ?? null;
   const now = report.generatedAt;
   const value =
     x.pushesPerPoint === null ? 'no point spent (1h)' : `${x.pushesPerPoint} pushes a point`;
+  const window = (g: GraphQLBudget): CardRow[] => {
+    const w = windowParts(g);
+    return [
+      ['points window', count(g.quota)],
+      ['spent here', count(w.spent)],
+      ...(w.elsewhere > 0 ? [['spent elsewhere', count(w.elsewhere)] as CardRow] : []),
+      ['left', count(w.left)],
+      ['resets', relative(g.resetAt, now)],
+    ];
+  };
   return card(
     'GraphQL',
     value,
     [
       ['pushes settled (1h)', count(x.pushes)],
       ['points spent (1h)', count(x.points)],
-      [
-        'window',
-        g
-          ? `${count(g.spent)} of ${count(g.quota)}, ${g.remaining === null ? '?' : count(g.remaining)} left, resets ${relative(g.resetAt, now)}`
-          : 'none (anonymous)',
-      ],
+      ...(g ? window(g) : [['window', 'none (anonymous)'] as CardRow]),
       [
         'blocked',
         g?.blocked
@@ -213,14 +262,17 @@ function coverageChart(coverage: CoverageHour[]): string {
 
 /** The background allowance's floors, spend and lending (ADR 0181). */
 function backgroundCard(g: BackgroundReading): string {
-  const side = (name: 'enrich' | 'commits'): CardRow => [
-    `${name}: floor / spent / lent`,
-    `${count(g.floors[name])} / ${count(g.spent[name])} / ${count(g.lent[name])}${g.waiting[name] ? ', waits' : ''}`,
-    `${name} may always spend its floor; past it, what the other leaves while it waits for no REST request. Lent: what ${name}'s floor carried of the other's spend. May spend now: ${count(g.room[name])}`,
+  const why = (name: 'enrich' | 'commits') =>
+    `${name} may always spend its floor; past it, what the other leaves while it waits for no REST request. Lent: what ${name}'s floor carried of the other's spend. May spend now: ${count(g.room[name])}`;
+  // Two short rows a side, so no value wraps on a phone: the floor (and whether the side
+  // waits for REST now), then what it spent and lent.
+  const side = (name: 'enrich' | 'commits'): CardRow[] => [
+    [`${name} floor`, `${count(g.floors[name])}${g.waiting[name] ? ', waits' : ''}`, why(name)],
+    [`${name} spent / lent`, `${count(g.spent[name])} / ${count(g.lent[name])}`, why(name)],
   ];
   return card('Background', `${count(g.spent.enrich + g.spent.commits)} / ${count(g.allowance)}`, [
-    side('enrich'),
-    side('commits'),
+    ...side('enrich'),
+    ...side('commits'),
   ]);
 }
 
@@ -236,7 +288,8 @@ export function renderPage(
 
   const cards = [
     card('Pushes held', count(a.pushes.total), [
-      ['last 24h', count(a.pushes.last24h)],
+      ['pushed (24h)', count(a.pushes.pushedLast24h)],
+      ['arrived (24h)', count(a.pushes.last24h)],
       ['polled', count(a.pushes.poll)],
       ['by webhook', count(a.pushes.webhook)],
       ['from the archive', count(a.pushes.archive)],

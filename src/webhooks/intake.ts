@@ -3,7 +3,7 @@ import type { PgBoss } from 'pg-boss';
 import { systemClock } from '../clock.ts';
 import { textUnderPolicy } from '../commits/emails.ts';
 import { hintCommits } from '../commits/hint.ts';
-import { commitsTargetsUnless } from '../commits/targets.ts';
+import { commitsTargetsFor } from '../commits/targets.ts';
 import type { CommitEmailMode } from '../config.ts';
 import { sqlState } from '../db/errors.ts';
 import { inSavepoint } from '../db/savepoint.ts';
@@ -57,7 +57,7 @@ export type IntakeDeps = Pick<Deps, 'db' | 'logger' | 'clock'> & {
   boss?: PgBoss;
   /** COMMIT_EMAILS for the delivery's commits (default hash). */
   commitEmails?: CommitEmailMode;
-  /** No credential in this process: nobody's commits are fetched (commitsOffReason, ADR 0112). */
+  /** No credential in this process (commitsOffReason): covered pushes wait for one (ADR 0186). */
   commitsOff?: boolean;
 };
 
@@ -223,7 +223,7 @@ export async function receiveDelivery(
     const commits =
       verdict.kind === 'push'
         ? {
-            targets: await commitsTargetsUnless(deps.commitsOff === true, deps.db),
+            targets: await commitsTargetsFor(deps.commitsOff === true, deps.db),
             emails,
           }
         : undefined;

@@ -94,7 +94,8 @@ describe('stdout is for results, stderr for logs (zero-config path, LOG_LEVEL=tr
   );
 
   it('the long-running processes write nothing to stdout either', async () => {
-    const worker = spawnBin('worker', { ...e.env, TICK_SECONDS: '1' });
+    // Idle jobs log job.completed at debug: the first one is waited for.
+    const worker = spawnBin('worker', { ...e.env, TICK_SECONDS: '1', LOG_LEVEL: 'debug' });
     children.push(worker);
     await worker.waitForLine((l) => l.event === 'job.completed', 'job.completed', 60_000);
     worker.process.kill('SIGTERM');

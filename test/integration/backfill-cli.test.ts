@@ -81,6 +81,25 @@ describe('bin/backfill', () => {
     expect(json.results[0]).toMatchObject({ outcome: 'already_imported', totals: { created: 3 } });
   });
 
+  it('a zero-padded hour is that hour, read by its GH Archive name', async () => {
+    archive.setHour('2026-11-17-6', pushes(2, { created_at: '2026-11-17T06:10:00Z' }));
+    const r = await backfill(['2026-11-17-06']);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^2026-11-17-6: completed: 2 events, 2 pushes, 2 stored in /m);
+  });
+
+  it('a mirror nobody answers at says what to check, then to run it again', async () => {
+    const r = await runBin('backfill', ['2026-11-17-7'], {
+      DATABASE_URL: t.url,
+      GHARCHIVE_URL: 'http://127.0.0.1:9',
+      LOG_LEVEL: 'warn',
+    });
+    expect(r.code).toBe(1);
+    expect(r.out).toMatch(
+      /^2026-11-17-7: failed: ARCHIVE_UNAVAILABLE: http:\/\/127\.0\.0\.1:9\/2026-11-17-7\.json\.gz: connect ECONNREFUSED 127\.0\.0\.1:9; nothing answers there: check the mirror's URL in GHARCHIVE_URL \(or --mirror\) and that it is up: .*; once the mirror answers, run the same command again to resume from its checkpoint$/m,
+    );
+  });
+
   it("a mirror's HTML 200 is reported as what it is, not a truncated file to run again (issue 27)", async () => {
     const page =
       '<!DOCTYPE html>\n<html><head><title>Sign in \u202e\u001b[31m</title></head><body>…</body></html>';

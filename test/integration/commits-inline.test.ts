@@ -310,13 +310,14 @@ describe('polled events', () => {
   it("docs/commits.md's psql recipes run and answer from the stored commits", async () => {
     const doc = readFileSync(path.resolve(import.meta.dirname, '../../docs/commits.md'), 'utf8');
     const recipes = [...doc.matchAll(/```sql\n([\s\S]*?)```/g)].map((m) => m[1]!);
-    expect(recipes).toHaveLength(4);
+    expect(recipes).toHaveLength(5);
     const ev = ghesPush({ size: 3, repo: 'recipe-owner/recipe' });
     await poll([ev]);
     await sql`INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at,
       payload, commits_state, commits_next_attempt_at)
-      VALUES (1, 424242, 'refs/heads/x', 'h', 'b', now(), '{}', 'pending', now())`.execute(t.db);
-    const [ofPush, topAuthors, waiting, byState] = recipes.map((text) =>
+      VALUES (1, 424242, 'refs/heads/x', 'h', 'b', now(), '{}', 'pending', now()),
+        (1, 434343, 'refs/heads/y', 'h', 'b', now(), '{}', 'skipped', now())`.execute(t.db);
+    const [ofPush, topAuthors, waiting, awaiting, byState] = recipes.map((text) =>
       text.replace('45000000001', ev.id).replace("'octocat/Hello-World'", "'recipe-owner/recipe'"),
     );
     const rows = async (text: string) =>
@@ -327,6 +328,8 @@ describe('polled events', () => {
     expect(top).toHaveLength(3);
     expect(top.every((r) => Number(r.commits) === 1)).toBe(true);
     expect((await rows(waiting!)).map((r) => r.repository_id)).toEqual(['424242']);
+    // Waiting for a credential: skipped, with a next attempt.
+    expect((await rows(awaiting!)).map((r) => r.repository_id)).toEqual(['434343']);
     expect(await rows(byState!)).toEqual(
       expect.arrayContaining([{ commits_state: 'complete', count: '1' }]),
     );

@@ -1,10 +1,12 @@
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { type RawBuilder, sql } from 'kysely';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NO_CREDENTIAL_IN_USE } from '../../src/commits/deployment.ts';
 import { commitsBacklogStatement, commitsStateCounts } from '../../src/status/commits.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { explain, indexReads, seqScans } from '../support/plans.ts';
 import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
@@ -91,8 +93,9 @@ describe('commits status', () => {
       graphql: { pushes: 0, points: 0, pushesPerPoint: null },
       stored: 7,
       storedEstimated: false,
-      // No source at all here: nothing asks for commits (ADR 0112).
+      // The deployment used a credential ('fixture', the ledger above) but no source asks.
       off: 'no enabled source has commits on (bin/sources commits ID on)',
+      awaitingCredential: 0,
     });
   });
 
@@ -116,27 +119,38 @@ describe('commits status', () => {
     expect(json.commits).toMatchObject({ byState: BY_STATE, pendingDue: 3, requestsLastHour: 3 });
   });
 
-  it('bin/status says in one line why commits are off: no credential, then no source asking', async () => {
+  it("bin/status says in one line why commits are off, from the deployment's credentials: none used, then no source asking", async () => {
     const base = { ...process.env, DATABASE_URL: t.url, LOG_LEVEL: 'silent' };
+    // The shell's own configuration does not matter: anonymous or with a token, the same.
     const anonymous = { ...base, GITHUB_MODE: 'live', GITHUB_TOKEN: '', GITHUB_TOKENS: '' };
+    const withToken = { ...base, GITHUB_MODE: 'live', GITHUB_TOKEN: 'ghp_shell0000000000000' };
     await sql`INSERT INTO event_sources (kind, target, mode, commits_enabled)
       VALUES ('public', NULL, 'live', true)`.execute(t.db);
+    // What the ledger says: no credential used in the last hour (the fixture's moved back;
+    // the per-minute counters follow by trigger).
+    await sql`UPDATE github_requests SET reserved_at = reserved_at - interval '3 hours'`.execute(
+      t.db,
+    );
     try {
-      const text = (await run(process.execPath, [BIN], { env: anonymous })).stdout;
-      const why =
-        'commits are off: no GitHub credential: commits are fetched with GraphQL, which needs one (set GITHUB_TOKEN, GITHUB_TOKENS or GITHUB_APP_ID)';
-      expect(text.split('\n').filter((l) => l.includes('commits are off'))).toEqual([`  ${why}`]);
+      const why = `commits are off: ${NO_CREDENTIAL_IN_USE}`;
+      for (const env of [anonymous, withToken]) {
+        const text = (await run(process.execPath, [BIN], { env })).stdout;
+        expect(text.split('\n').filter((l) => l.includes('commits are off'))).toEqual([`  ${why}`]);
+      }
       const json = JSON.parse(
         (await run(process.execPath, [BIN, '--json'], { env: anonymous })).stdout,
       );
-      expect(json.commits.off).toBe(why.slice('commits are off: '.length));
-      // With a credential and a source whose commits are on, there is no such line.
-      const fixture = { ...base, GITHUB_MODE: 'fixture' };
-      const on = (await run(process.execPath, [BIN], { env: fixture })).stdout;
+      expect(json.commits.off).toBe(NO_CREDENTIAL_IN_USE);
+      // A credential some process used, and a source whose commits are on: no such line, in
+      // an anonymous shell too.
+      await sql`UPDATE github_requests SET reserved_at = reserved_at + interval '3 hours'`.execute(
+        t.db,
+      );
+      const on = (await run(process.execPath, [BIN], { env: anonymous })).stdout;
       expect(on).toMatch(/^Commits$/m);
       expect(on).not.toContain('commits are off');
       await sql`UPDATE event_sources SET commits_enabled = false`.execute(t.db);
-      expect((await run(process.execPath, [BIN], { env: fixture })).stdout).toContain(
+      expect((await run(process.execPath, [BIN], { env: anonymous })).stdout).toContain(
         '  commits are off: no enabled source has commits on (bin/sources commits ID on)',
       );
     } finally {
@@ -147,7 +161,7 @@ describe('commits status', () => {
 
   it('the HTML page has a commits card', async () => {
     const html = await (await fetch(`${web.url}/`)).text();
-    const card = html.match(/<div class="card"><h2>Commits<\/h2>.*?<\/dl><\/div>/s)?.[0];
+    const card = html.match(/<div class="card" id="commits-card"><h2>Commits<\/h2>.*?<\/dl>/s)?.[0];
     expect(card).toBeDefined();
     expect(card).toContain('<div class="big">7 stored</div>');
     expect(card).toContain('<dt>due for fetching</dt><dd>3</dd>');
@@ -169,12 +183,6 @@ describe('commits status', () => {
 });
 
 describe('commits status plans', () => {
-  async function plan(statement: RawBuilder<unknown>): Promise<string> {
-    const compiled = statement.compile(t.db);
-    const r = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
-    return (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
-  }
-
   it('counts by state, the due backlog and the fetch rate from their indexes', async () => {
     // Enough rows that a sequential scan would be the planner's choice without the indexes,
     // committed durably and vacuumed so the pages are all-visible (as in hot-path-plans).
@@ -195,11 +203,17 @@ describe('commits status plans', () => {
     });
     await sql`VACUUM (ANALYZE) push_events`.execute(t.db);
     await sql`VACUUM (ANALYZE) github_requests`.execute(t.db);
-    const states = await plan(commitsStateCounts());
-    expect(states).toMatch(/Index Only Scan using push_events_commits_state/);
-    const backlog = await plan(commitsBacklogStatement(new Date()));
-    expect(backlog).toMatch(/Index (Only )?Scan using push_events_commits_due/);
-    expect(backlog).toMatch(/(Index|Bitmap Index) (Only )?Scan (using|on) github_requests_commits/);
-    expect(backlog).not.toMatch(/Seq Scan/);
+    const states = await explain(t.db, commitsStateCounts());
+    expect(
+      indexReads(states, 'push_events_commits_state', ['Index Only Scan']),
+      states.shown,
+    ).not.toEqual([]);
+    const backlog = await explain(t.db, commitsBacklogStatement(new Date()));
+    expect(
+      indexReads(backlog, 'push_events_commits_due', ['Index Scan', 'Index Only Scan']),
+      backlog.shown,
+    ).not.toEqual([]);
+    expect(indexReads(backlog, 'github_requests_commits'), backlog.shown).not.toEqual([]);
+    expect(seqScans(backlog), backlog.shown).toEqual([]);
   });
 });

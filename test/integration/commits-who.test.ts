@@ -20,8 +20,9 @@ import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web
 // Who gets commits (issue 26 item 3, ADR 0112): a push of any origin — a poll, a webhook
 // delivery, bin/backfill, a gap fill, another instance's archive — is pending (due now) when
 // an enabled source with commits on covers it; the public source covers every public push.
-// Covered only by sources whose commits are off, or stored by a process without a
-// credential, it is skipped. Each origin runs its real store path against Postgres.
+// Covered only by sources whose commits are off, it is skipped; covered, but stored by a
+// process without a credential, it is skipped with a next attempt: it waits for one
+// (ADR 0186). Each origin runs its real store path against Postgres.
 
 const t = useTestDatabase();
 const clients = clientFactory(t);
@@ -86,6 +87,8 @@ async function stateOf(repositoryId: number | string): Promise<Stored> {
 
 const PENDING: Stored = { commits_state: 'pending', due: true };
 const SKIPPED: Stored = { commits_state: 'skipped', due: false };
+/** Covered, stored by a process without a credential: skipped with a next attempt, waiting for one. */
+const AWAITING: Stored = { commits_state: 'skipped', due: true };
 
 /** A post-2025-10 push (no commits in it): to COVERED, or to a stranger's repository. */
 function event(o: { covered: boolean; private?: boolean }): GitHubEvent {
@@ -221,11 +224,12 @@ describe('a polled push', () => {
     expect(await stateOf(repoIdOf(covered))).toEqual(SKIPPED);
   });
 
-  it('is skipped by a process without a credential, whoever covers it', async () => {
-    const id = await sources({ public: true, repo: 'on' });
-    const covered = event({ covered: true });
-    await byPoll(id, [covered], true);
-    expect(await stateOf(repoIdOf(covered))).toEqual(SKIPPED);
+  it('is skipped, waiting for a credential, by a process without one; not covered, plainly skipped', async () => {
+    const id = await sources({ public: false, repo: 'on' });
+    const [covered, stranger] = [event({ covered: true }), event({ covered: false })];
+    await byPoll(id, [covered, stranger], true);
+    expect(await stateOf(repoIdOf(covered))).toEqual(AWAITING);
+    expect(await stateOf(repoIdOf(stranger))).toEqual(SKIPPED);
   });
 });
 
@@ -254,9 +258,12 @@ describe('a webhook push that does not carry all its commits', () => {
     );
   });
 
-  it('is not fetched by a process without a credential', async () => {
+  it('is not fetched by a process without a credential: what it carried is kept', async () => {
     await sources({ public: true, repo: 'on' });
-    expect((await stateOf(await byWebhook({ covered: true }, true))).commits_state).toBe('partial');
+    expect(await stateOf(await byWebhook({ covered: true }, true))).toEqual({
+      commits_state: 'partial',
+      due: false,
+    });
   });
 });
 
@@ -287,11 +294,12 @@ describe.each(ARCHIVE_ORIGINS)('a push read by %s', (origin) => {
     expect(await stateOf(repoIdOf(covered))).toEqual(SKIPPED);
   });
 
-  it('is skipped by a process without a credential', async () => {
-    const id = await sources({ public: true, repo: 'on' });
-    const covered = event({ covered: true });
-    expect((await byArchive(origin, id, [covered], true)).commitsPending).toBe(0);
-    expect(await stateOf(repoIdOf(covered))).toEqual(SKIPPED);
+  it('is skipped, waiting for a credential, by a process without one', async () => {
+    const id = await sources({ public: false, repo: 'on' });
+    const [covered, stranger] = [event({ covered: true }), event({ covered: false })];
+    expect((await byArchive(origin, id, [covered, stranger], true)).commitsPending).toBe(0);
+    expect(await stateOf(repoIdOf(covered))).toEqual(AWAITING);
+    expect(await stateOf(repoIdOf(stranger))).toEqual(SKIPPED);
   });
 });
 

@@ -5,6 +5,7 @@ import { claimNext, claimStatement, releaseClaim } from '../../src/enrichment/cl
 import { backlog, countDue, dueStatement, hasDueWork } from '../../src/enrichment/due.ts';
 import { ageOut } from '../../src/enrichment/state.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { explain, type Plan, seqScans } from '../support/plans.ts';
 import { entityRow, insertEntities, insertPending, rowText } from './enrichment-fixtures.ts';
 
 const t = useTestDatabase();
@@ -170,23 +171,24 @@ describe('query plans at scale', () => {
       FROM generate_series(1000000, 1099999) g`.execute(t.db);
     await sql`ANALYZE repositories`.execute(t.db);
     const now = new Date();
-    const plans: string[] = [];
+    const plans: Plan[] = [];
     for (const refresh of [false, true]) {
       const stmt = claimStatement('repository', refresh, new Date(now.getTime() + 60_000), {
         now,
         leaseSeconds: 60,
         workerId: 'w',
       });
-      const compiled = stmt.compile(t.db);
-      const r = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
-      plans.push((r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n'));
+      plans.push(await explain(t.db, stmt));
     }
-    const due = dueStatement('repository', now, 7 * 86400).compile(t.db);
-    const r = await t.db.executeQuery({ ...due, sql: `EXPLAIN ${due.sql}` });
-    plans.push((r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n'));
+    plans.push(await explain(t.db, dueStatement('repository', now, 7 * 86400)));
     for (const plan of plans) {
-      expect(plan).not.toMatch(/Seq Scan/);
-      expect(plan).toMatch(/Index (Only )?Scan using repositories_/);
+      expect(seqScans(plan), plan.shown).toEqual([]);
+      const indexScans = plan.nodes.filter(
+        (n) =>
+          ['Index Scan', 'Index Only Scan'].includes(n['Node Type']) &&
+          n['Index Name']?.startsWith('repositories_'),
+      );
+      expect(indexScans, plan.shown).not.toEqual([]);
     }
   });
 });

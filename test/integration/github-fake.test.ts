@@ -181,6 +181,15 @@ describe('the CLI starter', () => {
         await fetch(`${url}/events?per_page=100`, { headers: VERSION })
       ).json()) as { type: string }[];
       expect(page.filter((e) => e.type === 'PushEvent')).toHaveLength(12);
+      // Dated now: the minutes before the server started, so coverage, the charts and
+      // "pushed in the last 24h" show the demo's pushes.
+      const dates = (page as unknown as { created_at: string }[]).map((e) =>
+        Date.parse(e.created_at),
+      );
+      for (const at of dates) {
+        expect(at).toBeLessThanOrEqual(Date.now());
+        expect(at).toBeGreaterThan(Date.now() - 3_600_000);
+      }
       expect((await fetch(`${url}/users/dependabot%5Bbot%5D`, { headers: VERSION })).status).toBe(
         200,
       );

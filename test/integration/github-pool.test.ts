@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type Clock, fixedClock } from '../../src/clock.ts';
 import { int4Key, LockSpace } from '../../src/db/locks.ts';
 import {
   budgetStateStatement,
@@ -17,6 +18,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { spendRows } from '../support/ledger-factories.ts';
+import { explain, indexReads, seqScans } from '../support/plans.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
@@ -33,7 +35,7 @@ const fake = useFakeGitHub();
 afterEach(() => clients.closeAll());
 
 /** A client over a pool of `n` fresh tokens (and the tokens, for the fake's buckets). */
-function pool(n = 2, o: { gateWaitSeconds?: number } = {}) {
+function pool(n = 2, o: { gateWaitSeconds?: number; clock?: Clock } = {}) {
   const tokens = Array.from({ length: n }, randomToken);
   const gh = clients.make({
     apiUrl: fake.url,
@@ -47,9 +49,9 @@ function pool(n = 2, o: { gateWaitSeconds?: number } = {}) {
 /** What GitHub last said about a credential: its quota, what is left, when it resets. */
 async function observed(
   credential: string,
-  o: { quota: number; remaining?: number; resetInMinutes: number },
+  o: { quota: number; remaining?: number; resetInMinutes: number; now?: Date },
 ) {
-  const now = new Date();
+  const now = o.now ?? new Date();
   await t.db
     .insertInto('github_rate_limits')
     .values({
@@ -172,20 +174,22 @@ describe('the pool', () => {
   });
 
   it('a credential the cheap choice over-counts (its window starts mid-minute) is still chosen exactly', async () => {
-    const { gh, labels } = pool(2);
+    // The client's clock is set so that a's window starts 10 s into a minute, wherever the
+    // wall clock is in its own minute: the spends 1 s before the window start share its minute.
+    const clock = fixedClock(new Date(Math.floor(Date.now() / 60_000) * 60_000 + 10_000));
+    const { gh, labels } = pool(2, { clock });
     const [a, b] = labels as [string, string];
     // b's allowance is spent. a's window starts inside a minute whose earlier part holds
     // spends that left the window: the whole-minute counters see a as full too, the exact
     // window does not.
-    await observed(a, { quota: 60, resetInMinutes: 40 });
-    await observed(b, { quota: 60, resetInMinutes: 40 });
-    await spend(b, 'enrich', 40);
+    await observed(a, { quota: 60, resetInMinutes: 40, now: clock.now() });
+    await observed(b, { quota: 60, resetInMinutes: 40, now: clock.now() });
+    await spendRows(t.db, b, 'enrich', 40, { at: new Date(clock.now().getTime() - 60_000) });
     const aStart = (await gh.budget()).credentials.find((c) => c.credential === a)!;
     const windowStart = new Date(aStart.resetAt!.getTime() - 3600_000 - 60_000);
-    const before = new Date(
-      Math.max(windowStart.getTime() - 1000, Math.floor(windowStart.getTime() / 60_000) * 60_000),
-    );
-    await spendRows(t.db, a, 'enrich', 40, { ageSeconds: (Date.now() - before.getTime()) / 1000 });
+    expect(windowStart.getUTCSeconds()).toBe(10);
+    const before = new Date(windowStart.getTime() - 1000);
+    await spendRows(t.db, a, 'enrich', 40, { at: before });
     const d = await gh.tryReserve('enrich');
     expect(d.ok).toBe(true);
     if (d.ok) expect(d.reservation.credential).toBe(a);
@@ -316,11 +320,11 @@ describe('the pool', () => {
     // Each counts its own rows only: a quarter of the last hour's 3,600 (± the row on the
     // window's edge).
     for (const row of r.rows) expect(Math.abs(row.poll + row.enrich - 900)).toBeLessThanOrEqual(1);
-    const compiled = statement.compile(t.db);
-    const plan = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
-    const text = (plan.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
-    expect(text).toMatch(/Index Only Scan using github_requests_spend/);
-    expect(text).not.toMatch(/Seq Scan on github_requests/);
+    const plan = await explain(t.db, statement);
+    expect(indexReads(plan, 'github_requests_spend', ['Index Only Scan']), plan.shown).not.toEqual(
+      [],
+    );
+    expect(seqScans(plan, 'github_requests'), plan.shown).toEqual([]);
   });
 });
 

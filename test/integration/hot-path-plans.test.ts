@@ -8,6 +8,14 @@ import {
   reservationStatement,
 } from '../../src/github/budget.ts';
 import { useTestDatabase } from '../support/db.ts';
+import {
+  explain,
+  indexReads,
+  type Plan,
+  planFromRows,
+  rowsRead,
+  seqScans,
+} from '../support/plans.ts';
 
 /**
  * The two counts benchmark 2 found slow are cheap whatever the table's size: the budget's
@@ -69,77 +77,45 @@ async function load(table: string, insert: RawBuilder<unknown>): Promise<void> {
   ).toBeGreaterThan(0.95);
 }
 
-async function plan(statement: RawBuilder<unknown>): Promise<string> {
-  const compiled = statement.compile(t.db);
-  const r = await t.db.executeQuery({ ...compiled, sql: `EXPLAIN ${compiled.sql}` });
-  return (r.rows as { 'QUERY PLAN': string }[]).map((x) => x['QUERY PLAN']).join('\n');
-}
-
 /**
  * The plan Postgres caches for `statement` as a prepared statement under force_generic_plan
  * (src/db/prepared.ts: the budget's statements run so): planned blind to the parameters, then
  * executed with them. EXPLAIN (GENERIC_PLAN) exists only from Postgres 16; this works on 15.
  */
-async function genericPlan(statement: RawBuilder<unknown>, analyze = false): Promise<string> {
+async function genericPlan(statement: RawBuilder<unknown>, analyze = false): Promise<Plan> {
   const compiled = statement.compile(t.db);
   const literal = (v: unknown) =>
     v === null || v === undefined
       ? 'NULL'
       : pg.escapeLiteral(v instanceof Date ? v.toISOString() : String(v));
   const client = await t.pool.connect();
-  let shown = '';
   try {
     // Rolled back: an executed reservation inserts its row.
     await client.query('BEGIN');
     await client.query(`PREPARE generic_probe AS ${compiled.sql}`);
     await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
     const args = compiled.parameters.map(literal).join(', ');
-    const options = analyze ? '(ANALYZE, FORMAT JSON)' : '';
+    const options = analyze ? '(ANALYZE, FORMAT JSON)' : '(FORMAT JSON)';
     const r = await client.query(`EXPLAIN ${options} EXECUTE generic_probe(${args})`);
-    shown = analyze
-      ? JSON.stringify(r.rows[0]['QUERY PLAN'])
-      : r.rows.map((x: { 'QUERY PLAN': string }) => x['QUERY PLAN']).join('\n');
+    return planFromRows(r.rows);
   } finally {
     await client.query('ROLLBACK');
     // PREPARE is not transactional: the next probe on this session must find the name free.
     await client.query('DEALLOCATE generic_probe').catch(() => {});
     client.release();
   }
-  return shown;
 }
 
-interface PlanNode {
-  'Relation Name'?: string;
-  'Actual Rows'?: number;
-  'Actual Loops'?: number;
-  'Rows Removed by Filter'?: number;
-  'Rows Removed by Index Recheck'?: number;
-  'Heap Fetches'?: number;
-  Plans?: PlanNode[];
-}
-
-/** Rows each relation's scans returned or filtered out, summed over the executed plan. */
-async function rowsRead(statement: RawBuilder<unknown>): Promise<Record<string, number>> {
-  const compiled = statement.compile(t.db);
-  const r = await t.db.executeQuery({
-    ...compiled,
-    sql: `EXPLAIN (ANALYZE, FORMAT JSON) ${compiled.sql}`,
-  });
-  return readOf((r.rows as { 'QUERY PLAN': { Plan: PlanNode }[] }[])[0]!['QUERY PLAN'][0]!.Plan);
-}
-
-function readOf(root: PlanNode): Record<string, number> {
-  const out: Record<string, number> = {};
-  const walk = (n: PlanNode) => {
-    if (n['Relation Name']) {
-      const loops = n['Actual Loops'] ?? 1;
-      const read = (n['Actual Rows'] ?? 0) + (n['Rows Removed by Filter'] ?? 0);
-      out[n['Relation Name']] = (out[n['Relation Name']] ?? 0) + read * loops;
-    }
-    for (const c of n.Plans ?? []) walk(c);
-  };
-  walk(root);
-  return out;
+/** The budget's reads: each window's minutes and spends from their indexes, never a table scan. */
+function expectBudgetIndexes(p: Plan): void {
+  // (The minutes may be read through a bitmap of that same index range.)
+  expect(indexReads(p, 'github_request_minutes_pkey'), p.shown).not.toEqual([]);
+  expect(indexReads(p, 'github_requests_spend', ['Index Only Scan']), p.shown).not.toEqual([]);
+  const scan = ['Index Scan', 'Index Only Scan'];
+  expect(indexReads(p, 'github_requests_unfinished', scan), p.shown).not.toEqual([]);
+  expect(indexReads(p, 'github_requests_finished', scan), p.shown).not.toEqual([]);
+  expect(seqScans(p, 'github_requests'), p.shown).toEqual([]);
+  expect(seqScans(p, 'github_request_minutes'), p.shown).toEqual([]);
 }
 
 describe('hot-path plans', () => {
@@ -175,18 +151,15 @@ describe('hot-path plans', () => {
       const statement = budgetStateStatement(policy, now);
       // Planned for these parameters, then as the plan a session caches once (a poll's
       // reservation and pick, generic): the same short range scans, whatever the parameters.
-      const executed = JSON.parse(await genericPlan(statement, true)) as { Plan: PlanNode }[];
       const plans = [
-        { shown: await plan(statement), rows: await rowsRead(statement) },
-        { shown: await genericPlan(statement), rows: readOf(executed[0]!.Plan) },
+        {
+          shown: await explain(t.db, statement),
+          rows: rowsRead(await explain(t.db, statement, { analyze: true })),
+        },
+        { shown: await genericPlan(statement), rows: rowsRead(await genericPlan(statement, true)) },
       ];
       for (const { shown, rows } of plans) {
-        // (The minutes may be read through a bitmap of that same index range.)
-        expect(shown).toMatch(/Index (Only )?Scan (using|on) github_request_minutes_pkey/);
-        expect(shown).toMatch(/Index Only Scan using github_requests_spend/);
-        expect(shown).toMatch(/Index (Only )?Scan using github_requests_unfinished/);
-        expect(shown).toMatch(/Index (Only )?Scan using github_requests_finished/);
-        expect(shown).not.toMatch(/Seq Scan on github_request/);
+        expectBudgetIndexes(shown);
         // What it reads, executed: a minute or two of rows at most, never the window's ~1,500.
         expect(rows.github_request_minutes).toBeLessThanOrEqual(62);
         expect(rows.github_requests).toBeLessThan(120);
@@ -204,10 +177,10 @@ describe('hot-path plans', () => {
       ];
       for (const s of statements) {
         const shown = await genericPlan(s);
-        expect(shown).toMatch(/Index (Only )?Scan (using|on) github_request_minutes_pkey/);
-        expect(shown).not.toMatch(/Seq Scan on github_request/);
-        const ran = JSON.parse(await genericPlan(s, true)) as { Plan: PlanNode }[];
-        const rows = readOf(ran[0]!.Plan);
+        expect(indexReads(shown, 'github_request_minutes_pkey'), shown.shown).not.toEqual([]);
+        expect(seqScans(shown, 'github_requests'), shown.shown).toEqual([]);
+        expect(seqScans(shown, 'github_request_minutes'), shown.shown).toEqual([]);
+        const rows = rowsRead(await genericPlan(s, true));
         expect(rows.github_request_minutes).toBeLessThanOrEqual(2 * 62);
         expect(rows.github_requests ?? 0).toBeLessThan(240);
       }
@@ -226,10 +199,10 @@ describe('hot-path plans', () => {
         CASE WHEN g % 300 = 0 THEN now() + interval '1 minute' END
       FROM generate_series(1, 100000) g`,
     );
-    const p = await plan(countDueStatement('actor', new Date(), 7 * 86400));
-    expect(p).toMatch(/Index Only Scan using actors_pending/);
-    expect(p).toMatch(/Index Only Scan using actors_age_out/);
-    expect(p).not.toMatch(/Seq Scan/);
+    const p = await explain(t.db, countDueStatement('actor', new Date(), 7 * 86400));
+    expect(indexReads(p, 'actors_pending', ['Index Only Scan']), p.shown).not.toEqual([]);
+    expect(indexReads(p, 'actors_age_out', ['Index Only Scan']), p.shown).not.toEqual([]);
+    expect(seqScans(p), p.shown).toEqual([]);
     // And the count is right: 1,000 pending minus the 333 under a live lease (g % 300 = 0
     // are all pending), plus enriched rows 8–19 days old (12 of every 20 days).
     const r = await countDueStatement('actor', new Date(), 7 * 86400).execute(t.db);

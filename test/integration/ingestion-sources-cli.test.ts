@@ -1,5 +1,6 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/sources.ts';
+import { NO_CREDENTIAL_IN_USE } from '../../src/commits/deployment.ts';
 import { UsageError } from '../../src/errors.ts';
 import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -62,10 +63,24 @@ describe('bin/sources', () => {
     expect(lines[0]).toMatch(
       /^ID\s+KIND\s+TARGET\s+MODE\s+ENABLED\s+COMMITS\s+NEXT POLL\s+FAILURES\s+LAST ERROR$/,
     );
+    // No process of this deployment has used a credential: on, and the pushes wait for one.
     expect(lines.find((l) => l.includes('octocat/Hello-World'))).toMatch(
-      /repo\s+octocat\/Hello-World\s+live\s+yes\s+on\s+due\s+0\s+-/,
+      /repo\s+octocat\/Hello-World\s+live\s+yes\s+on, no credential\s+due\s+0\s+-/,
     );
-    expect(lines.find((l) => l.includes('public'))).toMatch(/public\s+-\s+live\s+yes\s+on\s+/);
+    expect(lines.find((l) => l.includes('public'))).toMatch(
+      /public\s+-\s+live\s+yes\s+on, no credential\s+/,
+    );
+    // Once a credential answered some process, plainly on.
+    await t.db
+      .insertInto('github_rate_limits')
+      .values({ credential: 'token:0123abcd', quota: 5000, remaining: 4999, reset_at: new Date() })
+      .execute();
+    try {
+      const on = (await run(['list'])).out.split('\n');
+      expect(on.find((l) => l.includes('public'))).toMatch(/public\s+-\s+live\s+yes\s+on\s+due/);
+    } finally {
+      await t.db.deleteFrom('github_rate_limits').execute();
+    }
 
     const json = JSON.parse((await run(['list', '--json'])).out) as {
       id: number;
@@ -94,7 +109,7 @@ describe('bin/sources', () => {
     const id = String(src!.id);
     expect((await run(['disable', id])).out).toBe(`source ${id} disabled: org github (live)\n`);
     expect((await run(['list'])).out.split('\n').find((l) => l.includes('github '))).toMatch(
-      /org\s+github\s+live\s+no\s+on\s+-/,
+      /org\s+github\s+live\s+no\s+on, no credential\s+-/,
     );
     expect((await run(['enable', id])).out).toBe(`source ${id} enabled: org github (live)\n`);
     const row = await t.db
@@ -127,11 +142,11 @@ describe('bin/sources', () => {
     expect((await run(['list'])).out.split('\n').find((l) => l.includes('Hello-World'))).toMatch(
       /live\s+yes\s+off\s+/,
     );
-    // This process has no credential (live, no token): on is stored, and it says why it waits.
+    // No process of the deployment has a credential: on is stored, and it says why it waits.
     expect(await run(['commits', id, 'on'])).toEqual({
       code: 0,
       out: `source ${id} commits on: repo octocat/Hello-World (live); applies to pushes stored from now on\n`,
-      err: 'sources: commits stay off in this process: no GitHub credential: commits are fetched with GraphQL, which needs one (set GITHUB_TOKEN, GITHUB_TOKENS or GITHUB_APP_ID)\n',
+      err: `sources: commits are not fetched yet: ${NO_CREDENTIAL_IN_USE}\n`,
     });
     expect(await commitsOf()).toBe(true);
   });

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
 import { pruneLedgers } from '../../src/maintenance/prune.ts';
-import { handleMaintenance, type JobContext } from '../../src/queue/handlers.ts';
+import { handleBackfill, handleMaintenance, type JobContext } from '../../src/queue/handlers.ts';
 import { captureLogger, testConfig } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 
@@ -129,5 +129,31 @@ describe('maintenance', () => {
       },
     ]);
     expect(await counts()).toEqual({ runs: 4, requests: 4, attempts: 4 });
+  });
+});
+
+describe('job.completed', () => {
+  it('a job that found nothing to do says so at debug; one that did something at info', async () => {
+    const run = async (level: string) => {
+      const { logger, events } = captureLogger(level);
+      const ctx = {
+        deps: { config: testConfig(), db: t.db, pool: t.pool, logger, workerId: 'test:1' },
+        boss: undefined,
+        isStopping: () => false,
+      } as unknown as JobContext;
+      // No gap recorded: the backfill job finds nothing due.
+      expect(await handleBackfill(ctx, { id: `backfill-${level}` })).toMatchObject({
+        outcome: 'nothing_due',
+      });
+      expect(await handleMaintenance(ctx, { id: `maintenance-${level}` })).toMatchObject({
+        outcome: 'pruned',
+      });
+      return events('job.completed').map((l) => [l.queue, l.outcome, l.level]);
+    };
+    expect(await run('info')).toEqual([['maintenance', 'pruned', 'info']]);
+    expect(await run('debug')).toEqual([
+      ['backfill', 'nothing_due', 'debug'],
+      ['maintenance', 'pruned', 'info'],
+    ]);
   });
 });

@@ -103,6 +103,7 @@ describe('GET /status', () => {
       webhook: 52,
       archive: 20,
       last24h: 540,
+      pushedLast24h: 540,
     });
     expect(s.activity.gapsLast24h).toBe(1);
     expect(s.gaps).toMatchObject({
@@ -151,7 +152,9 @@ describe('GET /', () => {
     expect(html).toContain('actor backlog');
     expect(html).toMatch(/<h2>Gaps<\/h2><div class="big">1 open<\/div>/);
     expect(html).toContain('<dt>pushes recovered</dt><dd>20</dd>');
-    expect(html).toContain('<dt>last backfill</dt><dd>2026-11-29-3 completed 1h ago</dd>');
+    expect(html).toContain(
+      '<dt>last backfill</dt><dd class="phrases"><span>2026-11-29-3</span> <span>completed</span> <span>1h ago</span></dd>',
+    );
     expect(html.match(/<svg /g)).toHaveLength(3);
     expect(html).toContain('Events ingested per minute');
     expect(html).toContain('Requests spent per minute');

@@ -42,6 +42,25 @@ describe('bin/status', () => {
     expect(stdout).toContain('disabled (WEBHOOK_SECRET is not set)');
   });
 
+  it('names both 24 hours: the pushes pushed in them (event time) and the ones that arrived', async () => {
+    // An old hour backfilled now: arrived in the last 24 hours, pushed three days ago.
+    await sql`
+      INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at, payload,
+        origin)
+      VALUES (1, 1, 'refs/heads/old', 'h-old', 'b-old', now() - interval '3 days', '{}',
+        'archive')`.execute(t.db);
+    try {
+      const { stdout } = await status([]);
+      expect(stdout).toMatch(
+        /^Pushes: 541 held \(468 polled, 52 by webhook, 21 from the archive\); in the last 24h 540 pushed, 541 arrived$/m,
+      );
+      const json = JSON.parse((await status(['--json'])).stdout);
+      expect(json.activity.pushes).toMatchObject({ last24h: 541, pushedLast24h: 540 });
+    } finally {
+      await sql`DELETE FROM push_events WHERE head = 'h-old'`.execute(t.db);
+    }
+  });
+
   it('--json prints the same report as GET /status', async () => {
     const { stdout } = await status(['--json']);
     const report = JSON.parse(stdout);

@@ -90,6 +90,8 @@ function renderMatrix(rows: MatrixRow[]): string {
 
 function baseEnv(db: ScratchDatabase): Record<string, string> {
   return {
+    // Idle jobs (nothing_due, nothing_to_do) log job.completed at debug: this test counts them.
+    LOG_LEVEL: 'debug',
     DATABASE_URL: db.url,
     GITHUB_MODE: 'live',
     GITHUB_API_URL: fake.url,

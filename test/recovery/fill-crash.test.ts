@@ -78,6 +78,8 @@ describe('a gap fill SIGKILLed mid-download', () => {
     }
     fake.addEvents(`repo:${gapped.name}`, first);
     const worker = spawnBin('worker', {
+      // Idle jobs log job.completed at debug: a backfill job finding nothing due is waited for.
+      LOG_LEVEL: 'debug',
       DATABASE_URL: t.url,
       GITHUB_MODE: 'live',
       GITHUB_API_URL: fake.url,

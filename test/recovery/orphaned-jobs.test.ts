@@ -106,6 +106,8 @@ describe('a worker killed mid-job', () => {
               'pending', now())`.execute(scratch.db);
         }
         const env = {
+          // Idle jobs log job.completed at debug: the next job of a queue is waited for by it.
+          LOG_LEVEL: 'debug',
           DATABASE_URL: scratch.url,
           GITHUB_MODE: 'live',
           GITHUB_API_URL: fake.url,
@@ -195,6 +197,8 @@ describe('a worker killed mid-job', () => {
       scratch = await createScratchDatabase();
       fake.reset();
       const env = {
+        // Idle jobs log job.completed at debug: the next job of a queue is waited for by it.
+        LOG_LEVEL: 'debug',
         DATABASE_URL: scratch.url,
         GITHUB_MODE: 'live',
         GITHUB_API_URL: fake.url,

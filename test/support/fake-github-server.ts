@@ -14,7 +14,8 @@
  *   { "events": { "public": [ …events, oldest first… ] }, "users": [ … ], "repos": [ … ],
  *     "commits": { "owner/name": [ …commits, parents first… ] },
  *     "branches": { "owner/name": { "main": "<sha>" } } }
- * `--seed demo` serves a small generated timeline (12 pushes by 4 actors incl. a bot) over
+ * `--seed demo` serves a small generated timeline (12 pushes by 4 actors incl. a bot, dated in
+ * the minutes before the server started) over
  * real commit graphs (git-world.ts): each repository's history before its first push, then
  * linear pushes, a new branch, a merge and a force push, so compare and GraphQL answer
  * for every push in it.
@@ -48,7 +49,10 @@ export function seedDemo(fake: FakeGitHub): void {
     { id: 1024025, login: 'torvalds' },
     { id: 9919, login: 'github' },
   ];
-  const world = gitWorld(fake);
+  // Dated now: the demo's pushes happened in the last minutes, so bin/status --coverage, the
+  // page's charts and "pushed in the last 24h" all show them. The commits before them.
+  const now = Date.now();
+  const world = gitWorld(fake, { start: new Date(now - 3 * 3_600_000) });
   const repos = [
     world.repo('octocat/Hello-World', { id: 1296269 }),
     world.repo('torvalds/linux', { id: 2325298 }),
@@ -79,6 +83,12 @@ export function seedDemo(fake: FakeGitHub): void {
         }),
       );
   }
+  // One a minute, the last one a minute ago, oldest first (as the feed lists them).
+  for (const [i, ev] of events.entries()) {
+    ev.created_at = new Date(now - (events.length - i) * 60_000)
+      .toISOString()
+      .replace(/\.\d{3}Z$/, 'Z');
+  }
   fake.addEvents('public', events);
   for (const a of actors) fake.setUser(userProfile(a));
 }
@@ -102,7 +112,8 @@ listening; point GITHUB_API_URL at that URL. Serves until SIGINT or SIGTERM.
 
   --port N            port to listen on (default 0: a free one)
   --seed FILE|demo    a JSON seed (events, users, repos, commits, branches), or demo: 12
-                      pushes by 4 actors over real commit graphs
+                      pushes by 4 actors over real commit graphs, one a minute up to a
+                      minute before it started
   --limit N           the rate limit an hour, anonymous and per token
   --poll-interval S   the X-Poll-Interval it answers (seconds)
   --latency-ms MS     how long each answer takes

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
+import type { Clock } from '../../src/clock.ts';
 import { type Config, loadConfig } from '../../src/config.ts';
 import { createGitHubClient } from '../../src/github/client.ts';
 import type { GitHubClient } from '../../src/github/types.ts';
@@ -23,6 +24,8 @@ export interface TestClientOptions {
   connectTimeoutMs?: number;
   logger?: Logger;
   env?: Record<string, string>;
+  /** The client's time (its reservations, windows and budget): default the system clock. */
+  clock?: Clock;
 }
 
 export function randomToken(): string {
@@ -73,6 +76,7 @@ export function clientFactory(t: TestDatabase) {
         db: t.db,
         databaseUrl: t.url,
         logger: o.logger ?? createLogger('silent'),
+        ...(o.clock ? { clock: o.clock } : {}),
       });
       open.push(client);
       return client;

@@ -2,8 +2,8 @@ import type { Db } from '../../src/db/pool.ts';
 
 /**
  * Request-ledger rows as other processes would have left them (not a test file): `n`
- * finished requests of `purpose` on `credential`, `ageSeconds` ago (default 60: inside the
- * current window), a 200 unless told otherwise (a 304 is free, an abandoned unsent row too).
+ * finished requests of `purpose` on `credential`, at `at` or `ageSeconds` ago (default 60:
+ * inside the current window), a 200 unless told otherwise (a 304 is free, an abandoned unsent row too).
  */
 export async function spendRows(
   db: Db,
@@ -15,10 +15,12 @@ export async function spendRows(
     outcome?: 'completed' | 'abandoned';
     sent?: boolean;
     ageSeconds?: number;
+    /** When they were sent (a test with an injected clock); overrides `ageSeconds`. */
+    at?: Date;
   } = {},
 ): Promise<void> {
   if (n === 0) return;
-  const at = new Date(Date.now() - (o.ageSeconds ?? 60) * 1000);
+  const at = o.at ?? new Date(Date.now() - (o.ageSeconds ?? 60) * 1000);
   const rows = Array.from({ length: n }, () => ({
     credential,
     purpose,

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { inlineCommits, MAX_INLINE_COMMITS, planCommits } from '../../src/commits/inline.ts';
+import {
+  AWAITING_CREDENTIAL,
+  inlineCommits,
+  MAX_INLINE_COMMITS,
+  planCommits,
+  stagedState,
+} from '../../src/commits/inline.ts';
 import { emailFor } from '../../src/commits/store.ts';
 import { NO_TARGETS } from '../../src/commits/targets.ts';
 
@@ -77,6 +83,42 @@ describe('inline commits from a hostile payload', () => {
       state: 'partial',
       count: null,
     });
+  });
+});
+
+describe('a covered push in a process without a credential (ADR 0186)', () => {
+  const everyone = { ...NO_TARGETS, publicPushes: true };
+  const noCredential = { ...everyone, credential: false };
+  // An event's list is at most 20 commits: 20 of a push of 25 (commit-list rules, ADR 0184).
+  const carried = Array.from({ length: 20 }, (_, i) => ({
+    sha: SHA(i + 1),
+    message: 'm',
+    author: { name: 'a', email: 'a@x' },
+  }));
+
+  it('is pending with one, skipped waiting for one without', () => {
+    const pending = planCommits(push({}, 3), everyone, 'github');
+    expect(pending).toMatchObject({ state: 'pending', count: 3, commits: [], due: true });
+    expect(pending.awaitingCredential).toBeUndefined();
+    const waiting = planCommits(push({}, 3), noCredential, 'github');
+    expect(waiting).toMatchObject({
+      state: 'skipped',
+      awaitingCredential: true,
+      count: 3,
+      commits: [],
+      due: false,
+    });
+    expect(stagedState(waiting)).toBe(AWAITING_CREDENTIAL);
+  });
+
+  it('keeps what it carried (partial), and a push nobody covers is plainly skipped', () => {
+    const partial = planCommits(push({ commits: carried }, 25), noCredential, 'github');
+    expect(partial).toMatchObject({ state: 'partial', count: 25 });
+    expect(partial.awaitingCredential).toBeUndefined();
+    const stranger = planCommits(push({}, 3), { ...NO_TARGETS, credential: false }, 'github');
+    expect(stranger).toMatchObject({ state: 'skipped', count: 3, commits: [], due: false });
+    expect(stranger.awaitingCredential).toBeUndefined();
+    expect(stagedState(stranger)).toBe('skipped');
   });
 });
 

@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { GitHubUnavailable, RateLimited } from '../../src/github/errors.ts';
 import { createLogger, jobLogger, logDestination } from '../../src/log.ts';
 import { formatLogLine } from '../../src/log-text.ts';
+import { talksTo } from '../../src/queue/worker-service.ts';
 import { terminal } from '../../src/terminal.ts';
 import { memoryLogger } from '../support/github-client.ts';
 import { visibleEscapes } from '../support/pty.ts';
@@ -153,5 +154,18 @@ describe('on a terminal', () => {
     expect(visibleEscapes(tty.written.join(''))).toMatch(
       /^\r<ESC>\[2K\[####\.\.\.\.\] 1\/2\r<ESC>\[2K\S+ INFO {2}a log line\n\[####\.\.\.\.\] 1\/2\r<ESC>\[2K$/,
     );
+  });
+});
+
+describe("the worker's start line", () => {
+  it('says live mode for github.com, else the API it talks to', () => {
+    expect(talksTo('live', 'https://api.github.com')).toBe('live mode');
+    expect(talksTo('live', 'http://127.0.0.1:38497')).toBe(
+      'live, GitHub API at http://127.0.0.1:38497',
+    );
+    expect(talksTo('live', 'https://ghe.example.com/api/v3')).toBe(
+      'live, GitHub API at https://ghe.example.com/api/v3',
+    );
+    expect(talksTo('fixture', 'https://api.github.com')).toBe('fixture mode');
   });
 });
