@@ -174,7 +174,8 @@ describe('migration 2026-12-04T1050_commit_sources_and_unverified', () => {
     const r = await sql<{ name: string; def: string; valid: boolean }>`
       SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS def, i.indisvalid AS valid
       FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-      WHERE c.relname LIKE 'push_events_commits_%' AND c.relname <> 'push_events_commits_state'
+      WHERE c.relname LIKE 'push_events_commits_%'
+        AND c.relname NOT IN ('push_events_commits_state', 'push_events_commits_awaiting')
       ORDER BY 1`.execute(s.db);
     return r.rows;
   }
