@@ -121,6 +121,8 @@ export class ArchiveCache {
   /** One build at a time (a build is a full read of the hour); the others wait for it. */
   #building: Promise<void> = Promise.resolve();
   #buildingNow = false;
+  /** Builds finished by this process: a look that began before one ended must look again. */
+  #buildsDone = 0;
 
   constructor(opts: ArchiveCacheOptions) {
     this.#db = opts.db;
@@ -221,6 +223,7 @@ export class ArchiveCache {
     ifNoneMatch: string | undefined,
     onBuild: (release: () => void) => void,
   ): Promise<Step> {
+    const seen = this.#buildsDone;
     const open = await hourOpenReasons(run, hour, now);
     if (open.includes('importing')) return { answer: { kind: 'importing', reasons: open } };
     const changes = await hourChanges(run, hour);
@@ -245,8 +248,9 @@ export class ArchiveCache {
     } else if (!(await hourKnown(run, hour.start, hourEnd(hour)))) {
       return { answer: { kind: 'unknown' } };
     }
-    // Checked and taken with no await between: one build at a time.
-    if (this.#buildingNow) return null;
+    // Checked and taken with no await between: one build at a time. A build that ended
+    // since this look began may be this hour's, recorded after this snapshot: look again.
+    if (this.#buildingNow || this.#buildsDone !== seen) return null;
     this.#buildingNow = true;
     let done!: () => void;
     this.#building = new Promise<void>((resolve) => {
@@ -254,6 +258,7 @@ export class ArchiveCache {
     });
     onBuild(() => {
       this.#buildingNow = false;
+      this.#buildsDone++;
       done();
     });
     const snapshot = await currentSnapshot(run);
