@@ -15,6 +15,9 @@ import ts from 'typescript';
  *   but a reader following the imports still walks in a circle, and the fix (move the type
  *   to the module both sides can import) is always small;
  * - no src module over `maxLines` lines;
+ * - no src module re-exports what another defines (`export … from`, or `export { x }` of an
+ *   imported `x`): such a shim keeps an old path alive, and importers should name the module
+ *   that defines the name;
  * - the executables in bin/ import only their entry paths (src/cli/ and bin/lib/).
  *
  * Every literal specifier counts: `import … from`, `import '…'`, `export … from`, `import()`
@@ -57,6 +60,7 @@ export type Violation =
   | { kind: 'sideways'; edge: Edge; fromLayer: string; toLayer: string }
   | { kind: 'cycle'; files: string[]; edges: Edge[] }
   | { kind: 'too-long'; file: string; lines: number }
+  | { kind: 'reexport'; file: string; line: number; names: string[] }
   | { kind: 'entry'; edge: Edge };
 
 export interface CheckOptions {
@@ -118,6 +122,45 @@ export function importSites(path: string, text: string): ImportSite[] {
     ts.forEachChild(node, visit);
   };
   visit(source);
+  return sites;
+}
+
+/**
+ * Where a module re-exports names another src module defines, with the names (`*` for all).
+ * A package's name given a home here (pino's Logger as ours) is not a shim: only relative
+ * imports count.
+ */
+export function reexportSites(path: string, text: string): { line: number; names: string[] }[] {
+  const source = ts.createSourceFile(path, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  const imported = new Set<string>();
+  const relative = (node: ts.Expression) =>
+    ts.isStringLiteral(node) && (node.text.startsWith('./') || node.text.startsWith('../'));
+  for (const st of source.statements) {
+    if (!ts.isImportDeclaration(st) || !st.importClause || !relative(st.moduleSpecifier)) continue;
+    const clause = st.importClause;
+    if (clause.name) imported.add(clause.name.text);
+    const named = clause.namedBindings;
+    if (named && ts.isNamedImports(named))
+      for (const e of named.elements) imported.add(e.name.text);
+    if (named && ts.isNamespaceImport(named)) imported.add(named.name.text);
+  }
+  const sites: { line: number; names: string[] }[] = [];
+  for (const st of source.statements) {
+    if (!ts.isExportDeclaration(st)) continue;
+    const line = source.getLineAndCharacterOfPosition(st.getStart(source)).line + 1;
+    const clause = st.exportClause;
+    if (st.moduleSpecifier) {
+      if (!relative(st.moduleSpecifier)) continue;
+      const names =
+        clause && ts.isNamedExports(clause) ? clause.elements.map((e) => e.name.text) : ['*'];
+      sites.push({ line, names });
+    } else if (clause && ts.isNamedExports(clause)) {
+      const names = clause.elements
+        .filter((e) => imported.has((e.propertyName ?? e.name).text))
+        .map((e) => e.name.text);
+      if (names.length > 0) sites.push({ line, names });
+    }
+  }
   return sites;
 }
 
@@ -300,6 +343,11 @@ export function checkLayers(options: CheckOptions): Violation[] {
     const lines = lineCount(files.get(file)!);
     if (lines > maxLines) out.push({ kind: 'too-long', file, lines });
   }
+  for (const file of src) {
+    for (const site of reexportSites(file, files.get(file)!)) {
+      out.push({ kind: 'reexport', file, ...site });
+    }
+  }
   return out;
 }
 
@@ -324,6 +372,7 @@ export function formatViolations(violations: readonly Violation[]): string {
     'upward',
     'sideways',
     'cycle',
+    'reexport',
     'too-long',
   ];
   const heading: Record<Violation['kind'], string> = {
@@ -334,6 +383,7 @@ export function formatViolations(violations: readonly Violation[]): string {
     upward: 'upward imports (a layer importing one above it)',
     sideways: 'sideways imports (sibling layers importing each other)',
     cycle: 'file-level import cycles (type-only imports count)',
+    reexport: 're-exports of what another module defines (import it from there)',
     'too-long': 'src modules over the line limit',
   };
   const lines: string[] = [];
@@ -365,6 +415,9 @@ export function formatViolations(violations: readonly Violation[]): string {
           break;
         case 'too-long':
           lines.push(`  ${v.file}: ${v.lines} lines`);
+          break;
+        case 'reexport':
+          lines.push(`  ${v.file}:${v.line} ${v.names.join(', ')}`);
           break;
       }
     }

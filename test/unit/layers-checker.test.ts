@@ -35,7 +35,7 @@ function cleanTree(): Map<string, string> {
     ['src/enrich/enrich.ts', "import type { p } from '../store/pushes.ts';\nexport const e = 1;\n"],
     [
       'src/app.ts',
-      "import { poll } from './poll/poll.ts';\nimport { e } from './enrich/enrich.ts';\nexport { poll, e };\n",
+      "import { poll } from './poll/poll.ts';\nimport { e } from './enrich/enrich.ts';\nexport const app = [poll, e];\n",
     ],
     ['src/cli/start.ts', "import { poll } from '../app.ts';\nexport const start = poll;\n"],
     ['bin/start', "import { launch } from './lib/entry.mjs';\nawait launch('start');\n"],
@@ -196,7 +196,7 @@ describe('checkLayers', () => {
 
   it('fails a file that imports itself', () => {
     const files = cleanTree();
-    files.set('src/store/self.ts', "export { x } from './self.ts';\nexport const y = 1;\n");
+    files.set('src/store/self.ts', "import './self.ts';\nexport const y = 1;\n");
     expect(kinds(check(files))).toEqual(['cycle']);
   });
 
@@ -215,6 +215,31 @@ describe('checkLayers', () => {
     files.set('src/store/at-limit.ts', 'x;\n'.repeat(20));
     files.set('src/store/long.ts', 'x;\n'.repeat(21));
     expect(check(files, 20)).toEqual([{ kind: 'too-long', file: 'src/store/long.ts', lines: 21 }]);
+  });
+
+  it('fails a re-export of what another module defines, and not an export of its own', () => {
+    const files = cleanTree();
+    files.set(
+      'src/store/shim.ts',
+      [
+        "import { db } from '../platform/db.ts';",
+        "import { log as logged } from '../platform/log.ts';",
+        "export { p } from './pushes.ts';",
+        "export * from './pushes.ts';",
+        'export { db, logged as log };',
+        "import type { Kysely } from 'kysely';",
+        'export type { Kysely };',
+        "export { sql } from 'kysely';",
+        'const own = 1;',
+        'export { own };',
+        '',
+      ].join('\n'),
+    );
+    expect(check(files)).toEqual([
+      { kind: 'reexport', file: 'src/store/shim.ts', line: 3, names: ['p'] },
+      { kind: 'reexport', file: 'src/store/shim.ts', line: 4, names: ['*'] },
+      { kind: 'reexport', file: 'src/store/shim.ts', line: 5, names: ['db', 'log'] },
+    ]);
   });
 
   it('fails bin/ importing past its entry points', () => {
