@@ -238,7 +238,13 @@ export interface RepositoriesTable extends EntityStateColumns {
   profile: ProfileJson;
 }
 
-export type EnrichmentOutcome =
+/**
+ * How an enrichment attempt's row ends ('interrupted': its request never reached GitHub, its
+ * lease was lost, or its process died). Not the runner's EnrichOutcome
+ * (src/enrichment/runner.ts), which says what one call did: 'idle' and 'budget_exhausted'
+ * are among its outcomes, 'interrupted' is not.
+ */
+export type EnrichmentAttemptOutcome =
   | 'enriched'
   | 'not_modified'
   | 'gone'
@@ -255,7 +261,7 @@ export interface EnrichmentAttemptsTable {
   attempt: number;
   started_at: Generated<Timestamp>;
   finished_at: NullableTimestamp;
-  outcome: EnrichmentOutcome | null;
+  outcome: EnrichmentAttemptOutcome | null;
   http_status: number | null;
   detail: string | null;
   request_id: BigId | null;

@@ -1,5 +1,5 @@
 import type { Db } from '../db/pool.ts';
-import type { EnrichmentOutcome } from '../db/schema.ts';
+import type { EnrichmentAttemptOutcome } from '../db/schema.ts';
 import { withoutUserinfo } from '../redact.ts';
 import type { Claim } from './claim.ts';
 
@@ -60,7 +60,7 @@ export async function finishAttempt(
   db: Db,
   attemptId: number,
   result: {
-    outcome: EnrichmentOutcome;
+    outcome: EnrichmentAttemptOutcome;
     httpStatus?: number | null;
     detail?: string | null;
     requestId?: number | null;

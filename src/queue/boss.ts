@@ -1,5 +1,4 @@
 import { PgBoss, type Queue } from 'pg-boss';
-import type { App } from '../app.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { QUEUES, type QueueName } from './names.ts';
@@ -197,9 +196,19 @@ export async function installPgBoss(
   return { created, updated };
 }
 
+/**
+ * What pg-boss needs of the process that runs it: the database, the configuration and the
+ * logger. An App (src/app.ts) is one; the queue layer never needs the rest of it.
+ */
+export interface BossHost {
+  databaseUrl: string;
+  config: Config;
+  logger: Logger;
+}
+
 /** bin/setup's step: pg-boss schema and queues, on the app's database. */
 export async function installQueues(
-  app: App,
+  app: BossHost,
 ): Promise<{ created: QueueName[]; updated: QueueName[] }> {
   const { created, updated } = await installPgBoss(app.databaseUrl, app.config, app.logger);
   // At info only when something changed: a setup that finds everything in place is quiet.

@@ -1,11 +1,10 @@
 import type { PgBoss } from 'pg-boss';
-import type { App } from '../app.ts';
 import { hintCommits } from '../commits/hint.ts';
 import { ENTITY_CLASSES } from '../enrichment/entity.ts';
 import type { EntityClass } from '../github/types.ts';
 import type { AfterRun, RunSummary } from '../ingestion/runner.ts';
 import type { Logger } from '../log.ts';
-import { createBoss } from './boss.ts';
+import { type BossHost, createBoss } from './boss.ts';
 import { enrichQueue, QUEUES, type QueueName } from './names.ts';
 
 /**
@@ -124,7 +123,7 @@ export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
  * process goes on without hints — `<role>.hints_disabled` says so — and the reconciler
  * finds the pending rows on its next tick.
  */
-export async function startHintSender(app: App, role: string): Promise<PgBoss | undefined> {
+export async function startHintSender(app: BossHost, role: string): Promise<PgBoss | undefined> {
   const boss = createBoss(app.databaseUrl, app.config, app.logger, {
     role,
     max: 2,
