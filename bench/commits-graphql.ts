@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
-import { DEFAULT_PROOF_LIMITS } from '../src/commits/graphql-proof.ts';
-import { type Final, proveAll, type RoundPush } from '../src/commits/graphql-rounds.ts';
+import { DEFAULT_PROOF_LIMITS } from '../src/commits/graphql/proof.ts';
+import { type Final, proveAll, type RoundPush } from '../src/commits/graphql/rounds.ts';
 import { type FakeCommit, range } from '../test/support/fake-commit-graph.ts';
 import { inProcessGraphQL } from '../test/support/graphql-driver.ts';
 import type { BenchDatabase } from './lib/database.ts';

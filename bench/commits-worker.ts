@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { parse } from 'graphql';
 import { sql } from 'kysely';
-import { GRAPHQL_MAX_REQUESTS } from '../src/commits/graphql-sizing.ts';
+import { GRAPHQL_MAX_REQUESTS } from '../src/commits/graphql/sizing.ts';
 import { startArchiveServer } from '../test/support/archive-server.ts';
 import { ZERO } from '../test/support/commit-world.ts';
 import { type FakeGitHub, startFakeGitHub } from '../test/support/fake-github.ts';

@@ -1,9 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import { type CommitsCycleSummary, fetchCycle } from '../src/commits/fetch.ts';
-import { storeCommits } from '../src/commits/store.ts';
-import { copyChunks, copyFrom } from '../src/db/copy.ts';
-import type { Db } from '../src/db/pool.ts';
+import { type CommitsCycleSummary, fetchCycle } from '../src/commits/fetch-rest.ts';
+import { copyChunks, copyFrom } from '../src/platform/db/copy.ts';
+import type { Db } from '../src/platform/db/pool.ts';
+import { storeCommits } from '../src/store/commits.ts';
 import type { FakeCommit } from '../test/support/fake-compare.ts';
 import { type FakeGitHub, startFakeGitHub } from '../test/support/fake-github.ts';
 import type { BenchDatabase } from './lib/database.ts';

@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import type { Db } from '../src/db/pool.ts';
-import { ENTITY_CLASSES } from '../src/enrichment/entity.ts';
 import { type CycleSummary, enrichCycle } from '../src/enrichment/runner.ts';
+import type { Db } from '../src/platform/db/pool.ts';
+import { ENTITY_CLASSES } from '../src/work/entity.ts';
 import { type FakeGitHub, startFakeGitHub } from '../test/support/fake-github.ts';
 import { appKeys } from '../test/support/github-app-keys.ts';
 import { repoProfile, userProfile } from '../test/support/github-factories.ts';

@@ -17,9 +17,9 @@ import {
   recordBuilt,
   renamedSince,
 } from '../src/export/hour-state.ts';
-import { hourOpenReasons } from '../src/export/open-hours.ts';
 import { inHourSnapshot, writeHour } from '../src/export/write.ts';
-import { hourEnd, parseHour } from '../src/gaps/hours.ts';
+import { hourEnd, parseHour } from '../src/store/archive-hours.ts';
+import { hourOpenReasons } from '../src/store/open-hours.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';

@@ -1,13 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import type { Db } from '../src/db/pool.ts';
+import { releaseReservation } from '../src/budget/ledger.ts';
+import { type BudgetPolicy, reserve, singleCredential } from '../src/budget/reserve.ts';
 import { claimNext, releaseClaim } from '../src/enrichment/claim.ts';
-import { countDue, DEFAULT_TTL_SECONDS, hasDueWork } from '../src/enrichment/due.ts';
-import { ENTITY_CLASSES, type EntityClass } from '../src/enrichment/entity.ts';
-import { type BudgetPolicy, reserve, singleCredential } from '../src/github/budget.ts';
-import { credentialOf } from '../src/github/credential.ts';
-import { releaseReservation } from '../src/github/ledger.ts';
-import { dueSourcesQuery } from '../src/ingestion/runner.ts';
+import { credentialOf } from '../src/platform/config/credential-label.ts';
+import type { Db } from '../src/platform/db/pool.ts';
+import { dueSourcesQuery } from '../src/poll/poll-due.ts';
+import { countDue, DEFAULT_TTL_SECONDS, hasDueWork } from '../src/work/enrichment-due.ts';
+import { ENTITY_CLASSES, type EntityClass } from '../src/work/entity.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import { captureStatements, explainStatements, oneLine } from './lib/explain.ts';
 import { BENCH_TOKEN } from './lib/github.ts';
@@ -137,8 +137,8 @@ interface HotQuery {
 
 /**
  * Reserve + release on a budget policy: what every request pays before it is sent
- * (src/github/budget.ts), and what a runner told no by the fair share pays to give it back
- * (src/github/ledger.ts). With a pool, the choice of credential is part of it.
+ * (src/budget/reserve.ts), and what a runner told no by the fair share pays to give it back
+ * (src/budget/ledger.ts). With a pool, the choice of credential is part of it.
  */
 function reserveRelease(name: string, policy: BudgetPolicy): HotQuery {
   return {

@@ -1,10 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import { loadConfig } from '../src/config.ts';
-import { createDb, createPool } from '../src/db/pool.ts';
-import { createGitHubClient } from '../src/github/client.ts';
-import { pollDueSources, type RunSummary } from '../src/ingestion/runner.ts';
-import { createLogger } from '../src/log.ts';
+import { createGitHubClient } from '../src/budget/client.ts';
+import { loadConfig } from '../src/platform/config/config.ts';
+import { createDb, createPool } from '../src/platform/db/pool.ts';
+import { createLogger } from '../src/platform/log.ts';
+import { pollDueSources, type RunSummary } from '../src/poll/poll-due.ts';
 import { startFakeGitHub } from '../test/support/fake-github.ts';
 import { pushEvent } from '../test/support/github-factories.ts';
 import type { BenchDatabase } from './lib/database.ts';

@@ -1,12 +1,7 @@
 import os from 'node:os';
 import type pg from 'pg';
-import { type Config, loadConfig } from './config.ts';
-import { logConfigWarnings } from './config-checks.ts';
-import { serverRoom } from './db/connections.ts';
-import { acquireEmbeddedPostgres, type EmbeddedHandle } from './db/embedded.ts';
-import { createDb, createPool, type Db } from './db/pool.ts';
-import { assertSetUp } from './db/setup-state.ts';
-import { createGitHubClient } from './github/client.ts';
+import { createGitHubClient } from './budget/client.ts';
+import type { GitHubClient } from './budget/client-types.ts';
 import {
   fitToServer,
   type InFlightPlan,
@@ -14,15 +9,20 @@ import {
   isPlanRole,
   type PlanRole,
   type ServerRoom,
-} from './github/concurrency.ts';
+} from './budget/concurrency.ts';
 import { credentialLabels } from './github/credentials.ts';
-import type { GitHubClient } from './github/types.ts';
-import { type Logger, processLogger } from './log.ts';
-import { checkStoredSettings, logRecorded } from './stored-settings.ts';
+import { type Config, loadConfig } from './platform/config/config.ts';
+import { checkStoredSettings, logRecorded } from './platform/config/stored-settings.ts';
+import { serverRoom } from './platform/db/connections.ts';
+import { acquireEmbeddedPostgres, type EmbeddedHandle } from './platform/db/embedded.ts';
+import { createDb, createPool, type Db } from './platform/db/pool.ts';
+import { assertSetUp } from './platform/db/setup-state.ts';
+import { type Logger, processLogger } from './platform/log.ts';
+import { logConfigWarnings } from './work/config-checks.ts';
 
 /**
  * The composition root: the one place that wires config, database pool, GitHub client
- * and logger (the queue layer adds pg-boss on top in src/queue/boss.ts). Every
+ * and logger (the queue layer adds pg-boss on top in src/jobs/boss.ts). Every
  * command and service receives an App (or the parts it needs) from here.
  */
 export interface App {
@@ -50,7 +50,7 @@ export interface CreateAppOptions {
   /**
    * The pool of a role without an in-flight plan (web, setup, the CLIs). A role with one
    * (worker, start, ingest, enrich, commits) sizes its pool from its credentials instead
-   * (src/github/concurrency.ts), and this, when given, caps it as DATABASE_POOL_MAX does.
+   * (src/budget/concurrency.ts), and this, when given, caps it as DATABASE_POOL_MAX does.
    */
   poolMax?: number;
   /**
@@ -61,7 +61,7 @@ export interface CreateAppOptions {
   requires?: 'none' | 'schema' | 'pgboss';
   /**
    * This process writes pushes or commits: its COMMIT_EMAILS and COMMITS_MAX_PER_PUSH must be
-   * the database's (src/stored-settings.ts, ADR 0125), else it stops with exit 2 before work.
+   * the database's (src/platform/config/stored-settings.ts, ADR 0125), else it stops with exit 2 before work.
    */
   writesStoredData?: boolean;
   /** What the server has for connections, when the caller knows it (tests): no probe then. */
@@ -160,7 +160,7 @@ function minOf(a: number | undefined, b: number | undefined): number | undefined
 
 /**
  * The in-flight plan within what the server has: max_connections less the reserved slots,
- * the sessions open now and a headroom for what starts later (src/github/concurrency.ts,
+ * the sessions open now and a headroom for what starts later (src/budget/concurrency.ts,
  * fitToServer). Logged once, so an operator sees the numbers the process runs with.
  */
 function planWithinServer(

@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import { copyChunks, copyFrom } from '../../src/db/copy.ts';
-import type { PushOrigin } from '../../src/db/schema.ts';
-import type { PushRow } from '../../src/ingestion/mapping.ts';
+import { copyChunks, copyFrom } from '../../src/platform/db/copy.ts';
+import type { PushOrigin } from '../../src/platform/db/schema.ts';
+import type { PushRow } from '../../src/store/mapping.ts';
 import type { BenchDatabase } from './database.ts';
 import { secondsSince } from './stats.ts';
 

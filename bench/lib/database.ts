@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import pg from 'pg';
-import { acquireEmbeddedPostgres } from '../../src/db/embedded.ts';
-import { migrateToLatest } from '../../src/db/migrate.ts';
-import { createDb, createPool, type Db } from '../../src/db/pool.ts';
-import { createLogger } from '../../src/log.ts';
+import { acquireEmbeddedPostgres } from '../../src/platform/db/embedded.ts';
+import { migrateToLatest } from '../../src/platform/db/migrate.ts';
+import { createDb, createPool, type Db } from '../../src/platform/db/pool.ts';
+import { createLogger } from '../../src/platform/log.ts';
 
 /**
  * Where the bench runs, in this order:

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { createDb, type Db } from '../../src/db/pool.ts';
+import { createDb, type Db } from '../../src/platform/db/pool.ts';
 import { recordingPool } from './pg-recorder.ts';
 
 /**

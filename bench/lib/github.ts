@@ -1,8 +1,8 @@
-import { type Config, loadConfig } from '../../src/config.ts';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { type Config, loadConfig } from '../../src/platform/config/config.ts';
+import { createLogger } from '../../src/platform/log.ts';
+import type { Deps } from '../../src/work/deps.ts';
 import type { BenchDatabase } from './database.ts';
 
 /**

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { setUpSession } from '../../src/db/pool.ts';
+import { setUpSession } from '../../src/platform/db/pool.ts';
 
 /**
  * A pg Client class that reports every statement it sends, and how long the answer took.

@@ -6,11 +6,11 @@ import path from 'node:path';
 import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
-import type { CommitSource } from '../db/schema.ts';
-import { AppError } from '../errors.ts';
-import { HOUR_OPEN_HEADER, parseOpenHeader } from '../export/open-hours.ts';
-import { escapeUnsafe, quoted } from '../quote.ts';
-import { withoutUserinfo } from '../redact.ts';
+import type { CommitSource } from '../platform/db/schema.ts';
+import { AppError } from '../platform/errors.ts';
+import { escapeUnsafe, quoted } from '../platform/quote.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
+import { HOUR_OPEN_HEADER, parseOpenHeader } from '../store/open-hours.ts';
 import { type ArchiveHour, hourFileName } from './hours.ts';
 
 /**
@@ -142,7 +142,7 @@ export interface OpenedSource {
   bytes: number | null;
   /**
    * Why the mirror says the hour is still open (another instance's Archive-Hour-Open header,
-   * src/export/open-hours.ts); empty for a final hour, GH Archive's, or a local file.
+   * src/store/open-hours.ts); empty for a final hour, GH Archive's, or a local file.
    */
   open: string[];
 }

@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import type pg from 'pg';
-import { int4Key, LockSpace, lockHeldSql } from '../db/locks.ts';
-import type { Db } from '../db/pool.ts';
-import type { BackfillFileState } from '../db/schema.ts';
-import { withoutUserinfo } from '../redact.ts';
+import { int4Key, LockSpace, lockHeldSql } from '../platform/db/locks.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { BackfillFileState } from '../platform/db/schema.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
 
 /**
  * backfill_files: one row per (file, scope) import. `lines_done` and the counters move in
@@ -266,7 +266,7 @@ export async function failCheckpoint(
        updated_at = now(), finished_at = now(),
        -- An attempt that failed before its start (the file could not be opened) still counts.
        attempts = backfill_files.attempts + CASE WHEN backfill_files.state = 'running' THEN 0 ELSE 1 END`,
-    // The error may quote a URL: stored without its userinfo (src/redact.ts).
+    // The error may quote a URL: stored without its userinfo (src/platform/redact.ts).
     [
       key.file,
       key.scope,

@@ -1,15 +1,15 @@
 import type pg from 'pg';
-import type { CommitEmailMode } from '../config.ts';
-import { isContentRefusal } from '../db/errors.ts';
+import type { CommitEmailMode } from '../platform/config/config.ts';
+import { isContentRefusal } from '../platform/db/errors.ts';
+import { type ClaimContext, EventIdRace, RACE_RETRIES } from '../store/event-ids.ts';
 import {
   type BulkStoreResult,
   bulkStoreStaged,
   clearStage,
   emptyStoreResult,
   PushesAlreadyHeld,
-} from '../ingestion/bulk-store.ts';
-import { type ClaimContext, EventIdRace, RACE_RETRIES } from '../ingestion/event-ids.ts';
-import type { StageBatch } from '../ingestion/stage-batch.ts';
+} from '../store/pushes.ts';
+import type { StageBatch } from '../store/stage-batch.ts';
 import type { ImportTarget } from './import-types.ts';
 
 interface ChunkOutcome {

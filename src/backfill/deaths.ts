@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../platform/log.ts';
 import { type Checkpoint, MAX_IMPORT_DEATHS, markDied } from './checkpoints.ts';
 
 /**

@@ -1,9 +1,9 @@
-import type { EventSource } from '../db/schema.ts';
-import { mapPushEvent, type PushRow } from '../ingestion/mapping.ts';
-import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../ingestion/rules.ts';
-import { jsonBytesExcess, MAX_JSON_DEPTH } from '../json/bounded.ts';
-import { JsonTooDeep, JsonTooWide, parseJson } from '../json/exact.ts';
-import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
+import type { EventSource } from '../platform/db/schema.ts';
+import { jsonBytesExcess, MAX_JSON_DEPTH } from '../platform/json/bounded.ts';
+import { JsonTooDeep, JsonTooWide, parseJson } from '../platform/json/exact.ts';
+import { decodeUtf8KeepingInvalid } from '../platform/json/utf8.ts';
+import { mapPushEvent, type PushRow } from '../store/mapping.ts';
+import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../store/rules.ts';
 import { type Line, OVERSIZE } from './lines.ts';
 
 /**
@@ -14,8 +14,8 @@ import { type Line, OVERSIZE } from './lines.ts';
  * shape check (`{` … `}`, and a `"type"` and an `"id"` somewhere: `{}` is not an event)
  * that catches garbage and truncated lines. Its inside is not validated: we do not store
  * other event types, so a broken one costs nothing. A push line is measured against the
- * JSON limits (src/json/bounded.ts) before it is parsed, and decoded keeping its invalid
- * UTF-8 bytes distinguishable (src/json/utf8.ts).
+ * JSON limits (src/platform/json/bounded.ts) before it is parsed, and decoded keeping its invalid
+ * UTF-8 bytes distinguishable (src/platform/json/utf8.ts).
  */
 
 export type LineVerdict =
@@ -107,7 +107,7 @@ export function classifyLine(raw: Line): LineVerdict {
       raw: keptText(line),
     };
   }
-  // Invalid UTF-8 is kept distinguishable (src/json/utf8.ts): a key field holding it is
+  // Invalid UTF-8 is kept distinguishable (src/platform/json/utf8.ts): a key field holding it is
   // set aside by the rules, never stored as U+FFFD.
   const text = decodeUtf8KeepingInvalid(line);
   let event: unknown;
@@ -178,7 +178,7 @@ function plainPayload(payload: Record<string, unknown>): boolean {
 }
 
 /**
- * The fast path of mapPushEvent (src/ingestion/rules.ts) for the shape GH Archive writes
+ * The fast path of mapPushEvent (src/store/rules.ts) for the shape GH Archive writes
  * (a string event id, numeric actor and repository ids, `YYYY-MM-DDTHH:MM:SSZ`, text with
  * nothing Postgres refuses). It returns a row only when mapPushEvent would return the same
  * row (test/unit/backfill-events.test.ts holds the two side by side); anything else — an
@@ -215,7 +215,7 @@ export function fastMapPush(e: Record<string, unknown>, text: string): PushRow |
   if (pushId !== undefined && !isId(pushId)) return null;
   if (!isCount(size) || !isCount(distinctSize)) return null;
   if ((text.includes('\\u') && UNSTORABLE_ESCAPE.test(text)) || !plainPayload(payload)) return null;
-  // Bytes that were not UTF-8 (lone surrogates, src/json/utf8.ts): the rules decide.
+  // Bytes that were not UTF-8 (lone surrogates, src/platform/json/utf8.ts): the rules decide.
   if (!text.isWellFormed()) return null;
   return {
     id,

@@ -1,7 +1,7 @@
 import type pg from 'pg';
-import { LockSpace, tryLockSession } from '../db/locks.ts';
-import { AppError } from '../errors.ts';
-import type { Logger } from '../log.ts';
+import { LockSpace, tryLockSession } from '../platform/db/locks.ts';
+import { AppError } from '../platform/errors.ts';
+import type { Logger } from '../platform/log.ts';
 import type { ImportOptions } from './import-types.ts';
 
 /** One import of a (file, scope) at a time, across processes: a session advisory lock. */

@@ -1,7 +1,7 @@
-import type { Db } from '../db/pool.ts';
-import type { Gap } from '../db/schema.ts';
-import { splitGap, windowProblem } from '../gaps/record.ts';
-import type { Logger } from '../log.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { Gap } from '../platform/db/schema.ts';
+import type { Logger } from '../platform/log.ts';
+import { splitGap, windowProblem } from '../store/gaps.ts';
 import { getGap, openAttempt, pushesRecovered, settleGap } from './gaps.ts';
 import { gapReadyAt } from './hours.ts';
 

@@ -1,6 +1,6 @@
 import { fork } from 'node:child_process';
-import { systemClock } from '../clock.ts';
-import { AppError } from '../errors.ts';
+import { systemClock } from '../platform/clock.ts';
+import { AppError } from '../platform/errors.ts';
 import type { FillPass, FillRun, FillRunner } from './fill-run.ts';
 import { dueGaps } from './gaps.ts';
 import { lateMirrorHours } from './mirror-hours.ts';
@@ -38,7 +38,7 @@ export function childFill(databaseUrl: string): FillRunner {
 
 function forkFill(databaseUrl: string, pass: FillPass): Promise<FillRun> {
   return new Promise<FillRun>((resolve, reject) => {
-    const child = fork(new URL('./fill-child.ts', import.meta.url), [], {
+    const child = fork(new URL('../cli/fill-child.ts', import.meta.url), [], {
       env: { ...process.env, DATABASE_URL: databaseUrl },
       execArgv: [
         ...process.execArgv.filter((a) => !a.startsWith('--max-old-space-size')),

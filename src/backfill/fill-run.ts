@@ -1,4 +1,4 @@
-import type { Deps } from '../deps.ts';
+import type { Deps } from '../work/deps.ts';
 import { fillGaps, type GapFillResult } from './fill.ts';
 
 /**

@@ -1,10 +1,10 @@
 import type pg from 'pg';
-import { systemClock } from '../clock.ts';
-import { LockSpace, tryLockSession, unlockSession } from '../db/locks.ts';
-import type { Gap } from '../db/schema.ts';
-import type { Deps } from '../deps.ts';
-import { windowProblem } from '../gaps/record.ts';
-import { describeSource, getSource } from '../ingestion/sources.ts';
+import { systemClock } from '../platform/clock.ts';
+import { LockSpace, tryLockSession, unlockSession } from '../platform/db/locks.ts';
+import type { Gap } from '../platform/db/schema.ts';
+import { windowProblem } from '../store/gaps.ts';
+import { describeSource, getSource } from '../store/sources.ts';
+import type { Deps } from '../work/deps.ts';
 import { archiveHourSource, downloadOptions, type HttpOptions } from './archive.ts';
 import { scopeOf } from './events.ts';
 import { beforeFill, retryDelayMs } from './fill-attempt.ts';

@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import type { EventSource, Gap, GapState } from '../db/schema.ts';
-import { FUTURE_SLACK_MS } from '../gaps/record.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { EventSource, Gap, GapState } from '../platform/db/schema.ts';
+import { FUTURE_SLACK_MS } from '../store/gaps.ts';
 
 /**
  * Gap records as the fill (src/backfill/fill.ts) reads and settles them (DESIGN §4 `gaps`,
- * ADRs 0041, 0061); the poll runner writes them through src/gaps/record.ts:
+ * ADRs 0041, 0061); the poll runner writes them through src/store/gaps.ts:
  *
  *   open ──(every hour read)──► filled
  *     ├──(an hour still missing 48 h after it ended)──► unavailable

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Deps } from '../deps.ts';
+import type { Deps } from '../work/deps.ts';
 import type { CheckpointCounts } from './checkpoints.ts';
 import type { ScopeTest } from './events.ts';
 

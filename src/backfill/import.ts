@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { systemClock } from '../clock.ts';
-import { LockSpace, unlockSession } from '../db/locks.ts';
+import { systemClock } from '../platform/clock.ts';
+import { LockSpace, unlockSession } from '../platform/db/locks.ts';
 import type { ByteSource } from './archive.ts';
 import { checkpointKeyFor, fileLockKey, readCheckpoint, ZERO_COUNTS } from './checkpoints.ts';
 import { checkDeaths } from './deaths.ts';

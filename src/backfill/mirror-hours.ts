@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import { withoutUserinfo } from '../redact.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
 import { GIVE_UP_AFTER_MS } from './hours.ts';
 
 /**
@@ -61,7 +61,7 @@ export async function lateMirrorHours(
   mirrors: readonly string[],
   limit: number,
 ): Promise<LateMirrorHour[]> {
-  // Stored mirrors have no userinfo (src/redact.ts): matched to the configured entries by
+  // Stored mirrors have no userinfo (src/platform/redact.ts): matched to the configured entries by
   // their redacted form, and answered as configured, so the request has its credentials.
   const configured = new Map(mirrors.map((m) => [withoutUserinfo(m), m]));
   const r = await sql<{ gap_id: string; mirror: string; file: string; attempts: number }>`

@@ -1,25 +1,25 @@
 import type pg from 'pg';
-import { commitsOffReason, commitsTargetsFor, NO_TARGETS } from '../commits/targets.ts';
-import { kyselyOn } from '../db/session.ts';
-import { AppError } from '../errors.ts';
-import { pushesFinal } from '../export/open-hours.ts';
-import { dropStage, insertStagedEntities, prepareStage } from '../ingestion/bulk-store.ts';
+import { kyselyOn } from '../platform/db/session.ts';
+import { AppError } from '../platform/errors.ts';
+import type { Logger } from '../platform/log.ts';
+import { commitsOffReason, commitsTargetsFor, NO_TARGETS } from '../store/commits-targets.ts';
 import {
   archiveMirrorId,
   type IdClash,
   logIdClashes,
   mirrorRank,
   runOnClient,
-} from '../ingestion/event-ids.ts';
-import type { RejectionReason } from '../ingestion/rules.ts';
-import { KnownEntities, StageBatch } from '../ingestion/stage-batch.ts';
-import type { Logger } from '../log.ts';
+} from '../store/event-ids.ts';
+import { pushesFinal } from '../store/open-hours.ts';
+import { dropStage, insertStagedEntities, prepareStage } from '../store/pushes.ts';
 import {
   logRejected,
   QUARANTINE_SAMPLE,
   type QuarantineRow,
   quarantineEvents,
-} from '../quarantine/rejected-events.ts';
+} from '../store/rejected-events.ts';
+import type { RejectionReason } from '../store/rules.ts';
+import { KnownEntities, StageBatch } from '../store/stage-batch.ts';
 import {
   ArchiveHourMissing,
   ArchiveHourOpen,

@@ -1,6 +1,6 @@
 import { type ParseArgsConfig, parseArgs } from 'node:util';
-import { UsageError } from '../errors.ts';
-import { bounded, quoted } from '../quote.ts';
+import { UsageError } from '../platform/errors.ts';
+import { bounded, quoted } from '../platform/quote.ts';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 

@@ -1,12 +1,12 @@
 import { statSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
-import type { BackfillCommand, Input } from '../backfill/command.ts';
-import type { WorkerMessage } from '../backfill/command-worker.ts';
 import { hourCheck, parseHour } from '../backfill/hours.ts';
-import { DatabaseNotSetUp } from '../db/setup-state.ts';
-import { AppError, ConfigError, UsageError } from '../errors.ts';
-import { terminal } from '../terminal.ts';
+import { DatabaseNotSetUp } from '../platform/db/setup-state.ts';
+import { AppError, ConfigError, UsageError } from '../platform/errors.ts';
+import { terminal } from '../platform/terminal.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
+import type { BackfillCommand, Input } from './backfill-command.ts';
+import type { WorkerMessage } from './backfill-worker.ts';
 
 const USAGE = `
 Usage:
@@ -133,9 +133,9 @@ export async function main(argv: string[]): Promise<number> {
     json: values.json ?? false,
     mirror,
   };
-  // The bar is progress, not a result: stderr's last line, a terminal only (src/terminal.ts).
+  // The bar is progress, not a result: stderr's last line, a terminal only (src/platform/terminal.ts).
   const tty = !command.json && process.stderr.isTTY === true;
-  const worker = new Worker(new URL('../backfill/command-worker.ts', import.meta.url), {
+  const worker = new Worker(new URL('./backfill-worker.ts', import.meta.url), {
     workerData: {
       command,
       tty,

@@ -1,24 +1,24 @@
 import { type App, createApp } from '../app.ts';
 import { releaseAwaitingPushes } from '../commits/awaiting.ts';
-import { hasDueCommits } from '../commits/due.ts';
 import {
   emptyFetchOutcomes,
   type FetchOutcome,
   type FetchResult,
   fetchCycle,
-} from '../commits/fetch.ts';
-import { graphqlPointsLeft } from '../commits/graphql-sizing.ts';
+} from '../commits/fetch-rest.ts';
+import { graphqlPointsLeft } from '../commits/graphql/sizing.ts';
+import { UsageError } from '../platform/errors.ts';
+import { jsonInteger, type RawJson } from '../platform/json/exact.ts';
+import { bar, terminal } from '../platform/terminal.ts';
+import { commitsOffReason } from '../store/commits-targets.ts';
+import { hasDueCommits } from '../work/commits-due.ts';
+import type { CycleStop } from '../work/cycle.ts';
 import {
   type BackgroundReading,
   readBackground,
   shareRule,
   withinRemaining,
-} from '../commits/share.ts';
-import { commitsOffReason } from '../commits/targets.ts';
-import { UsageError } from '../errors.ts';
-import type { CycleStop } from '../fetching/cycle.ts';
-import { jsonInteger, type RawJson } from '../json/exact.ts';
-import { bar, terminal } from '../terminal.ts';
+} from '../work/split.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 
 const USAGE = `

@@ -1,12 +1,12 @@
-import { loadConfig } from '../config.ts';
+import { loadConfig } from '../platform/config/config.ts';
 import {
   type EmbeddedStatus,
   embeddedStatus,
   type Holder,
   stopEmbedded,
-} from '../db/embedded-admin.ts';
-import { UsageError } from '../errors.ts';
-import { quoted } from '../quote.ts';
+} from '../platform/db/embedded-admin.ts';
+import { UsageError } from '../platform/errors.ts';
+import { quoted } from '../platform/quote.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `

@@ -1,18 +1,18 @@
 import { type App, createApp } from '../app.ts';
+import { type EnrichOutcome, type EnrichResult, enrichClasses } from '../enrichment/runner.ts';
+import { GitHubAuthFailed } from '../github/errors.ts';
+import { UsageError } from '../platform/errors.ts';
+import { jsonInteger, type RawJson } from '../platform/json/exact.ts';
+import { quoted } from '../platform/quote.ts';
+import { bar, terminal } from '../platform/terminal.ts';
+import type { CycleStop } from '../work/cycle.ts';
+import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../work/entity.ts';
 import {
   type BackgroundReading,
   readBackground,
   shareRule,
   withinRemaining,
-} from '../commits/share.ts';
-import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../enrichment/entity.ts';
-import { type EnrichOutcome, type EnrichResult, enrichClasses } from '../enrichment/runner.ts';
-import { UsageError } from '../errors.ts';
-import type { CycleStop } from '../fetching/cycle.ts';
-import { GitHubAuthFailed } from '../github/errors.ts';
-import { jsonInteger, type RawJson } from '../json/exact.ts';
-import { quoted } from '../quote.ts';
-import { bar, terminal } from '../terminal.ts';
+} from '../work/split.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 import { describeFailure } from './failure.ts';
 

@@ -1,13 +1,13 @@
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { type App, createApp } from '../app.ts';
-import { UsageError } from '../errors.ts';
 import { hourKnown, hourLines } from '../export/hour-query.ts';
-import { hourOpenReasons, type OpenReason, withPending } from '../export/open-hours.ts';
 import { sweepTemporaryFiles } from '../export/temporary-files.ts';
 import { type HourFile, inHourSnapshot, writeHourFile } from '../export/write.ts';
-import { type ArchiveHour, hourEnd, hourFileName, parseHour } from '../gaps/hours.ts';
-import { bar, terminal } from '../terminal.ts';
+import { UsageError } from '../platform/errors.ts';
+import { bar, terminal } from '../platform/terminal.ts';
+import { type ArchiveHour, hourEnd, hourFileName, parseHour } from '../store/archive-hours.ts';
+import { hourOpenReasons, type OpenReason, withPending } from '../store/open-hours.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `

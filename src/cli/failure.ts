@@ -1,5 +1,5 @@
-import { sqlState } from '../db/errors.ts';
-import { withoutUserinfo } from '../redact.ts';
+import { sqlState } from '../platform/db/errors.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
 
 /**
  * One line for an error that ends a command: a lost or refused database connection is

@@ -1,10 +1,10 @@
 import os from 'node:os';
-import { loadConfig } from '../config.ts';
-import { embeddedStatus } from '../db/embedded-admin.ts';
-import { UsageError } from '../errors.ts';
-import { createLogger } from '../log.ts';
-import { createBoss } from '../queue/boss.ts';
-import { quoted } from '../quote.ts';
+import { createBoss } from '../jobs/boss.ts';
+import { loadConfig } from '../platform/config/config.ts';
+import { embeddedStatus } from '../platform/db/embedded-admin.ts';
+import { UsageError } from '../platform/errors.ts';
+import { createLogger } from '../platform/log.ts';
+import { quoted } from '../platform/quote.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `

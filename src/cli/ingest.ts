@@ -1,7 +1,7 @@
 import { type App, createApp } from '../app.ts';
-import { NotFound } from '../errors.ts';
-import { type AfterRun, pollDueSources, type RunSummary } from '../ingestion/runner.ts';
-import { hintDispatcher, startHintSender } from '../queue/dispatch.ts';
+import { hintDispatcher, startHintSender } from '../jobs/dispatch.ts';
+import { NotFound } from '../platform/errors.ts';
+import { type AfterRun, pollDueSources, type RunSummary } from '../poll/poll-due.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 import { describeFailure } from './failure.ts';
 

@@ -1,7 +1,7 @@
 import { createApp } from '../app.ts';
-import { countDue } from '../enrichment/due.ts';
-import { createBoss } from '../queue/boss.ts';
-import { type ReconcileReport, reconcile } from '../reconcile/reconciler.ts';
+import { createBoss } from '../jobs/boss.ts';
+import { type ReconcileReport, reconcile } from '../jobs/reconciler.ts';
+import { countDue } from '../work/enrichment-due.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `

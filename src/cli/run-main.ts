@@ -1,5 +1,5 @@
-import { DatabaseNotSetUp } from '../db/setup-state.ts';
-import { ConfigError, UsageError } from '../errors.ts';
+import { DatabaseNotSetUp } from '../platform/db/setup-state.ts';
+import { ConfigError, UsageError } from '../platform/errors.ts';
 import { describeFailure } from './failure.ts';
 
 export type Main = (argv: string[]) => Promise<number>;

@@ -1,9 +1,5 @@
 import { type App, createApp } from '../app.ts';
-import { rewriteStoredAddresses } from '../commits/rewrite-addresses.ts';
-import { migrateToLatest, withSetupLock } from '../db/migrate.ts';
-import { describeSource, seedSources } from '../ingestion/sources.ts';
-import { installQueues } from '../queue/boss.ts';
-import { installViews } from '../status/views.ts';
+import { installQueues } from '../jobs/boss.ts';
 import {
   checkStoredSettings,
   logRecorded,
@@ -11,7 +7,11 @@ import {
   type SettingChange,
   STORED_SETTINGS,
   writerSessions,
-} from '../stored-settings.ts';
+} from '../platform/config/stored-settings.ts';
+import { migrateToLatest, withSetupLock } from '../platform/db/migrate.ts';
+import { installViews } from '../status/views.ts';
+import { rewriteStoredAddresses } from '../store/rewrite-addresses.ts';
+import { describeSource, seedSources } from '../store/sources.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `

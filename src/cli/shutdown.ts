@@ -1,4 +1,4 @@
-import type { Logger } from '../log.ts';
+import type { Logger } from '../platform/log.ts';
 
 const SIGNAL_NUMBERS = { SIGINT: 2, SIGTERM: 15 } as const;
 type ShutdownSignal = keyof typeof SIGNAL_NUMBERS;

@@ -1,6 +1,6 @@
 import { createReadStream } from 'node:fs';
 import { createApp } from '../app.ts';
-import { UsageError } from '../errors.ts';
+import { UsageError } from '../platform/errors.ts';
 import {
   checkWholeList,
   ECHO_CHARS,
@@ -13,7 +13,7 @@ import {
   MAX_LINES,
   type ParsedLines,
   parseSourceLines,
-} from '../ingestion/sources-import.ts';
+} from '../store/sources-import.ts';
 import { parseCli } from './args.ts';
 
 export const IMPORT_USAGE = `

@@ -1,7 +1,9 @@
 import { type App, createApp } from '../app.ts';
 import { deploymentCommits, NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
-import type { EventSource } from '../db/schema.ts';
-import { NotFound, UsageError } from '../errors.ts';
+import type { EventSource } from '../platform/db/schema.ts';
+import { NotFound, UsageError } from '../platform/errors.ts';
+import { quoted } from '../platform/quote.ts';
+import { daysAhead, untilText } from '../platform/time-text.ts';
 import {
   addSource,
   describeSource,
@@ -10,9 +12,7 @@ import {
   setSourceCommits,
   setSourceEnabled,
   sourceSpec,
-} from '../ingestion/sources.ts';
-import { quoted } from '../quote.ts';
-import { daysAhead, untilText } from '../time-text.ts';
+} from '../store/sources.ts';
 import { parseCli } from './args.ts';
 import { main as importMain } from './sources-import.ts';
 

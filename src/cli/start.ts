@@ -1,6 +1,6 @@
 import { createApp } from '../app.ts';
 import { childFill } from '../backfill/fill-process.ts';
-import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
+import { shutdownTimeoutMs, WorkerService } from '../jobs/worker-service.ts';
 import { createWebPools, WEB_POOL_TOTAL, type WebPools, webPoolSizes } from '../web/pools.ts';
 import { startWebServer, type WebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';

@@ -1,6 +1,6 @@
 import { createApp } from '../app.ts';
-import { systemClock } from '../clock.ts';
-import { UsageError } from '../errors.ts';
+import { systemClock } from '../platform/clock.ts';
+import { UsageError } from '../platform/errors.ts';
 import { DEFAULT_COVERAGE_HOURS, hourlyCoverage, MAX_COVERAGE_HOURS } from '../status/coverage.ts';
 import { readStatus } from '../status/model.ts';
 import { renderCoverage } from '../status/render-coverage.ts';

@@ -1,9 +1,9 @@
 import type { PgBoss } from 'pg-boss';
 import { createApp } from '../app.ts';
-import { loadConfig } from '../config.ts';
-import { isNotSetUpError } from '../db/setup-state.ts';
-import { startHintSender } from '../queue/dispatch.ts';
-import { checkStoredSettings, logRecorded } from '../stored-settings.ts';
+import { startHintSender } from '../jobs/dispatch.ts';
+import { loadConfig } from '../platform/config/config.ts';
+import { checkStoredSettings, logRecorded } from '../platform/config/stored-settings.ts';
+import { isNotSetUpError } from '../platform/db/setup-state.ts';
 import { createWebPools, WEB_POOL_TOTAL, webPoolSizes } from '../web/pools.ts';
 import { startWebServer } from '../web/server.ts';
 import { parseCli } from './args.ts';

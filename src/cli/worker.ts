@@ -1,7 +1,7 @@
 import { createApp } from '../app.ts';
 import { childFill } from '../backfill/fill-process.ts';
-import { ALL_QUEUES } from '../queue/names.ts';
-import { shutdownTimeoutMs, WorkerService } from '../queue/worker-service.ts';
+import { ALL_QUEUES } from '../jobs/queue-names.ts';
+import { shutdownTimeoutMs, WorkerService } from '../jobs/worker-service.ts';
 import { parseCli } from './args.ts';
 import { shutdownSignal } from './shutdown.ts';
 

@@ -1,4 +1,4 @@
-import { storableText } from '../json/walk.ts';
+import { storableText } from '../platform/json/walk.ts';
 
 /**
  * Reading one value of an answer from GitHub (REST compare or a GraphQL batch) into what a

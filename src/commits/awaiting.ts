@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import { isTargeted, loadCommitsTargets } from './targets.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { isTargeted, loadCommitsTargets } from '../store/commits-targets.ts';
 
 /**
  * Pushes that wait for a credential (ADR 0186): a push a source covers, stored by a process

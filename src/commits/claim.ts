@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import type { EnrichmentState } from '../db/schema.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { EnrichmentState } from '../platform/db/schema.ts';
 
 /**
  * Claiming the next pending push to fetch commits for, under a lease (ADR 0071), like an

@@ -1,8 +1,8 @@
-import { AppError } from '../errors.ts';
-import { exactId } from '../json/exact.ts';
-import { inspectJson } from '../json/walk.ts';
+import { AppError } from '../platform/errors.ts';
+import { exactId } from '../platform/json/exact.ts';
+import { inspectJson } from '../platform/json/walk.ts';
+import { commitListProblem } from '../store/commit-list.ts';
 import { answerObject, answerText, answerTime } from './answer-values.ts';
-import { commitListProblem } from './commit-list.ts';
 
 /**
  * GitHub's "compare two commits" (GET /repos/{owner}/{repo}/compare/{base}...{head}), read
@@ -148,7 +148,7 @@ export function parseCompare(data: unknown, path: string, maxCommits: number): C
 
 /**
  * An unpaged answer against the push it answers (the red team's lying compare), by the rules
- * every list of a push's commits meets (src/commits/commit-list.ts): it holds every commit
+ * every list of a push's commits meets (src/store/commit-list.ts): it holds every commit
  * of the range when the range fits (total ≤ what one answer holds), its shas are as long as
  * the head's, and its last commit is the push's head — a range is reachable from its head,
  * oldest first, and an answer cut to the newest 250 still ends there.

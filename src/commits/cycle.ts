@@ -1,11 +1,11 @@
-import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
-import { fetchLanes, type LaneDeps } from '../fetching/lanes.ts';
-import { type FetchDeps, type FetchOutcome, type FetchResult, fetchOnce } from './fetch.ts';
-import { fetchGraphQLBatch, graphqlStepMax } from './graphql-fetch.ts';
+import { type CycleStop, oneEntityReport, runFetchCycle } from '../work/cycle.ts';
+import { fetchLanes, type LaneDeps } from '../work/lanes.ts';
+import { fetchGraphQLBatch, graphqlStepMax } from './fetch-graphql.ts';
+import { type FetchDeps, type FetchOutcome, type FetchResult, fetchOnce } from './fetch-rest.ts';
 
 /**
  * One fetch-commits cycle (ADR 0071, ADR 0111, ADR 0170): the shared fetch loop
- * (src/fetching/cycle.ts) with commits' two transports as its step — GraphQL batches when
+ * (src/work/cycle.ts) with commits' two transports as its step — GraphQL batches when
  * COMMITS_TRANSPORT is graphql and the pool has a credential (what GraphQL cannot prove goes
  * to REST inside a batch), else one REST compare a push — until nothing is due, the budget
  * or a rate limit says stop, the cap, or the caller stops it.

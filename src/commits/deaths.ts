@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
 import { backoffSeconds } from '../enrichment/state.ts';
+import type { Db } from '../platform/db/pool.ts';
 import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { type RawBuilder, sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 import type { PushKey } from './claim.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * Whether commits are on for the deployment, not for the process that asks (ADR 0186): a

@@ -1,4 +1,4 @@
-import type { FetchDeps, FetchResult } from './fetch.ts';
+import type { FetchDeps, FetchResult } from './fetch-rest.ts';
 
 /** `log` is already bound to the job (job_id), when a job runs this. */
 export function logResult(log: FetchDeps['logger'], r: FetchResult): void {

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
 import { failedAttempt } from '../enrichment/state.ts';
+import type { Db } from '../platform/db/pool.ts';
 import { type CommitsClaim, stillOurs } from './claim.ts';
 
 /**

@@ -1,10 +1,10 @@
-import type { CommitEmailMode } from '../config.ts';
-import type { Db } from '../db/pool.ts';
+import type { CommitEmailMode } from '../platform/config/config.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { storeCommits } from '../store/commits.ts';
 import type { CommitsClaim } from './claim.ts';
 import type { CompareAnswer } from './compare.ts';
-import { countGraphQLSettled } from './graphql-settled.ts';
+import { countGraphQLSettled } from './graphql/settled.ts';
 import { markFetched } from './state.ts';
-import { storeCommits } from './store.ts';
 
 /**
  * A compare answer into the tables, in ONE transaction: the push's state (only while the

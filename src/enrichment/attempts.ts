@@ -1,6 +1,6 @@
-import type { Db } from '../db/pool.ts';
-import type { EnrichmentAttemptOutcome } from '../db/schema.ts';
-import { withoutUserinfo } from '../redact.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { EnrichmentAttemptOutcome } from '../platform/db/schema.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
 import type { Claim } from './claim.ts';
 
 /**

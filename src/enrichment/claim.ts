@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import { ENTITY_TABLES, type EntityClass } from './entity.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
 
 /**
  * Claiming the next due entity of a class under a lease (ADR 0006).

@@ -1,6 +1,6 @@
-import { AppError } from '../errors.ts';
-import { exactId } from '../json/exact.ts';
-import { inspectJson, storableCopy, storableText } from '../json/walk.ts';
+import { AppError } from '../platform/errors.ts';
+import { exactId } from '../platform/json/exact.ts';
+import { inspectJson, storableCopy, storableText } from '../platform/json/walk.ts';
 
 /**
  * Reading a GitHub profile defensively: a 200 whose body is not the object GitHub
@@ -37,7 +37,7 @@ export function requiredString(o: Json, key: string, path: string): string {
 
 /**
  * Profile text as Postgres can hold it: bytes that were not UTF-8 arrive as lone
- * surrogates (src/json/utf8.ts) and, like U+0000, become U+FFFD — a label, not a key.
+ * surrogates (src/platform/json/utf8.ts) and, like U+0000, become U+FFFD — a label, not a key.
  */
 export function str(v: unknown): string | null {
   return typeof v === 'string' ? storableText(v) : null;

@@ -1,9 +1,4 @@
-import { systemClock } from '../clock.ts';
-import { shareRule } from '../commits/share.ts';
-import type { Deps } from '../deps.ts';
-import { faultPoint } from '../fault.ts';
-import { type CycleStop, oneEntityReport, runFetchCycle } from '../fetching/cycle.ts';
-import { fetchLanes, type LaneDeps } from '../fetching/lanes.ts';
+import type { GitHubResponse } from '../budget/client-types.ts';
 import {
   BudgetExhausted,
   describeRejected,
@@ -15,13 +10,18 @@ import {
   PoolRejected,
   RateLimited,
 } from '../github/errors.ts';
-import type { GitHubResponse } from '../github/types.ts';
+import { systemClock } from '../platform/clock.ts';
+import { faultPoint } from '../platform/fault.ts';
+import { type CycleStop, oneEntityReport, runFetchCycle } from '../work/cycle.ts';
+import type { Deps } from '../work/deps.ts';
+import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
+import { fetchLanes, type LaneDeps } from '../work/lanes.ts';
+import { shareRule } from '../work/split.ts';
+import { fairShare } from '../work/split-classes.ts';
 import { actorProfile } from './apply-actor.ts';
 import { repositoryProfile } from './apply-repository.ts';
 import { finishAttempt, openAttempt, redact } from './attempts.ts';
 import { type Claim, claimNext, releaseClaim } from './claim.ts';
-import { ENTITY_TABLES, type EntityClass } from './entity.ts';
-import { fairShare } from './fair-share.ts';
 import { ProfileInvalid } from './profile.ts';
 import {
   ageOut,
@@ -463,7 +463,7 @@ function classTurns(classes: readonly EntityClass[]) {
  * One cycle over `classes` (bin/enrich: both, or one with --class; a worker's
  * enrich-actor / enrich-repository job: its own): enrichOnce until nothing is due, the
  * budget or the share rule says no, GitHub rate-limits us, the cap is reached, or the caller
- * asks to stop — the shared fetch loop (src/fetching/cycle.ts), one lane per REST fetcher of
+ * asks to stop — the shared fetch loop (src/work/cycle.ts), one lane per REST fetcher of
  * the in-flight plan. Concurrent enrichOnce calls in one process are as safe as two workers:
  * each claims its own row (claim.ts: FOR UPDATE SKIP LOCKED, then a lease) and applies only
  * while stillOurs holds (the entity's id, this worker, this lease's time).

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
 import { type Claim, stillOurs } from './claim.ts';
-import { ENTITY_TABLES, type EntityClass } from './entity.ts';
 
 /**
  * The entity state machine (docs/sources-and-budget.md "Enrichment", ADR 0006). Every transition that ends

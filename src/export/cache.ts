@@ -1,10 +1,11 @@
 import { type FileHandle, mkdir, open, readdir, rm, stat, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { Db } from '../db/pool.ts';
-import { AppError } from '../errors.ts';
-import { type ArchiveHour, hourEnd } from '../gaps/hours.ts';
-import type { Logger } from '../log.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { AppError } from '../platform/errors.ts';
+import type { Logger } from '../platform/log.ts';
+import { type ArchiveHour, hourEnd } from '../store/archive-hours.ts';
+import { hourOpenReasons, type OpenReason, withPending } from '../store/open-hours.ts';
 import { hourKnown, type Run } from './hour-query.ts';
 import {
   type BuiltHour,
@@ -15,7 +16,6 @@ import {
   recordBuilt,
   renamedSince,
 } from './hour-state.ts';
-import { hourOpenReasons, type OpenReason, withPending } from './open-hours.ts';
 import { sweepTemporaryFiles } from './temporary-files.ts';
 import { FORMAT_VERSION, type HourFile, inHourSnapshot, writeHourFile } from './write.ts';
 
@@ -37,7 +37,7 @@ import { FORMAT_VERSION, type HourFile, inHourSnapshot, writeHourFile } from './
  * costs only rebuilds.
  *
  * An hour being imported is not built at all (`importing`): its rows change by a chunk a
- * second, and a copy of it would be neither final nor current (src/export/open-hours.ts).
+ * second, and a copy of it would be neither final nor current (src/store/open-hours.ts).
  */
 
 export const MAX_CACHE_BYTES = 2 * 1024 ** 3;

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import { type ArchiveHour, hourEnd } from '../gaps/hours.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { type ArchiveHour, hourEnd } from '../store/archive-hours.ts';
 import type { Run } from './hour-query.ts';
 
 /**

@@ -1,14 +1,14 @@
-import type { Db } from '../db/pool.ts';
-import { COMMITS_STATES, type CommitsState } from '../db/schema.ts';
-import { hourFileName, hourOf } from '../gaps/hours.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { COMMITS_STATES, type CommitsState } from '../platform/db/schema.ts';
+import { hourFileName, hourOf } from '../store/archive-hours.ts';
+import { type OpenReason, openReasonsBetween, withPending } from '../store/open-hours.ts';
 import { VISIBLE } from './hour-query.ts';
-import { type OpenReason, openReasonsBetween, withPending } from './open-hours.ts';
 import { inHourSnapshot } from './write.ts';
 
 /**
  * GET /archive/'s answer: the hours of a window that hold pushes, an open gap or an import,
  * each with its pushes (as its file counts them), their commits states, and whether it is
- * still open and why (src/export/open-hours.ts): its file will change. Read in one snapshot.
+ * still open and why (src/store/open-hours.ts): its file will change. Read in one snapshot.
  */
 
 const HOUR_MS = 3_600_000;

@@ -1,4 +1,4 @@
-import { quoted } from '../quote.ts';
+import { quoted } from '../platform/quote.ts';
 
 /**
  * The headers of GitHub's answers that move our schedule — `retry-after`, `x-ratelimit-reset`,

@@ -1,5 +1,5 @@
-import { MAX_JSON_DEPTH, MAX_JSON_VALUES } from '../json/bounded.ts';
-import type { JsonStreamLimits } from '../json/stream.ts';
+import { MAX_JSON_DEPTH, MAX_JSON_VALUES } from '../platform/json/bounded.ts';
+import type { JsonStreamLimits } from '../platform/json/stream.ts';
 import type { RequestKind } from './request-kind.ts';
 
 /**
@@ -34,7 +34,7 @@ export const STREAMED_TEXT_MAX = 8_000_000;
 
 /**
  * The kinds whose successful answers are parsed as they stream in, never held as bytes and
- * text at once (src/json/stream.ts): the answers commits read, up to 32 MB each. A compare's
+ * text at once (src/platform/json/stream.ts): the answers commits read, up to 32 MB each. A compare's
  * `files` (patches) is checked but never built: nothing reads it.
  */
 export const ANSWER_STREAMED: Readonly<Partial<Record<RequestKind, JsonStreamLimits>>> = {

@@ -1,6 +1,8 @@
-import { parseJson } from '../json/exact.ts';
+import { errorMessage } from '../budget/client-context.ts';
+import type { GitHubResponse } from '../budget/client-types.ts';
+import { parseRateLimit, rateLimitRetryAt } from '../budget/rate-limits.ts';
+import { parseJson } from '../platform/json/exact.ts';
 import { pollIntervalOf } from './answer-headers.ts';
-import { errorMessage } from './client-context.ts';
 import {
   GitHubAuthFailed,
   GitHubRequestFailed,
@@ -8,9 +10,7 @@ import {
   MalformedResponse,
   RateLimited,
 } from './errors.ts';
-import { parseRateLimit, rateLimitRetryAt } from './rate-limit.ts';
 import type { RawResponse } from './transport.ts';
-import type { GitHubResponse } from './types.ts';
 
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);
@@ -64,7 +64,7 @@ export function classify<T>(
     }
     if (raw.body === null || raw.body === '') return { ...base, data: undefined };
     try {
-      // Exact: 64-bit ids keep every digit (src/json/exact.ts).
+      // Exact: 64-bit ids keep every digit (src/platform/json/exact.ts).
       return { ...base, data: parseJson(raw.body) as T };
     } catch (err) {
       throw new MalformedResponse(

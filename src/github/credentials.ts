@@ -1,6 +1,10 @@
-import type { Config } from '../config.ts';
-import type { Logger } from '../log.ts';
-import { defaultQuota, installationLabel, tokenLabel } from './credential.ts';
+import type { Config } from '../platform/config/config.ts';
+import {
+  defaultQuota,
+  installationLabel,
+  tokenLabel,
+} from '../platform/config/credential-label.ts';
+import type { Logger } from '../platform/log.ts';
 import { type InstallationTokens, installationTokens } from './installation-tokens.ts';
 
 /**

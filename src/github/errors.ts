@@ -1,6 +1,6 @@
-import { AppError } from '../errors.ts';
-import { withoutUserinfo } from '../redact.ts';
-import { credentialHint } from './credential.ts';
+import { credentialHint } from '../platform/config/credential-label.ts';
+import { AppError } from '../platform/errors.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
 
 /** A credential GitHub keeps rejecting (401): its block on the auth ladder, and why. */
 export interface AuthBlock {

@@ -1,12 +1,12 @@
-import { parseJson } from '../json/exact.ts';
+import type { GraphQLAnswer, GraphQLErrorEntry } from '../budget/client-types.ts';
+import { parseRateLimit } from '../budget/rate-limits.ts';
+import type { AnswerReader } from '../budget/send.ts';
+import type { RateLimitState } from '../budget/types.ts';
+import { parseJson } from '../platform/json/exact.ts';
 import { MAX_WAIT_SECONDS, RESET_SKEW_SECONDS } from './answer-headers.ts';
-import type { RateLimitState } from './budget-types.ts';
 import { statusError } from './classify.ts';
 import { MalformedResponse, RateLimited } from './errors.ts';
-import { parseRateLimit } from './rate-limit.ts';
-import type { AnswerReader } from './send.ts';
 import type { RawResponse } from './transport.ts';
-import type { GraphQLAnswer, GraphQLErrorEntry } from './types.ts';
 
 /**
  * Reading a GraphQL answer (ADR 0114). GitHub answers 200 for most failures of a query, with

@@ -2,7 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { JsonStreamError, jsonStreamParser } from '../json/stream.ts';
+import { JsonStreamError, jsonStreamParser } from '../platform/json/stream.ts';
 import { type AnswerLimits, byteSize } from './answer-limits.ts';
 
 /**
@@ -33,7 +33,7 @@ import { type AnswerLimits, byteSize } from './answer-limits.ts';
  * cap is passed, and the socket is destroyed: not one byte more is read or kept.
  *
  * Streamed answers (ADR 0182): a 2xx answer whose limits say `stream` is parsed chunk by chunk
- * as it arrives (src/json/stream.ts) and no byte of it is kept; its Response has an empty body
+ * as it arrives (src/platform/json/stream.ts) and no byte of it is kept; its Response has an empty body
  * and the parsed value (or why it is not JSON) is found with streamedBodyOf(response.body).
  * An answer holding more text than the limits keep is refused as too large, like one over its
  * byte cap. Any other body is kept once, as it came (no copy on its way to the reader).

@@ -1,8 +1,8 @@
 import { createAppAuth } from '@octokit/auth-app';
 import { Octokit } from '@octokit/rest';
-import { AppError } from '../errors.ts';
-import type { Logger } from '../log.ts';
-import type { AppCredentials } from './credential-config.ts';
+import type { AppCredentials } from '../platform/config/credential-config.ts';
+import { AppError } from '../platform/errors.ts';
+import type { Logger } from '../platform/log.ts';
 import { isRequestNotSent } from './http-fetch.ts';
 
 /**

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Octokit } from '@octokit/rest';
-import { decodeUtf8KeepingInvalid } from '../json/utf8.ts';
+import { decodeUtf8KeepingInvalid } from '../platform/json/utf8.ts';
 import { answerLimits } from './answer-limits.ts';
 import { FixtureMiss, GitHubAnswerRefused, GitHubUnavailable } from './errors.ts';
 import {
@@ -187,7 +187,7 @@ export function liveTransport(o: {
           ...(sent != null ? { data: sent } : {}),
         });
         const streamed = streamedBodyOf(res.data);
-        // Invalid UTF-8 stays distinguishable (src/json/utf8.ts): the rules set aside an
+        // Invalid UTF-8 stays distinguishable (src/platform/json/utf8.ts): the rules set aside an
         // event whose key field holds it instead of storing U+FFFD.
         const body = streamed
           ? ''

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import type { PushOrigin } from '../db/schema.ts';
-import { REJECTION_REASONS } from '../ingestion/rules.ts';
-import { type RejectedSummary, rejectedSummary } from '../quarantine/rejected-events.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { PushOrigin } from '../platform/db/schema.ts';
+import { type RejectedSummary, rejectedSummary } from '../store/rejected-events.ts';
+import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import { runsInWindow } from './run-hours.ts';
 

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * How complete each hour is (docs/mirrors.md): the view hourly_coverage, read through its

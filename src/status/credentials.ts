@@ -1,13 +1,13 @@
 import { sql } from 'kysely';
-import { type BackgroundReading, readBackground, shareRule } from '../commits/share.ts';
-import type { Config } from '../config.ts';
-import type { Db } from '../db/pool.ts';
-import type { BudgetPolicy } from '../github/budget.ts';
-import { budgetWithGraphQL } from '../github/budget-graphql.ts';
-import type { PoolBudget } from '../github/budget-types.ts';
-import { defaultQuota } from '../github/credential.ts';
+import { GRAPHQL_DEFAULT_QUOTA, graphqlKey, labelOf } from '../budget/graphql-key.ts';
+import { budgetWithGraphQL } from '../budget/graphql-window.ts';
+import type { BudgetPolicy } from '../budget/reserve.ts';
+import type { PoolBudget } from '../budget/types.ts';
 import { credentialLabels } from '../github/credentials.ts';
-import { GRAPHQL_DEFAULT_QUOTA, graphqlKey, labelOf } from '../github/graphql-key.ts';
+import type { Config } from '../platform/config/config.ts';
+import { defaultQuota } from '../platform/config/credential-label.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { type BackgroundReading, readBackground, shareRule } from '../work/split.ts';
 
 /**
  * Whose budget the status surfaces show: the deployment's, read from the database, not the

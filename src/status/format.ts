@@ -1,4 +1,4 @@
-import { daysAhead, untilText } from '../time-text.ts';
+import { daysAhead, untilText } from '../platform/time-text.ts';
 
 /** Small formatting helpers shared by the HTML page and the terminal picture. */
 

@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 import {
   type BackfillFileState,
   GAP_STATES,
   type GapState,
   type SourceKind,
-} from '../db/schema.ts';
+} from '../platform/db/schema.ts';
 
 /** Gaps and archive backfill as an operator sees them (status page, bin/status, /status). */
 export interface GapStatus {

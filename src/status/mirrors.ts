@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import { withoutUserinfo } from '../redact.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { withoutUserinfo } from '../platform/redact.ts';
 
 /**
  * The archive mirrors (GHARCHIVE_URL, docs/mirrors.md) and what each added: one row per

@@ -1,11 +1,11 @@
-import { systemClock } from '../clock.ts';
-import type { BackgroundReading } from '../commits/share.ts';
-import type { Deps } from '../deps.ts';
-import { type Backlog, backlog } from '../enrichment/due.ts';
-import { authBlocks } from '../github/auth-blocks.ts';
-import type { GraphQLBudget } from '../github/budget-types.ts';
+import { authBlocks } from '../budget/auth-blocks.ts';
+import type { BudgetSnapshot } from '../budget/client-types.ts';
+import type { GraphQLBudget } from '../budget/types.ts';
 import type { AuthBlock } from '../github/errors.ts';
-import type { BudgetSnapshot } from '../github/types.ts';
+import { systemClock } from '../platform/clock.ts';
+import type { Deps } from '../work/deps.ts';
+import { type Backlog, backlog } from '../work/enrichment-due.ts';
+import type { BackgroundReading } from '../work/split.ts';
 import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type CommitsStatus, commitsStatus } from './commits.ts';
 import { deploymentBackground, deploymentBudget, deploymentPolicy } from './credentials.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import { ALL_QUEUES } from '../queue/names.ts';
+import { ALL_QUEUES } from '../jobs/queue-names.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * Queue state read straight from pg-boss's tables in PGBOSS_SCHEMA: one read of committed

@@ -1,5 +1,5 @@
-import type { BackgroundReading } from '../commits/share.ts';
-import type { GraphQLBudget } from '../github/budget-types.ts';
+import type { GraphQLBudget } from '../budget/types.ts';
+import type { BackgroundReading } from '../work/split.ts';
 import { COMMITS_STATES } from './commits.ts';
 import { count, duration, nextPoll, relative, spendParts, windowParts } from './format.ts';
 import type { StatusReport } from './model.ts';

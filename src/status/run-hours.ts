@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * The status surfaces' "last 24 hours" of runs, read from the hourly rollups (migration

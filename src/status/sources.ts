@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
-import type { GithubMode, RunStatus, SourceKind } from '../db/schema.ts';
-import { AppError } from '../errors.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { GithubMode, RunStatus, SourceKind } from '../platform/db/schema.ts';
+import { AppError } from '../platform/errors.ts';
 import { runWindowStart, sourceWindowSql } from './run-hours.ts';
 
 /** One source as an operator sees it: where it is, how its last run went, when it polls next. */

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * SQL views for people at a `psql` prompt (docs/schema.md "Views for psql"). They are not a

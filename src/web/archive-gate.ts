@@ -1,4 +1,4 @@
-import { AppError } from '../errors.ts';
+import { AppError } from '../platform/errors.ts';
 
 /**
  * /archive's share of bin/web (ADR 0185): at most `slots` of its requests use the database at

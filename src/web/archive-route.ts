@@ -1,16 +1,16 @@
 import type http from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import { systemClock } from '../clock.ts';
-import type { Db } from '../db/pool.ts';
 import { ArchiveCache, matches } from '../export/cache.ts';
 import { archiveIndex } from '../export/hours-index.ts';
+import { systemClock } from '../platform/clock.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { DEFAULT_COVERAGE_HOURS, MAX_COVERAGE_HOURS } from '../status/coverage.ts';
+import { hourEnd, parseHour } from '../store/archive-hours.ts';
 import {
   HOUR_OPEN_HEADER,
   IMPORTING_RETRY_AFTER_SECONDS,
   type OpenReason,
-} from '../export/open-hours.ts';
-import { hourEnd, parseHour } from '../gaps/hours.ts';
-import { DEFAULT_COVERAGE_HOURS, MAX_COVERAGE_HOURS } from '../status/coverage.ts';
+} from '../store/open-hours.ts';
 import { ArchiveBusy, type ArchiveGate, createArchiveGate, DEFAULT_GATE } from './archive-gate.ts';
 import { sendJson, type WebDeps } from './respond.ts';
 
@@ -24,7 +24,7 @@ import { sendJson, type WebDeps } from './respond.ts';
  * or one the store knows nothing of, is a 404 as on data.gharchive.org.
  *
  * Every answer about an hour says whether it is final: `Archive-Hour-Open` lists why it is
- * not (src/export/open-hours.ts), and an hour an import is writing into is a 503 with
+ * not (src/store/open-hours.ts), and an hour an import is writing into is a 503 with
  * Retry-After. /archive reads the database through its own pool and gate (a bounded share
  * of bin/web's connections, src/web/pools.ts): past them it answers 503 with Retry-After,
  * and webhook intake, on a pool of its own, never waits for it.

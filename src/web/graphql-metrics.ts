@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import type { Counter, Gauge } from 'prom-client';
-import type { Db } from '../db/pool.ts';
-import { BLOCK_REASONS } from '../db/schema.ts';
-import { SPENDS_QUOTA } from '../github/ledger.ts';
-import type { BudgetSnapshot } from '../github/types.ts';
+import type { BudgetSnapshot } from '../budget/client-types.ts';
+import { SPENDS_QUOTA } from '../budget/ledger.ts';
+import type { Db } from '../platform/db/pool.ts';
+import { BLOCK_REASONS } from '../platform/db/schema.ts';
 
 /**
  * Each credential's GraphQL points window on /metrics (issue 26 item 8, ADR 0114), labelled

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type pg from 'pg';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * Whether webhook intake can store a delivery now, for /readyz (ADR 0185). GitHub does not

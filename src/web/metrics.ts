@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client';
-import type { Config } from '../config.ts';
-import type { Db } from '../db/pool.ts';
+import type { BudgetSnapshot, GitHubClient } from '../budget/client-types.ts';
+import type { Config } from '../platform/config/config.ts';
+import type { Db } from '../platform/db/pool.ts';
 import {
   BACKFILL_FILE_STATES,
   BLOCK_REASONS,
@@ -10,15 +11,14 @@ import {
   PUSH_ORIGINS,
   REQUEST_PURPOSES,
   RUN_STATUSES,
-} from '../db/schema.ts';
-import { backlog } from '../enrichment/due.ts';
-import type { BudgetSnapshot, GitHubClient } from '../github/types.ts';
-import { REJECTION_REASONS } from '../ingestion/rules.ts';
+} from '../platform/db/schema.ts';
 import { COMMITS_STATES, commitsStatus } from '../status/commits.ts';
 import { deploymentBudget } from '../status/credentials.ts';
 import { GAP_STATES, gapStatus } from '../status/gaps.ts';
 import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
+import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';
+import { backlog } from '../work/enrichment-due.ts';
 import type { ByteBudget } from './body-budget.ts';
 import { collectGraphQL, collectPushesPerPoint } from './graphql-metrics.ts';
 

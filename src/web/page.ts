@@ -1,12 +1,12 @@
+import type { GraphQLBudget } from '../budget/types.ts';
 import { NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
-import type { BackgroundReading } from '../commits/share.ts';
-import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../db/schema.ts';
-import type { GraphQLBudget } from '../github/budget-types.ts';
+import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../platform/db/schema.ts';
 import { COMMITS_STATES } from '../status/commits.ts';
 import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative, spendParts, windowParts } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';
 import type { MinuteSeries } from '../status/series.ts';
+import type { BackgroundReading } from '../work/split.ts';
 import { barChart } from './chart.ts';
 import { escapeHtml as e } from './html.ts';
 import { credentialsSection, mirrorsSection, openGapsSection } from './page-sections.ts';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { createDb, createPool, type Db } from '../db/pool.ts';
-import type { Logger } from '../log.ts';
+import { createDb, createPool, type Db } from '../platform/db/pool.ts';
+import type { Logger } from '../platform/log.ts';
 
 /**
  * bin/web's connections in three pools (ADR 0185), so that no route can take another's:

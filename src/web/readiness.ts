@@ -1,9 +1,9 @@
 import net from 'node:net';
 import { sql } from 'kysely';
 import pg from 'pg';
-import type { Config } from '../config.ts';
-import { pendingMigrations } from '../db/migrate.ts';
-import { createDb, type Db } from '../db/pool.ts';
+import type { Config } from '../platform/config/config.ts';
+import { pendingMigrations } from '../platform/db/migrate.ts';
+import { createDb, type Db } from '../platform/db/pool.ts';
 import { pgBossInstalled } from '../status/queues.ts';
 import type { IntakeHealth } from './intake-health.ts';
 

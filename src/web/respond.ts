@@ -1,6 +1,6 @@
 import type http from 'node:http';
 import type { PgBoss } from 'pg-boss';
-import type { Deps } from '../deps.ts';
+import type { Deps } from '../work/deps.ts';
 import type { WebPools } from './pools.ts';
 
 /**

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { systemClock } from '../clock.ts';
-import { isNotSetUpError, NOT_SET_UP } from '../db/setup-state.ts';
+import { systemClock } from '../platform/clock.ts';
+import { isNotSetUpError, NOT_SET_UP } from '../platform/db/setup-state.ts';
 import { hourlyCoverage } from '../status/coverage.ts';
 import { readStatus } from '../status/model.ts';
 import { minuteSeries } from '../status/series.ts';

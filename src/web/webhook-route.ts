@@ -1,6 +1,6 @@
 import type http from 'node:http';
-import { commitsOffReason } from '../commits/targets.ts';
-import { quoted } from '../quote.ts';
+import { quoted } from '../platform/quote.ts';
+import { commitsOffReason } from '../store/commits-targets.ts';
 import { loggableDeliveryId, receiveDelivery } from '../webhooks/intake.ts';
 import { signatureShaped } from '../webhooks/signature.ts';
 import { BodyTimeout, BodyTooLarge, BudgetFull, type HeldBody, readBody } from './body.ts';

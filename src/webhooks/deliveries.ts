@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/pool.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * webhook_deliveries: one row per X-GitHub-Delivery, inserted first in the delivery's

@@ -1,4 +1,6 @@
-import type { PushRow } from '../ingestion/mapping.ts';
+import { jsonInteger } from '../platform/json/exact.ts';
+import { storableText } from '../platform/json/walk.ts';
+import type { PushRow } from '../store/mapping.ts';
 import {
   idField,
   KEY_CAPS,
@@ -7,15 +9,13 @@ import {
   parseTimestamp,
   Rejection,
   TIMESTAMP_RANGE,
-} from '../ingestion/rules.ts';
-import { jsonInteger } from '../json/exact.ts';
-import { storableText } from '../json/walk.ts';
+} from '../store/rules.ts';
 
 /**
  * A `push` webhook payload → the PushRow polling would have produced for the same push.
  * The webhook knows no event id (that is the Events API's), so `id` is null until a polled
  * copy fills it in; the natural key (repository id, ref, before, head = after) is what
- * makes the two one row (ADR 0008). The same rules as polling (src/ingestion/rules.ts):
+ * makes the two one row (ADR 0008). The same rules as polling (src/store/rules.ts):
  * key fields are checked and a bad one rejects the push (Rejection); free text (commit
  * messages, authors) is made storable.
  */

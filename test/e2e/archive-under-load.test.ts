@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseHour } from '../../src/gaps/hours.ts';
+import { parseHour } from '../../src/store/archive-hours.ts';
 import { type Child, killAll, spawnBin } from '../recovery/world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { seedLargeHour } from '../support/large-hour.ts';

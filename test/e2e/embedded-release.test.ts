@@ -7,11 +7,11 @@ import {
   acquireEmbeddedPostgres,
   type EmbeddedHandle,
   embeddedUrl,
-} from '../../src/db/embedded.ts';
-import { stopEmbedded } from '../../src/db/embedded-admin.ts';
-import { LockSpace } from '../../src/db/locks.ts';
-import { createPool } from '../../src/db/pool.ts';
-import { createLogger } from '../../src/log.ts';
+} from '../../src/platform/db/embedded.ts';
+import { stopEmbedded } from '../../src/platform/db/embedded-admin.ts';
+import { LockSpace } from '../../src/platform/db/locks.ts';
+import { createPool } from '../../src/platform/db/pool.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import { sparePort } from '../support/embedded-env.ts';
 
 /**

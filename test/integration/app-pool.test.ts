@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
-import { loadConfig } from '../../src/config.ts';
-import { serverRoom } from '../../src/db/connections.ts';
-import { type InFlightPlan, inFlightPlan } from '../../src/github/concurrency.ts';
+import { type InFlightPlan, inFlightPlan } from '../../src/budget/concurrency.ts';
 import { credentialLabels } from '../../src/github/credentials.ts';
-import { pollsInFlight } from '../../src/ingestion/runner.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { serverRoom } from '../../src/platform/db/connections.ts';
+import { pollsInFlight } from '../../src/poll/poll-due.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -11,7 +11,7 @@ import { archiveHourSource } from '../../src/backfill/archive.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import { HOUR_ROWS } from '../../src/export/hour-query.ts';
 import { inHourSnapshot, writeHour } from '../../src/export/write.ts';
-import { type ArchiveHour, hourOf } from '../../src/gaps/hours.ts';
+import { type ArchiveHour, hourOf } from '../../src/store/archive-hours.ts';
 import { gzipLines } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';

@@ -4,9 +4,9 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fillGap } from '../../src/backfill/fill.ts';
-import type { Db } from '../../src/db/pool.ts';
-import { type ArchiveHour, hourEnd, hourOf } from '../../src/gaps/hours.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
+import { type ArchiveHour, hourEnd, hourOf } from '../../src/store/archive-hours.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { type Child, killAll, spawnBin } from '../recovery/world.ts';
 import {
   type ArchiveServer,

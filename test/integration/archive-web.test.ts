@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ArchiveCache } from '../../src/export/cache.ts';
 import { inHourSnapshot, writeHour } from '../../src/export/write.ts';
-import { type ArchiveHour, hourOf } from '../../src/gaps/hours.ts';
+import { type ArchiveHour, hourOf } from '../../src/store/archive-hours.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';
 import { memoryLogger } from '../support/github-client.ts';
@@ -179,7 +179,7 @@ describe('GET /archive/YYYY-MM-DD-H.json.gz', () => {
 describe('GET /archive/', () => {
   it('lists the hours with pushes or open gaps: pushes, commits states, open', async () => {
     const gapHour = w.hours[3]!;
-    const { source } = await (await import('../../src/ingestion/sources.ts')).addSource(
+    const { source } = await (await import('../../src/store/sources.ts')).addSource(
       t.db,
       { kind: 'repo', target: 'index-test/gap' },
       'live',

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, gzipLines, startArchiveServer } from '../support/archive-server.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -8,8 +8,8 @@ import { archiveHourSource, localFileSource } from '../../src/backfill/archive.t
 import { scopeOf } from '../../src/backfill/events.ts';
 import { parseHour } from '../../src/backfill/hours.ts';
 import { type ImportTarget, importFile } from '../../src/backfill/import.ts';
-import { mapPushEvent } from '../../src/ingestion/mapping.ts';
-import { storePushes } from '../../src/ingestion/store.ts';
+import { mapPushEvent } from '../../src/store/mapping.ts';
+import { storePushes } from '../../src/store/store-pushes.ts';
 import {
   type ArchiveServer,
   gzipLines,

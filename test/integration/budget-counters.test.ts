@@ -1,21 +1,21 @@
 import fc from 'fast-check';
 import { sql } from 'kysely';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { int4Key } from '../../src/db/locks.ts';
-import {
-  type BudgetPolicy,
-  budgetStateStatement,
-  type CredentialPolicy,
-  reserve,
-} from '../../src/github/budget.ts';
-import { type StateRow, windowFloor, windowStartSql } from '../../src/github/budget-state.ts';
 import {
   releaseReservation,
   SPENDS_QUOTA,
   settle,
   settleAbandonedReservations,
-} from '../../src/github/ledger.ts';
-import { pruneLedgers } from '../../src/maintenance/prune.ts';
+} from '../../src/budget/ledger.ts';
+import {
+  type BudgetPolicy,
+  budgetStateStatement,
+  type CredentialPolicy,
+  reserve,
+} from '../../src/budget/reserve.ts';
+import { type StateRow, windowFloor, windowStartSql } from '../../src/budget/window.ts';
+import { pruneLedgers } from '../../src/jobs/prune.ts';
+import { int4Key } from '../../src/platform/db/locks.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
@@ -33,7 +33,7 @@ beforeEach(async () => {
   await sql`TRUNCATE github_requests, github_rate_limits`.execute(t.db);
 });
 
-/** The budget CTEs before the counters (src/github/budget-state.ts up to ADR 0083): the oracle. */
+/** The budget CTEs before the counters (src/budget/window.ts up to ADR 0083): the oracle. */
 function oracleStatement(creds: readonly CredentialPolicy[], now: Date) {
   const rows = creds.map(
     (c, i) => sql`(${c.label}::text, ${c.defaultQuota}::int, ${i}::int, ${int4Key(c.label)}::int)`,

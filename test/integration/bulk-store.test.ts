@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import type { PushOrigin } from '../../src/db/schema.ts';
+import type { PushOrigin } from '../../src/platform/db/schema.ts';
+import type { PushRow } from '../../src/store/mapping.ts';
 import {
   type BulkStoreResult,
   bulkStorePage,
@@ -9,10 +10,9 @@ import {
   insertStagedEntities,
   PushesAlreadyHeld,
   prepareStage,
-} from '../../src/ingestion/bulk-store.ts';
-import type { PushRow } from '../../src/ingestion/mapping.ts';
-import { StageBatch } from '../../src/ingestion/stage-batch.ts';
-import { storePushes } from '../../src/ingestion/store.ts';
+} from '../../src/store/pushes.ts';
+import { StageBatch } from '../../src/store/stage-batch.ts';
+import { storePushes } from '../../src/store/store-pushes.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushRow } from '../support/push-rows.ts';
 

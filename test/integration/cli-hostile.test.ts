@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { main as enrichMain } from '../../src/cli/enrich.ts';
-import { UsageError } from '../../src/errors.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
-import { quoted } from '../../src/quote.ts';
+import { UsageError } from '../../src/platform/errors.ts';
+import { quoted } from '../../src/platform/quote.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { randomToken } from '../support/github-client.ts';

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fetchGraphQLBatch } from '../../src/commits/graphql-fetch.ts';
-import { MAX_QUERY_FAILURES } from '../../src/commits/graphql-rounds.ts';
-import { graphqlWindowRefuses } from '../../src/github/budget-graphql.ts';
+import { graphqlWindowRefuses } from '../../src/budget/graphql-window.ts';
+import { fetchGraphQLBatch } from '../../src/commits/fetch-graphql.ts';
+import { MAX_QUERY_FAILURES } from '../../src/commits/graphql/rounds.ts';
 import {
   chain,
   commitFetchers,

@@ -7,14 +7,14 @@ import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { localFileSource } from '../../src/backfill/archive.ts';
 import { importFile } from '../../src/backfill/import.ts';
-import { storeCommits } from '../../src/commits/store.ts';
-import { mapEventsPage } from '../../src/ingestion/mapping.ts';
-import { storePage } from '../../src/ingestion/page-store.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
-import { createLogger } from '../../src/log.ts';
-import { createBoss } from '../../src/queue/boss.ts';
-import { hintDispatcher } from '../../src/queue/dispatch.ts';
-import { FETCH_COMMITS_QUEUE } from '../../src/queue/names.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { hintDispatcher } from '../../src/jobs/dispatch.ts';
+import { FETCH_COMMITS_QUEUE } from '../../src/jobs/queue-names.ts';
+import { createLogger } from '../../src/platform/log.ts';
+import { storePage } from '../../src/poll/page-store.ts';
+import { storeCommits } from '../../src/store/commits.ts';
+import { mapEventsPage } from '../../src/store/mapping.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { gzipLines } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { memoryLogger } from '../support/github-client.ts';
@@ -36,7 +36,7 @@ const hashOf = (email: string) =>
 beforeAll(async () => {
   boss = createBoss(
     t.url,
-    (await import('../../src/config.ts')).loadConfig({}),
+    (await import('../../src/platform/config/config.ts')).loadConfig({}),
     createLogger('silent'),
     {
       role: 'test-hints',
@@ -280,7 +280,7 @@ describe('polled events', () => {
     await source('user', 'Mona');
     const off = await source('repo', 'acme/off');
     await sql`UPDATE event_sources SET commits_enabled = false WHERE id = ${off.id}`.execute(t.db);
-    const { forgetCommitsTargets } = await import('../../src/commits/targets.ts');
+    const { forgetCommitsTargets } = await import('../../src/store/commits-targets.ts');
     forgetCommitsTargets(t.db);
     const byRepo = pushEvent({ repo: { name: 'acme/rockets' } });
     const byOrg = pushEvent({ repo: { name: 'Widgets/anything' } });
@@ -376,7 +376,7 @@ describe('polled events', () => {
       commit_count: null,
       due: true,
     });
-    const { setSourceCommits } = await import('../../src/ingestion/sources.ts');
+    const { setSourceCommits } = await import('../../src/store/sources.ts');
     await setSourceCommits(t.db, Number(pub.id), false);
     const later = pushEvent();
     await poll([later]);

@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { awaitingPickStatement, countAwaitingStatement } from '../../src/commits/awaiting.ts';
 import { claimStatement } from '../../src/commits/claim.ts';
 import { defaultTipStatement } from '../../src/commits/default-tip.ts';
-import { commitsDueStatement } from '../../src/commits/due.ts';
+import { commitsDueStatement } from '../../src/work/commits-due.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { explain, indexReads, type Plan, seqScans } from '../support/plans.ts';
 

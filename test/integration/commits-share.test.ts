@@ -1,12 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { type FetchDeps, fetchCycle, fetchOnce } from '../../src/commits/fetch.ts';
-import { readBackground, shareRule, splitOf } from '../../src/commits/share.ts';
-import { loadConfig } from '../../src/config.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { type FetchDeps, fetchCycle, fetchOnce } from '../../src/commits/fetch-rest.ts';
 import { enrichClasses, enrichOnce } from '../../src/enrichment/runner.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { createLogger } from '../../src/platform/log.ts';
+import { readBackground, shareRule, splitOf } from '../../src/work/split.ts';
 import {
   chain,
   freshCommitWorld,

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { pendingMigrations } from '../../src/db/migrate.ts';
+import { pendingMigrations } from '../../src/platform/db/migrate.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 const t = useTestDatabase();

@@ -6,7 +6,7 @@ import { gunzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hourOf } from '../../src/backfill/hours.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

@@ -9,7 +9,7 @@ import {
   clusterPaths,
   ensureInitialised,
   serverUser,
-} from '../../src/db/embedded-cluster.ts';
+} from '../../src/platform/db/embedded-cluster.ts';
 
 /**
  * The embedded cluster's init lock: one starter runs initdb, the others wait for it. The

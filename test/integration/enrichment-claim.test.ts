@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { createDb } from '../../src/db/pool.ts';
 import { claimNext, claimStatement, releaseClaim } from '../../src/enrichment/claim.ts';
-import { backlog, countDue, dueStatement, hasDueWork } from '../../src/enrichment/due.ts';
 import { ageOut } from '../../src/enrichment/state.ts';
+import { createDb } from '../../src/platform/db/pool.ts';
+import { backlog, countDue, dueStatement, hasDueWork } from '../../src/work/enrichment-due.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { explain, type Plan, seqScans } from '../support/plans.ts';
 import { entityRow, insertEntities, insertPending, rowText } from './enrichment-fixtures.ts';

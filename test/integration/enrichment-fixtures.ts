@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/pool.ts';
-import { ENTITY_TABLES, type EntityClass } from '../../src/enrichment/entity.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
+import { ENTITY_TABLES, type EntityClass } from '../../src/work/entity.ts';
 
 /** Row factories and probes shared by the enrichment tests (not a test file itself). */
 

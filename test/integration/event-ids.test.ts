@@ -3,15 +3,15 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { archiveHourSource } from '../../src/backfill/archive.ts';
 import { hourOf, parseHour } from '../../src/backfill/hours.ts';
 import { importFile } from '../../src/backfill/import.ts';
-import { recordGap } from '../../src/gaps/record.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { bulkStorePage } from '../../src/ingestion/bulk-store.ts';
-import { mapEventsPage } from '../../src/ingestion/mapping.ts';
-import { storePage } from '../../src/ingestion/page-store.ts';
-import { pollSource } from '../../src/ingestion/runner.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
-import type { Logger } from '../../src/log.ts';
-import { quarantineEvents } from '../../src/quarantine/rejected-events.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { Logger } from '../../src/platform/log.ts';
+import { storePage } from '../../src/poll/page-store.ts';
+import { pollSource } from '../../src/poll/poll-due.ts';
+import { recordGap } from '../../src/store/gaps.ts';
+import { mapEventsPage } from '../../src/store/mapping.ts';
+import { bulkStorePage } from '../../src/store/pushes.ts';
+import { quarantineEvents } from '../../src/store/rejected-events.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { createMetrics } from '../../src/web/metrics.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -326,7 +326,7 @@ describe('claims settled whatever the order, and when writers race', () => {
     const holder = await t.pool.connect();
     try {
       await holder.query('BEGIN');
-      const { runOnClient } = await import('../../src/ingestion/event-ids.ts');
+      const { runOnClient } = await import('../../src/store/event-ids.ts');
       await runOnClient(holder)(
         `INSERT INTO actors (id, login) VALUES ($1, 'x') ON CONFLICT DO NOTHING`,
         [late.actor.id],

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GRAPHQL_QUERY_EXAMPLES } from '../../src/commits/graphql-queries.ts';
+import { GRAPHQL_QUERY_EXAMPLES } from '../../src/commits/graphql/queries.ts';
 import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
 import { ZERO } from '../support/commit-world.ts';
 import { ancestors } from '../support/fake-commit-graph.ts';

@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fetchCycle } from '../../src/commits/fetch.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { fetchCycle } from '../../src/commits/fetch-rest.ts';
 import { enrichCycle } from '../../src/enrichment/runner.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import { chain, insertPushes, insertRepository, pushShas } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import type { RecordedRequest } from '../support/fake-github-types.ts';

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { childFill } from '../../src/backfill/fill-process.ts';
 import { hourOf } from '../../src/backfill/hours.ts';
-import { loadConfig } from '../../src/config.ts';
-import type { Deps } from '../../src/deps.ts';
-import { AppError } from '../../src/errors.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { AppError } from '../../src/platform/errors.ts';
+import { addSource } from '../../src/store/sources.ts';
+import type { Deps } from '../../src/work/deps.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushEvent } from '../support/github-factories.ts';

@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Config } from '../../src/config.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { type EnrichDeps, enrichCycle } from '../../src/enrichment/runner.ts';
 import { BudgetExhausted, GitHubAuthFailed, PoolRejected } from '../../src/github/errors.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import type { Config } from '../../src/platform/config/config.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type AppKeys, appJwt, appKeys } from '../support/github-app-keys.ts';
 import { clientFactory, memoryLogger, testConfig } from '../support/github-client.ts';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { allowanceFor, pollIntervalFloorSeconds } from '../../src/github/budget.ts';
-import { settleAbandonedReservations } from '../../src/github/ledger.ts';
+import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
+import { allowanceFor, pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { int4Key, LockSpace } from '../../src/db/locks.ts';
 import { GateTimeout } from '../../src/github/errors.ts';
+import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory, randomToken } from '../support/github-client.ts';
 import { userProfile } from '../support/github-factories.ts';

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tokenLabel } from '../../src/github/credential.ts';
+import { graphqlKey } from '../../src/budget/graphql-key.ts';
 import {
   BudgetExhausted,
   FixtureMiss,
@@ -11,8 +11,8 @@ import {
   GraphQLNeedsCredential,
   RateLimited,
 } from '../../src/github/errors.ts';
-import { graphqlKey } from '../../src/github/graphql-key.ts';
 import { fixtureFile } from '../../src/github/transport.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
 import { chain } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { appKeys } from '../support/github-app-keys.ts';

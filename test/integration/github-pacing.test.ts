@@ -1,11 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { RateLimited } from '../../src/github/errors.ts';
 import { routeTemplate } from '../../src/github/pacing.ts';
 import type { RawResponse, Transport } from '../../src/github/transport.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { testConfig } from '../support/github-client.ts';
 

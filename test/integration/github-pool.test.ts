@@ -1,18 +1,18 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type Clock, fixedClock } from '../../src/clock.ts';
-import { int4Key, LockSpace } from '../../src/db/locks.ts';
+import { recordAuthFailure } from '../../src/budget/rate-limits.ts';
 import {
   budgetStateStatement,
   pollIntervalFloorSeconds,
   reserveIfFree,
   snapshotRefuses,
-} from '../../src/github/budget.ts';
-import { tokenLabel } from '../../src/github/credential.ts';
-import { recordAuthFailure } from '../../src/github/rate-limit.ts';
-import { deferralOf } from '../../src/ingestion/deferral.ts';
-import { pollDueSources } from '../../src/ingestion/runner.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+} from '../../src/budget/reserve.ts';
+import { type Clock, fixedClock } from '../../src/platform/clock.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
+import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
+import { deferralOf } from '../../src/poll/deferral.ts';
+import { pollDueSources } from '../../src/poll/poll-due.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';

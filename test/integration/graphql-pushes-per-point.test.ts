@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { fetchGraphQLBatch } from '../../src/commits/graphql-fetch.ts';
-import { pruneLedgers } from '../../src/maintenance/prune.ts';
+import { fetchGraphQLBatch } from '../../src/commits/fetch-graphql.ts';
+import { pruneLedgers } from '../../src/jobs/prune.ts';
 import { readStatus } from '../../src/status/model.ts';
 import { renderText } from '../../src/status/render-text.ts';
 import { captureLogger } from '../recovery/helpers.ts';

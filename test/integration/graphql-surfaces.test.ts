@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { tokenLabel } from '../../src/github/credential.ts';
-import { graphqlKey } from '../../src/github/graphql-key.ts';
+import { graphqlKey } from '../../src/budget/graphql-key.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
 import { readStatus } from '../../src/status/model.ts';
 import { createMetrics } from '../../src/web/metrics.ts';
 import { chain } from '../support/commit-world.ts';

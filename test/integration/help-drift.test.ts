@@ -1,10 +1,10 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ENV_VARS } from '../../src/config.ts';
-import { SOURCE_KINDS } from '../../src/db/schema.ts';
-import { commitsEnabledFor } from '../../src/ingestion/source-spec.ts';
-import { QUEUES } from '../../src/queue/names.ts';
+import { QUEUES } from '../../src/jobs/queue-names.ts';
+import { ENV_VARS } from '../../src/platform/config/config.ts';
+import { commitsEnabledFor } from '../../src/platform/config/source-spec.ts';
+import { SOURCE_KINDS } from '../../src/platform/db/schema.ts';
 import { ROOT, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { docPage } from '../support/docs.ts';
@@ -99,7 +99,7 @@ describe('every --help against docs/cli.md', () => {
   });
 
   it('bin/worker: every queue its scheduler enqueues each tick, beside TICK_SECONDS in --help and its row', async () => {
-    const scheduler = readFileSync(join(ROOT, 'src/scheduler/scheduler.ts'), 'utf8');
+    const scheduler = readFileSync(join(ROOT, 'src/jobs/scheduler.ts'), 'utf8');
     const everyTick = [...scheduler.matchAll(/#send\(QUEUES\.(\w+), this\.#tickSeconds\)/g)].map(
       (m) => QUEUES[m[1] as keyof typeof QUEUES],
     );

@@ -1,12 +1,12 @@
 import { type RawBuilder, sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { countDueStatement } from '../../src/enrichment/due.ts';
 import {
   budgetStateStatement,
   quickPickStatement,
   reservationStatement,
-} from '../../src/github/budget.ts';
+} from '../../src/budget/reserve.ts';
+import { countDueStatement } from '../../src/work/enrichment-due.ts';
 import { useTestDatabase } from '../support/db.ts';
 import {
   explain,
@@ -79,7 +79,7 @@ async function load(table: string, insert: RawBuilder<unknown>): Promise<void> {
 
 /**
  * The plan Postgres caches for `statement` as a prepared statement under force_generic_plan
- * (src/db/prepared.ts: the budget's statements run so): planned blind to the parameters, then
+ * (src/platform/db/prepared.ts: the budget's statements run so): planned blind to the parameters, then
  * executed with them. EXPLAIN (GENERIC_PLAN) exists only from Postgres 16; this works on 15.
  */
 async function genericPlan(statement: RawBuilder<unknown>, analyze = false): Promise<Plan> {

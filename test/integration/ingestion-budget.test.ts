@@ -1,13 +1,13 @@
 import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { AUTH_LADDER_SECONDS } from '../../src/budget/rate-limits.ts';
 import { GitHubAuthFailed, GitHubUnreachable } from '../../src/github/errors.ts';
-import { AUTH_LADDER_SECONDS } from '../../src/github/rate-limit.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { pollDueSources, pollSource } from '../../src/ingestion/runner.ts';
-import { addSource, getSource } from '../../src/ingestion/sources.ts';
-import type { Logger } from '../../src/log.ts';
+import type { Logger } from '../../src/platform/log.ts';
+import { pollDueSources, pollSource } from '../../src/poll/poll-due.ts';
 import { readStatus } from '../../src/status/model.ts';
+import { addSource, getSource } from '../../src/store/sources.ts';
 import { createMetrics } from '../../src/web/metrics.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { runBin } from '../support/cli.ts';

@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/ingest.ts';
-import { UsageError } from '../../src/errors.ts';
-import type { RunSummary } from '../../src/ingestion/runner.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { UsageError } from '../../src/platform/errors.ts';
+import type { RunSummary } from '../../src/poll/poll-due.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

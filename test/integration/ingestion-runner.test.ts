@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { isLockHeld, LockSpace } from '../../src/db/locks.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { pollDueSources, pollSource, type RunSummary } from '../../src/ingestion/runner.ts';
-import { addSource, getSource } from '../../src/ingestion/sources.ts';
-import type { Logger } from '../../src/log.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { isLockHeld, LockSpace } from '../../src/platform/db/locks.ts';
+import type { Logger } from '../../src/platform/log.ts';
+import { pollDueSources, pollSource, type RunSummary } from '../../src/poll/poll-due.ts';
+import { addSource, getSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, randomToken, testConfig } from '../support/github-client.ts';

@@ -1,7 +1,7 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/sources.ts';
 import { NO_CREDENTIAL_IN_USE } from '../../src/commits/deployment.ts';
-import { UsageError } from '../../src/errors.ts';
+import { UsageError } from '../../src/platform/errors.ts';
 import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -1,13 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { ConfigError, NotFound } from '../../src/errors.ts';
-import {
-  addSource,
-  listSources,
-  seedSources,
-  setSourceEnabled,
-} from '../../src/ingestion/sources.ts';
-import { storePushes } from '../../src/ingestion/store.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { ConfigError, NotFound } from '../../src/platform/errors.ts';
+import { addSource, listSources, seedSources, setSourceEnabled } from '../../src/store/sources.ts';
+import { storePushes } from '../../src/store/store-pushes.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushRow } from '../support/push-rows.ts';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LockSpace } from '../../src/db/locks.ts';
-import { JobLiveness, jobLockKey, LIVENESS_APPLICATION_NAME } from '../../src/queue/liveness.ts';
+import { JobLiveness, jobLockKey, LIVENESS_APPLICATION_NAME } from '../../src/jobs/liveness.ts';
+import { LockSpace } from '../../src/platform/db/locks.ts';
 import { captureLogger, waitFor } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { adminQuery } from '../support/postgres-server.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createMigrator } from '../../src/db/migrate.ts';
+import { createMigrator } from '../../src/platform/db/migrate.ts';
 import { downToJustBefore } from '../support/migration-steps.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createMigrator } from '../../src/db/migrate.ts';
+import { createMigrator } from '../../src/platform/db/migrate.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // Migration 2026-12-01T1410 (ADR 0120, ADR 0121) over a database that unclamped headers

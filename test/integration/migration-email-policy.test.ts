@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createMigrator, migrateToLatest } from '../../src/db/migrate.ts';
+import { createMigrator, migrateToLatest } from '../../src/platform/db/migrate.ts';
 import { downToJustBefore } from '../support/migration-steps.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 

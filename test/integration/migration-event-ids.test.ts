@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createMigrator, MIGRATIONS_DIR, migrateToLatest } from '../../src/db/migrate.ts';
+import { createMigrator, MIGRATIONS_DIR, migrateToLatest } from '../../src/platform/db/migrate.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // Event ids are not keys (2026-12-01T1400 and T1401, ADR 0122) over a database that holds

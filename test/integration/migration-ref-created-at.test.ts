@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createMigrator, migrateToLatest } from '../../src/db/migrate.ts';
+import { createMigrator, migrateToLatest } from '../../src/platform/db/migrate.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // push_events_ref_created_at (2026-12-02T0500): built CONCURRENTLY by migrateToLatest

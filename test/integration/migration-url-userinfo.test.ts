@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createMigrator, MIGRATIONS_DIR } from '../../src/db/migrate.ts';
+import { createMigrator, MIGRATIONS_DIR } from '../../src/platform/db/migrate.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
 // 2026-12-01T1421 (issue 27 item 6) over a database that stored mirror passwords before:

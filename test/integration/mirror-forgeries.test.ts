@@ -6,11 +6,11 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { archiveHourSource, inlineSourceOf, localFileSource } from '../../src/backfill/archive.ts';
 import { hourOf } from '../../src/backfill/hours.ts';
 import { importFile } from '../../src/backfill/import.ts';
-import { fetchCycle } from '../../src/commits/fetch.ts';
-import { forgetCommitsTargets } from '../../src/commits/targets.ts';
+import { fetchCycle } from '../../src/commits/fetch-rest.ts';
 import { HOUR_ROWS, type HourRow, toExportRow } from '../../src/export/hour-query.ts';
 import { exportLine } from '../../src/export/line.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { forgetCommitsTargets } from '../../src/store/commits-targets.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, gzipLines, startArchiveServer } from '../support/archive-server.ts';
 import {
   chain,

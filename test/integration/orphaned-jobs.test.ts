@@ -1,14 +1,14 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createBoss } from '../../src/queue/boss.ts';
-import { JobLiveness, LIVENESS_APPLICATION_NAME } from '../../src/queue/liveness.ts';
-import { QUEUES, type QueueName } from '../../src/queue/names.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { JobLiveness, LIVENESS_APPLICATION_NAME } from '../../src/jobs/liveness.ts';
 import {
   failOrphanedJobs,
   ORPHAN_GRACE_SECONDS,
   unlockedActiveJobs,
-} from '../../src/reconcile/orphaned-jobs.ts';
+} from '../../src/jobs/orphaned-jobs.ts';
+import { QUEUES, type QueueName } from '../../src/jobs/queue-names.ts';
 import { captureLogger, testConfig, waitFor } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -3,8 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHttpFetch } from '../../src/github/http-fetch.ts';
 import { liveTransport } from '../../src/github/transport.ts';
-import { mapEventsPage } from '../../src/ingestion/mapping.ts';
-import { parseJson } from '../../src/json/exact.ts';
+import { parseJson } from '../../src/platform/json/exact.ts';
+import { mapEventsPage } from '../../src/store/mapping.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 
 /**

@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { pollIntervalFloorSeconds } from '../../src/github/budget.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { pollSource } from '../../src/ingestion/runner.ts';
-import { newFleetCache, planSourcePoll } from '../../src/ingestion/schedule.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
+import { pollSource } from '../../src/poll/poll-due.ts';
+import { newFleetCache, planSourcePoll } from '../../src/poll/schedule.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, testConfig } from '../support/github-client.ts';

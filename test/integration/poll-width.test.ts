@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
 import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
-import { pollDueSources, pollsInFlight } from '../../src/ingestion/runner.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/platform/log.ts';
+import { pollDueSources, pollsInFlight } from '../../src/poll/poll-due.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { randomToken, testConfig } from '../support/github-client.ts';
@@ -61,7 +61,7 @@ describe('a round as wide as its plan', () => {
     });
     const logger = createLogger('silent');
     const pool = t.newPool(20);
-    const { createDb } = await import('../../src/db/pool.ts');
+    const { createDb } = await import('../../src/platform/db/pool.ts');
     const db = createDb(pool);
     const github = createGitHubClient({ config, db, databaseUrl: t.url, logger });
     const deps = { config, db, pool, github, logger, workerId: 'test:width' };
@@ -70,7 +70,7 @@ describe('a round as wide as its plan', () => {
       const sessionsBefore = pool.totalCount;
       const before = await commits();
       const summaries = await pollDueSources(deps);
-      // A new session commits its setup once (src/db/pool.ts SESSION_SETUP): not a poll's.
+      // A new session commits its setup once (src/platform/db/pool.ts SESSION_SETUP): not a poll's.
       const opened = pool.totalCount - sessionsBefore;
       // What this measuring commits itself (the flush and the read), with nothing between.
       const idle = (await commits()) - (await commits());

@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { tokenLabel } from '../../src/github/credential.ts';
+import { recordAuthFailure } from '../../src/budget/rate-limits.ts';
 import { BudgetExhausted, PoolRejected } from '../../src/github/errors.ts';
-import { recordAuthFailure } from '../../src/github/rate-limit.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
 import { readStatus } from '../../src/status/model.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

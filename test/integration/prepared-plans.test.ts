@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { createDb } from '../../src/db/pool.ts';
-import { GENERIC_PLANS, PREPARED_MARK, preparedName } from '../../src/db/prepared.ts';
-import { reserve } from '../../src/github/budget.ts';
+import { reserve } from '../../src/budget/reserve.ts';
+import { createDb } from '../../src/platform/db/pool.ts';
+import { GENERIC_PLANS, PREPARED_MARK, preparedName } from '../../src/platform/db/prepared.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
- * The budget's statements are planned once a session (src/db/prepared.ts): named prepared
+ * The budget's statements are planned once a session (src/platform/db/prepared.ts): named prepared
  * statements of the session that runs them, with generic plans where the transaction asked
  * for them — and custom plans, as before, where it did not. Read from the session's own
  * pg_prepared_statements (its generic_plans and custom_plans counters, Postgres 14 and later).

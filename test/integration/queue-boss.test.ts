@@ -1,13 +1,13 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import type { RunSummary } from '../../src/ingestion/runner.ts';
-import { createBoss, installPgBoss, queueDefinitions } from '../../src/queue/boss.ts';
-import { dispatchHints, sendCycle } from '../../src/queue/dispatch.ts';
-import { ALL_QUEUES, QUEUES } from '../../src/queue/names.ts';
-import { liveJobCounts } from '../../src/reconcile/live-jobs.ts';
-import { Scheduler, tickSchedule } from '../../src/scheduler/scheduler.ts';
+import { createBoss, installPgBoss, queueDefinitions } from '../../src/jobs/boss.ts';
+import { dispatchHints, sendCycle } from '../../src/jobs/dispatch.ts';
+import { liveJobCounts } from '../../src/jobs/live-jobs.ts';
+import { ALL_QUEUES, QUEUES } from '../../src/jobs/queue-names.ts';
+import { Scheduler, tickSchedule } from '../../src/jobs/scheduler.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import type { RunSummary } from '../../src/poll/poll-due.ts';
 import { captureLogger, testConfig } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
-import { pruneLedgers } from '../../src/maintenance/prune.ts';
-import { handleBackfill, handleMaintenance, type JobContext } from '../../src/queue/handlers.ts';
+import { handleBackfill, handleMaintenance, type JobContext } from '../../src/jobs/handlers.ts';
+import { pruneLedgers } from '../../src/jobs/prune.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { captureLogger, testConfig } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -1,10 +1,10 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createPool } from '../../src/db/pool.ts';
+import { createPool } from '../../src/platform/db/pool.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
- * Every session a pool of ours opens runs without JIT (src/db/pool.ts SESSION_SETUP, ADR 0176):
+ * Every session a pool of ours opens runs without JIT (src/platform/db/pool.ts SESSION_SETUP, ADR 0176):
  * a poll's page merge, estimated blind, passed jit_above_cost on a table of some tens of
  * thousands of pushes and spent 2.5-4 s compiling a statement that ran in 5 ms, with the
  * credential's gate held. Checked on the session itself, from the very first query a checkout

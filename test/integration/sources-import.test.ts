@@ -6,13 +6,13 @@ import { Readable } from 'node:stream';
 import type { KyselyPlugin } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/sources.ts';
-import { UsageError } from '../../src/errors.ts';
+import { UsageError } from '../../src/platform/errors.ts';
 import {
   importSources,
   MAX_LINE_CHARS,
   MAX_LINES,
   parseSourceLines,
-} from '../../src/ingestion/sources-import.ts';
+} from '../../src/store/sources-import.ts';
 import { captureMain, ROOT, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -152,7 +152,7 @@ describe('/status at 10,000 sources', () => {
  * the report the others; the commits section (issue 18) adds its own 5, none per source
  * (27). The configured mirrors, the open gaps, the GraphQL windows, the commits backlog by
  * origin and whether commits are off add one or two each, none per source (33). The background
- * allowance's floors and who waits for REST (src/commits/share.ts) add one, none per source. A
+ * allowance's floors and who waits for REST (src/work/split.ts) add one, none per source. A
  * statement per source would be 10,000.
  */
 const STATEMENTS_MAX = 36;

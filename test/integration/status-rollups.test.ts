@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createDb, type Db } from '../../src/db/pool.ts';
-import { pruneLedgers } from '../../src/maintenance/prune.ts';
+import { pruneLedgers } from '../../src/jobs/prune.ts';
+import { createDb, type Db } from '../../src/platform/db/pool.ts';
 import { readStatus } from '../../src/status/model.ts';
 import { runWindowStart } from '../../src/status/run-hours.ts';
 import { useTestDatabase } from '../support/db.ts';

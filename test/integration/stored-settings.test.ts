@@ -1,8 +1,11 @@
 import { sql } from 'kysely';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { createDb, createPool } from '../../src/db/pool.ts';
-import { checkStoredSettings, StoredSettingMismatch } from '../../src/stored-settings.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import {
+  checkStoredSettings,
+  StoredSettingMismatch,
+} from '../../src/platform/config/stored-settings.ts';
+import { createDb, createPool } from '../../src/platform/db/pool.ts';
 import { type Child, killAll, spawnBin } from '../recovery/world.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

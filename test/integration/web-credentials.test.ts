@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tokenLabel } from '../../src/github/credential.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
 import { startWebServer, type WebServer } from '../../src/web/server.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

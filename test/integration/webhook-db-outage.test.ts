@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDb } from '../../src/db/pool.ts';
+import { createDb } from '../../src/platform/db/pool.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { adminQuery } from '../support/postgres-server.ts';
 import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';

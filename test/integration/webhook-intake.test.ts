@@ -3,10 +3,10 @@ import { sign } from '@octokit/webhooks-methods';
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { PushRow } from '../../src/ingestion/mapping.ts';
-import { storePushes } from '../../src/ingestion/store.ts';
-import { createLogger } from '../../src/log.ts';
-import { createBoss } from '../../src/queue/boss.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { createLogger } from '../../src/platform/log.ts';
+import type { PushRow } from '../../src/store/mapping.ts';
+import { storePushes } from '../../src/store/store-pushes.ts';
 import { MAX_WEBHOOK_BODY_BYTES } from '../../src/web/webhook-route.ts';
 import { useTestDatabase } from '../support/db.ts';
 import {

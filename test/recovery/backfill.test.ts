@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateHourFile } from '../../bench/lib/archive-gen.ts';
 import { hourOf } from '../../src/backfill/hours.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

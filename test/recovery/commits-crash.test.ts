@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { fetchOnce } from '../../src/commits/fetch.ts';
-import { settleAbandonedReservations } from '../../src/github/ledger.ts';
+import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
+import { fetchOnce } from '../../src/commits/fetch-rest.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
 import { chain, insertPushes, insertRepository, pushShas } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushEvent } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';

@@ -1,10 +1,10 @@
 import { sign } from '@octokit/webhooks-methods';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Db } from '../../src/db/pool.ts';
-import { FAULT_POINTS, type FaultPointName } from '../../src/fault.ts';
-import { settleAbandonedReservations } from '../../src/github/ledger.ts';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
+import { FAULT_POINTS, type FaultPointName } from '../../src/platform/fault.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 import { pushPayload } from '../support/web.ts';
@@ -12,7 +12,7 @@ import { type LogLine, waitFor } from './helpers.ts';
 import { type Child, killAll, seedPushes, spawnBin, type World } from './world.ts';
 
 /**
- * The crash-window matrix (issue 6). For every fault point in src/fault.ts: a real child
+ * The crash-window matrix (issue 6). For every fault point in src/platform/fault.ts: a real child
  * process (bin/worker, or bin/web for webhook intake) against the fake GitHub, started with
  * FAULT_POINT=<point> so it SIGKILLs itself in that window; then the same binary again
  * without it. Each point gets its own database cloned from the template and a reset fake.

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createBoss } from '../../src/queue/boss.ts';
-import { handleEnrichCycle, type JobContext } from '../../src/queue/handlers.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { handleEnrichCycle, type JobContext } from '../../src/jobs/handlers.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { userProfile } from '../support/github-factories.ts';

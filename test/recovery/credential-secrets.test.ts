@@ -1,8 +1,8 @@
 import { createPrivateKey } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tokenLabel } from '../../src/github/credential.ts';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDb, createPool, type Db } from '../../src/db/pool.ts';
+import { createDb, createPool, type Db } from '../../src/platform/db/pool.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { startThrowawayPostgres, type ThrowawayPostgres } from '../support/throwaway-postgres.ts';
 import { waitFor } from './helpers.ts';

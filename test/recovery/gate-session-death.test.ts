@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { int4Key, LockSpace } from '../../src/db/locks.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import { settleAbandonedReservations } from '../../src/github/ledger.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
 import type { RawResponse, Transport } from '../../src/github/transport.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { testConfig } from '../support/github-client.ts';
 import { waitFor } from './helpers.ts';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { shutdownTimeoutMs } from '../../src/queue/worker-service.ts';
+import { shutdownTimeoutMs } from '../../src/jobs/worker-service.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { waitFor } from './helpers.ts';

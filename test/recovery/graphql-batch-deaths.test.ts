@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { settleAbandonedReservations } from '../../src/github/ledger.ts';
+import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
 import { chain, insertPushes, insertRepository, pushShas } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, type RecordedRequest, startFakeGitHub } from '../support/fake-github.ts';

@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { int4Key, LockSpace } from '../../src/db/locks.ts';
-import { settleAbandonedReservations } from '../../src/github/ledger.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { pollSource } from '../../src/ingestion/runner.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
+import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
+import { pollSource } from '../../src/poll/poll-due.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, memoryLogger, randomToken, testConfig } from '../support/github-client.ts';

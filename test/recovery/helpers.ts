@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream';
-import { type Config, loadConfig } from '../../src/config.ts';
-import { createLogger, type Logger } from '../../src/log.ts';
+import { type Config, loadConfig } from '../../src/platform/config/config.ts';
+import { createLogger, type Logger } from '../../src/platform/log.ts';
 
 /** Shared by the queue and recovery tests (not a test file itself). */
 

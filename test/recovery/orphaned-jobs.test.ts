@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
-import { createBoss } from '../../src/queue/boss.ts';
-import { JobLiveness } from '../../src/queue/liveness.ts';
-import { ALL_QUEUES, QUEUES, type QueueName } from '../../src/queue/names.ts';
-import { ORPHAN_GRACE_SECONDS } from '../../src/reconcile/orphaned-jobs.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { JobLiveness } from '../../src/jobs/liveness.ts';
+import { ORPHAN_GRACE_SECONDS } from '../../src/jobs/orphaned-jobs.ts';
+import { ALL_QUEUES, QUEUES, type QueueName } from '../../src/jobs/queue-names.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 import { captureLogger, type LogLine, testConfig } from './helpers.ts';

@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EntityClass } from '../../src/github/types.ts';
-import { createBoss } from '../../src/queue/boss.ts';
-import { handleEnrichCycle, handlePollSources, type JobContext } from '../../src/queue/handlers.ts';
-import { enrichQueue, QUEUES } from '../../src/queue/names.ts';
-import { liveJobCounts } from '../../src/reconcile/live-jobs.ts';
-import { reconcile } from '../../src/reconcile/reconciler.ts';
+import type { EntityClass } from '../../src/budget/client-types.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { handleEnrichCycle, handlePollSources, type JobContext } from '../../src/jobs/handlers.ts';
+import { liveJobCounts } from '../../src/jobs/live-jobs.ts';
+import { enrichQueue, QUEUES } from '../../src/jobs/queue-names.ts';
+import { reconcile } from '../../src/jobs/reconciler.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { captureLogger } from './helpers.ts';

@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clusterPaths } from '../../src/db/embedded-cluster.ts';
+import { clusterPaths } from '../../src/platform/db/embedded-cluster.ts';
 import { READINESS_TIMEOUT_MS } from '../../src/web/readiness.ts';
 import { startThrowawayPostgres, type ThrowawayPostgres } from '../support/throwaway-postgres.ts';
 import { waitFor } from './helpers.ts';

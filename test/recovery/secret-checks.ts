@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/pool.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 import { waitFor } from './helpers.ts';
 import { type Child, spawnBin } from './world.ts';
 

@@ -2,7 +2,7 @@ import { sign } from '@octokit/webhooks-methods';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { gapHours, hourOf } from '../../src/backfill/hours.ts';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { int4Key, LockSpace, tryLockSession } from '../../src/db/locks.ts';
-import { tokenLabel } from '../../src/github/credential.ts';
 import { routeTemplate, spacingMs } from '../../src/github/pacing.ts';
 import { GITHUB_API_VERSION } from '../../src/github/transport.ts';
+import { tokenLabel } from '../../src/platform/config/credential-label.ts';
+import { int4Key, LockSpace, tryLockSession } from '../../src/platform/db/locks.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { waitFor } from './helpers.ts';

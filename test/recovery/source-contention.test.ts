@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LockSpace, tryLockSession, unlockSession } from '../../src/db/locks.ts';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
-import { createBoss } from '../../src/queue/boss.ts';
-import { handlePollSources, type JobContext } from '../../src/queue/handlers.ts';
-import { ALL_QUEUES } from '../../src/queue/names.ts';
-import { liveJobCounts } from '../../src/reconcile/live-jobs.ts';
+import { createBoss } from '../../src/jobs/boss.ts';
+import { handlePollSources, type JobContext } from '../../src/jobs/handlers.ts';
+import { liveJobCounts } from '../../src/jobs/live-jobs.ts';
+import { ALL_QUEUES } from '../../src/jobs/queue-names.ts';
+import { LockSpace, tryLockSession, unlockSession } from '../../src/platform/db/locks.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushEvent } from '../support/github-factories.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';

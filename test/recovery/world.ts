@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import { addSource, sourceSpec } from '../../src/ingestion/sources.ts';
-import type { Logger } from '../../src/log.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { Logger } from '../../src/platform/log.ts';
+import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import type { Deps } from '../../src/work/deps.ts';
 import { memoryDefaultsEnv } from '../support/cli.ts';
 import type { TestDatabase } from '../support/db.ts';
 import type { FakeGitHub } from '../support/fake-github.ts';

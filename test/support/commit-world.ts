@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
-import { fixedClock } from '../../src/clock.ts';
-import type { FetchDeps } from '../../src/commits/fetch.ts';
-import { loadConfig } from '../../src/config.ts';
-import type { Db } from '../../src/db/pool.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger } from '../../src/log.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { FetchDeps } from '../../src/commits/fetch-rest.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import type { FakeCommit } from './fake-compare.ts';
 import type { FakeGitHub } from './fake-github.ts';
 

@@ -1,6 +1,6 @@
 import { expect } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { ConfigError } from '../../src/errors.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { ConfigError } from '../../src/platform/errors.ts';
 
 /** The ConfigError loadConfig throws for `env` (fails the test when it throws none). */
 export function configError(env: Record<string, string>): ConfigError {

@@ -7,11 +7,11 @@ import type pg from 'pg';
 import { archiveHourSource } from '../../src/backfill/archive.ts';
 import { type ArchiveHour, hourOf } from '../../src/backfill/hours.ts';
 import { importFile } from '../../src/backfill/import.ts';
-import { storeCommits } from '../../src/commits/store.ts';
-import { loadCommitsTargets } from '../../src/commits/targets.ts';
-import type { Db } from '../../src/db/pool.ts';
-import { addSource } from '../../src/ingestion/sources.ts';
-import { storePushes } from '../../src/ingestion/store.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
+import { storeCommits } from '../../src/store/commits.ts';
+import { loadCommitsTargets } from '../../src/store/commits-targets.ts';
+import { addSource } from '../../src/store/sources.ts';
+import { storePushes } from '../../src/store/store-pushes.ts';
 import { mapPushDelivery } from '../../src/webhooks/push.ts';
 import { gzipLines } from './archive-server.ts';
 import { memoryLogger } from './github-client.ts';
@@ -117,7 +117,7 @@ export async function buildExportWorld(
     distinct_size: commits.filter((c) => c.distinct).length,
     commits,
   });
-  // A whole list ends with the push's head, as GitHub's does (src/commits/commit-list.ts).
+  // A whole list ends with the push's head, as GitHub's does (src/store/commit-list.ts).
   const endingAt = (commits: ReturnType<typeof commitsOf>, head: string) => {
     commits.at(-1)!.sha = head;
     return commits;

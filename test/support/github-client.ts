@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
-import type { Clock } from '../../src/clock.ts';
-import { type Config, loadConfig } from '../../src/config.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
-import { createLogger, type Logger } from '../../src/log.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { Clock } from '../../src/platform/clock.ts';
+import { type Config, loadConfig } from '../../src/platform/config/config.ts';
+import { createLogger, type Logger } from '../../src/platform/log.ts';
 import type { TestDatabase } from './db.ts';
 
 /**

@@ -1,5 +1,5 @@
-import type { BuiltQuery } from '../../src/commits/graphql-batch.ts';
-import type { SendResult } from '../../src/commits/graphql-rounds.ts';
+import type { BuiltQuery } from '../../src/commits/graphql/batch.ts';
+import type { SendResult } from '../../src/commits/graphql/rounds.ts';
 import { fakeRepos } from './fake-github-repos.ts';
 import { fakeGraphQL } from './fake-graphql.ts';
 import type { RepoLookup } from './fake-graphql-resolvers.ts';

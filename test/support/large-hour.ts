@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/pool.ts';
-import type { ArchiveHour } from '../../src/gaps/hours.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
+import type { ArchiveHour } from '../../src/store/archive-hours.ts';
 
 /**
  * One hour of `pushes` stored pushes with their commits (1, 3, 10 or 25 a push: 2.65 on

@@ -1,4 +1,4 @@
-import type { Db } from '../../src/db/pool.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 
 /**
  * Request-ledger rows as other processes would have left them (not a test file): `n`

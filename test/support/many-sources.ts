@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/pool.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 
 /**
  * A large deployment's sources, set-based (INSERT … SELECT generate_series): `n` sources,

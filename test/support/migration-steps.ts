@@ -1,6 +1,6 @@
 import { expect } from 'vitest';
-import { createMigrator } from '../../src/db/migrate.ts';
-import type { Db } from '../../src/db/pool.ts';
+import { createMigrator } from '../../src/platform/db/migrate.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 
 /**
  * A migration's test takes the schema down to just before it (as a deployment that has not

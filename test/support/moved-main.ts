@@ -1,4 +1,4 @@
-import type { Db } from '../../src/db/pool.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 import { chain, insertPushes, insertRepository, type PushSeed, ZERO } from './commit-world.ts';
 import type { FakeGitHub } from './fake-github-types.ts';
 

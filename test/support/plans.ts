@@ -1,5 +1,5 @@
 import type { RawBuilder } from 'kysely';
-import type { Db } from '../../src/db/pool.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 
 /**
  * Query plans as Postgres's JSON (`EXPLAIN (FORMAT JSON)`), read by field, never by the text

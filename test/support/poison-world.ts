@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect } from 'vitest';
-import type { Deps } from '../../src/deps.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { Deps } from '../../src/work/deps.ts';
 import type { TestDatabase } from './db.ts';
 import { type FakeGitHub, startFakeGitHub } from './fake-github.ts';
 import { memoryLogger, testConfig } from './github-client.ts';

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
-import { acquireEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { acquireEmbeddedPostgres } from '../../src/platform/db/embedded.ts';
 
 /**
  * Where the tests' Postgres comes from. TEST_POSTGRES chooses: `url` (TEST_DATABASE_URL),

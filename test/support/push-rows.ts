@@ -1,4 +1,4 @@
-import type { PushRow } from '../../src/ingestion/mapping.ts';
+import type { PushRow } from '../../src/store/mapping.ts';
 
 let seq = 0;
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { inject } from 'vitest';
-import { createDb, createPool, type Db } from '../../src/db/pool.ts';
+import { createDb, createPool, type Db } from '../../src/platform/db/pool.ts';
 import { adminQuery, withDatabase } from './postgres-server.ts';
 
 /**

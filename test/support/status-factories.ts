@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../../src/db/pool.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 
 /**
  * A deployment with some history, for the status page, /status, /metrics and the views:

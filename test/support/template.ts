@@ -1,8 +1,8 @@
-import { loadConfig } from '../../src/config.ts';
-import { migrateToLatest } from '../../src/db/migrate.ts';
-import { createDb, createPool } from '../../src/db/pool.ts';
-import { createLogger } from '../../src/log.ts';
-import { installPgBoss } from '../../src/queue/boss.ts';
+import { installPgBoss } from '../../src/jobs/boss.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { migrateToLatest } from '../../src/platform/db/migrate.ts';
+import { createDb, createPool } from '../../src/platform/db/pool.ts';
+import { createLogger } from '../../src/platform/log.ts';
 
 /**
  * Builds the migrated template every test database is cloned from: the business

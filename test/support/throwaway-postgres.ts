@@ -5,7 +5,7 @@ import {
   acquireEmbeddedPostgres,
   type EmbeddedHandle,
   embeddedUrl,
-} from '../../src/db/embedded.ts';
+} from '../../src/platform/db/embedded.ts';
 import { sparePort } from './embedded-env.ts';
 
 /**

@@ -1,8 +1,8 @@
 import { sign } from '@octokit/webhooks-methods';
-import type { Config } from '../../src/config.ts';
-import type { Db } from '../../src/db/pool.ts';
-import { createGitHubClient } from '../../src/github/client.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
+import { createGitHubClient } from '../../src/budget/client.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { Config } from '../../src/platform/config/config.ts';
+import type { Db } from '../../src/platform/db/pool.ts';
 import { createWebPools } from '../../src/web/pools.ts';
 import { startWebServer, type WebDeps, type WebServer } from '../../src/web/server.ts';
 import type { TestDatabase } from './db.ts';

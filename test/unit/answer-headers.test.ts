@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
+import { parseRateLimit, rateLimitRetryAt } from '../../src/budget/rate-limits.ts';
 import {
   headerNotes,
   pollIntervalOf,
   rateLimitResetOf,
   retryAfterOf,
 } from '../../src/github/answer-headers.ts';
-import { parseRateLimit, rateLimitRetryAt } from '../../src/github/rate-limit.ts';
-import { describeDeferral } from '../../src/ingestion/deferral.ts';
+import { untilText } from '../../src/platform/time-text.ts';
+import { describeDeferral } from '../../src/poll/deferral.ts';
 import { nextPoll } from '../../src/status/format.ts';
-import { untilText } from '../../src/time-text.ts';
 
 /** Clamped headers (issue 27.2, ADR 0121): what the red team sent, and what we now use. */
 

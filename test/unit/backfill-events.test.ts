@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { classifyLine, fastMapPush, mapArchivePush, scopeOf } from '../../src/backfill/events.ts';
 import { OVERSIZE } from '../../src/backfill/lines.ts';
-import { mapPushEvent } from '../../src/ingestion/mapping.ts';
-import { idField, Rejection } from '../../src/ingestion/rules.ts';
-import { parseJson } from '../../src/json/exact.ts';
+import { parseJson } from '../../src/platform/json/exact.ts';
+import { mapPushEvent } from '../../src/store/mapping.ts';
+import { idField, Rejection } from '../../src/store/rules.ts';
 import { otherEvent, pushEvent } from '../support/github-factories.ts';
 
 const line = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));

@@ -6,7 +6,7 @@ import {
   comparePath,
   parseCompare,
 } from '../../src/commits/compare.ts';
-import { parseJson } from '../../src/json/exact.ts';
+import { parseJson } from '../../src/platform/json/exact.ts';
 
 /** GitHub's own example answer (test/fixtures/github/compare/README.md), read as the fetcher reads it. */
 const EXAMPLE_TEXT = readFileSync(

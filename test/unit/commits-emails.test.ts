@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { jsonInteger, parseJson } from '../../src/platform/json/exact.ts';
 import {
   addressUnderPolicy,
   jsonTextUnderPolicy,
   jsonUnderPolicy,
   textUnderPolicy,
-} from '../../src/commits/emails.ts';
-import { jsonInteger, parseJson } from '../../src/json/exact.ts';
+} from '../../src/store/commit-emails.ts';
 
 // COMMIT_EMAILS as one rule applied everywhere (ADR 0184): an address field, addresses
 // inside text, and whole JSON values (payloads, events set aside).

@@ -1,15 +1,15 @@
 import { parse } from 'graphql';
 import { describe, expect, it } from 'vitest';
 import type { FakeCommit } from '../../src/../test/support/fake-commit-graph.ts';
-import { buildQuery, planBatches, pointsFor, readItem } from '../../src/commits/graphql-batch.ts';
+import { buildQuery, planBatches, pointsFor, readItem } from '../../src/commits/graphql/batch.ts';
 import {
   DEFAULT_PROOF_LIMITS,
   judge,
   newEvidence,
   topologicalOrder,
-} from '../../src/commits/graphql-proof.ts';
-import { type Final, proveAll, type RoundPush } from '../../src/commits/graphql-rounds.ts';
-import type { FirstRound } from '../../src/commits/graphql-sizing.ts';
+} from '../../src/commits/graphql/proof.ts';
+import { type Final, proveAll, type RoundPush } from '../../src/commits/graphql/rounds.ts';
+import type { FirstRound } from '../../src/commits/graphql/sizing.ts';
 import { range } from '../support/fake-commit-graph.ts';
 import { analyzeQuery } from '../support/fake-graphql-cost.ts';
 import { githubSchema, validateAgainstGitHubSchema } from '../support/fake-graphql-schema.ts';

@@ -5,7 +5,7 @@ import {
   chooseFirstRound,
   expectedPoints,
   GRAPHQL_MAX_BATCH,
-} from '../../src/commits/graphql-sizing.ts';
+} from '../../src/commits/graphql/sizing.ts';
 
 /**
  * How big a GraphQL batch is and how deep its first round reads (ADR 0183): the model

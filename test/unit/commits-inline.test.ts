@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
+import { emailFor } from '../../src/store/commits.ts';
+import { NO_TARGETS } from '../../src/store/commits-targets.ts';
 import {
   AWAITING_CREDENTIAL,
   inlineCommits,
   MAX_INLINE_COMMITS,
   planCommits,
   stagedState,
-} from '../../src/commits/inline.ts';
-import { emailFor } from '../../src/commits/store.ts';
-import { NO_TARGETS } from '../../src/commits/targets.ts';
+} from '../../src/store/inline-commits.ts';
 
 const SHA = (n: number) => n.toString(16).padStart(40, '0');
 

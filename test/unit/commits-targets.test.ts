@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { type CommitsTargets, commitsOffReason, isTargeted } from '../../src/commits/targets.ts';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import {
+  type CommitsTargets,
+  commitsOffReason,
+  isTargeted,
+} from '../../src/store/commits-targets.ts';
 
 // Who gets commits, decided in the process (ADR 0070, ADR 0112): set probes, no query.
 

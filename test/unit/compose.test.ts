@@ -2,8 +2,8 @@ import { accessSync, constants, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/config.ts';
-import { shutdownTimeoutMs } from '../../src/queue/worker-service.ts';
+import { shutdownTimeoutMs } from '../../src/jobs/worker-service.ts';
+import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/platform/config/config.ts';
 
 /**
  * docker-compose.yml checked as data (it was also run for real with `docker-compose up`;
@@ -57,7 +57,7 @@ describe('docker-compose.yml', () => {
       for (const variable of Object.keys(s.environment ?? {})) {
         expect(
           known.has(variable),
-          `${name} sets ${variable}, which src/config.ts does not read`,
+          `${name} sets ${variable}, which src/platform/config/config.ts does not read`,
         ).toBe(true);
       }
     }

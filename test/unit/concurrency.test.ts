@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
 import {
   CONNECTIONS_PER_FETCHER,
   CONNECTIONS_PER_POLL,
@@ -13,9 +12,10 @@ import {
   PLAN_ROLES,
   type PlanRole,
   POLLS_PER_CREDENTIAL,
-} from '../../src/github/concurrency.ts';
+} from '../../src/budget/concurrency.ts';
 import { buildCredentials, credentialLabels } from '../../src/github/credentials.ts';
-import { createLogger } from '../../src/log.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { createLogger } from '../../src/platform/log.ts';
 import { appKeys } from '../support/github-app-keys.ts';
 
 /**

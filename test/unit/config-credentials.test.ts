@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
 import { runBin } from '../support/cli.ts';
 import { configError } from '../support/config-error.ts';
 import { appKeys } from '../support/github-app-keys.ts';

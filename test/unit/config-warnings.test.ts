@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { configWarnings, logConfigWarnings } from '../../src/config-checks.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { configWarnings, logConfigWarnings } from '../../src/work/config-checks.ts';
 import { configError } from '../support/config-error.ts';
 import { memoryLogger } from '../support/github-client.ts';
 

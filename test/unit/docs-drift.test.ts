@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ENV_VARS } from '../../src/config.ts';
-import { REQUEST_PURPOSES } from '../../src/db/schema.ts';
-import { ALL_QUEUES } from '../../src/queue/names.ts';
+import { ALL_QUEUES } from '../../src/jobs/queue-names.ts';
+import { ENV_VARS } from '../../src/platform/config/config.ts';
+import { REQUEST_PURPOSES } from '../../src/platform/db/schema.ts';
 import { ROOT, runBin } from '../support/cli.ts';
 import {
   docPage,

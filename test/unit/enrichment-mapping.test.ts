@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { actorProfile } from '../../src/enrichment/apply-actor.ts';
 import { repositoryProfile } from '../../src/enrichment/apply-repository.ts';
 import { redact } from '../../src/enrichment/attempts.ts';
-import { ENTITY_TABLES } from '../../src/enrichment/entity.ts';
 import { ProfileInvalid } from '../../src/enrichment/profile.ts';
 import { backoffSeconds } from '../../src/enrichment/state.ts';
+import { ENTITY_TABLES } from '../../src/work/entity.ts';
 
 describe('profile paths', () => {
   it('encodes [bot] logins and odd characters, never changing the resource asked for', () => {

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { classifyLine, fastMapPush, mapArchivePush } from '../../src/backfill/events.ts';
 import { parseHours } from '../../src/cli/export.ts';
-import { planCommits } from '../../src/commits/inline.ts';
-import { NO_TARGETS } from '../../src/commits/targets.ts';
-import { UsageError } from '../../src/errors.ts';
 import { matches } from '../../src/export/cache.ts';
 import { type ExportRow, exportLine, type LineCommit } from '../../src/export/line.ts';
+import { UsageError } from '../../src/platform/errors.ts';
+import { NO_TARGETS } from '../../src/store/commits-targets.ts';
+import { planCommits } from '../../src/store/inline-commits.ts';
 
 /** One push → one GH Archive line (ADR 0130): its exact bytes, and what an importer reads back. */
 

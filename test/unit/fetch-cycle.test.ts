@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { oneEntityReport, runFetchCycle, type StepReport } from '../../src/fetching/cycle.ts';
-import { fetchLanes } from '../../src/fetching/lanes.ts';
-import { inFlightPlan } from '../../src/github/concurrency.ts';
-import type { GitHubClient } from '../../src/github/types.ts';
+import type { GitHubClient } from '../../src/budget/client-types.ts';
+import { inFlightPlan } from '../../src/budget/concurrency.ts';
+import { oneEntityReport, runFetchCycle, type StepReport } from '../../src/work/cycle.ts';
+import { fetchLanes } from '../../src/work/lanes.ts';
 
 /**
- * The one fetch loop (src/fetching/cycle.ts): lanes step at once, the cap is never overshot,
+ * The one fetch loop (src/work/cycle.ts): lanes step at once, the cap is never overshot,
  * the first stop keeps every lane from starting another step (those in flight finish), and
  * the result sums every lane. Concurrency is proven by steps that wait on each other (a
  * barrier), never by timing.

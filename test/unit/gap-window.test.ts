@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { hourCheck, parseHour } from '../../src/backfill/hours.ts';
+import { backfillOutcome } from '../../src/jobs/handlers.ts';
 import {
   BEFORE_FEED_REASON,
   gapPieces,
   isPlausibleTime,
   MAX_GAP_WINDOW_MS,
   windowProblem,
-} from '../../src/gaps/record.ts';
-import { backfillOutcome } from '../../src/queue/handlers.ts';
+} from '../../src/store/gaps.ts';
 
 const now = new Date('2026-12-01T12:00:00Z');
 const DAY = 86_400_000;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GateTickets, WatchedGates } from '../../src/ingestion/gate-tickets.ts';
+import { GateTickets, WatchedGates } from '../../src/budget/gate-tickets.ts';
 
 /** ADR 0140: one of a round's polls at a gate per credential; the rest wait holding nothing. */
 

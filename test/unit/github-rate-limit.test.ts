@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { allowanceFor } from '../../src/github/budget.ts';
-import { credentialOf, defaultQuota } from '../../src/github/credential.ts';
-import { parseRateLimit, rateLimitRetryAt } from '../../src/github/rate-limit.ts';
+import { parseRateLimit, rateLimitRetryAt } from '../../src/budget/rate-limits.ts';
+import { allowanceFor } from '../../src/budget/reserve.ts';
+import { credentialOf, defaultQuota } from '../../src/platform/config/credential-label.ts';
 
 const now = new Date('2026-11-29T09:00:00Z');
 const resetEpoch = String(Date.parse('2026-11-29T09:20:00Z') / 1000);

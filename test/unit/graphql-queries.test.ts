@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import * as queries from '../../src/commits/graphql-queries.ts';
+import * as queries from '../../src/commits/graphql/queries.ts';
 import { validateAgainstGitHubSchema } from '../support/fake-graphql-schema.ts';
 
 /**

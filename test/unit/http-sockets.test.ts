@@ -1,9 +1,9 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { socketsFor } from '../../src/github/client.ts';
+import { socketsFor } from '../../src/budget/client.ts';
 import { createHttpFetch, isRequestNotSent } from '../../src/github/http-fetch.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
 
 /**
  * A pool of N credentials keeps N requests in flight at once (one a request gate): the HTTP

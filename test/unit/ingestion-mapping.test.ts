@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { MalformedEvent, mapEventsPage } from '../../src/ingestion/mapping.ts';
-import { parseJson } from '../../src/json/exact.ts';
+import { parseJson } from '../../src/platform/json/exact.ts';
+import { MalformedEvent, mapEventsPage } from '../../src/store/mapping.ts';
 
 // A PushEvent as api.github.com serves it today (payload trimmed to what GitHub documents
 // for github.com: repository_id, push_id, ref, head, before).

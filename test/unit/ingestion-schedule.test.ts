@@ -6,10 +6,10 @@ import {
   GitHubUnavailable,
   RateLimited,
 } from '../../src/github/errors.ts';
-import { classifyFailure } from '../../src/ingestion/failures.ts';
-import { mergeRecentIds, RECENT_IDS_KEPT } from '../../src/ingestion/horizon.ts';
-import { MalformedEvent } from '../../src/ingestion/mapping.ts';
-import { failureBackoffSeconds, notDueReason } from '../../src/ingestion/schedule.ts';
+import { classifyFailure } from '../../src/poll/failures.ts';
+import { mergeRecentIds, RECENT_IDS_KEPT } from '../../src/poll/horizon.ts';
+import { failureBackoffSeconds, notDueReason } from '../../src/poll/schedule.ts';
+import { MalformedEvent } from '../../src/store/mapping.ts';
 
 const now = new Date('2026-11-29T08:00:00Z');
 const later = (s: number) => new Date(now.getTime() + s * 1000);

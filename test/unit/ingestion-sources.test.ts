@@ -1,10 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  describeSource,
-  feedPath,
-  InvalidSource,
-  sourceSpec,
-} from '../../src/ingestion/sources.ts';
+import { describeSource, feedPath, InvalidSource, sourceSpec } from '../../src/store/sources.ts';
 
 describe('source validation (GitHub naming rules)', () => {
   it.each([

@@ -7,10 +7,10 @@ import {
   jsonBytesExcess,
   jsonTextExcess,
   MAX_JSON_DEPTH,
-} from '../../src/json/bounded.ts';
-import { JsonTooDeep, JsonTooWide, parseJson, TooDeepJson } from '../../src/json/exact.ts';
-import { decodeUtf8KeepingInvalid } from '../../src/json/utf8.ts';
-import { inspectJson } from '../../src/json/walk.ts';
+} from '../../src/platform/json/bounded.ts';
+import { JsonTooDeep, JsonTooWide, parseJson, TooDeepJson } from '../../src/platform/json/exact.ts';
+import { decodeUtf8KeepingInvalid } from '../../src/platform/json/utf8.ts';
+import { inspectJson } from '../../src/platform/json/walk.ts';
 
 /**
  * Property tests of the bounded parser (issue 17 items 1 and 4): over deep, wide, huge and

@@ -6,8 +6,8 @@ import {
   parseJson,
   TooDeepJson,
   topLevelElements,
-} from '../../src/json/exact.ts';
-import { inspectJson, storableCopy, storableText } from '../../src/json/walk.ts';
+} from '../../src/platform/json/exact.ts';
+import { inspectJson, storableCopy, storableText } from '../../src/platform/json/walk.ts';
 
 const deep = (n: number) => `${'{"a":'.repeat(n)}1${'}'.repeat(n)}`;
 
@@ -61,7 +61,7 @@ describe('parseJson: depth', () => {
 
   it('any other document that deep is JsonTooDeep, never a stack overflow', () => {
     expect(() => parseJson(`{"id":9999999999999999,"x":${deep(20_000)}}`)).toThrow(JsonTooDeep);
-    // Without a long number too: it is measured before anything is built (src/json/bounded.ts).
+    // Without a long number too: it is measured before anything is built (src/platform/json/bounded.ts).
     expect(() => parseJson(deep(20_000))).toThrow(JsonTooDeep);
   });
 

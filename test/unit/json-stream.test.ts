@@ -1,11 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseJson } from '../../src/json/exact.ts';
-import { JsonStreamError, type JsonStreamLimits, jsonStreamParser } from '../../src/json/stream.ts';
-import { decodeUtf8KeepingInvalid } from '../../src/json/utf8.ts';
+import { parseJson } from '../../src/platform/json/exact.ts';
+import {
+  JsonStreamError,
+  type JsonStreamLimits,
+  jsonStreamParser,
+} from '../../src/platform/json/stream.ts';
+import { decodeUtf8KeepingInvalid } from '../../src/platform/json/utf8.ts';
 
 /**
- * The streaming reader of answers (src/json/stream.ts, ADR 0182) builds what the text
+ * The streaming reader of answers (src/platform/json/stream.ts, ADR 0182) builds what the text
  * reader (parseJson: JSON.parse, exact integers) builds, whatever the chunks' boundaries,
  * and refuses what it refuses; past its bounds it cuts or refuses, never holds more.
  */
@@ -106,7 +110,7 @@ describe('a JSON document read as it streams in', () => {
     expect(({} as { polluted?: number }).polluted).toBeUndefined();
   });
 
-  it('keeps bytes that are not UTF-8 as src/json/utf8.ts does, split anywhere', () => {
+  it('keeps bytes that are not UTF-8 as src/platform/json/utf8.ts does, split anywhere', () => {
     const parts = [
       utf8('{"m": "ok '),
       Uint8Array.of(0xff, 0xc3, 0x28, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98),

@@ -104,7 +104,7 @@ describe('layerOf', () => {
     ];
     expect(layerOf(table, 'src/app.ts')?.layer).toBe('high');
     expect(layerOf(table, 'src/cli/x.ts')?.layer).toBe('high');
-    expect(layerOf(table, 'src/log.ts')?.layer).toBe('low');
+    expect(layerOf(table, 'src/platform/log.ts')?.layer).toBe('low');
     expect(layerOf(table, 'src/application.ts')?.layer).toBe('low');
     expect(layerOf(TABLE, 'lib/other.ts')).toBeUndefined();
   });

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { afterEach, expect, it } from 'vitest';
-import { JobLiveness, LIVENESS_CONNECT_TIMEOUT_MS } from '../../src/queue/liveness.ts';
+import { JobLiveness, LIVENESS_CONNECT_TIMEOUT_MS } from '../../src/jobs/liveness.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 
 /**

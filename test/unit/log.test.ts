@@ -1,14 +1,14 @@
 import { describe, expect, it, vi } from 'vitest';
 import { GitHubUnavailable, RateLimited } from '../../src/github/errors.ts';
-import { createLogger, jobLogger, logDestination } from '../../src/log.ts';
-import { formatLogLine } from '../../src/log-text.ts';
-import { talksTo } from '../../src/queue/worker-service.ts';
-import { terminal } from '../../src/terminal.ts';
+import { talksTo } from '../../src/jobs/worker-service.ts';
+import { createLogger, jobLogger, logDestination } from '../../src/platform/log.ts';
+import { formatLogLine } from '../../src/platform/log-text.ts';
+import { terminal } from '../../src/platform/terminal.ts';
 import { memoryLogger } from '../support/github-client.ts';
 import { visibleEscapes } from '../support/pty.ts';
 
 /**
- * Quiet, useful logs by one mechanism in src/log.ts (issue 11, item 6), and the readable
+ * Quiet, useful logs by one mechanism in src/platform/log.ts (issue 11, item 6), and the readable
  * form a terminal gets (item 3). Raw lines are checked, not parsed objects: a key printed
  * twice is invisible once JSON.parse has kept the last one.
  */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
-import { allowanceFor } from '../../src/github/budget-state.ts';
+import { allowanceFor } from '../../src/budget/window.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
 import {
   endpointBudgetPerSecond,
   expectedRequests,
@@ -9,7 +9,7 @@ import {
   learnPollCost,
   POLL_COST_SAMPLES_MAX,
   planFromFleet,
-} from '../../src/ingestion/schedule.ts';
+} from '../../src/poll/schedule.ts';
 
 /**
  * Issue 29 item 2, ADR 0141: a schedule that believes a 304. Pure: the fleet is arrays, the

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { fixedClock } from '../../src/clock.ts';
+import { fixedClock } from '../../src/platform/clock.ts';
 import {
   expectedRequests,
   fillLevel,
   fillSums,
   nextPollCost,
   planNextPoll,
-} from '../../src/ingestion/schedule.ts';
+} from '../../src/poll/schedule.ts';
 
 /**
  * Issue 19 item 3: the planner knows a 304 is free. Pure, so the fleet is an array and the

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.ts';
-import { ConfigError } from '../../src/errors.ts';
-import { hasUserinfo, withoutUserinfo } from '../../src/redact.ts';
+import { loadConfig } from '../../src/platform/config/config.ts';
+import { ConfigError } from '../../src/platform/errors.ts';
+import { hasUserinfo, withoutUserinfo } from '../../src/platform/redact.ts';
 import { memoryLogger } from '../support/github-client.ts';
 
 /** Issue 27 item 6: one function removes a URL's userinfo wherever a URL is shown or stored. */

@@ -1,0 +1,240 @@
+import { type QueryCreator, sql } from 'kysely';
+import { rateLimitResetOf, retryAfterOf } from '../github/answer-headers.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { BlockReason, Database } from '../platform/db/schema.ts';
+import { graphqlKey, isGraphQLKey, labelOf } from './graphql-key.ts';
+import type { RateLimitState } from './types.ts';
+
+/** Response headers, lower-cased names (fetch and fixture files both give these). */
+export type Headers = Record<string, string | undefined>;
+
+/** A whole number a Postgres integer holds, and a count can be. */
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0 && n <= 2_147_483_647;
+}
+
+/**
+ * x-ratelimit-* as GitHub sends them on every response; null when any is missing. The reset
+ * is at most an hour after `now` (answer-headers.ts): a reset in 2286 is not GitHub's window.
+ */
+export function parseRateLimit(headers: Headers, now: Date = new Date()): RateLimitState | null {
+  const limit = Number(headers['x-ratelimit-limit']);
+  const remaining = Number(headers['x-ratelimit-remaining']);
+  const reset = rateLimitResetOf(headers, now).at;
+  if (
+    headers['x-ratelimit-limit'] === undefined ||
+    headers['x-ratelimit-remaining'] === undefined ||
+    !isCount(limit) ||
+    !isCount(remaining) ||
+    reset === null
+  ) {
+    // Absent, or nothing our integer columns can hold (1.5, 1e10, -1): no observation.
+    return null;
+  }
+  return { limit, remaining, resetAt: reset };
+}
+
+/** GitHub's documented minimum wait after a secondary limit that names no time. */
+const MIN_BACKOFF_MS = 60_000;
+
+/**
+ * Is this answer a rate-limit event, and if so, when may we try again? (DESIGN §5:
+ * honour retry-after; with remaining 0 wait for the reset; otherwise at least a minute.)
+ * Never more than an hour ahead (answer-headers.ts): `retry-after: 999999999` blocked a
+ * token until 2058.
+ *
+ * A 403 that has neither retry-after nor remaining 0 nor a rate-limit message is NOT
+ * one: GitHub also answers 403 for e.g. a repository blocked for legal reasons, and
+ * treating that as a budget event would retry it forever.
+ */
+export function rateLimitRetryAt(
+  status: number,
+  headers: Headers,
+  message: string,
+  now: Date,
+): Date | null {
+  if (status !== 403 && status !== 429) return null;
+  const retryAfter = retryAfterOf(headers, now).seconds;
+  const rl = parseRateLimit(headers, now);
+  const limitedByMessage = /rate limit|abuse/i.test(message);
+  if (status === 403 && !headers['retry-after'] && rl?.remaining !== 0 && !limitedByMessage) {
+    return null;
+  }
+  if (retryAfter !== null) return new Date(now.getTime() + retryAfter * 1000);
+  if (rl && rl.remaining === 0 && rl.resetAt.getTime() > now.getTime()) return rl.resetAt;
+  return new Date(now.getTime() + MIN_BACKOFF_MS);
+}
+
+/**
+ * An answer that is not a 401 proves the credential is accepted: the auth ladder starts
+ * over, and a block that a 401 set is lifted (a rate-limit block stays until its time).
+ */
+const AUTH_CLEARED = {
+  auth_failures: 0,
+  auth_failed_since: null,
+  auth_error: null,
+  blocked_until: sql<Date | null>`CASE WHEN github_rate_limits.block_reason = 'auth' THEN NULL
+    ELSE github_rate_limits.blocked_until END`,
+  block_reason: sql<BlockReason | null>`CASE WHEN github_rate_limits.block_reason = 'auth' THEN NULL
+    ELSE github_rate_limits.block_reason END`,
+};
+
+/**
+ * The upsert that records what the latest response said, as a builder so that settling
+ * the ledger row can send it in the same statement. Keeps a rate-limit block: only time
+ * or a new block lifts it. `accepted` (any answer but a 401) also clears the auth ladder.
+ */
+export function rateLimitUpsert(
+  qc: Pick<QueryCreator<Database>, 'insertInto'>,
+  credential: string,
+  state: RateLimitState,
+  observedAt: Date,
+  accepted = false,
+) {
+  return qc
+    .insertInto('github_rate_limits')
+    .values({
+      credential,
+      quota: state.limit,
+      remaining: state.remaining,
+      reset_at: state.resetAt,
+      observed_at: observedAt,
+    })
+    .onConflict((oc) =>
+      oc.column('credential').doUpdateSet({
+        quota: state.limit,
+        remaining: state.remaining,
+        reset_at: state.resetAt,
+        observed_at: observedAt,
+        ...(accepted ? AUTH_CLEARED : {}),
+      }),
+    );
+}
+
+/**
+ * The other budget key of the same credential (REST's label ↔ `label#graphql`, ADR 0114): a
+ * 401 on either blocks both, so an answer that accepts the credential on either clears both.
+ */
+export function siblingKey(key: string): string {
+  return isGraphQLKey(key) ? labelOf(key) : graphqlKey(key);
+}
+
+/**
+ * Clears the auth ladder of the credential's other key — a statement that writes nothing
+ * unless that row is on the ladder (an index probe on every accepted answer).
+ */
+export function siblingAuthCleared(
+  qc: Pick<QueryCreator<Database>, 'updateTable'>,
+  credential: string,
+) {
+  return qc
+    .updateTable('github_rate_limits')
+    .set(AUTH_CLEARED)
+    .where('credential', '=', siblingKey(credential))
+    .where((eb) => eb.or([eb('auth_failures', '>', 0), eb('block_reason', '=', 'auth')]));
+}
+
+/** The auth ladder's clearing, for an accepted answer that carried no x-ratelimit-* headers. */
+export async function clearAuthFailures(db: Db, credential: string): Promise<void> {
+  await db
+    .updateTable('github_rate_limits')
+    .set(AUTH_CLEARED)
+    .where('credential', 'in', [credential, siblingKey(credential)])
+    .where((eb) => eb.or([eb('auth_failures', '>', 0), eb('block_reason', '=', 'auth')]))
+    .execute();
+}
+
+/** A 403/429 told us to wait: nobody on this credential asks again before `until`. */
+export async function recordBlock(
+  db: Db,
+  credential: string,
+  until: Date,
+  fallbackQuota: number,
+): Promise<void> {
+  await db
+    .insertInto('github_rate_limits')
+    .values({
+      credential,
+      quota: fallbackQuota,
+      remaining: 0,
+      reset_at: until,
+      blocked_until: until,
+      block_reason: 'rate_limit',
+    })
+    .onConflict((oc) =>
+      oc.column('credential').doUpdateSet({
+        blocked_until: sql<Date>`GREATEST(github_rate_limits.blocked_until, ${until})`,
+        block_reason: sql<BlockReason>`CASE
+          WHEN github_rate_limits.blocked_until > ${until} THEN github_rate_limits.block_reason
+          ELSE 'rate_limit' END`,
+      }),
+    )
+    .execute();
+}
+
+/**
+ * How long the n-th 401 in a row blocks a credential: 1, 5, 15, then 60 minutes. A token
+ * GitHub rejected once by a glitch is tried again in a minute; a revoked one costs four
+ * requests in the first hour and one an hour after that.
+ */
+export const AUTH_LADDER_SECONDS = [60, 300, 900, 3600] as const;
+
+export function authBlockSeconds(failures: number): number {
+  const i = Math.min(Math.max(1, failures), AUTH_LADDER_SECONDS.length) - 1;
+  return AUTH_LADDER_SECONDS[i]!;
+}
+
+/** The most of GitHub's words kept with an auth block (its messages are a sentence). */
+const AUTH_ERROR_MAX = 200;
+
+/**
+ * A 401: one more step up the auth ladder, and the credential blocked for that long for
+ * every process. `reason` (what GitHub said) and the start of this run of 401s are kept
+ * beside the block, for /status and for the message when the whole pool is rejected.
+ * Returns when it may be tried again, how many 401s in a row it got, and since when.
+ */
+export async function recordAuthFailure(
+  db: Db,
+  credential: string,
+  now: Date,
+  fallbackQuota: number,
+  reason = 'GitHub answered 401',
+): Promise<{ until: Date; failures: number; since: Date }> {
+  // GitHub's words are outside text: no control character reaches a status line, and bounded.
+  const error = Array.from(reason.replace(/\p{Cc}+/gu, ' '))
+    .slice(0, AUTH_ERROR_MAX)
+    .join('');
+  const ladder = sql`(ARRAY[${sql.join(AUTH_LADDER_SECONDS.map((s) => sql`${s}::int`))}])`;
+  const row = await db
+    .insertInto('github_rate_limits')
+    .values({
+      credential,
+      quota: fallbackQuota,
+      remaining: fallbackQuota,
+      reset_at: now,
+      blocked_until: new Date(now.getTime() + authBlockSeconds(1) * 1000),
+      block_reason: 'auth',
+      auth_failures: 1,
+      auth_failed_since: now,
+      auth_error: error,
+    })
+    .onConflict((oc) =>
+      oc.column('credential').doUpdateSet({
+        auth_failures: sql<number>`github_rate_limits.auth_failures + 1`,
+        blocked_until: sql<Date>`GREATEST(github_rate_limits.blocked_until,
+          ${now}::timestamptz + make_interval(secs => ${ladder}[LEAST(github_rate_limits.auth_failures + 1, ${AUTH_LADDER_SECONDS.length})]))`,
+        block_reason: 'auth',
+        auth_failed_since: sql<Date>`CASE WHEN github_rate_limits.auth_failures > 0
+          THEN COALESCE(github_rate_limits.auth_failed_since, ${now}::timestamptz)
+          ELSE ${now}::timestamptz END`,
+        auth_error: error,
+      }),
+    )
+    .returning(['blocked_until', 'auth_failures', 'auth_failed_since'])
+    .executeTakeFirstOrThrow();
+  return {
+    until: row.blocked_until!,
+    failures: row.auth_failures,
+    since: row.auth_failed_since ?? now,
+  };
+}

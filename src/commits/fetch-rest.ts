@@ -1,0 +1,565 @@
+import type { Reservation } from '../budget/client-types.ts';
+import { redact } from '../enrichment/attempts.ts';
+import {
+  BudgetExhausted,
+  FixtureMiss,
+  GateTimeout,
+  GitHubRequestFailed,
+  GitHubUnavailable,
+  MalformedResponse,
+  RateLimited,
+} from '../github/errors.ts';
+import { systemClock } from '../platform/clock.ts';
+import { faultPoint } from '../platform/fault.ts';
+import type { Deps } from '../work/deps.ts';
+import { clearCommitsWait, commitsShare, markCommitsWait, shareRule } from '../work/split.ts';
+import { type CommitsClaim, claimNextPush, type PushKey } from './claim.ts';
+import {
+  COMPARE_PAGE_MAX,
+  COMPARE_UNPAGED_MAX,
+  type CompareAnswer,
+  CompareInvalid,
+  checkAgainstPush,
+  comparePath,
+  type FetchedCommit,
+  parseCompare,
+  ZERO_SHA,
+} from './compare.ts';
+import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
+import { defaultTipAtPush } from './default-tip.ts';
+import { logResult } from './fetch-log.ts';
+import {
+  bumpRepository,
+  deferPush,
+  markFailedAttempt,
+  markGone,
+  markNone,
+  refreshRepository,
+} from './state.ts';
+import { storeFetched } from './store-fetched.ts';
+
+/**
+ * The commits fetcher: one pending push per fetchOnce call — claim (lease, fair across
+ * repositories), base (the push's `before`, or the default branch for a new branch),
+ * reserve (the share, then the budget), compare, store. Safe to run in any number of
+ * processes at once: Postgres (SKIP LOCKED, the lease, the ledger) is the coordinator,
+ * and every write is idempotent (ON CONFLICT DO NOTHING), so a retry after a crash stores
+ * nothing twice. See ADR 0071.
+ */
+
+export type FetchDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;
+
+export type FetchOutcome =
+  | 'idle'
+  | 'complete'
+  | 'partial'
+  | 'gone'
+  /** A deleted ref or a tag that was pending anyway: no commits, no request. */
+  | 'none'
+  | 'retry'
+  | 'failed'
+  /** A new branch whose repository has no default branch yet: its enrichment was made due. */
+  | 'waiting'
+  | 'rate_limited'
+  | 'budget_exhausted';
+
+export interface FetchResult {
+  outcome: FetchOutcome;
+  push?: PushKey;
+  repo?: string | null;
+  /** The push's true number of commits (total_commits), when an answer said it. */
+  commitCount?: number;
+  /** push_commits rows the answer gave (may be fewer than commitCount: partial). */
+  stored?: number;
+  /** Commit authors and committers new to `actors` (pending enrichment). */
+  newActors?: number;
+  /** Requests sent for this push (a paged fetch sends several). */
+  requests: number;
+  status?: number | null;
+  /** The ledger row of the last request. */
+  requestId?: number | null;
+  /**
+   * Why budget_exhausted: the budget said no, commits used their share, or the gate stayed
+   * busy; on a charged `retry` or `failed` (FetchClaimedOptions.charge), why REST did not ask.
+   */
+  reason?: 'budget' | 'share' | 'gate_timeout';
+  retryAt?: Date;
+  detail?: string;
+  /** A 5xx, timeout, malformed or refused answer: GitHub did not give a usable one. */
+  transient?: boolean;
+}
+
+export interface FetchClaimedOptions {
+  /**
+   * The push's GraphQL query failed (why): if REST cannot take it now either (the budget,
+   * the share, the gate), that failure is its attempt on the ladder, not given back uncounted.
+   */
+  charge?: string;
+}
+
+const GONE_STATUSES = new Set([404, 410, 451]);
+/** commits_error of a push whose default-branch base answered 404 once (retried once). */
+const DEFAULT_BRANCH_404 = 'the default branch answered 404';
+/** A new branch waits this long for its repository's profile before it is tried again. */
+export const WAIT_FOR_REPOSITORY_SECONDS = 60;
+
+function isTransient(err: unknown): err is Error {
+  return (
+    err instanceof GitHubUnavailable ||
+    err instanceof MalformedResponse ||
+    err instanceof GitHubRequestFailed ||
+    err instanceof CompareInvalid ||
+    err instanceof FixtureMiss
+  );
+}
+
+function errorStatus(err: unknown): number | null {
+  const status = (err as { status?: unknown }).status;
+  return typeof status === 'number' ? status : null;
+}
+
+class Refused {
+  readonly reason: 'budget' | 'share';
+  readonly retryAt: Date | undefined;
+  constructor(reason: 'budget' | 'share', retryAt?: Date) {
+    this.reason = reason;
+    this.retryAt = retryAt;
+  }
+}
+
+interface Sent {
+  answer: CompareAnswer;
+  /** Position of answer.commits[0] in the push (0 = oldest). */
+  firstPosition: number;
+  requests: number;
+  requestId: number;
+}
+
+interface Ctx {
+  deps: FetchDeps;
+  claim: CommitsClaim;
+  jobId: string | null;
+  base: string;
+  requests: number;
+  requestId: number | null;
+  status: number | null;
+}
+
+async function reserveOne(ctx: Ctx, path: string): Promise<Reservation> {
+  const { db, github, config } = ctx.deps;
+  const now = (ctx.deps.clock ?? systemClock).now();
+  const share = await commitsShare(db, github, { ...shareRule(config, github), now });
+  // Told no, commits wait (by GraphQL, the only sign of it): enrichment stops borrowing their
+  // floor until a commits request is granted again (ADR 0181).
+  if (!share.allowed) {
+    await markCommitsWait(db, now);
+    throw new Refused('share');
+  }
+  const d = await github.tryReserve('commits', { jobId: ctx.jobId, path });
+  if (!d.ok) {
+    await markCommitsWait(db, now);
+    throw new Refused('budget', d.retryAt);
+  }
+  if (share.commitsRefusedAt) await clearCommitsWait(db, share.commitsRefusedAt);
+  return d.reservation;
+}
+
+async function send(ctx: Ctx, path: string, maxCommits: number): Promise<CompareAnswer | null> {
+  const reservation = await reserveOne(ctx, path);
+  ctx.requests += 1;
+  const response = await ctx.deps.github.request({
+    purpose: 'commits',
+    path,
+    reservation,
+    jobId: ctx.jobId,
+  });
+  faultPoint('commits.after_response');
+  ctx.requestId = response.requestId;
+  ctx.status = response.status;
+  if (GONE_STATUSES.has(response.status)) return null;
+  if (response.status !== 200) {
+    throw new GitHubRequestFailed(path, response.status, 'unexpected status');
+  }
+  const answer = parseCompare(response.data, path, maxCommits);
+  return maxCommits === COMPARE_UNPAGED_MAX
+    ? checkAgainstPush(answer, path, ctx.claim.head, COMPARE_UNPAGED_MAX)
+    : answer;
+}
+
+/**
+ * Up to COMMITS_MAX_PER_PUSH commits of the range. Within 250: one request without paging
+ * (the newest 250 and the true count). Above: pages of 100 from the oldest, one
+ * reservation each, until the cap or the range ends. null: GitHub says the range is gone.
+ */
+async function fetchRange(ctx: Ctx): Promise<Sent | null> {
+  const { claim } = ctx;
+  const cap = ctx.deps.config.commits.maxPerPush;
+  const fullName = claim.fullName!;
+  if (cap <= COMPARE_UNPAGED_MAX) {
+    const answer = await send(
+      ctx,
+      comparePath(fullName, ctx.base, claim.head),
+      COMPARE_UNPAGED_MAX,
+    );
+    if (!answer) return null;
+    const kept = answer.commits.slice(-cap);
+    return {
+      answer: { totalCommits: answer.totalCommits, commits: kept },
+      firstPosition: Math.max(0, answer.totalCommits - kept.length),
+      requests: ctx.requests,
+      requestId: ctx.requestId!,
+    };
+  }
+  const commits: FetchedCommit[] = [];
+  let total = 0;
+  for (let page = 1; ; page++) {
+    const path = comparePath(fullName, ctx.base, claim.head, { page, perPage: COMPARE_PAGE_MAX });
+    const answer = await send(ctx, path, COMPARE_PAGE_MAX);
+    if (!answer) return null;
+    total = answer.totalCommits;
+    commits.push(...answer.commits);
+    const want = Math.min(total, cap);
+    if (commits.length >= want || answer.commits.length < COMPARE_PAGE_MAX) break;
+  }
+  return {
+    answer: { totalCommits: total, commits: commits.slice(0, cap) },
+    firstPosition: 0,
+    requests: ctx.requests,
+    requestId: ctx.requestId!,
+  };
+}
+
+/**
+ * A new branch's range against the default branch's tip now, without what any tip the
+ * records show around the push reaches (ADR 0183): a commit stays only if it is in the
+ * range against each of them too (reachable from the head and from none of the tips). A
+ * range cut at 250 keeps its newest, so a commit missing from it is dropped: never one too
+ * many. A tip GitHub no longer has (404) cannot be measured: nothing is kept.
+ */
+async function withoutTipsAround(ctx: Ctx, sent: Sent, tips: readonly string[]): Promise<Sent> {
+  const { base: tipNow, status } = ctx;
+  let kept = sent.answer.commits;
+  try {
+    for (const tip of tips) {
+      if (kept.length === 0) break;
+      ctx.base = tip;
+      const other = await fetchRange(ctx);
+      const reached = new Set(other?.answer.commits.map((c) => c.sha) ?? []);
+      kept = kept.filter((c) => reached.has(c.sha));
+    }
+  } finally {
+    // The push's answer is the one against the tip now: its status is the result's.
+    ctx.base = tipNow;
+    ctx.status = status;
+  }
+  return {
+    answer: { totalCommits: kept.length, commits: kept },
+    firstPosition: 0,
+    requests: ctx.requests,
+    requestId: ctx.requestId!,
+  };
+}
+
+/** The base of the comparison: the push's `before`, or for a new branch the default branch. */
+async function baseOf(deps: FetchDeps, claim: CommitsClaim): Promise<string | FetchResult> {
+  if (ZERO_SHA.test(claim.head) || claim.ref.startsWith('refs/tags/')) {
+    // Store time makes these `none`; a row that is pending anyway still never costs a request.
+    await markNone(deps.db, claim);
+    return {
+      outcome: 'none',
+      push: keyOf(claim),
+      repo: claim.fullName,
+      requests: 0,
+      commitCount: 0,
+    };
+  }
+  if (!ZERO_SHA.test(claim.before)) return claim.before;
+  if (claim.defaultBranch) return claim.defaultBranch;
+  const now = (deps.clock ?? systemClock).now();
+  const push = keyOf(claim);
+  if (claim.repositoryState === 'gone') {
+    const detail = 'the repository is gone: no default branch to compare a new branch with';
+    await markGone(deps.db, claim, detail);
+    return { outcome: 'gone', push, repo: claim.fullName, requests: 0, detail };
+  }
+  if (claim.repositoryState === 'failed' || claim.repositoryState === null) {
+    const detail =
+      claim.repositoryState === null
+        ? 'no repository row: the default branch is unknown'
+        : 'the repository profile could not be fetched: the default branch is unknown';
+    const r = await markFailedAttempt(
+      deps.db,
+      claim,
+      detail,
+      now,
+      deps.config.enrichment.maxAttempts,
+    );
+    return {
+      outcome: r.terminal ? 'failed' : 'retry',
+      push,
+      repo: claim.fullName,
+      requests: 0,
+      detail,
+      retryAt: r.terminal ? undefined : r.nextAttemptAt,
+    };
+  }
+  await bumpRepository(deps.db, claim.repositoryId, now);
+  const retryAt = new Date(now.getTime() + WAIT_FOR_REPOSITORY_SECONDS * 1000);
+  const detail = "a new branch: waiting for the repository's default branch (enrichment)";
+  await deferPush(deps.db, claim, retryAt, detail);
+  return { outcome: 'waiting', push, repo: claim.fullName, requests: 0, retryAt, detail };
+}
+
+function keyOf(c: CommitsClaim): PushKey {
+  return { repositoryId: c.repositoryId, ref: c.ref, before: c.before, head: c.head };
+}
+
+export interface FetchOptions {
+  jobId?: string | null;
+  signal?: AbortSignal;
+}
+
+export async function fetchOnce(deps: FetchDeps, opts: FetchOptions = {}): Promise<FetchResult> {
+  const { db, config } = deps;
+  const clock = deps.clock ?? systemClock;
+  const jobId = opts.jobId ?? null;
+  const log = jobId ? deps.logger.child({ job_id: jobId }) : deps.logger;
+  opts.signal?.throwIfAborted();
+
+  const claim = await claimNextPush(db, {
+    now: clock.now(),
+    leaseSeconds: config.enrichment.leaseSeconds,
+  });
+  if (!claim) return { outcome: 'idle', requests: 0 };
+  faultPoint('commits.after_claim');
+  return fetchClaimed(deps, claim, jobId, log);
+}
+
+/** The REST compare of one claimed push (also the GraphQL batches' fallback). */
+export async function fetchClaimed(
+  deps: FetchDeps,
+  claim: CommitsClaim,
+  jobId: string | null,
+  log: FetchDeps['logger'],
+  opts: FetchClaimedOptions = {},
+): Promise<FetchResult> {
+  const { db, config } = deps;
+  const clock = deps.clock ?? systemClock;
+  const push = keyOf(claim);
+
+  let base = await baseOf(deps, claim);
+  if (typeof base !== 'string') {
+    logResult(log, base);
+    return base;
+  }
+  // A new branch: the default branch's tip at push time when the stored pushes prove it
+  // (ADR 0111), else the branch by name (its tip now), whose answer is never trusted
+  // to be the whole set: `partial`, count unknown, and narrowed to what none of the tips
+  // the records show around the push reaches (ADR 0183).
+  let tipNowOnly = false;
+  let tipsAround: string[] = [];
+  if (ZERO_SHA.test(claim.before) && base === claim.defaultBranch) {
+    const tip = await defaultTipAtPush(db, claim, claim.defaultBranch);
+    if (tip.proven) base = tip.proven;
+    else {
+      tipNowOnly = true;
+      tipsAround = tip.around;
+    }
+  }
+
+  // The attempt counted before any request (ADR 0120): a process that dies mid-request has
+  // backed the push off, and the second death sets it aside.
+  const opened = await openFetchAttempt(db, claim, {
+    now: clock.now(),
+    maxAttempts: config.enrichment.maxAttempts,
+  });
+  if (opened.kind !== 'opened') {
+    const result: FetchResult =
+      opened.kind === 'set_aside'
+        ? { outcome: 'failed', push, repo: claim.fullName, requests: 0, detail: opened.reason }
+        : { outcome: 'retry', push, repo: claim.fullName, requests: 0, detail: 'lease lost' };
+    logResult(log, result);
+    return result;
+  }
+
+  const ctx: Ctx = { deps, claim, jobId, base, requests: 0, requestId: null, status: null };
+  let sent: Sent | null;
+  try {
+    sent = await fetchRange(ctx);
+    if (sent && tipsAround.length > 0) sent = await withoutTipsAround(ctx, sent, tipsAround);
+  } catch (err) {
+    return settleError(ctx, err, log, opts);
+  }
+  const now = clock.now();
+  const common = {
+    push,
+    repo: claim.fullName,
+    requests: ctx.requests,
+    status: ctx.status,
+    requestId: ctx.requestId,
+  };
+  if (!sent) {
+    const detail = `GitHub answered ${ctx.status} for the comparison ${ctx.base}...${claim.head}`;
+    if (tipNowOnly && !claim.lastError?.startsWith(DEFAULT_BRANCH_404)) {
+      // The default branch may have been renamed: the profile is fetched again and the
+      // push tried once more against the new name, before a second 404 makes it gone.
+      await refreshRepository(db, claim.repositoryId, now);
+      const retryAt = new Date(now.getTime() + WAIT_FOR_REPOSITORY_SECONDS * 1000);
+      await deferPush(db, claim, retryAt, `${DEFAULT_BRANCH_404}: ${detail}`);
+      const result: FetchResult = { ...common, outcome: 'waiting', retryAt, detail };
+      logResult(log, result);
+      return result;
+    }
+    const applied = await markGone(db, claim, detail);
+    const result: FetchResult = applied
+      ? { ...common, outcome: 'gone', detail }
+      : { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
+    logResult(log, result);
+    return result;
+  }
+  const stored = await storeFetched(db, claim, sent.answer, {
+    firstPosition: sent.firstPosition,
+    emails: config.commits.emails,
+    now,
+    countUnknown: tipNowOnly,
+  });
+  faultPoint('commits.after_store');
+  const result: FetchResult = stored.applied
+    ? {
+        ...common,
+        outcome: stored.state,
+        commitCount: tipNowOnly ? undefined : sent.answer.totalCommits,
+        stored: sent.answer.commits.length,
+        newActors: stored.newActors,
+      }
+    : { ...common, outcome: 'retry', detail: 'lease lost before the answer was applied' };
+  logResult(log, result);
+  return result;
+}
+
+async function settleError(
+  ctx: Ctx,
+  err: unknown,
+  log: FetchDeps['logger'],
+  opts: FetchClaimedOptions,
+): Promise<FetchResult> {
+  const { deps, claim } = ctx;
+  const { db } = deps;
+  const now = (deps.clock ?? systemClock).now();
+  const base = {
+    push: keyOf(claim),
+    repo: claim.fullName,
+    requests: ctx.requests,
+    requestId: ctx.requestId,
+  };
+  const notSent =
+    err instanceof Refused
+      ? err.reason
+      : err instanceof GateTimeout
+        ? 'gate_timeout'
+        : err instanceof BudgetExhausted
+          ? 'budget'
+          : null;
+  if (notSent && opts.charge) {
+    // REST cannot take it now, and GraphQL failed on it: that failure is its attempt.
+    const r = await markFailedAttempt(
+      db,
+      claim,
+      opts.charge,
+      now,
+      deps.config.enrichment.maxAttempts,
+    );
+    const result: FetchResult = {
+      ...base,
+      outcome: r.terminal && r.applied ? 'failed' : 'retry',
+      reason: notSent,
+      detail: opts.charge,
+      retryAt: r.terminal ? undefined : r.nextAttemptAt,
+      transient: true,
+    };
+    logResult(log, result);
+    return result;
+  }
+  if (err instanceof Refused) {
+    await abandonFetchAttempt(db, claim, now);
+    log.debug(
+      { event: 'commits.deferred', repository_id: claim.repositoryId, reason: err.reason },
+      'budget says no',
+    );
+    return { ...base, outcome: 'budget_exhausted', reason: err.reason, retryAt: err.retryAt };
+  }
+  // The error's own status, else the answer's: a 200 whose body is unusable logs 200, not null.
+  const status = errorStatus(err) ?? ctx.status;
+  const message = redact((err as Error)?.message ?? String(err));
+
+  if (err instanceof RateLimited) {
+    // A budget event, never data: no attempt counted, and the cycle stops.
+    await deferPush(db, claim, err.retryAt);
+    log.warn(
+      {
+        event: 'commits.deferred',
+        repository_id: claim.repositoryId,
+        status: err.status,
+        retry_at: err.retryAt,
+      },
+      'rate limited: commit fetching waits for the reset',
+    );
+    return { ...base, outcome: 'rate_limited', status: err.status, retryAt: err.retryAt };
+  }
+  if (err instanceof GitHubRequestFailed && GONE_STATUSES.has(err.status)) {
+    const applied = await markGone(db, claim, message);
+    const result: FetchResult = { ...base, outcome: applied ? 'gone' : 'retry', status };
+    logResult(log, { ...result, detail: message });
+    return { ...result, detail: message };
+  }
+  if (err instanceof GitHubRequestFailed && err.status === 422) {
+    // GitHub cannot compare the two (no common history, or a ref it does not know): the
+    // same question gets the same answer, so asking again would only spend the budget.
+    const r = await markFailedAttempt(db, claim, message, now, 1);
+    const result: FetchResult = {
+      ...base,
+      outcome: r.applied ? 'failed' : 'retry',
+      status,
+      detail: message,
+    };
+    logResult(log, result);
+    return result;
+  }
+  if (isTransient(err)) {
+    const max = deps.config.enrichment.maxAttempts;
+    const r = await markFailedAttempt(db, claim, message, now, max);
+    const result: FetchResult = {
+      ...base,
+      outcome: r.terminal && r.applied ? 'failed' : 'retry',
+      status,
+      detail: message,
+      retryAt: r.terminal ? undefined : r.nextAttemptAt,
+      transient: true,
+    };
+    logResult(log, result);
+    return result;
+  }
+  // Nothing reached GitHub (gate busy, budget closed under us) or the failure is not the
+  // push's (bad credentials, a bug): give the claim back, its opened attempt undone.
+  await abandonFetchAttempt(db, claim, now);
+  if (err instanceof GateTimeout || err instanceof BudgetExhausted) {
+    return {
+      ...base,
+      outcome: 'budget_exhausted',
+      reason: err instanceof GateTimeout ? 'gate_timeout' : 'budget',
+    };
+  }
+  log.error(
+    { event: 'commits.failed', repository_id: claim.repositoryId, ref: claim.ref, err },
+    `commits of a push to ${claim.fullName ?? claim.repositoryId} stopped by an error`,
+  );
+  throw err;
+}
+
+// The cycle (fetchOnce or GraphQL batches until told to stop) lives in cycle.ts.
+export {
+  type CommitsCycleOptions,
+  type CommitsCycleSummary,
+  emptyFetchOutcomes,
+  fetchCycle,
+} from './cycle.ts';

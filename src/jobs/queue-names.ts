@@ -1,0 +1,28 @@
+import type { EntityClass } from '../budget/client-types.ts';
+
+/** The pg-boss queues (DESIGN §4): names users see in `psql` and in every job log line. */
+export const QUEUES = {
+  pollSources: 'poll-sources',
+  enrichActor: 'enrich-actor',
+  enrichRepository: 'enrich-repository',
+  reconcile: 'reconcile',
+  maintenance: 'maintenance',
+  backfill: 'backfill',
+  /** Hinted after a transaction stored pending pushes (ADR 0070); handler: src/commits (ADR 0071). */
+  fetchCommits: 'fetch-commits',
+} as const;
+
+/**
+ * Commit fetching's queue (ADR 0070/0071). Hinted after pushes were stored `pending`; its
+ * definition and handler come with the fetcher (commits-fetch), which moves it into QUEUES.
+ */
+export const FETCH_COMMITS_QUEUE = 'fetch-commits';
+
+export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
+
+export const ALL_QUEUES: readonly QueueName[] = Object.values(QUEUES);
+
+/** The queue whose cycles enrich `cls`. */
+export function enrichQueue(cls: EntityClass): QueueName {
+  return cls === 'actor' ? QUEUES.enrichActor : QUEUES.enrichRepository;
+}

@@ -1,0 +1,312 @@
+import { CompiledQuery } from 'kysely';
+import type pg from 'pg';
+import type { CommitEmailMode } from '../platform/config/config.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { CommitSource, CommitsState } from '../platform/db/schema.ts';
+import { compareIds } from '../platform/json/exact.ts';
+import { addressUnderPolicy, textUnderPolicy } from './commit-emails.ts';
+
+/**
+ * Writing commits (ADR 0070), shared by every path that has them: inline commits of pushes
+ * (poll pages, webhook deliveries, archive chunks) and compare answers (commits-fetch).
+ * One statement per call, whatever its size: the rows travel as parameter arrays, commits
+ * go in by (repository_id, sha) and push_commits by key (the lock order of every writer),
+ * and commit authors or committers GitHub names by id become actors pending enrichment.
+ *
+ * A commit's content never changes, but who told it does (ADR 0184): each row records its
+ * `source`, and a better source rewrites a row a lesser one wrote — GitHub's answer
+ * (`github`) over a webhook's, a webhook's over an archive's, any of them over a mirror's or
+ * a row of unknown source (written before sources were recorded). A row held from a source
+ * as good is not rewritten, but columns it still lacks (an inline commit knows no author
+ * id, parents or dates) are filled from a richer answer. Addresses, and addresses inside
+ * names and messages, are stored under COMMIT_EMAILS (src/store/commit-emails.ts).
+ *
+ * push_commits rows are written only for pushes that are stored (joined on push_events'
+ * natural key) — inline ones only while the push is in the state their plan gave it — ON
+ * CONFLICT DO NOTHING, so storing the same answer twice is a no-op. A fetched answer
+ * (`replace`) is the push's list: it replaces whatever rows the push held (a mirror's).
+ */
+
+export interface CommitRow {
+  sha: string;
+  authorName?: string | null;
+  /** As given: storeCommits applies COMMIT_EMAILS. */
+  authorEmail?: string | null;
+  /** GitHub account ids are decimal strings (64-bit). */
+  authorId?: string | null;
+  authorLogin?: string | null;
+  committerName?: string | null;
+  committerEmail?: string | null;
+  committerId?: string | null;
+  committerLogin?: string | null;
+  authoredAt?: Date | null;
+  committedAt?: Date | null;
+  message?: string | null;
+  parents?: string[] | null;
+  /** push_commits.distinct: null when the source does not say. */
+  distinct?: boolean | null;
+}
+
+export interface PushKey {
+  repositoryId: string;
+  ref: string;
+  before: string;
+  head: string;
+}
+
+/** The commits of one push, oldest first: position = index + `firstPosition` (default 0). */
+export interface PushCommits {
+  push: PushKey;
+  commits: readonly CommitRow[];
+  firstPosition?: number;
+  /** Where the commits' text came from; default `github` (an answer from GitHub). */
+  source?: CommitSource;
+  /** Inline commits: the rows join the push only while it is in this state (its plan's). */
+  ifState?: CommitsState;
+}
+
+export interface StoreCommitsOptions {
+  emails: CommitEmailMode;
+  /**
+   * The list is the push's whole answer from GitHub: rows the push held at other positions
+   * or with other commits (a mirror's) are replaced. One push per call.
+   */
+  replace?: boolean;
+}
+
+export interface StoreCommitsResult {
+  /** commits rows inserted (a commit held already is not counted). */
+  commits: number;
+  pushCommits: number;
+  /** Actors inserted for commit authors / committers (pending enrichment: hint after COMMIT). */
+  newActors: number;
+}
+
+const NOTHING: StoreCommitsResult = { commits: 0, pushCommits: 0, newActors: 0 };
+
+/** COMMIT_EMAILS applied to one address (the rule itself: src/store/commit-emails.ts). */
+export const emailFor = addressUnderPolicy;
+
+/** How much a source is believed: a better one rewrites a lesser one's row. */
+const SOURCE_RANK: Record<CommitSource, number> = { github: 3, webhook: 2, archive: 1, mirror: 0 };
+const rankSql = (source: string) =>
+  `CASE ${source} WHEN 'github' THEN 3 WHEN 'webhook' THEN 2 WHEN 'archive' THEN 1 ELSE 0 END`;
+const BETTER = `${rankSql('excluded.source')} > ${rankSql('commits.source')}`;
+/** Columns a better source's row replaces (its null included: a mirror's address is no fallback). */
+const TEXT_COLUMNS = ['author_name', 'author_email', 'message'];
+/** Columns only ever filled: a source that lacks one never takes it away. */
+const FILLED_COLUMNS = [
+  'author_id',
+  'author_login',
+  'committer_name',
+  'committer_email',
+  'committer_id',
+  'committed_at',
+  'authored_at',
+  'parents',
+];
+
+function statement(replace: boolean): string {
+  const set = [
+    ...TEXT_COLUMNS.map(
+      (c) => `${c} = CASE WHEN ${BETTER} THEN excluded.${c} ELSE commits.${c} END`,
+    ),
+    ...FILLED_COLUMNS.map(
+      (c) =>
+        `${c} = CASE WHEN ${BETTER} THEN coalesce(excluded.${c}, commits.${c}) ELSE coalesce(commits.${c}, excluded.${c}) END`,
+    ),
+    `source = CASE WHEN ${BETTER} THEN excluded.source ELSE commits.source END`,
+  ].join(',\n      ');
+  const fills = FILLED_COLUMNS.map(
+    (c) => `(commits.${c} IS NULL AND excluded.${c} IS NOT NULL)`,
+  ).join('\n         OR ');
+  // A fetched answer replaces the push's rows; an inline list never touches rows held.
+  const pushCommitsConflict = replace
+    ? `ON CONFLICT (repository_id, ref, before, head, position) DO UPDATE SET
+        sha = excluded.sha, "distinct" = excluded."distinct"
+      WHERE (push_commits.sha, push_commits."distinct")
+        IS DISTINCT FROM (excluded.sha, excluded."distinct")`
+    : 'ON CONFLICT DO NOTHING';
+  const stale = replace
+    ? `, stale AS (
+    DELETE FROM push_commits d
+    USING (SELECT DISTINCT repository_id, ref, before, head FROM pc) k
+    WHERE (d.repository_id, d.ref, d.before, d.head) = (k.repository_id, k.ref, k.before, k.head)
+      AND NOT EXISTS (SELECT 1 FROM pc x
+        WHERE (x.repository_id, x.ref, x.before, x.head, x.position)
+            = (d.repository_id, d.ref, d.before, d.head, d.position))
+    RETURNING 1
+  )`
+    : '';
+  return `
+  WITH c AS MATERIALIZED (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+      $6::text[], $7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $11::text[],
+      $12::timestamptz[], $13::text[], $23::text[])
+      AS u (repository_id, sha, author_name, author_email, author_id, author_login,
+        committer_name, committer_email, committer_id, committed_at, message, authored_at,
+        parents, source)
+  ), pc AS MATERIALIZED (
+    SELECT * FROM unnest($14::bigint[], $15::text[], $16::text[], $17::text[], $18::int[],
+      $19::text[], $20::boolean[], $24::text[])
+      AS u (repository_id, ref, before, head, position, sha, "distinct", state)
+  ), people AS MATERIALIZED (
+    SELECT * FROM unnest($21::bigint[], $22::text[]) AS u (id, login)
+  ), a AS (
+    INSERT INTO actors (id, login)
+    SELECT id, login FROM people ORDER BY id
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+  ), ins AS (
+    INSERT INTO commits (repository_id, sha, author_name, author_email, author_id,
+      author_login, committer_name, committer_email, committer_id, committed_at, message,
+      authored_at, parents, source)
+    SELECT repository_id, sha, author_name, author_email, author_id, author_login,
+      committer_name, committer_email, committer_id, committed_at, message, authored_at,
+      -- Parents travel as one '{…}' text per commit (arrays of arrays must be rectangular).
+      parents::text[], source
+    FROM c ORDER BY repository_id, sha
+    ON CONFLICT (repository_id, sha) DO UPDATE SET
+      ${set}
+      WHERE ${BETTER}
+         OR ${fills}
+    RETURNING xmax = 0 AS inserted
+  ), pi AS (
+    INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct")
+    SELECT pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha, pc."distinct"
+    FROM pc JOIN push_events p
+      ON (p.repository_id, p.ref, p.before, p.head) = (pc.repository_id, pc.ref, pc.before, pc.head)
+    WHERE pc.state IS NULL OR p.commits_state = pc.state
+    ORDER BY pc.repository_id, pc.ref, pc.before, pc.head, pc.position
+    ${pushCommitsConflict}
+    RETURNING 1
+  )${stale}
+  SELECT (SELECT count(*) FILTER (WHERE inserted) FROM ins) AS commits,
+         (SELECT count(*) FROM pi) AS push_commits,
+         (SELECT count(*) FROM a) AS actors`;
+}
+
+const STATEMENTS = { inline: statement(false), replace: statement(true) };
+
+function textArray(values: readonly string[] | null | undefined): string | null {
+  if (!values) return null;
+  return `{${values.map((v) => `"${v.replace(/["\\]/g, '\\$&')}"`).join(',')}}`;
+}
+
+/** Keeps, per (repository, sha), the row of the better source, then the one that knows most. */
+function richer(a: Sourced, b: Sourced): Sourced {
+  const rank = SOURCE_RANK[b.source] - SOURCE_RANK[a.source];
+  if (rank !== 0) return rank > 0 ? b : a;
+  const score = (c: CommitRow) =>
+    (c.authorId ? 4 : 0) + (c.authoredAt ? 2 : 0) + (c.parents ? 1 : 0) + (c.committerId ? 1 : 0);
+  return score(b.row) > score(a.row) ? b : a;
+}
+
+interface Sourced {
+  repositoryId: string;
+  row: CommitRow;
+  source: CommitSource;
+}
+
+/** The statement and its parameters (run through Kysely or on a raw pg client). */
+export function storeCommitsQuery(
+  pushes: readonly PushCommits[],
+  opts: StoreCommitsOptions,
+): { sql: string; parameters: unknown[] } | null {
+  const commits = new Map<string, Sourced>();
+  const people = new Map<string, string>();
+  const pc: unknown[][] = [[], [], [], [], [], [], [], []];
+  for (const { push, commits: rows, firstPosition = 0, source = 'github', ifState } of pushes) {
+    rows.forEach((row, i) => {
+      const key = `${push.repositoryId}\u0000${row.sha}`;
+      const held = commits.get(key);
+      const mine = { repositoryId: push.repositoryId, row, source };
+      commits.set(key, held ? richer(held, mine) : mine);
+      pc[0]!.push(push.repositoryId);
+      pc[1]!.push(push.ref);
+      pc[2]!.push(push.before);
+      pc[3]!.push(push.head);
+      pc[4]!.push(firstPosition + i);
+      pc[5]!.push(row.sha);
+      pc[6]!.push(row.distinct ?? null);
+      pc[7]!.push(ifState ?? null);
+      if (row.authorId && row.authorLogin) people.set(row.authorId, row.authorLogin);
+      if (row.committerId && row.committerLogin) people.set(row.committerId, row.committerLogin);
+    });
+  }
+  if (commits.size === 0) return null;
+  const c: unknown[][] = Array.from({ length: 14 }, () => []);
+  const mode = opts.emails;
+  for (const { repositoryId, row, source } of commits.values()) {
+    const values = [
+      repositoryId,
+      row.sha,
+      textUnderPolicy(row.authorName ?? null, mode),
+      addressUnderPolicy(row.authorEmail, mode),
+      row.authorId ?? null,
+      row.authorLogin ?? null,
+      textUnderPolicy(row.committerName ?? null, mode),
+      addressUnderPolicy(row.committerEmail, mode),
+      row.committerId ?? null,
+      row.committedAt ?? null,
+      textUnderPolicy(row.message ?? null, mode),
+      row.authoredAt ?? null,
+      textArray(row.parents),
+      source,
+    ];
+    for (const [i, v] of values.entries()) c[i]!.push(v);
+  }
+  const ids = [...people.keys()].sort(compareIds);
+  return {
+    sql: opts.replace ? STATEMENTS.replace : STATEMENTS.inline,
+    parameters: [
+      ...c.slice(0, 13),
+      ...pc.slice(0, 7),
+      ids,
+      ids.map((id) => people.get(id)!),
+      c[13],
+      pc[7],
+    ],
+  };
+}
+
+function resultOf(row: {
+  commits: string;
+  push_commits: string;
+  actors: string;
+}): StoreCommitsResult {
+  return {
+    commits: Number(row.commits),
+    pushCommits: Number(row.push_commits),
+    newActors: Number(row.actors),
+  };
+}
+
+/** Stores the commits of `pushes` (call inside the transaction that stores the pushes). */
+export async function storeCommits(
+  trx: Db,
+  pushes: readonly PushCommits[],
+  opts: StoreCommitsOptions,
+): Promise<StoreCommitsResult> {
+  const q = storeCommitsQuery(pushes, opts);
+  if (!q) return NOTHING;
+  const r = await trx.executeQuery<{ commits: string; push_commits: string; actors: string }>(
+    CompiledQuery.raw(q.sql, q.parameters),
+  );
+  return resultOf(r.rows[0]!);
+}
+
+/** storeCommits on a raw pg client (the archive import's chunk transaction). */
+export async function storeCommitsOn(
+  client: pg.ClientBase,
+  pushes: readonly PushCommits[],
+  opts: StoreCommitsOptions,
+): Promise<StoreCommitsResult> {
+  const q = storeCommitsQuery(pushes, opts);
+  if (!q) return NOTHING;
+  const r = await client.query<{ commits: string; push_commits: string; actors: string }>(
+    q.sql,
+    q.parameters,
+  );
+  return resultOf(r.rows[0]!);
+}

@@ -1,0 +1,445 @@
+import type pg from 'pg';
+import type { CommitEmailMode } from '../platform/config/config.ts';
+import { copyFrom } from '../platform/db/copy.ts';
+import type { Db } from '../platform/db/pool.ts';
+import type { CommitSource, PushOrigin } from '../platform/db/schema.ts';
+import { AppError } from '../platform/errors.ts';
+import { jsonTextUnderPolicy } from './commit-emails.ts';
+import { storeCommits, storeCommitsOn } from './commits.ts';
+import {
+  asEventIdRace,
+  CLAIM_RESULTS,
+  type ClaimContext,
+  type ContestedClaim,
+  claimCtes,
+  type IdClash,
+  POLL_RANK,
+  type Run,
+  recordCtes,
+  runOnClient,
+  runOnDb,
+  settleDisputes,
+} from './event-ids.ts';
+import {
+  AWAITING_CREDENTIAL,
+  type CommitsContext,
+  DEFAULT_COMMITS,
+  inlineCommitRows,
+  planCommits,
+  stagedState,
+} from './inline-commits.ts';
+import type { PushRow } from './mapping.ts';
+import type { StageBatch } from './stage-batch.ts';
+import type { StoreResult } from './store-pushes.ts';
+
+/**
+ * The bulk store path (ADR 0040): thousands of pushes per transaction, near the cost of a
+ * COPY. The rows are COPYed into a session-local staging table, then ONE statement merges
+ * them into actors, repositories and push_events with the same keys and rules as
+ * storePushes (src/store/store-pushes.ts):
+ *
+ * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
+ *   alone, so a push held already (by any origin) or repeated within the batch is one row,
+ *   and no push is ever skipped for its event id, which is an attribute unique per era
+ *   (src/store/event-ids.ts, ADR 0122): a claim on an id another push holds is
+ *   recorded, and settled by rank when both are of one era;
+ * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
+ *   another push claims that id in the same era (then the dispute settles it);
+ * - rows are written in key order (actors by id, then repositories by id, then pushes by
+ *   natural key), so concurrent writers take row locks in the same order.
+ *
+ * Two entry points, one per caller:
+ * - bulkStorePage (poll pages): the rows as parameter arrays, actors, repositories and
+ *   pushes in one statement. Polled pushes are current, so the newest login / full_name of
+ *   the batch replaces a different one (as storePushes does).
+ * - insertStagedEntities, then bulkStoreStaged (archive import): the entities first, on a
+ *   connection of their own, then the pushes COPYed into the stage and merged alone. An
+ *   archive file is history, so it only inserts actors and repositories that are missing
+ *   and never renames one we hold — a month-old hour file must not turn a login back into
+ *   what it used to be.
+ *
+ * For bulkStoreStaged the caller owns the transaction on `client` (a raw pg client: COPY
+ * needs the protocol). The staging table is a temporary table (never WAL-logged, invisible
+ * to other sessions) whose rows vanish at commit.
+ */
+
+export const STAGE_TABLE = 'gpi_push_stage';
+
+export interface BulkStoreOptions {
+  origin: PushOrigin;
+  sourceId?: number | null;
+  runId?: number | null;
+  commits?: CommitsContext;
+  /** Who claims the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
+  claim?: Partial<ClaimContext>;
+  /**
+   * Where the pushes' inline commits come from (ADR 0184); default by origin: a poll's are
+   * GitHub's, a delivery's the webhook's, an archive's a mirror's.
+   */
+  inlineSource?: CommitSource;
+  /**
+   * The caller's session, when it has one (src/platform/db/session.ts sessionOf): the merge is then
+   * a prepared statement of it, planned once (the caller's transaction is the same).
+   */
+  session?: Run;
+}
+
+/** bulkStoreStaged's options: the staged path stores archive pushes only. */
+export interface StagedStoreOptions {
+  sourceId?: number | null;
+  /**
+   * The caller expects no push of the batch to be held (a fresh file). The insert skips
+   * conflict handling; if one is held after all, PushesAlreadyHeld is thrown (inside a
+   * transaction that must then be rolled back to before the call).
+   */
+  expectNew?: boolean;
+  /** Addresses of inline commits (the targets were applied when the batch was staged). */
+  emails?: CommitEmailMode;
+  /** The mirror the batch was read from, ranked in GHARCHIVE_URL (ADR 0122). */
+  claim?: Partial<ClaimContext>;
+}
+
+export interface BulkStoreResult extends StoreResult {
+  /** Webhook copies whose event id this batch filled in. */
+  idsFilledIn: number;
+}
+
+/** A claim context with its defaults: GitHub's own answer, no mirror. */
+function claimOf(origin: PushOrigin, given: Partial<ClaimContext> = {}): ClaimContext {
+  return {
+    origin,
+    rank: given.rank ?? POLL_RANK,
+    mirrorId: given.mirrorId ?? null,
+    mirror: given.mirror ?? null,
+    mirrors: given.mirrors ?? [],
+  };
+}
+
+/** A result of nothing stored. */
+export function emptyStoreResult(): BulkStoreResult {
+  return {
+    created: 0,
+    newActors: 0,
+    newRepositories: 0,
+    commitsPending: 0,
+    idsFilledIn: 0,
+    clashes: [],
+  };
+}
+
+/** The push_events columns the merge reads; actors and repositories go in beforehand. */
+const STAGE_COLUMNS = `
+  id bigint, actor_id bigint, repository_id bigint,
+  push_id bigint, ref text, head text, before text, created_at timestamptz,
+  payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
+  commits_due boolean, commits_error text`;
+
+/** Creates this session's staging table (idempotent; call outside or inside a transaction). */
+export async function prepareStage(client: pg.ClientBase): Promise<void> {
+  await client.query(
+    `CREATE TEMP TABLE IF NOT EXISTS ${STAGE_TABLE} (${STAGE_COLUMNS}) ON COMMIT DELETE ROWS`,
+  );
+}
+
+/** Drops the staging table, so a pooled session goes back clean. */
+export async function dropStage(client: pg.ClientBase): Promise<void> {
+  await client.query(`DROP TABLE IF EXISTS pg_temp.${STAGE_TABLE}`);
+}
+
+/** Empties the stage inside a transaction (a retried half after a failed merge). */
+export async function clearStage(client: pg.ClientBase): Promise<void> {
+  await client.query(`DELETE FROM ${STAGE_TABLE}`);
+}
+
+/** A page's entity upsert: renames to the newest name of the batch. */
+function entityUpsert(
+  table: 'actors' | 'repositories',
+  idColumn: string,
+  nameColumn: string,
+  givenName: string,
+): string {
+  // DISTINCT ON … ORDER BY id, created_at DESC: one row per entity, the newest name of the
+  // batch, in id order (the lock order). xmax = 0 only on a freshly inserted row version:
+  // inserted vs. renamed.
+  return `INSERT INTO ${table} (id, ${nameColumn})
+    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${givenName} FROM v
+    ORDER BY ${idColumn}, created_at DESC
+    ON CONFLICT (id) DO UPDATE SET ${nameColumn} = excluded.${nameColumn}, updated_at = now()
+      WHERE ${table}.${nameColumn} IS DISTINCT FROM excluded.${nameColumn}
+    RETURNING xmax = 0 AS inserted`;
+}
+
+/**
+ * Where the merge reads its rows: the staging table (after a COPY), or — for a page of a
+ * hundred, where a temporary table and a COPY cost more than they save — the statement's
+ * own parameter arrays ($6 …). Ids travel as decimal text and are cast in Postgres, so
+ * every digit arrives. $1 origin, $2 source, $3 run, $4 mirror id, $5 mirror URL.
+ */
+type MergeSource = 'stage' | 'values';
+
+const VALUES_CTE = `v AS MATERIALIZED (
+      SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
+        head, before, created_at, payload, size, distinct_size, commit_count, commits_state,
+        commits_due, commits_error
+      FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
+        $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
+        $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[])
+        AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
+          created_at, payload, size, distinct_size, commit_count, commits_state, commits_due,
+          commits_error)
+    ),`;
+
+const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
+
+/**
+ * The merge, one statement. From the parameter arrays (a page) it upserts the actors and
+ * repositories too; from the stage (an archive chunk) it merges the pushes alone, their
+ * entities inserted beforehand by insertStagedEntities. The claim CTEs (event-ids.ts) find
+ * the batch's ids held by other pushes; a claim contested in its era is inserted without
+ * its id, for settleDisputes to decide. `p` returns the natural keys it inserted, so the
+ * fill-in `f` only probes the pushes the insert skipped (a push it added had no webhook
+ * copy to merge with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s
+ * rows anyway, and the two touch disjoint rows. With `expectNew` (stage only) the pushes
+ * are inserted without `ON CONFLICT` (speculative insertion costs ~30% of the insert) and
+ * there is nothing to fill in: a push already held makes the statement fail, and the
+ * caller merges again.
+ */
+function mergeStatement(from: MergeSource, expectNew = false): string {
+  const src = from === 'stage' ? STAGE_TABLE : 'v';
+  const entities = from === 'values';
+  const insert = `
+      INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
+        created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
+        commits_state, commits_next_attempt_at, commits_error, mirror_id)
+      SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
+        s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
+        $1::text, $2::bigint, $3::bigint, s.commit_count,
+        -- a covered push stored without a credential: skipped, its next attempt marking it
+        -- as waiting for one (ADR 0186)
+        CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
+        CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
+        s.commits_error, $4::smallint
+      FROM ${src} s
+      LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
+      ORDER BY s.repository_id, s.ref, s.before, s.head`;
+  const pushes = expectNew
+    ? `p AS (${insert}
+      RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
+    )`
+    : `p AS (${insert}
+      ON CONFLICT (repository_id, ref, before, head) DO NOTHING
+      RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
+    ), f AS (
+      UPDATE push_events t SET id = s.id, mirror_id = $4::smallint
+      FROM ${src} s
+      WHERE s.id IS NOT NULL AND t.id IS NULL
+        AND ${NATURAL_KEY('t')} = ${NATURAL_KEY('s')}
+        AND NOT EXISTS (SELECT 1 FROM p WHERE ${NATURAL_KEY('p')} = ${NATURAL_KEY('s')})
+        AND NOT EXISTS (
+          SELECT 1 FROM c WHERE c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')})
+      RETURNING t.repository_id, t.ref, t.before, t.head
+    )`;
+  const upserts = entities
+    ? `a AS (${entityUpsert('actors', 'actor_id', 'login', 'actor_login')}),
+    r AS (${entityUpsert('repositories', 'repository_id', 'full_name', 'repo_name')}),`
+    : '';
+  return `
+    WITH ${from === 'values' ? VALUES_CTE : ''}
+    ${upserts}
+    ${claimCtes(src)}
+    ${pushes}
+    ${recordCtes(!expectNew)}
+    SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
+           ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
+           (SELECT count(*) FROM p) AS created,
+           (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL
+             AND commits_state <> 'skipped') FROM p) AS pending,
+           ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
+           ${CLAIM_RESULTS}`;
+}
+
+interface MergeCounts {
+  actors: string;
+  repositories: string;
+  created: string;
+  pending: string;
+  filled: string;
+  clashes: IdClash[];
+  contested: ContestedClaim[];
+}
+
+function resultOf(row: MergeCounts): BulkStoreResult {
+  return {
+    created: Number(row.created),
+    newActors: Number(row.actors),
+    newRepositories: Number(row.repositories),
+    commitsPending: Number(row.pending),
+    idsFilledIn: Number(row.filled),
+    clashes: row.clashes,
+  };
+}
+
+/** The merges, each a prepared statement of the session it runs on (named gpi_merge_*). */
+const MERGE_VALUES_RENAMING = { name: 'gpi_merge_page', text: mergeStatement('values') };
+const MERGE_PUSHES_ONLY = { name: 'gpi_merge_stage', text: mergeStatement('stage') };
+const MERGE_PUSHES_ONLY_NEW = { name: 'gpi_merge_stage_new', text: mergeStatement('stage', true) };
+
+/**
+ * The archive's entity inserts on their own (insert-only, never renaming): the batch's
+ * entities not known to exist, each once with its newest name, in id order. A statement
+ * of its own, so the archive import can run it on a second connection while the previous
+ * chunk's pushes are merged (src/backfill/import.ts): the two touch different tables, and
+ * each takes its row locks in the same order as every other writer.
+ */
+const INSERT_ENTITIES = `
+  WITH a AS (
+    INSERT INTO actors (id, login)
+    SELECT * FROM unnest($1::bigint[], $2::text[]) AS v (id, login) ORDER BY id
+    ON CONFLICT (id) DO NOTHING RETURNING 1
+  ), r AS (
+    INSERT INTO repositories (id, full_name)
+    SELECT * FROM unnest($3::bigint[], $4::text[]) AS v (id, full_name) ORDER BY id
+    ON CONFLICT (id) DO NOTHING RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM a) AS actors, (SELECT count(*) FROM r) AS repositories`;
+
+/** Ids and names; the statement orders them by id (as bigint) itself. */
+function entries(m: Map<string, [string, number]>): [string[], string[]] {
+  const ids = [...m.keys()];
+  return [ids, ids.map((id) => m.get(id)![0])];
+}
+
+/** Inserts the batch's actors and repositories not known to exist (archive rule: never renames). */
+export async function insertStagedEntities(
+  client: pg.ClientBase,
+  batch: StageBatch,
+): Promise<{ newActors: number; newRepositories: number }> {
+  if (batch.newActors.size === 0 && batch.newRepositories.size === 0) {
+    return { newActors: 0, newRepositories: 0 };
+  }
+  const [actorIds, logins] = entries(batch.newActors);
+  const [repoIds, names] = entries(batch.newRepositories);
+  const r = await client.query<{ actors: string; repositories: string }>(INSERT_ENTITIES, [
+    actorIds,
+    logins,
+    repoIds,
+    names,
+  ]);
+  return { newActors: Number(r.rows[0]!.actors), newRepositories: Number(r.rows[0]!.repositories) };
+}
+
+/** `expectNew` was wrong: a push of the batch is held already. Merge the batch again without it. */
+export class PushesAlreadyHeld extends AppError {
+  constructor(cause: unknown) {
+    super('PUSHES_ALREADY_HELD', 'a push of the batch is already stored', {}, { cause });
+  }
+}
+
+/**
+ * Stages rows [from, to) of an archive batch and merges their pushes (origin 'archive').
+ * Their actors and repositories are not touched: insertStagedEntities must have stored
+ * them (committed) before. Call inside a transaction on `client`, after prepareStage, with
+ * the stage empty (it is after every commit, and after a rollback to a savepoint taken
+ * before the call).
+ */
+export async function bulkStoreStaged(
+  client: pg.ClientBase,
+  batch: StageBatch,
+  opts: StagedStoreOptions,
+  from = 0,
+  to = batch.length,
+): Promise<BulkStoreResult> {
+  if (to <= from) return emptyStoreResult();
+  await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
+  const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
+  const commits = batch.commitsOf(from, to);
+  const claim = claimOf('archive', opts.claim);
+  const r = await client
+    .query<MergeCounts>(statement, [
+      'archive',
+      opts.sourceId ?? null,
+      null,
+      claim.mirrorId,
+      claim.mirror,
+    ])
+    .catch((err: { code?: string; constraint?: string }) => {
+      if (
+        statement === MERGE_PUSHES_ONLY_NEW &&
+        err.code === '23505' &&
+        err.constraint === 'push_events_natural_key'
+      ) {
+        throw new PushesAlreadyHeld(err);
+      }
+      throw asEventIdRace(err);
+    });
+  const result = resultOf(r.rows[0]!);
+  result.clashes.push(...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, claim)));
+  if (commits.length > 0) {
+    await storeCommitsOn(client, commits, { emails: opts.emails ?? DEFAULT_COMMITS.emails });
+  }
+  return result;
+}
+
+/**
+ * The bulk merge for a page (a poll page, a webhook's push): one statement, the rows as
+ * parameter arrays — no temporary table, no COPY. With inline commits a second statement
+ * stores them (src/store/commits.ts): call inside a transaction. Same keys, lock order and
+ * merge rule (renaming) as storePushes.
+ */
+export async function bulkStorePage(
+  db: Db,
+  pushes: readonly PushRow[],
+  opts: BulkStoreOptions,
+): Promise<BulkStoreResult> {
+  if (pushes.length === 0) return emptyStoreResult();
+  const ctx = opts.commits ?? DEFAULT_COMMITS;
+  const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
+  const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
+  const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
+  const claim = claimOf(opts.origin, opts.claim);
+  const params = [
+    opts.origin,
+    opts.sourceId ?? null,
+    opts.runId ?? null,
+    claim.mirrorId,
+    claim.mirror,
+    col((p) => p.id),
+    col((p) => p.actor.id),
+    col((p) => p.actor.login),
+    col((p) => p.repository.id),
+    col((p) => p.repository.fullName),
+    col((p) => p.pushId),
+    col((p) => p.ref),
+    col((p) => p.head),
+    col((p) => p.before),
+    col((p) => p.createdAt),
+    // COMMIT_EMAILS holds in the payload too: its commits' addresses, any address in it.
+    col((p) => jsonTextUnderPolicy(p.payload, ctx.emails)),
+    col((p) => p.size),
+    plans.map((c) => c.distinctSize),
+    plans.map((c) => c.count),
+    plans.map(stagedState),
+    plans.map((c) => c.due),
+    plans.map((c) => c.refused),
+  ];
+  const run = opts.session ?? runOnDb(db);
+  const [row] = await run<MergeCounts>(
+    MERGE_VALUES_RENAMING.text,
+    params,
+    MERGE_VALUES_RENAMING.name,
+  ).catch((err: unknown) => {
+    throw asEventIdRace(err);
+  });
+  const result = resultOf(row!);
+  result.clashes.push(...(await settleDisputes(run, row!.contested, claim)));
+  const commits = inlineCommitRows(pushes, plans);
+  if (commits.length > 0) await storeCommits(db, commits, { emails: ctx.emails });
+  return result;
+}
+
+/** Whose inline commits a push of each origin carries, unless the caller says (ADR 0184). */
+const INLINE_SOURCE_OF: Record<PushOrigin, CommitSource> = {
+  poll: 'github',
+  webhook: 'webhook',
+  archive: 'mirror',
+};

@@ -1,0 +1,148 @@
+import type { CommitEmailMode } from '../platform/config/config.ts';
+import { copyField } from '../platform/db/copy.ts';
+import type { CommitSource } from '../platform/db/schema.ts';
+import { jsonTextUnderPolicy } from './commit-emails.ts';
+import type { PushCommits } from './commits.ts';
+import { type CommitsTargets, NO_TARGETS } from './commits-targets.ts';
+import { planCommits, stagedState } from './inline-commits.ts';
+import type { PushRow } from './mapping.ts';
+
+/**
+ * Pushes encoded for the bulk store's staging table (src/store/pushes.ts): COPY
+ * text lines written straight into one Buffer as the pushes are parsed, with the few facts
+ * the caller still needs beside them (event id, actor and repository ids, the new actors
+ * and repositories with their names for insertStagedEntities). A line is a few hundred
+ * bytes where a PushRow with its parsed payload is kilobytes of objects, and a Buffer the
+ * import reuses is no work for the garbage collector: this is what keeps a 1 GB archive
+ * file's import under ~250 MB (docs/performance.md).
+ */
+
+const text = copyField;
+/** Inline commits of a staged batch when the caller does not say: a mirror's, hashed. */
+const DEFAULT_INLINE = { source: 'mirror', emails: 'hash' } as const;
+const num = (n: number | string | null) => (n === null ? '\\N' : String(n));
+
+/**
+ * Actors and repositories an import has seen committed (archive imports only: they insert
+ * missing entities and never rename, so a known id needs no statement at all). One per
+ * import, never shared: nothing deletes an entity while a file is read, but a set that
+ * outlived its import could outlive a TRUNCATE. Bounded: past MAX_KNOWN ids a set starts
+ * over, which only costs a few redundant probes.
+ */
+export class KnownEntities {
+  static readonly MAX_KNOWN = 100_000;
+  readonly actors = new Set<string>();
+  readonly repositories = new Set<string>();
+
+  /** Call after the transaction that stored rows [from, to) of `batch` committed. */
+  remember(batch: StageBatch, from = 0, to = batch.length): void {
+    for (let i = from; i < to; i++) {
+      if (this.actors.size >= KnownEntities.MAX_KNOWN) this.actors.clear();
+      if (this.repositories.size >= KnownEntities.MAX_KNOWN) this.repositories.clear();
+      this.actors.add(batch.actorIds[i]!);
+      this.repositories.add(batch.repositoryIds[i]!);
+    }
+  }
+}
+
+export class StageBatch {
+  #buf: Buffer;
+  #end = 0;
+  /** Byte offset where each row's line starts. */
+  readonly offsets: number[] = [];
+  readonly ids: (string | null)[] = [];
+  /** Ids are canonical decimal strings (exact: GitHub ids are 64-bit). */
+  readonly actorIds: string[] = [];
+  readonly repositoryIds: string[] = [];
+  /** Entities not known to exist, each once with its newest name in the batch: id → [name, at]. */
+  readonly newActors = new Map<string, [string, number]>();
+  readonly newRepositories = new Map<string, [string, number]>();
+  /** Inline commits (pre-2025-10 archive lines), with the row each belongs to. */
+  readonly commits: { row: number; push: PushCommits }[] = [];
+
+  constructor(capacityBytes = 1 << 20) {
+    this.#buf = Buffer.allocUnsafe(capacityBytes);
+  }
+
+  get length(): number {
+    return this.offsets.length;
+  }
+
+  /**
+   * Appends one push in the stage's column order. With `known`, an entity known to exist
+   * is left out of newActors / newRepositories, so insertStagedEntities does not even
+   * probe it; `known` may lag what is committed (a chunk in flight), never lead it.
+   * `inline` says who vouches for the file's inline commits (ADR 0184): `archive` (GH
+   * Archive's own, a file named on the command line) or `mirror`; `emails` is COMMIT_EMAILS,
+   * which holds in the stored payload as in the commits.
+   */
+  add(
+    p: PushRow,
+    known: KnownEntities | null = null,
+    targets: CommitsTargets = NO_TARGETS,
+    inline: { source: CommitSource; emails: CommitEmailMode } = DEFAULT_INLINE,
+  ): void {
+    const plan = planCommits(p, targets, inline.source);
+    if (plan.commits.length > 0) {
+      this.commits.push({
+        row: this.offsets.length,
+        push: {
+          push: { repositoryId: p.repository.id, ref: p.ref, before: p.before, head: p.head },
+          commits: plan.commits,
+          source: plan.source,
+          ifState: plan.state,
+        },
+      });
+    }
+    const payload = jsonTextUnderPolicy(p.payload, inline.emails);
+    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\n`;
+    // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
+    const bytes = line.length * 3;
+    if (this.#end + bytes > this.#buf.length) {
+      const grown = Buffer.allocUnsafe(Math.max(this.#buf.length * 2, this.#end + bytes));
+      this.#buf.copy(grown, 0, 0, this.#end);
+      this.#buf = grown;
+    }
+    this.offsets.push(this.#end);
+    this.#end += this.#buf.write(line, this.#end);
+    this.ids.push(p.id);
+    this.actorIds.push(p.actor.id);
+    this.repositoryIds.push(p.repository.id);
+    const at = p.createdAt.getTime();
+    if (!known?.actors.has(p.actor.id)) newest(this.newActors, p.actor.id, p.actor.login, at);
+    if (!known?.repositories.has(p.repository.id))
+      newest(this.newRepositories, p.repository.id, p.repository.fullName, at);
+  }
+
+  /** The inline commits of rows [from, to). */
+  commitsOf(from = 0, to = this.length): PushCommits[] {
+    return this.commits.filter((c) => c.row >= from && c.row < to).map((c) => c.push);
+  }
+
+  /** The COPY data of rows [from, to). */
+  bytes(from = 0, to = this.length): Buffer {
+    const end = to < this.length ? this.offsets[to]! : this.#end;
+    return this.#buf.subarray(from < this.length ? this.offsets[from]! : end, end);
+  }
+
+  /** Empties the batch for reuse (its buffer stays). */
+  clear(): void {
+    this.#end = 0;
+    this.offsets.length = 0;
+    this.ids.length = 0;
+    this.actorIds.length = 0;
+    this.repositoryIds.length = 0;
+    this.newActors.clear();
+    this.newRepositories.clear();
+    this.commits.length = 0;
+  }
+}
+
+function newest(m: Map<string, [string, number]>, id: string, name: string, at: number): void {
+  const held = m.get(id);
+  if (!held) m.set(id, [name, at]);
+  else if (held[1] <= at) {
+    held[0] = name;
+    held[1] = at;
+  }
+}
