@@ -38,17 +38,6 @@ export function encodePath(p: string): string {
   return p.replace(/\[/g, '%5B').replace(/\]/g, '%5D');
 }
 
-/** GitHub's `message` of an error answer (or the start of a body that is not JSON). */
-export function errorMessage(body: string | null): string {
-  if (!body) return '';
-  try {
-    const m = (JSON.parse(body) as { message?: unknown }).message;
-    return typeof m === 'string' ? m : '';
-  } catch {
-    return body.slice(0, 200);
-  }
-}
-
 /**
  * The GraphQL policy of a pool (ADR 0110 §3): every credential GraphQL takes, under its
  * `#graphql` key, with the whole window as background allowance (share 1: no poll

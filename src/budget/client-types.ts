@@ -4,7 +4,9 @@
  * the request gate and has a github_requests ledger row reserved before it is sent.
  */
 
+import type { GitHubResponse } from '../github/classify.ts';
 import type { AuthBlock, GitHubAuthFailed } from '../github/errors.ts';
+import type { GraphQLAnswer } from '../github/graphql-answer.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { RequestPurpose } from '../platform/db/schema.ts';
 import type {
@@ -12,17 +14,10 @@ import type {
   BudgetRefusal,
   EntityClass,
   PoolBudget,
-  RateLimitState,
   Reservation,
 } from './types.ts';
 
-export type {
-  BudgetSnapshot,
-  EntityClass,
-  PoolBudget,
-  RateLimitState,
-  Reservation,
-} from './types.ts';
+export type { BudgetSnapshot, EntityClass, PoolBudget, Reservation } from './types.ts';
 
 export interface GitHubRequest {
   purpose: RequestPurpose;
@@ -41,23 +36,6 @@ export interface GitHubRequest {
    * auth blocks is PoolRejected.
    */
   rejected?: GitHubAuthFailed;
-}
-
-export interface GitHubResponse<T = unknown> {
-  /** 200, 304, 404, 410, 422 ...; 301/302/307 are followed and never returned. */
-  status: number;
-  /** Parsed JSON body for 2xx; undefined for 304. */
-  data: T | undefined;
-  etag: string | null;
-  /** X-Poll-Interval in seconds, when GitHub sent one. */
-  pollInterval: number | null;
-  rateLimit: RateLimitState | null;
-  /** The final URL after redirects (a renamed repo answers 301 to its new location). */
-  url: string;
-  /** The ledger row of this request. */
-  requestId: number;
-  /** True when the quota was spent (false for 304). */
-  counted: boolean;
 }
 
 /**
@@ -79,26 +57,6 @@ export interface GraphQLRequest {
    * when the query never leaves (the budget, the gate, no token).
    */
   beforeSend?: () => Promise<void>;
-}
-
-/** One entry of a GraphQL answer's `errors`, bounded (ADR 0114). */
-export interface GraphQLErrorEntry {
-  type?: string;
-  message: string;
-  path?: readonly (string | number)[];
-}
-
-export interface GraphQLAnswer<T = unknown> {
-  /** Partial data is kept when errors came with it (RESOURCE_LIMITS_EXCEEDED). */
-  data: T | null;
-  errors: readonly GraphQLErrorEntry[];
-  /** rateLimit.cost when the query asked for it. */
-  cost: number | null;
-  /** The credential's #graphql window as the answer told it. */
-  rateLimit: RateLimitState | null;
-  /** The label (no #graphql). */
-  credential: string;
-  requestId: number;
 }
 
 /** The pool said no; `rejected` lists every credential's auth block when a 401 blocks each. */

@@ -1,10 +1,10 @@
 import { GitHubAuthFailed, GraphQLNeedsCredential, RateLimited } from '../github/errors.ts';
-import { graphqlReader } from '../github/graphql-answer.ts';
+import { type GraphQLAnswer, graphqlReader } from '../github/graphql-answer.ts';
 import { pointsSpacingMs, sentStatement } from '../github/pacing.ts';
 import type { Config } from '../platform/config/config.ts';
 import { faultPoint } from '../platform/fault.ts';
 import type { ClientContext } from './client-context.ts';
-import type { GraphQLAnswer, GraphQLRequest, Reservation } from './client-types.ts';
+import type { GraphQLRequest, Reservation } from './client-types.ts';
 import { labelOf } from './graphql-key.ts';
 import { releaseReservation, settleAndUnlock, unsendAndUnlock } from './ledger.ts';
 import { clearAuthFailures } from './rate-limits.ts';

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import type { GitHubResponse } from '../github/classify.ts';
 import type { Credential } from '../github/credentials.ts';
 import { sentStatement } from '../github/pacing.ts';
 import { int4Key, LockSpace } from '../platform/db/locks.ts';
@@ -8,7 +9,6 @@ import type { RequestPurpose } from '../platform/db/schema.ts';
 import { type ClientContext, encodePath } from './client-context.ts';
 import type {
   GateHolder,
-  GitHubResponse,
   HeldAnswer,
   HeldDecision,
   HeldRequest,

@@ -1,8 +1,9 @@
 import { type RawBuilder, sql } from 'kysely';
+import type { RateLimitState } from '../github/answer-headers.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { RequestPurpose } from '../platform/db/schema.ts';
 import { rateLimitUpsert, siblingAuthCleared } from './rate-limits.ts';
-import type { EntityClass, RateLimitState } from './types.ts';
+import type { EntityClass } from './types.ts';
 
 /**
  * The request ledger (github_requests): one row per request, written BEFORE it is sent

@@ -1,4 +1,5 @@
-import { classify } from '../github/classify.ts';
+import { parseRateLimit } from '../github/answer-headers.ts';
+import { type AnswerReader, classify, type GitHubResponse } from '../github/classify.ts';
 import { BudgetExhausted, GitHubAuthFailed, PoolRejected, RateLimited } from '../github/errors.ts';
 import { sentStatement } from '../github/pacing.ts';
 import type { RequestPurpose } from '../platform/db/schema.ts';
@@ -8,16 +9,15 @@ import { type ClientContext, encodePath } from './client-context.ts';
 import type {
   GitHubClient,
   GitHubRequest,
-  GitHubResponse,
   PoolDecision,
   PoolRefusal,
   Reservation,
 } from './client-types.ts';
 import { labelOf } from './graphql-key.ts';
 import { releaseReservation, settleAndUnlock, unsendAndUnlock } from './ledger.ts';
-import { clearAuthFailures, parseRateLimit } from './rate-limits.ts';
+import { clearAuthFailures } from './rate-limits.ts';
 import { type BudgetPolicy, type BudgetRefusal, reserve } from './reserve.ts';
-import { type AnswerReader, isBlock, type Sender, type Sent, type Unauthorized } from './send.ts';
+import { isBlock, type Sender, type Sent, type Unauthorized } from './send.ts';
 
 /**
  * The pool loop of REST requests (ADR 0050): reserve on the credential with the most of the

@@ -1,4 +1,5 @@
-import { logHeaderNotes } from '../github/answer-headers.ts';
+import { logHeaderNotes, type RateLimitState } from '../github/answer-headers.ts';
+import { type AnswerReader, errorMessage } from '../github/classify.ts';
 import type { Authorization, Credential } from '../github/credentials.ts';
 import {
   GitHubAuthFailed,
@@ -12,10 +13,9 @@ import { type RawResponse, TransportFailure, unavailableFrom } from '../github/t
 import type { Db } from '../platform/db/pool.ts';
 import type { RequestPurpose } from '../platform/db/schema.ts';
 import { faultPoint } from '../platform/fault.ts';
-import { type ClientContext, defaultQuotaOf, errorMessage, keysOf } from './client-context.ts';
+import { type ClientContext, defaultQuotaOf, keysOf } from './client-context.ts';
 import { type Settlement, settle } from './ledger.ts';
 import { recordAuthFailure, recordBlock } from './rate-limits.ts';
-import type { RateLimitState } from './types.ts';
 
 /**
  * Sending one request once its ledger row is marked sent (by the gate's statement or a held
@@ -31,16 +31,6 @@ export interface Outgoing {
   etag: string | null;
   /** A POST's JSON body; never logged. */
   body?: string | null;
-}
-
-/** How one kind of answer is read: its result (or the error it stands for), its window, its points. */
-export interface AnswerReader<R> {
-  /** The result of an answer, or throws the error it stands for. */
-  classify(raw: RawResponse): R;
-  /** What the answer says of the key's window. */
-  rateLimit(raw: RawResponse, now: Date, result: R | undefined): RateLimitState | null;
-  /** The points the ledger row settles at (GraphQL); undefined leaves the column as it is. */
-  points?(result: R | undefined, raw: RawResponse | null): number | undefined;
 }
 
 /** What a request through the gate came back with (see conclude()). */

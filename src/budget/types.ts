@@ -8,13 +8,6 @@ import type { BlockReason, RequestPurpose } from '../platform/db/schema.ts';
 
 export type EntityClass = 'actor' | 'repository';
 
-/** What x-ratelimit-* said on an answer. */
-export interface RateLimitState {
-  limit: number;
-  remaining: number;
-  resetAt: Date;
-}
-
 /** A credential's github_rate_limits row, as the budget reads it. */
 export interface StoredRateLimit {
   quota: number;

@@ -1,4 +1,4 @@
-import type { GitHubResponse } from '../budget/client-types.ts';
+import type { GitHubResponse } from '../github/classify.ts';
 import {
   BudgetExhausted,
   describeRejected,

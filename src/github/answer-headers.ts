@@ -29,7 +29,15 @@ export interface HeaderNote {
   used: string;
 }
 
-type Headers = Record<string, string | undefined>;
+/** Response headers, lower-cased names (fetch and fixture files both give these). */
+export type Headers = Record<string, string | undefined>;
+
+/** What x-ratelimit-* said on an answer. */
+export interface RateLimitState {
+  limit: number;
+  remaining: number;
+  resetAt: Date;
+}
 
 /** Digits only, as GitHub sends them: no sign, fraction, exponent or `Infinity`. */
 const DIGITS = /^\d+$/;
@@ -122,4 +130,61 @@ export function logHeaderNotes(
       `GitHub sent ${n.header}: ${n.sent} on ${context.path}; used ${n.used} (${n.used === 'ignored' ? 'not a whole number of seconds' : 'past the bound of an hour'})`,
     );
   }
+}
+
+/** A whole number a Postgres integer holds, and a count can be. */
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0 && n <= 2_147_483_647;
+}
+
+/**
+ * x-ratelimit-* as GitHub sends them on every response; null when any is missing. The reset
+ * is at most an hour after `now` (below): a reset in 2286 is not GitHub's window.
+ */
+export function parseRateLimit(headers: Headers, now: Date = new Date()): RateLimitState | null {
+  const limit = Number(headers['x-ratelimit-limit']);
+  const remaining = Number(headers['x-ratelimit-remaining']);
+  const reset = rateLimitResetOf(headers, now).at;
+  if (
+    headers['x-ratelimit-limit'] === undefined ||
+    headers['x-ratelimit-remaining'] === undefined ||
+    !isCount(limit) ||
+    !isCount(remaining) ||
+    reset === null
+  ) {
+    // Absent, or nothing our integer columns can hold (1.5, 1e10, -1): no observation.
+    return null;
+  }
+  return { limit, remaining, resetAt: reset };
+}
+
+/** GitHub's documented minimum wait after a secondary limit that names no time. */
+export const MIN_BACKOFF_MS = 60_000;
+
+/**
+ * Is this answer a rate-limit event, and if so, when may we try again? (DESIGN §5:
+ * honour retry-after; with remaining 0 wait for the reset; otherwise at least a minute.)
+ * Never more than an hour ahead (below): `retry-after: 999999999` blocked a
+ * token until 2058.
+ *
+ * A 403 that has neither retry-after nor remaining 0 nor a rate-limit message is NOT
+ * one: GitHub also answers 403 for e.g. a repository blocked for legal reasons, and
+ * treating that as a budget event would retry it forever.
+ */
+export function rateLimitRetryAt(
+  status: number,
+  headers: Headers,
+  message: string,
+  now: Date,
+): Date | null {
+  if (status !== 403 && status !== 429) return null;
+  const retryAfter = retryAfterOf(headers, now).seconds;
+  const rl = parseRateLimit(headers, now);
+  const limitedByMessage = /rate limit|abuse/i.test(message);
+  if (status === 403 && !headers['retry-after'] && rl?.remaining !== 0 && !limitedByMessage) {
+    return null;
+  }
+  if (retryAfter !== null) return new Date(now.getTime() + retryAfter * 1000);
+  if (rl && rl.remaining === 0 && rl.resetAt.getTime() > now.getTime()) return rl.resetAt;
+  return new Date(now.getTime() + MIN_BACKOFF_MS);
 }

@@ -1,8 +1,10 @@
-import { errorMessage } from '../budget/client-context.ts';
-import type { GitHubResponse } from '../budget/client-types.ts';
-import { parseRateLimit, rateLimitRetryAt } from '../budget/rate-limits.ts';
 import { parseJson } from '../platform/json/exact.ts';
-import { pollIntervalOf } from './answer-headers.ts';
+import {
+  parseRateLimit,
+  pollIntervalOf,
+  type RateLimitState,
+  rateLimitRetryAt,
+} from './answer-headers.ts';
 import {
   GitHubAuthFailed,
   GitHubRequestFailed,
@@ -11,6 +13,44 @@ import {
   RateLimited,
 } from './errors.ts';
 import type { RawResponse } from './transport.ts';
+
+export interface GitHubResponse<T = unknown> {
+  /** 200, 304, 404, 410, 422 ...; 301/302/307 are followed and never returned. */
+  status: number;
+  /** Parsed JSON body for 2xx; undefined for 304. */
+  data: T | undefined;
+  etag: string | null;
+  /** X-Poll-Interval in seconds, when GitHub sent one. */
+  pollInterval: number | null;
+  rateLimit: RateLimitState | null;
+  /** The final URL after redirects (a renamed repo answers 301 to its new location). */
+  url: string;
+  /** The ledger row of this request. */
+  requestId: number;
+  /** True when the quota was spent (false for 304). */
+  counted: boolean;
+}
+
+/** How one kind of answer is read: its result (or the error it stands for), its window, its points. */
+export interface AnswerReader<R> {
+  /** The result of an answer, or throws the error it stands for. */
+  classify(raw: RawResponse): R;
+  /** What the answer says of the key's window. */
+  rateLimit(raw: RawResponse, now: Date, result: R | undefined): RateLimitState | null;
+  /** The points the ledger row settles at (GraphQL); undefined leaves the column as it is. */
+  points?(result: R | undefined, raw: RawResponse | null): number | undefined;
+}
+
+/** GitHub's `message` of an error answer (or the start of a body that is not JSON). */
+export function errorMessage(body: string | null): string {
+  if (!body) return '';
+  try {
+    const m = (JSON.parse(body) as { message?: unknown }).message;
+    return typeof m === 'string' ? m : '';
+  } catch {
+    return body.slice(0, 200);
+  }
+}
 
 /** Statuses that are answers about the resource, returned to the caller to decide. */
 const RETURNED = new Set([304, 404, 410, 422]);

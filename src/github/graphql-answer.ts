@@ -1,10 +1,12 @@
-import type { GraphQLAnswer, GraphQLErrorEntry } from '../budget/client-types.ts';
-import { parseRateLimit } from '../budget/rate-limits.ts';
-import type { AnswerReader } from '../budget/send.ts';
-import type { RateLimitState } from '../budget/types.ts';
 import { parseJson } from '../platform/json/exact.ts';
-import { MAX_WAIT_SECONDS, RESET_SKEW_SECONDS } from './answer-headers.ts';
-import { statusError } from './classify.ts';
+import {
+  MAX_WAIT_SECONDS,
+  MIN_BACKOFF_MS,
+  parseRateLimit,
+  type RateLimitState,
+  RESET_SKEW_SECONDS,
+} from './answer-headers.ts';
+import { type AnswerReader, statusError } from './classify.ts';
 import { MalformedResponse, RateLimited } from './errors.ts';
 import type { RawResponse } from './transport.ts';
 
@@ -18,6 +20,26 @@ import type { RawResponse } from './transport.ts';
  *   else the query's `rateLimit { limit remaining resetAt }`; the cost is `rateLimit.cost`.
  */
 
+/** One entry of a GraphQL answer's `errors`, bounded (ADR 0114). */
+export interface GraphQLErrorEntry {
+  type?: string;
+  message: string;
+  path?: readonly (string | number)[];
+}
+
+export interface GraphQLAnswer<T = unknown> {
+  /** Partial data is kept when errors came with it (RESOURCE_LIMITS_EXCEEDED). */
+  data: T | null;
+  errors: readonly GraphQLErrorEntry[];
+  /** rateLimit.cost when the query asked for it. */
+  cost: number | null;
+  /** The credential's #graphql window as the answer told it. */
+  rateLimit: RateLimitState | null;
+  /** The label (no #graphql). */
+  credential: string;
+  requestId: number;
+}
+
 /** The errors of one answer kept (a query of 100 aliases fails at most 100 ways). */
 export const MAX_ERRORS = 200;
 const MAX_MESSAGE = 1000;
@@ -30,7 +52,6 @@ const MAX_PATH = 50;
  */
 export const MAX_COST = 5_000;
 const RATE_LIMIT_TYPES = new Set(['RATE_LIMITED', 'RATE_LIMIT']);
-const MIN_BACKOFF_MS = 60_000;
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);

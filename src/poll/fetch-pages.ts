@@ -1,10 +1,10 @@
 import type {
   GitHubRequest,
-  GitHubResponse,
   HeldRequest,
   PoolRefusal,
   Reservation,
 } from '../budget/client-types.ts';
+import type { GitHubResponse } from '../github/classify.ts';
 import { BudgetExhausted, GitHubAuthFailed, GitHubRequestFailed } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import type { EventSource } from '../platform/db/schema.ts';

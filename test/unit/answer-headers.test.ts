@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { parseRateLimit, rateLimitRetryAt } from '../../src/budget/rate-limits.ts';
 import {
   headerNotes,
+  parseRateLimit,
   pollIntervalOf,
   rateLimitResetOf,
+  rateLimitRetryAt,
   retryAfterOf,
 } from '../../src/github/answer-headers.ts';
 import { untilText } from '../../src/platform/time-text.ts';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseRateLimit, rateLimitRetryAt } from '../../src/budget/rate-limits.ts';
 import { allowanceFor } from '../../src/budget/reserve.ts';
+import { parseRateLimit, rateLimitRetryAt } from '../../src/github/answer-headers.ts';
 import { credentialOf, defaultQuota } from '../../src/platform/config/credential-label.ts';
 
 const now = new Date('2026-11-29T09:00:00Z');
