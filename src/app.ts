@@ -8,12 +8,11 @@ import {
   inFlightPlan,
   isPlanRole,
   type PlanRole,
-  type ServerRoom,
 } from './budget/concurrency.ts';
 import { credentialLabels } from './github/credentials.ts';
 import { type Config, loadConfig } from './platform/config/config.ts';
 import { checkStoredSettings, logRecorded } from './platform/config/stored-settings.ts';
-import { serverRoom } from './platform/db/connections.ts';
+import { type ServerRoom, serverRoom } from './platform/db/connections.ts';
 import { acquireEmbeddedPostgres, type EmbeddedHandle } from './platform/db/embedded.ts';
 import { createDb, createPool, type Db } from './platform/db/pool.ts';
 import { assertSetUp } from './platform/db/setup-state.ts';

@@ -1,3 +1,5 @@
+import type { ServerRoom } from '../platform/db/connections.ts';
+
 /**
  * How much one process does at once, from the credentials it holds (ADR 0110 §7, ADR 0140):
  * polls in flight, background fetchers in flight, and the database pool those need. The one
@@ -193,16 +195,6 @@ export function inFlightPlan(input: InFlightPlanInput): InFlightPlan {
     dbPool,
     limitedBy: dbPool > cap ? 'role_minimum' : 'pool_cap',
   };
-}
-
-/** What the database server has for this process's connections (src/platform/db/connections.ts). */
-export interface ServerRoom {
-  /** max_connections. */
-  maxConnections: number;
-  /** superuser_reserved_connections + reserved_connections: never ours. */
-  reserved: number;
-  /** Client sessions open now, every database and process, this process's first included. */
-  inUse: number;
 }
 
 /**

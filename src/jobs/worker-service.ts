@@ -1,16 +1,19 @@
 import type { PgBoss } from 'pg-boss';
-import type { App } from '../app.ts';
 import type { FillRunner } from '../backfill/fill-run.ts';
 import { deploymentCommits } from '../commits/deployment.ts';
 import type { Config } from '../platform/config/config.ts';
 import type { Logger } from '../platform/log.ts';
 import { commitsOffReason } from '../store/commits-targets.ts';
-import { createBoss } from './boss.ts';
+import type { Deps } from '../work/deps.ts';
+import { type BossHost, createBoss } from './boss.ts';
 import { type JobContext, type JobLimits, registerHandlers } from './handlers.ts';
 import { JobLiveness } from './liveness.ts';
 import { QUEUES } from './queue-names.ts';
 import { type ReconcileReport, reconcile, sweepOrphanedJobs } from './reconciler.ts';
 import { Scheduler } from './scheduler.ts';
+
+/** What a worker runs on: the domain's deps and what pg-boss needs (an App is one). */
+export type WorkerHost = Deps & BossHost;
 
 /**
  * The worker: croner scheduler + pg-boss handlers on one App. start() opens its liveness
@@ -44,7 +47,7 @@ export function talksTo(mode: Config['github']['mode'], apiUrl: string): string 
  * everywhere until one is set), a note when another process has one; nothing with one.
  */
 export async function sayIfNoCredential(
-  app: Pick<App, 'config' | 'db'>,
+  app: Pick<Deps, 'config' | 'db'>,
   log: Logger,
   now = new Date(),
 ): Promise<void> {
@@ -82,14 +85,14 @@ export class WorkerService {
   readonly boss: PgBoss;
   readonly scheduler: Scheduler;
   readonly liveness: JobLiveness;
-  readonly #app: App;
+  readonly #app: WorkerHost;
   readonly #log: Logger;
   readonly #opts: WorkerServiceOptions;
   #state: State = 'new';
   #stopped: Promise<void> | undefined;
   #recheck: NodeJS.Timeout | undefined;
 
-  constructor(app: App, opts: WorkerServiceOptions = {}) {
+  constructor(app: WorkerHost, opts: WorkerServiceOptions = {}) {
     this.#app = app;
     this.#opts = opts;
     this.#log = app.logger.child({ component: 'worker' });

@@ -3,6 +3,7 @@ import type { BudgetSnapshot } from '../budget/client-types.ts';
 import type { GraphQLBudget } from '../budget/types.ts';
 import type { AuthBlock } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
+import { pgBossInstalled } from '../platform/db/setup-state.ts';
 import type { Deps } from '../work/deps.ts';
 import { type Backlog, backlog } from '../work/enrichment-due.ts';
 import type { BackgroundReading } from '../work/split.ts';
@@ -11,13 +12,7 @@ import { type CommitsStatus, commitsStatus } from './commits.ts';
 import { deploymentBackground, deploymentBudget, deploymentPolicy } from './credentials.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
 import { type MirrorStatus, mirrorStatuses } from './mirrors.ts';
-import {
-  type LastReconcile,
-  lastReconcile,
-  pgBossInstalled,
-  type QueueStatus,
-  queueStatuses,
-} from './queues.ts';
+import { type LastReconcile, lastReconcile, type QueueStatus, queueStatuses } from './queues.ts';
 import {
   DEFAULT_SOURCE_QUERY,
   type SourcePage,

@@ -33,15 +33,6 @@ export interface LastReconcile {
   output: unknown;
 }
 
-/** True when the pg-boss schema has been installed (bin/setup). */
-export async function pgBossInstalled(db: Db, schema: string): Promise<boolean> {
-  const r = await sql<{ job: string | null; version: string | null }>`
-    SELECT to_regclass(${`${schema}.job`}) AS job, to_regclass(${`${schema}.version`}) AS version`.execute(
-    db,
-  );
-  return r.rows[0]!.job !== null && r.rows[0]!.version !== null;
-}
-
 function emptyCounts(): Record<JobState, number> {
   return Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
 }

@@ -12,10 +12,11 @@ import {
   REQUEST_PURPOSES,
   RUN_STATUSES,
 } from '../platform/db/schema.ts';
+import { pgBossInstalled } from '../platform/db/setup-state.ts';
 import { COMMITS_STATES, commitsStatus } from '../status/commits.ts';
 import { deploymentBudget } from '../status/credentials.ts';
 import { GAP_STATES, gapStatus } from '../status/gaps.ts';
-import { pgBossInstalled, queueStatuses } from '../status/queues.ts';
+import { queueStatuses } from '../status/queues.ts';
 import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import { backlog } from '../work/enrichment-due.ts';

@@ -4,7 +4,7 @@ import pg from 'pg';
 import type { Config } from '../platform/config/config.ts';
 import { pendingMigrations } from '../platform/db/migrate.ts';
 import { createDb, type Db } from '../platform/db/pool.ts';
-import { pgBossInstalled } from '../status/queues.ts';
+import { pgBossInstalled } from '../platform/db/setup-state.ts';
 import type { IntakeHealth } from './intake-health.ts';
 
 export type Readiness = { ready: true } | { ready: false; reason: string };

@@ -1,6 +1,15 @@
 import { sql } from 'kysely';
-import type { ServerRoom } from '../../budget/concurrency.ts';
 import type { Db } from './pool.ts';
+
+/** What the database server has for this process's connections. */
+export interface ServerRoom {
+  /** max_connections. */
+  maxConnections: number;
+  /** superuser_reserved_connections + reserved_connections: never ours. */
+  reserved: number;
+  /** Client sessions open now, every database and process, this process's first included. */
+  inUse: number;
+}
 
 /**
  * What the server has for connections, read once when a process sizes its pool (createApp):

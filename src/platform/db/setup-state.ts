@@ -1,4 +1,4 @@
-import { pgBossInstalled } from '../../status/queues.ts';
+import { sql } from 'kysely';
 import { AppError } from '../errors.ts';
 import { createMigrator } from './migrate.ts';
 import type { Db } from './pool.ts';
@@ -10,6 +10,15 @@ export class DatabaseNotSetUp extends AppError {
   constructor(detail?: string) {
     super('DATABASE_NOT_SET_UP', detail ? `${NOT_SET_UP} (${detail})` : NOT_SET_UP, {});
   }
+}
+
+/** True when the pg-boss schema has been installed (bin/setup). */
+export async function pgBossInstalled(db: Db, schema: string): Promise<boolean> {
+  const r = await sql<{ job: string | null; version: string | null }>`
+    SELECT to_regclass(${`${schema}.job`}) AS job, to_regclass(${`${schema}.version`}) AS version`.execute(
+    db,
+  );
+  return r.rows[0]!.job !== null && r.rows[0]!.version !== null;
 }
 
 /**
