@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
 import type { EnrichmentState } from '../platform/db/schema.ts';
+import { dueSql } from '../work/commits-due.ts';
 
 /**
  * Claiming the next pending push to fetch commits for, under a lease (ADR 0071), like an
@@ -71,14 +72,6 @@ interface ClaimRow {
   deaths: number;
   batch_deaths: number;
   died_in_flight: boolean;
-}
-
-/** Due, and free: the same predicate in every part of the statement and in due.ts. */
-export function dueSql(alias: string, now: Date) {
-  const p = sql.ref(alias);
-  return sql`${p}.commits_state IN ('pending', 'unverified')
-    AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
-    AND (${p}.commits_claimed_until IS NULL OR ${p}.commits_claimed_until <= ${now}::timestamptz)`;
 }
 
 /**

@@ -1,5 +1,4 @@
 import { sql } from 'kysely';
-import { dueSql } from '../commits/claim.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { COMMITS_STATES, type CommitsState } from '../platform/db/schema.ts';
 
@@ -7,6 +6,14 @@ import { COMMITS_STATES, type CommitsState } from '../platform/db/schema.ts';
  * "Are commits due?" — asked of committed state by the reconciler every tick and by the
  * share rule before every reservation: one range probe of push_events_commits_due.
  */
+
+/** Due, and free: the same predicate in every part of the statement and in the claim (src/commits/claim.ts). */
+export function dueSql(alias: string, now: Date) {
+  const p = sql.ref(alias);
+  return sql`${p}.commits_state IN ('pending', 'unverified')
+    AND ${p}.commits_next_attempt_at <= ${now}::timestamptz
+    AND (${p}.commits_claimed_until IS NULL OR ${p}.commits_claimed_until <= ${now}::timestamptz)`;
+}
 
 export function commitsDueStatement(now: Date) {
   return sql<{ due: boolean }>`
