@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { backoffSeconds } from '../enrichment/state.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { backoffSeconds } from '../work/attempts.ts';
 import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**

@@ -1,5 +1,4 @@
 import { graphqlQueryBoundMs } from '../budget/graphql.ts';
-import { redact } from '../enrichment/attempts.ts';
 import {
   BudgetExhausted,
   GateTimeout,
@@ -10,6 +9,7 @@ import {
 } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
+import { redact } from '../platform/redact.ts';
 import { type CommitsClaim, claimKey, claimNextPush, releasePush, renewClaims } from './claim.ts';
 import { COMPARE_PAGE_MAX, COMPARE_UNPAGED_MAX, ZERO_SHA } from './compare.ts';
 import { emptyFetchOutcomes } from './cycle.ts';

@@ -1,5 +1,4 @@
 import type { Reservation } from '../budget/client-types.ts';
-import { redact } from '../enrichment/attempts.ts';
 import {
   BudgetExhausted,
   FixtureMiss,
@@ -11,6 +10,7 @@ import {
 } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
+import { redact } from '../platform/redact.ts';
 import type { Deps } from '../work/deps.ts';
 import { clearCommitsWait, commitsShare, markCommitsWait, shareRule } from '../work/split.ts';
 import { type CommitsClaim, claimNextPush, type PushKey } from './claim.ts';

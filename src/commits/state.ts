@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { failedAttempt } from '../enrichment/state.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { failedAttempt } from '../work/attempts.ts';
 import { type CommitsClaim, stillOurs } from './claim.ts';
 
 /**

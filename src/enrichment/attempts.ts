@@ -1,6 +1,6 @@
 import type { Db } from '../platform/db/pool.ts';
 import type { EnrichmentAttemptOutcome } from '../platform/db/schema.ts';
-import { withoutUserinfo } from '../platform/redact.ts';
+import { redact } from '../platform/redact.ts';
 import type { Claim } from './claim.ts';
 
 /**
@@ -9,19 +9,6 @@ import type { Claim } from './claim.ts';
  * that dies in between leaves the row open; the next claim of that entity marks it
  * 'interrupted', so the ledger tells crashes apart from failures without a janitor.
  */
-
-const DETAIL_MAX = 500;
-
-/** Error text for the ledger: bounded, and never a credential (tokens, secrets, auth headers). */
-export function redact(text: string): string {
-  return withoutUserinfo(text)
-    .replace(/\b(gh[pousr]_[A-Za-z0-9_]{10,}|github_pat_[A-Za-z0-9_]{10,})\b/g, '[redacted]')
-    .replace(
-      /(authorization|token|secret)(["':=\s]+)(bearer\s+|token\s+)?[^\s"',}]+/gi,
-      '$1$2[redacted]',
-    )
-    .slice(0, DETAIL_MAX);
-}
 
 export async function openAttempt(
   db: Db,

@@ -12,6 +12,7 @@ import {
 } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
+import { redact } from '../platform/redact.ts';
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../work/cycle.ts';
 import type { Deps } from '../work/deps.ts';
 import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
@@ -20,7 +21,7 @@ import { shareRule } from '../work/split.ts';
 import { fairShare } from '../work/split-classes.ts';
 import { actorProfile } from './apply-actor.ts';
 import { repositoryProfile } from './apply-repository.ts';
-import { finishAttempt, openAttempt, redact } from './attempts.ts';
+import { finishAttempt, openAttempt } from './attempts.ts';
 import { type Claim, claimNext, releaseClaim } from './claim.ts';
 import { ProfileInvalid } from './profile.ts';
 import {

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
+import { failedAttempt } from '../work/attempts.ts';
 import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
 import { type Claim, stillOurs } from './claim.ts';
 
@@ -14,28 +15,6 @@ import { type Claim, stillOurs } from './claim.ts';
  *   pending ──5xx/timeout/malformed──► pending (attempts+1, backoff) … ► failed (terminal)
  *   pending ──403/429──► pending (next_attempt_at = retry-at, no penalty)
  */
-
-/** Backoff after the n-th consecutive transient failure: 1m, 4m, 16m, 64m, … capped at 6h. */
-export function backoffSeconds(failures: number): number {
-  return Math.min(60 * 4 ** Math.max(0, failures - 1), 6 * 3600);
-}
-
-/**
- * One more failed attempt on the ladder (entities and commit fetches alike): how many now,
- * whether that was the last one allowed, and when the next may run.
- */
-export function failedAttempt(
-  previous: number,
-  now: Date,
-  maxAttempts: number,
-): { attempts: number; terminal: boolean; nextAttemptAt: Date } {
-  const attempts = previous + 1;
-  return {
-    attempts,
-    terminal: attempts >= maxAttempts,
-    nextAttemptAt: new Date(now.getTime() + backoffSeconds(attempts) * 1000),
-  };
-}
 
 /** How many enriched rows one sweep turns back into pending refreshes (keeps it short). */
 export const AGE_OUT_BATCH = 200;

@@ -23,3 +23,17 @@ export function withoutUserinfo(text: string): string {
 export function hasUserinfo(text: string): boolean {
   return withoutUserinfo(text) !== text;
 }
+
+/** The longest error text a ledger row keeps (an attempt's detail, a push's commits_error). */
+const DETAIL_MAX = 500;
+
+/** Error text for the ledger: bounded, and never a credential (tokens, secrets, auth headers). */
+export function redact(text: string): string {
+  return withoutUserinfo(text)
+    .replace(/\b(gh[pousr]_[A-Za-z0-9_]{10,}|github_pat_[A-Za-z0-9_]{10,})\b/g, '[redacted]')
+    .replace(
+      /(authorization|token|secret)(["':=\s]+)(bearer\s+|token\s+)?[^\s"',}]+/gi,
+      '$1$2[redacted]',
+    )
+    .slice(0, DETAIL_MAX);
+}

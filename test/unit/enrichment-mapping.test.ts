@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { actorProfile } from '../../src/enrichment/apply-actor.ts';
 import { repositoryProfile } from '../../src/enrichment/apply-repository.ts';
-import { redact } from '../../src/enrichment/attempts.ts';
 import { ProfileInvalid } from '../../src/enrichment/profile.ts';
-import { backoffSeconds } from '../../src/enrichment/state.ts';
+import { redact } from '../../src/platform/redact.ts';
+import { backoffSeconds } from '../../src/work/attempts.ts';
 import { ENTITY_TABLES } from '../../src/work/entity.ts';
 
 describe('profile paths', () => {
