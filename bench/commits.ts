@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import { type CommitsCycleSummary, fetchCycle } from '../src/commits/fetch-rest.ts';
+import { type CommitsCycleSummary, fetchCycle } from '../src/commits/cycle.ts';
 import { copyChunks, copyFrom } from '../src/platform/db/copy.ts';
 import type { Db } from '../src/platform/db/pool.ts';
 import { storeCommits } from '../src/store/commits.ts';

@@ -1,12 +1,8 @@
 import { type App, createApp } from '../app.ts';
 import { releaseAwaitingPushes } from '../commits/awaiting.ts';
-import {
-  emptyFetchOutcomes,
-  type FetchOutcome,
-  type FetchResult,
-  fetchCycle,
-} from '../commits/fetch-rest.ts';
+import { fetchCycle } from '../commits/cycle.ts';
 import { graphqlPointsLeft } from '../commits/graphql/sizing.ts';
+import { emptyFetchOutcomes, type FetchOutcome, type FetchResult } from '../commits/outcomes.ts';
 import { UsageError } from '../platform/errors.ts';
 import { jsonInteger, type RawJson } from '../platform/json/exact.ts';
 import { bar, terminal } from '../platform/terminal.ts';

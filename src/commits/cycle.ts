@@ -1,7 +1,9 @@
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../work/cycle.ts';
 import { fetchLanes, type LaneDeps } from '../work/lanes.ts';
 import { fetchGraphQLBatch, graphqlStepMax } from './fetch-graphql.ts';
-import { type FetchDeps, type FetchOutcome, type FetchResult, fetchOnce } from './fetch-rest.ts';
+import { fetchOnce } from './fetch-rest.ts';
+import type { FetchDeps, FetchOutcome, FetchResult } from './outcomes.ts';
+import { emptyFetchOutcomes } from './outcomes.ts';
 
 /**
  * One fetch-commits cycle (ADR 0071, ADR 0111, ADR 0170): the shared fetch loop
@@ -41,21 +43,6 @@ export interface CommitsCycleSummary {
   /** GraphQL points and queries the batches spent (ADR 0111). */
   points?: number;
   queries?: number;
-}
-
-export function emptyFetchOutcomes(): Record<FetchOutcome, number> {
-  return {
-    idle: 0,
-    complete: 0,
-    partial: 0,
-    gone: 0,
-    none: 0,
-    retry: 0,
-    failed: 0,
-    waiting: 0,
-    rate_limited: 0,
-    budget_exhausted: 0,
-  };
 }
 
 /** Whether a cycle fetches by GraphQL batches: COMMITS_TRANSPORT=graphql and a credential. */

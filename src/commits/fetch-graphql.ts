@@ -12,11 +12,9 @@ import { faultPoint } from '../platform/fault.ts';
 import { redact } from '../platform/redact.ts';
 import { type CommitsClaim, claimKey, claimNextPush, releasePush, renewClaims } from './claim.ts';
 import { COMPARE_PAGE_MAX, COMPARE_UNPAGED_MAX, ZERO_SHA } from './compare.ts';
-import { emptyFetchOutcomes } from './cycle.ts';
 import { chargeDeaths, closeQueryAttempts, openQueryAttempts } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
-import { logResult } from './fetch-log.ts';
-import { type FetchDeps, type FetchOutcome, type FetchResult, fetchClaimed } from './fetch-rest.ts';
+import { fetchClaimed } from './fetch-rest.ts';
 import { DEFAULT_PROOF_LIMITS } from './graphql/proof.ts';
 import {
   type Final,
@@ -33,6 +31,13 @@ import {
   GRAPHQL_MAX_REQUESTS,
   graphqlPointsLeft,
 } from './graphql/sizing.ts';
+import {
+  emptyFetchOutcomes,
+  type FetchDeps,
+  type FetchOutcome,
+  type FetchResult,
+  logResult,
+} from './outcomes.ts';
 import { markFailedAttempt, markNone } from './state.ts';
 import { storeFetched } from './store-fetched.ts';
 

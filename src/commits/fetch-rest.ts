@@ -11,7 +11,6 @@ import {
 import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { redact } from '../platform/redact.ts';
-import type { Deps } from '../work/deps.ts';
 import { clearCommitsWait, commitsShare, markCommitsWait, shareRule } from '../work/split.ts';
 import { type CommitsClaim, claimNextPush, type PushKey } from './claim.ts';
 import {
@@ -27,7 +26,7 @@ import {
 } from './compare.ts';
 import { abandonFetchAttempt, openFetchAttempt } from './deaths.ts';
 import { defaultTipAtPush } from './default-tip.ts';
-import { logResult } from './fetch-log.ts';
+import { type FetchDeps, type FetchResult, logResult } from './outcomes.ts';
 import {
   bumpRepository,
   deferPush,
@@ -46,48 +45,6 @@ import { storeFetched } from './store-fetched.ts';
  * and every write is idempotent (ON CONFLICT DO NOTHING), so a retry after a crash stores
  * nothing twice. See ADR 0071.
  */
-
-export type FetchDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;
-
-export type FetchOutcome =
-  | 'idle'
-  | 'complete'
-  | 'partial'
-  | 'gone'
-  /** A deleted ref or a tag that was pending anyway: no commits, no request. */
-  | 'none'
-  | 'retry'
-  | 'failed'
-  /** A new branch whose repository has no default branch yet: its enrichment was made due. */
-  | 'waiting'
-  | 'rate_limited'
-  | 'budget_exhausted';
-
-export interface FetchResult {
-  outcome: FetchOutcome;
-  push?: PushKey;
-  repo?: string | null;
-  /** The push's true number of commits (total_commits), when an answer said it. */
-  commitCount?: number;
-  /** push_commits rows the answer gave (may be fewer than commitCount: partial). */
-  stored?: number;
-  /** Commit authors and committers new to `actors` (pending enrichment). */
-  newActors?: number;
-  /** Requests sent for this push (a paged fetch sends several). */
-  requests: number;
-  status?: number | null;
-  /** The ledger row of the last request. */
-  requestId?: number | null;
-  /**
-   * Why budget_exhausted: the budget said no, commits used their share, or the gate stayed
-   * busy; on a charged `retry` or `failed` (FetchClaimedOptions.charge), why REST did not ask.
-   */
-  reason?: 'budget' | 'share' | 'gate_timeout';
-  retryAt?: Date;
-  detail?: string;
-  /** A 5xx, timeout, malformed or refused answer: GitHub did not give a usable one. */
-  transient?: boolean;
-}
 
 export interface FetchClaimedOptions {
   /**
@@ -555,11 +512,3 @@ async function settleError(
   );
   throw err;
 }
-
-// The cycle (fetchOnce or GraphQL batches until told to stop) lives in cycle.ts.
-export {
-  type CommitsCycleOptions,
-  type CommitsCycleSummary,
-  emptyFetchOutcomes,
-  fetchCycle,
-} from './cycle.ts';

@@ -1,8 +1,7 @@
 import type { PgBoss } from 'pg-boss';
 import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
 import type { EntityClass } from '../budget/client-types.ts';
-import { commitsByGraphQL } from '../commits/cycle.ts';
-import { type CommitsCycleSummary, fetchCycle } from '../commits/fetch-rest.ts';
+import { type CommitsCycleSummary, commitsByGraphQL, fetchCycle } from '../commits/cycle.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
 import { jobFaultPoint } from '../platform/fault.ts';
 import { jobLogger, type Logger } from '../platform/log.ts';

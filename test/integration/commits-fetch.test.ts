@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fetchCycle, fetchOnce } from '../../src/commits/fetch-rest.ts';
+import { fetchCycle } from '../../src/commits/cycle.ts';
+import { fetchOnce } from '../../src/commits/fetch-rest.ts';
 import {
   chain,
   commitFetchers,

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { fetchCycle } from '../../src/commits/fetch-rest.ts';
+import { fetchCycle } from '../../src/commits/cycle.ts';
 import {
   chain,
   commitFetchers,

@@ -1,7 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGitHubClient } from '../../src/budget/client.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
-import { type FetchDeps, fetchCycle, fetchOnce } from '../../src/commits/fetch-rest.ts';
+import { fetchCycle } from '../../src/commits/cycle.ts';
+import { fetchOnce } from '../../src/commits/fetch-rest.ts';
+import type { FetchDeps } from '../../src/commits/outcomes.ts';
 import { enrichClasses, enrichOnce } from '../../src/enrichment/runner.ts';
 import { fixedClock } from '../../src/platform/clock.ts';
 import { loadConfig } from '../../src/platform/config/config.ts';

@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { type ByteSource, localFileSource } from '../../src/backfill/archive.ts';
 import { type ImportTarget, importFile } from '../../src/backfill/import.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
-import { fetchCycle } from '../../src/commits/fetch-rest.ts';
+import { fetchCycle } from '../../src/commits/cycle.ts';
 import { pollSource } from '../../src/poll/poll-due.ts';
 import { addSource, setSourceCommits } from '../../src/store/sources.ts';
 import { gzipLines } from '../support/archive-server.ts';

@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { archiveHourSource, inlineSourceOf, localFileSource } from '../../src/backfill/archive.ts';
 import { hourOf } from '../../src/backfill/hours.ts';
 import { importFile } from '../../src/backfill/import.ts';
-import { fetchCycle } from '../../src/commits/fetch-rest.ts';
+import { fetchCycle } from '../../src/commits/cycle.ts';
 import { HOUR_ROWS, type HourRow, toExportRow } from '../../src/export/hour-query.ts';
 import { exportLine } from '../../src/export/line.ts';
 import { forgetCommitsTargets } from '../../src/store/commits-targets.ts';

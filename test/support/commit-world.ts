@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { createGitHubClient } from '../../src/budget/client.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
-import type { FetchDeps } from '../../src/commits/fetch-rest.ts';
+import type { FetchDeps } from '../../src/commits/outcomes.ts';
 import { fixedClock } from '../../src/platform/clock.ts';
 import { loadConfig } from '../../src/platform/config/config.ts';
 import type { Db } from '../../src/platform/db/pool.ts';
