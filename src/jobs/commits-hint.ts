@@ -1,6 +1,6 @@
 import type { PgBoss } from 'pg-boss';
 import type { Logger } from '../platform/log.ts';
-import { FETCH_COMMITS_QUEUE } from './queue-names.ts';
+import { QUEUES } from './queue-names.ts';
 
 /**
  * The post-commit hint for commit fetching (ADR 0070): after a transaction stored pushes
@@ -26,12 +26,12 @@ export async function hintCommits(
   if (pending <= 0 || !boss) return null;
   const fields = {
     new_pending: pending,
-    queue: FETCH_COMMITS_QUEUE,
+    queue: QUEUES.fetchCommits,
     ...(ctx.runId == null ? {} : { run_id: ctx.runId }),
     ...(ctx.deliveryId === undefined ? {} : { delivery_id: ctx.deliveryId }),
   };
   try {
-    const jobId = await boss.send(FETCH_COMMITS_QUEUE, { reason: 'hint' });
+    const jobId = await boss.send(QUEUES.fetchCommits, { reason: 'hint' });
     const status = jobId ? 'sent' : 'already_queued';
     log.info(
       { event: 'commits.dispatched', ...fields, status, commits_job_id: jobId },

@@ -12,12 +12,6 @@ export const QUEUES = {
   fetchCommits: 'fetch-commits',
 } as const;
 
-/**
- * Commit fetching's queue (ADR 0070/0071). Hinted after pushes were stored `pending`; its
- * definition and handler come with the fetcher (commits-fetch), which moves it into QUEUES.
- */
-export const FETCH_COMMITS_QUEUE = 'fetch-commits';
-
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
 
 export const ALL_QUEUES: readonly QueueName[] = Object.values(QUEUES);

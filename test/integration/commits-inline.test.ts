@@ -9,7 +9,7 @@ import { localFileSource } from '../../src/backfill/archive.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import { createBoss } from '../../src/jobs/boss.ts';
 import { hintDispatcher } from '../../src/jobs/dispatch.ts';
-import { FETCH_COMMITS_QUEUE } from '../../src/jobs/queue-names.ts';
+import { QUEUES } from '../../src/jobs/queue-names.ts';
 import { createLogger } from '../../src/platform/log.ts';
 import { storePage } from '../../src/poll/page-store.ts';
 import { storeCommits } from '../../src/store/commits.ts';
@@ -46,8 +46,8 @@ beforeAll(async () => {
   );
   await boss.start();
   // The queue commits-fetch defines with its handler: here only to receive hints.
-  if (!(await boss.getQueue(FETCH_COMMITS_QUEUE))) {
-    await boss.createQueue(FETCH_COMMITS_QUEUE, { policy: 'stately', retryLimit: 0 });
+  if (!(await boss.getQueue(QUEUES.fetchCommits))) {
+    await boss.createQueue(QUEUES.fetchCommits, { policy: 'stately', retryLimit: 0 });
   }
   web = await startTestWeb(t, { boss });
   dir = mkdtempSync(path.join(tmpdir(), 'gpi-commits-'));
@@ -61,7 +61,7 @@ beforeEach(async () => {
   await sql`TRUNCATE push_events, push_commits, commits, webhook_deliveries, actors, repositories, event_sources CASCADE`.execute(
     t.db,
   );
-  await sql`DELETE FROM pgboss.job WHERE name = ${FETCH_COMMITS_QUEUE}`.execute(t.db);
+  await sql`DELETE FROM pgboss.job WHERE name = ${QUEUES.fetchCommits}`.execute(t.db);
   web.logs.length = 0;
 });
 
@@ -95,7 +95,7 @@ async function commitsOf(repositoryId: number | string, ref = 'refs/heads/main')
 
 async function hints(): Promise<number> {
   const r = await sql<{ n: number }>`
-    SELECT count(*)::int AS n FROM pgboss.job WHERE name = ${FETCH_COMMITS_QUEUE}`.execute(t.db);
+    SELECT count(*)::int AS n FROM pgboss.job WHERE name = ${QUEUES.fetchCommits}`.execute(t.db);
   return r.rows[0]!.n;
 }
 
