@@ -6,9 +6,9 @@ import { sessionOf } from '../platform/db/session.ts';
 import { commitsTargetsFor } from '../store/commits-targets.ts';
 import { EventIdRace, RACE_RETRIES, runOnClient } from '../store/event-ids.ts';
 import type { MappedPage, PushRow } from '../store/mapping.ts';
+import type { StoreResult } from '../store/pushes.ts';
 import { bulkStorePage } from '../store/pushes.ts';
 import { type QuarantineRow, quarantineEvents } from '../store/rejected-events.ts';
-import type { StoreResult } from '../store/store-pushes.ts';
 
 /**
  * One page in ONE transaction (DESIGN §3): its good pushes stored, its rejected events set

@@ -30,13 +30,13 @@ import {
 } from './inline-commits.ts';
 import type { PushRow } from './mapping.ts';
 import type { StageBatch } from './stage-batch.ts';
-import type { StoreResult } from './store-pushes.ts';
 
 /**
- * The bulk store path (ADR 0040): thousands of pushes per transaction, near the cost of a
- * COPY. The rows are COPYed into a session-local staging table, then ONE statement merges
- * them into actors, repositories and push_events with the same keys and rules as
- * storePushes (src/store/store-pushes.ts):
+ * Writing pushes and the people and repositories behind them, the bulk store path (ADR
+ * 0040): thousands of pushes per transaction, near the cost of a COPY. Callers pass a
+ * transaction: a page (poll), a delivery (webhook) or a chunk (archive) is stored all or
+ * nothing. The rows are COPYed into a session-local staging table, then ONE statement merges
+ * them into actors, repositories and push_events:
  *
  * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
  *   alone, so a push held already (by any origin) or repeated within the batch is one row,
@@ -62,6 +62,47 @@ import type { StoreResult } from './store-pushes.ts';
  * needs the protocol). The staging table is a temporary table (never WAL-logged, invisible
  * to other sessions) whose rows vanish at commit.
  */
+
+export interface StoreOptions {
+  origin: 'poll' | 'webhook';
+  sourceId?: number | null;
+  runId?: number | null;
+  /** Who gets commits and what addresses become (ADR 0070); absent: nobody, hashed. */
+  commits?: CommitsContext;
+  /** Who claims the pushes' event ids (ADR 0122); default GitHub's own answer. */
+  claim?: Partial<ClaimContext>;
+}
+
+export interface StoreResult {
+  /** push_events rows this call inserted (a push already held, by either origin, is not new). */
+  created: number;
+  /** Actors / repositories inserted (state 'pending': they need enriching). */
+  newActors: number;
+  newRepositories: number;
+  /**
+   * Pushes this call inserted for the fetcher — pending, or unverified and covered (a
+   * fetch-commits hint after COMMIT).
+   */
+  commitsPending: number;
+  /** Event id clashes this call recorded (event_id_clashes): log each after COMMIT. */
+  clashes: IdClash[];
+}
+
+/**
+ * Stores pushes with their actors and repositories. A push is identified by its natural
+ * key (repository_id, ref, before, head) — the same push polled twice, polled by two
+ * sources, or delivered by webhook and polled, is ONE row. Its event id is an attribute
+ * (unique per era, ADR 0122); a webhook copy gets the id when the poll brings it. The one
+ * statement of the bulk store (ADR 0040) does it all: this is its name for a delivery.
+ */
+export async function storePushes(
+  trx: Db,
+  pushes: PushRow[],
+  opts: StoreOptions,
+): Promise<StoreResult> {
+  const { idsFilledIn: _, ...result } = await bulkStorePage(trx, pushes, opts);
+  return result;
+}
 
 export const STAGE_TABLE = 'gpi_push_stage';
 

@@ -13,8 +13,8 @@ import { inspectJson, MAX_JSON_DEPTH, storableText } from '../platform/json/walk
 import { textUnderPolicy } from '../store/commit-emails.ts';
 import { commitsTargetsFor } from '../store/commits-targets.ts';
 import type { PushRow } from '../store/mapping.ts';
+import { storePushes } from '../store/pushes.ts';
 import { Rejection } from '../store/rules.ts';
-import { storePushes } from '../store/store-pushes.ts';
 import type { Deps } from '../work/deps.ts';
 import { ENTITY_CLASSES } from '../work/entity.ts';
 import { recordDelivery, setRouting } from './deliveries.ts';

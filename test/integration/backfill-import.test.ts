@@ -9,7 +9,7 @@ import { scopeOf } from '../../src/backfill/events.ts';
 import { parseHour } from '../../src/backfill/hours.ts';
 import { type ImportTarget, importFile } from '../../src/backfill/import.ts';
 import { mapPushEvent } from '../../src/store/mapping.ts';
-import { storePushes } from '../../src/store/store-pushes.ts';
+import { storePushes } from '../../src/store/pushes.ts';
 import {
   type ArchiveServer,
   gzipLines,

@@ -10,9 +10,9 @@ import {
   insertStagedEntities,
   PushesAlreadyHeld,
   prepareStage,
+  storePushes,
 } from '../../src/store/pushes.ts';
 import { StageBatch } from '../../src/store/stage-batch.ts';
-import { storePushes } from '../../src/store/store-pushes.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushRow } from '../support/push-rows.ts';
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/platform/config/config.ts';
 import { ConfigError, NotFound } from '../../src/platform/errors.ts';
+import { storePushes } from '../../src/store/pushes.ts';
 import { addSource, listSources, seedSources, setSourceEnabled } from '../../src/store/sources.ts';
-import { storePushes } from '../../src/store/store-pushes.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushRow } from '../support/push-rows.ts';
 

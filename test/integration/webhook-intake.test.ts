@@ -6,7 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createBoss } from '../../src/jobs/boss.ts';
 import { createLogger } from '../../src/platform/log.ts';
 import type { PushRow } from '../../src/store/mapping.ts';
-import { storePushes } from '../../src/store/store-pushes.ts';
+import { storePushes } from '../../src/store/pushes.ts';
 import { MAX_WEBHOOK_BODY_BYTES } from '../../src/web/webhook-route.ts';
 import { useTestDatabase } from '../support/db.ts';
 import {
