@@ -1,13 +1,15 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import { releaseReservation } from '../src/budget/ledger.ts';
-import { type BudgetPolicy, reserve, singleCredential } from '../src/budget/reserve.ts';
+import { reserve } from '../src/budget/reserve.ts';
+import type { EntityClass } from '../src/budget/types.ts';
+import { type BudgetPolicy, singleCredential } from '../src/budget/window.ts';
 import { claimNext, releaseClaim } from '../src/enrichment/claim.ts';
 import { credentialOf } from '../src/platform/config/credential-label.ts';
 import type { Db } from '../src/platform/db/pool.ts';
 import { dueSourcesQuery } from '../src/poll/poll-due.ts';
 import { countDue, DEFAULT_TTL_SECONDS, hasDueWork } from '../src/work/enrichment-due.ts';
-import { ENTITY_CLASSES, type EntityClass } from '../src/work/entity.ts';
+import { ENTITY_CLASSES } from '../src/work/entity.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import { captureStatements, explainStatements, oneLine } from './lib/explain.ts';
 import { BENCH_TOKEN } from './lib/github.ts';

@@ -10,8 +10,8 @@ import type { CommitSource } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { escapeUnsafe, quoted } from '../platform/quote.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
+import { type ArchiveHour, hourFileName } from '../store/archive-hours.ts';
 import { HOUR_OPEN_HEADER, parseOpenHeader } from '../store/open-hours.ts';
-import { type ArchiveHour, hourFileName } from './hours.ts';
 
 /**
  * Where archive bytes come from: an hour on GH Archive (or a mirror: any HTTP server with

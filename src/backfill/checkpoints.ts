@@ -1,9 +1,10 @@
 import { sql } from 'kysely';
 import type pg from 'pg';
-import { int4Key, LockSpace, lockHeldSql } from '../platform/db/locks.ts';
+import { LockSpace, lockHeldSql } from '../platform/db/locks.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { BackfillFileState } from '../platform/db/schema.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
+import { fileLockKey } from '../store/open-imports.ts';
 
 /**
  * backfill_files: one row per (file, scope) import. `lines_done` and the counters move in
@@ -279,11 +280,6 @@ export async function failCheckpoint(
       key.hour,
     ],
   );
-}
-
-/** The advisory lock (LockSpace.backfillFile) an import of (file, scope, mirror) holds while it runs. */
-export function fileLockKey(file: string, scope: string, mirror: string): number {
-  return int4Key(`${file}\u0000${scope}\u0000${mirror}`);
 }
 
 /** Imports die at most this often before a file is not read again unforced. */

@@ -1,9 +1,9 @@
 import type { Db } from '../platform/db/pool.ts';
 import type { Gap } from '../platform/db/schema.ts';
 import type { Logger } from '../platform/log.ts';
+import { gapReadyAt } from '../store/archive-hours.ts';
 import { splitGap, windowProblem } from '../store/gaps.ts';
 import { getGap, openAttempt, pushesRecovered, settleGap } from './gaps.ts';
-import { gapReadyAt } from './hours.ts';
 
 /**
  * What a fill does under the gap's lock before it reads a byte (ADR 0061): settle or split

@@ -2,6 +2,13 @@ import type pg from 'pg';
 import { systemClock } from '../platform/clock.ts';
 import { LockSpace, tryLockSession, unlockSession } from '../platform/db/locks.ts';
 import type { Gap } from '../platform/db/schema.ts';
+import {
+  type ArchiveHour,
+  gapHours,
+  gapReadyAt,
+  giveUpAt,
+  parseHour,
+} from '../store/archive-hours.ts';
 import { windowProblem } from '../store/gaps.ts';
 import { describeSource, getSource } from '../store/sources.ts';
 import type { Deps } from '../work/deps.ts';
@@ -18,8 +25,8 @@ import {
   pushesRecovered,
   settleGap,
 } from './gaps.ts';
-import { type ArchiveHour, gapHours, gapReadyAt, giveUpAt, parseHour } from './hours.ts';
-import { type ImportProgress, type ImportResult, importFile } from './import.ts';
+import { importFile } from './import.ts';
+import type { ImportProgress, ImportResult } from './import-types.ts';
 import {
   type LateMirrorHour,
   lateMirrorHours,

@@ -1,8 +1,9 @@
 import type pg from 'pg';
 import { systemClock } from '../platform/clock.ts';
 import { LockSpace, unlockSession } from '../platform/db/locks.ts';
+import { fileLockKey } from '../store/open-imports.ts';
 import type { ByteSource } from './archive.ts';
-import { checkpointKeyFor, fileLockKey, readCheckpoint, ZERO_COUNTS } from './checkpoints.ts';
+import { checkpointKeyFor, readCheckpoint, ZERO_COUNTS } from './checkpoints.ts';
 import { checkDeaths } from './deaths.ts';
 import { FileBusy, lockFile } from './file-lock.ts';
 import type {
@@ -13,15 +14,6 @@ import type {
   ImportTarget,
 } from './import-types.ts';
 import { readAndStore } from './read-and-store.ts';
-
-export type {
-  ImportDeps,
-  ImportOptions,
-  ImportOutcome,
-  ImportProgress,
-  ImportResult,
-  ImportTarget,
-} from './import-types.ts';
 
 /**
  * Importing one archive file (ADR 0040, ADR 0041): stream → gunzip → NDJSON lines →

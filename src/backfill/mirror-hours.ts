@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
-import { GIVE_UP_AFTER_MS } from './hours.ts';
+import { GIVE_UP_AFTER_MS } from '../store/archive-hours.ts';
 
 /**
  * What each mirror gave each hour of a gap (docs/mirrors.md): the gap's checkpoints in

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { kyselyOn } from '../platform/db/session.ts';
 import { AppError } from '../platform/errors.ts';
 import type { Logger } from '../platform/log.ts';
+import { hourEnd, hourOf } from '../store/archive-hours.ts';
 import { commitsOffReason, commitsTargetsFor, NO_TARGETS } from '../store/commits-targets.ts';
 import {
   archiveMirrorId,
@@ -43,7 +44,6 @@ import {
 } from './checkpoints.ts';
 import { type ChunkMode, storeIsolating } from './chunk-store.ts';
 import { classifyLine, mapArchivePush } from './events.ts';
-import { hourEnd, hourOf } from './hours.ts';
 import type {
   ImportDeps,
   ImportOptions,

@@ -6,7 +6,7 @@ import type { Db } from '../platform/db/pool.ts';
 import type { Logger } from '../platform/log.ts';
 import type { RequestGate } from './gate.ts';
 import { GRAPHQL_DEFAULT_QUOTA, graphqlKey, hasGraphQL, isGraphQLKey } from './graphql-key.ts';
-import type { BudgetPolicy } from './reserve.ts';
+import type { BudgetPolicy } from './window.ts';
 
 /**
  * What the parts of the GitHub client share (client.ts builds it once): the pool of

@@ -17,8 +17,6 @@ import type {
   Reservation,
 } from './types.ts';
 
-export type { BudgetSnapshot, EntityClass, PoolBudget, Reservation } from './types.ts';
-
 export interface GitHubRequest {
   purpose: RequestPurpose;
   /** Path and query relative to GITHUB_API_URL, e.g. `/repos/octocat/Hello-World/events?per_page=100&page=1`. */

@@ -1,7 +1,8 @@
 import type { Db } from '../platform/db/pool.ts';
 import { graphqlKey } from './graphql-key.ts';
-import { type BudgetPolicy, budgetStateStatement, poolTotal, snapshotOf } from './reserve.ts';
+import { poolTotal, snapshotOf } from './reserve.ts';
 import type { BudgetSnapshot, GraphQLBudget, PoolBudget } from './types.ts';
+import { type BudgetPolicy, budgetStateStatement } from './window.ts';
 
 /**
  * budget() with each credential's GraphQL window inside its entry (ADR 0110 §1, ADR 0114):

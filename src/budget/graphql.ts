@@ -4,12 +4,13 @@ import { pointsSpacingMs, sentStatement } from '../github/pacing.ts';
 import type { Config } from '../platform/config/config.ts';
 import { faultPoint } from '../platform/fault.ts';
 import type { ClientContext } from './client-context.ts';
-import type { GraphQLRequest, Reservation } from './client-types.ts';
+import type { GraphQLRequest } from './client-types.ts';
 import { labelOf } from './graphql-key.ts';
 import { releaseReservation, settleAndUnlock, unsendAndUnlock } from './ledger.ts';
 import { clearAuthFailures } from './rate-limits.ts';
 import type { Requester } from './request.ts';
 import { isBlock, type Sender, type Sent, type Unauthorized } from './send.ts';
+import type { Reservation } from './types.ts';
 
 /**
  * GitHubClient.graphql() (ADR 0110, ADR 0114): one query on a credential's `#graphql` budget

@@ -7,18 +7,13 @@ import type { Db } from '../platform/db/pool.ts';
 import { prepared } from '../platform/db/prepared.ts';
 import type { RequestPurpose } from '../platform/db/schema.ts';
 import { type ClientContext, encodePath } from './client-context.ts';
-import type {
-  GateHolder,
-  HeldAnswer,
-  HeldDecision,
-  HeldRequest,
-  Reservation,
-} from './client-types.ts';
+import type { GateHolder, HeldAnswer, HeldDecision, HeldRequest } from './client-types.ts';
 import { settleAndUnlock, unsendAndUnlock } from './ledger.ts';
 import { clearAuthFailures } from './rate-limits.ts';
 import { type Requester, restReader } from './request.ts';
 import { reserveIfFree } from './reserve.ts';
 import { isBlock, type Sender, type Sent, type Unauthorized } from './send.ts';
+import type { Reservation } from './types.ts';
 
 /**
  * Held requests (ADR 0082): a poll reserves in its own transaction and takes the chosen

@@ -6,18 +6,14 @@ import type { RequestPurpose } from '../platform/db/schema.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { authBlocks } from './auth-blocks.ts';
 import { type ClientContext, encodePath } from './client-context.ts';
-import type {
-  GitHubClient,
-  GitHubRequest,
-  PoolDecision,
-  PoolRefusal,
-  Reservation,
-} from './client-types.ts';
+import type { GitHubClient, GitHubRequest, PoolDecision, PoolRefusal } from './client-types.ts';
 import { labelOf } from './graphql-key.ts';
 import { releaseReservation, settleAndUnlock, unsendAndUnlock } from './ledger.ts';
 import { clearAuthFailures } from './rate-limits.ts';
-import { type BudgetPolicy, type BudgetRefusal, reserve } from './reserve.ts';
+import { reserve } from './reserve.ts';
 import { isBlock, type Sender, type Sent, type Unauthorized } from './send.ts';
+import type { BudgetRefusal, Reservation } from './types.ts';
+import type { BudgetPolicy } from './window.ts';
 
 /**
  * The pool loop of REST requests (ADR 0050): reserve on the credential with the most of the

@@ -30,15 +30,6 @@ import {
   windowFloor,
 } from './window.ts';
 
-export type { BudgetDecision, BudgetRefusal } from './types.ts';
-export {
-  allowanceFor,
-  type BudgetPolicy,
-  budgetStateStatement,
-  type CredentialPolicy,
-  singleCredential,
-} from './window.ts';
-
 /**
  * Reservations against the pool of credentials (ADR 0003, ADR 0050). Each credential has
  * its own window, allowance split and ledger rows; a request of a purpose goes to the

@@ -9,18 +9,14 @@ import {
 import { scopeOf } from '../backfill/events.ts';
 import { type FillDeps, fillGaps, type GapFillResult } from '../backfill/fill.ts';
 import { knownRepoId } from '../backfill/gaps.ts';
-import { parseHour } from '../backfill/hours.ts';
-import {
-  type ImportProgress,
-  type ImportResult,
-  type ImportTarget,
-  importFile,
-} from '../backfill/import.ts';
+import { importFile } from '../backfill/import.ts';
+import type { ImportProgress, ImportResult, ImportTarget } from '../backfill/import-types.ts';
 import { loadConfig } from '../platform/config/config.ts';
 import { NotFound } from '../platform/errors.ts';
 import { createLogger } from '../platform/log.ts';
 import { bar } from '../platform/terminal.ts';
 import { count } from '../status/format.ts';
+import { parseHour } from '../store/archive-hours.ts';
 import { getSource } from '../store/sources.ts';
 
 /**

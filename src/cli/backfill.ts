@@ -1,9 +1,9 @@
 import { statSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
-import { hourCheck, parseHour } from '../backfill/hours.ts';
 import { DatabaseNotSetUp } from '../platform/db/setup-state.ts';
 import { AppError, ConfigError, UsageError } from '../platform/errors.ts';
 import { terminal } from '../platform/terminal.ts';
+import { hourCheck, parseHour } from '../store/archive-hours.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 import type { BackfillCommand, Input } from './backfill-command.ts';
 import type { WorkerMessage } from './backfill-worker.ts';

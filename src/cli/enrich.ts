@@ -1,4 +1,5 @@
 import { type App, createApp } from '../app.ts';
+import type { EntityClass } from '../budget/types.ts';
 import { type EnrichOutcome, type EnrichResult, enrichClasses } from '../enrichment/runner.ts';
 import { GitHubAuthFailed } from '../github/errors.ts';
 import { UsageError } from '../platform/errors.ts';
@@ -6,7 +7,7 @@ import { jsonInteger, type RawJson } from '../platform/json/exact.ts';
 import { quoted } from '../platform/quote.ts';
 import { bar, terminal } from '../platform/terminal.ts';
 import type { CycleStop } from '../work/cycle.ts';
-import { ENTITY_CLASSES, type EntityClass, isEntityClass } from '../work/entity.ts';
+import { ENTITY_CLASSES, isEntityClass } from '../work/entity.ts';
 import {
   type BackgroundReading,
   readBackground,

@@ -1,7 +1,8 @@
 import { type App, createApp } from '../app.ts';
 import { hintDispatcher, startHintSender } from '../jobs/dispatch.ts';
 import { NotFound } from '../platform/errors.ts';
-import { type AfterRun, pollDueSources, type RunSummary } from '../poll/poll-due.ts';
+import { pollDueSources } from '../poll/poll-due.ts';
+import type { AfterRun, RunSummary } from '../poll/run-summary.ts';
 import { parseCli, positiveIntFlag } from './args.ts';
 import { describeFailure } from './failure.ts';
 

@@ -1,5 +1,6 @@
 import { type App, createApp } from '../app.ts';
 import { deploymentCommits, NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
+import { InvalidSource, sourceSpec } from '../platform/config/source-spec.ts';
 import type { EventSource } from '../platform/db/schema.ts';
 import { NotFound, UsageError } from '../platform/errors.ts';
 import { quoted } from '../platform/quote.ts';
@@ -7,11 +8,9 @@ import { daysAhead, untilText } from '../platform/time-text.ts';
 import {
   addSource,
   describeSource,
-  InvalidSource,
   listSources,
   setSourceCommits,
   setSourceEnabled,
-  sourceSpec,
 } from '../store/sources.ts';
 import { parseCli } from './args.ts';
 import { main as importMain } from './sources-import.ts';

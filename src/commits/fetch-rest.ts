@@ -1,4 +1,4 @@
-import type { Reservation } from '../budget/client-types.ts';
+import type { Reservation } from '../budget/types.ts';
 import {
   BudgetExhausted,
   FixtureMiss,

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
+import type { EntityClass } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
+import { ENTITY_TABLES } from '../work/entity.ts';
 
 /**
  * Claiming the next due entity of a class under a lease (ADR 0006).

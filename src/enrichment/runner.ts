@@ -1,3 +1,4 @@
+import type { EntityClass } from '../budget/types.ts';
 import type { GitHubResponse } from '../github/classify.ts';
 import {
   BudgetExhausted,
@@ -15,7 +16,7 @@ import { faultPoint } from '../platform/fault.ts';
 import { redact } from '../platform/redact.ts';
 import { type CycleStop, oneEntityReport, runFetchCycle } from '../work/cycle.ts';
 import type { Deps } from '../work/deps.ts';
-import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
+import { ENTITY_TABLES } from '../work/entity.ts';
 import { fetchLanes, type LaneDeps } from '../work/lanes.ts';
 import { shareRule } from '../work/split.ts';
 import { fairShare } from '../work/split-classes.ts';

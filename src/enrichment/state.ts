@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
+import type { EntityClass } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { failedAttempt } from '../work/attempts.ts';
-import { ENTITY_TABLES, type EntityClass } from '../work/entity.ts';
+import { ENTITY_TABLES } from '../work/entity.ts';
 import { type Claim, stillOurs } from './claim.ts';
 
 /**

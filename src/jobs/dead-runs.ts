@@ -1,9 +1,7 @@
 import { sql } from 'kysely';
 import { LockSpace, lockHeldSql } from '../platform/db/locks.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { type DeadRun, INTERRUPTED_ERROR, interruptDeadRuns } from '../poll/poll-deaths.ts';
-
-export { INTERRUPTED_ERROR };
+import { type DeadRun, interruptDeadRuns } from '../poll/poll-deaths.ts';
 
 /** A run found dead, and what its death did to its source (src/poll/poll-deaths.ts). */
 export type InterruptedRun = DeadRun;

@@ -1,7 +1,7 @@
 import type { PgBoss } from 'pg-boss';
-import type { EntityClass } from '../budget/client-types.ts';
+import type { EntityClass } from '../budget/types.ts';
 import type { Logger } from '../platform/log.ts';
-import type { AfterRun, RunSummary } from '../poll/poll-due.ts';
+import type { AfterRun, RunSummary } from '../poll/run-summary.ts';
 import { ENTITY_CLASSES } from '../work/entity.ts';
 import { type BossHost, createBoss } from './boss.ts';
 import { hintCommits } from './commits-hint.ts';

@@ -1,11 +1,12 @@
 import type { PgBoss } from 'pg-boss';
 import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
-import type { EntityClass } from '../budget/client-types.ts';
+import type { EntityClass } from '../budget/types.ts';
 import { type CommitsCycleSummary, commitsByGraphQL, fetchCycle } from '../commits/cycle.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
 import { jobFaultPoint } from '../platform/fault.ts';
 import { jobLogger, type Logger } from '../platform/log.ts';
-import { pollDueSources, type RunSummary } from '../poll/poll-due.ts';
+import { pollDueSources } from '../poll/poll-due.ts';
+import type { RunSummary } from '../poll/run-summary.ts';
 import type { Deps } from '../work/deps.ts';
 import {
   BACKFILL_MAX_SECONDS,

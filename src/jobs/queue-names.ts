@@ -1,4 +1,4 @@
-import type { EntityClass } from '../budget/client-types.ts';
+import type { EntityClass } from '../budget/types.ts';
 
 /** The pg-boss queues (DESIGN §4): names users see in `psql` and in every job log line. */
 export const QUEUES = {

@@ -1,10 +1,9 @@
 import type { PgBoss } from 'pg-boss';
 import { type DeadImport, interruptDeadImports } from '../backfill/checkpoints.ts';
-import type { EntityClass } from '../budget/client-types.ts';
 import { graphqlWindowRefuses } from '../budget/graphql-window.ts';
 import { settleAbandonedReservations } from '../budget/ledger.ts';
 import { snapshotRefuses } from '../budget/reserve.ts';
-import type { PoolBudget } from '../budget/types.ts';
+import type { EntityClass, PoolBudget } from '../budget/types.ts';
 import { releaseAwaitingPushes } from '../commits/awaiting.ts';
 import { systemClock } from '../platform/clock.ts';
 import { logDeadRuns } from '../poll/poll-deaths.ts';

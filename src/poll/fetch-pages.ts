@@ -1,9 +1,5 @@
-import type {
-  GitHubRequest,
-  HeldRequest,
-  PoolRefusal,
-  Reservation,
-} from '../budget/client-types.ts';
+import type { GitHubRequest, HeldRequest, PoolRefusal } from '../budget/client-types.ts';
+import type { Reservation } from '../budget/types.ts';
 import type { GitHubResponse } from '../github/classify.ts';
 import { BudgetExhausted, GitHubAuthFailed, GitHubRequestFailed } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';

@@ -15,8 +15,6 @@ import type { IngestionDeps, RunSummary } from './run-summary.ts';
 import { type FleetCache, planSourcePoll } from './schedule.ts';
 import { type SourceSession, settlePending } from './source-session.ts';
 
-export type { SourceSession } from './source-session.ts';
-
 /**
  * The end of a run: the run row and the source's schedule, in one transaction on the
  * session that holds the source lock, which hands the lock over to that transaction's commit

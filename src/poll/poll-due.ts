@@ -19,16 +19,6 @@ import { newFleetCache } from './schedule.ts';
  * src/poll/poll-source.ts; its pages fetch-pages.ts; its end finalize.ts.
  */
 
-export { MAX_PAGES, PER_PAGE } from './fetch-pages.ts';
-export { pollSource } from './poll-source.ts';
-export type {
-  AfterRun,
-  IngestionDeps,
-  PollOptions,
-  RunOutcome,
-  RunSummary,
-} from './run-summary.ts';
-
 /**
  * The due-source pre-filter (exported so the benchmark can time and EXPLAIN the exact
  * statement). A pre-filter only: each source is re-read under its lock, which decides.

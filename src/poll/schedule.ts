@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { allowanceFor } from '../budget/reserve.ts';
+import { allowanceFor } from '../budget/window.ts';
 import { defaultQuota } from '../platform/config/credential-label.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { EventSource, GithubMode, SourceKind } from '../platform/db/schema.ts';

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
-import type { GateHolder, HeldAnswer, HeldRequest, Reservation } from '../budget/client-types.ts';
+import type { GateHolder, HeldAnswer, HeldRequest } from '../budget/client-types.ts';
+import type { Reservation } from '../budget/types.ts';
 import { LockSpace } from '../platform/db/locks.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { EventSource } from '../platform/db/schema.ts';

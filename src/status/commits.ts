@@ -48,8 +48,6 @@ export interface CommitsStatus {
   awaitingCredential: number;
 }
 
-export { COMMITS_STATES };
-
 /** Below this estimate the commits are counted exactly. */
 const EXACT_BELOW = 200_000;
 

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { GRAPHQL_DEFAULT_QUOTA, graphqlKey, labelOf } from '../budget/graphql-key.ts';
 import { budgetWithGraphQL } from '../budget/graphql-window.ts';
-import type { BudgetPolicy } from '../budget/reserve.ts';
 import type { PoolBudget } from '../budget/types.ts';
+import type { BudgetPolicy } from '../budget/window.ts';
 import { credentialLabels } from '../github/credentials.ts';
 import type { Config } from '../platform/config/config.ts';
 import { defaultQuota } from '../platform/config/credential-label.ts';

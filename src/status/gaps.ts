@@ -1,11 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
-import {
-  type BackfillFileState,
-  GAP_STATES,
-  type GapState,
-  type SourceKind,
-} from '../platform/db/schema.ts';
+import type { BackfillFileState, GapState, SourceKind } from '../platform/db/schema.ts';
 
 /** Gaps and archive backfill as an operator sees them (status page, bin/status, /status). */
 export interface GapStatus {
@@ -36,8 +31,6 @@ export interface GapStatus {
     error: string | null;
   } | null;
 }
-
-export { GAP_STATES };
 
 /** An open gap as the page and bin/status list it: which source, which window, why still open. */
 export interface OpenGap {

@@ -1,6 +1,5 @@
 import { authBlocks } from '../budget/auth-blocks.ts';
-import type { BudgetSnapshot } from '../budget/client-types.ts';
-import type { GraphQLBudget } from '../budget/types.ts';
+import type { BudgetSnapshot, GraphQLBudget } from '../budget/types.ts';
 import type { AuthBlock } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import { pgBossInstalled } from '../platform/db/setup-state.ts';

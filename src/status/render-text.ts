@@ -1,6 +1,6 @@
 import type { GraphQLBudget } from '../budget/types.ts';
+import { COMMITS_STATES } from '../platform/db/schema.ts';
 import type { BackgroundReading } from '../work/split.ts';
-import { COMMITS_STATES } from './commits.ts';
 import { count, duration, nextPoll, relative, spendParts, windowParts } from './format.ts';
 import type { StatusReport } from './model.ts';
 import { type SourceStatus, sourceLabel } from './sources.ts';

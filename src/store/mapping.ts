@@ -1,11 +1,7 @@
 import { AppError } from '../platform/errors.ts';
+import { MAX_JSON_DEPTH } from '../platform/json/bounded.ts';
 import { isRawJson, TooDeepJson } from '../platform/json/exact.ts';
-import {
-  inspectJson,
-  type JsonInspection,
-  MAX_JSON_DEPTH,
-  storableCopy,
-} from '../platform/json/walk.ts';
+import { inspectJson, type JsonInspection, storableCopy } from '../platform/json/walk.ts';
 import {
   countField,
   idField,

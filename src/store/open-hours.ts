@@ -1,6 +1,5 @@
-import type { Run } from '../export/hour-query.ts';
 import { type ArchiveHour, hourEnd, PUBLISH_DELAY_MS } from './archive-hours.ts';
-import { type ImportHold, importHolds } from './open-imports.ts';
+import { type ImportHold, importHolds, type Query } from './open-imports.ts';
 
 /**
  * When an hour of the store is open — its file may still change — and why (ADR 0185). The
@@ -66,7 +65,7 @@ const HOUR_MS = 3_600_000;
  * commits_pending, which the caller knows from the rows it counts or the file it serves.
  */
 export async function openReasonsBetween(
-  run: Run,
+  run: Query,
   from: Date,
   to: Date,
   now: Date,
@@ -98,7 +97,7 @@ export async function openReasonsBetween(
 
 /** The reasons one hour is open (commits_pending aside), in `run`'s snapshot. */
 export async function hourOpenReasons(
-  run: Run,
+  run: Query,
   hour: ArchiveHour,
   now: Date,
 ): Promise<OpenReason[]> {

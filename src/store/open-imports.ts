@@ -1,6 +1,5 @@
-import { fileLockKey } from '../backfill/checkpoints.ts';
-import { hourOf } from '../backfill/hours.ts';
-import { LockSpace } from '../platform/db/locks.ts';
+import { int4Key, LockSpace } from '../platform/db/locks.ts';
+import { hourOf } from './archive-hours.ts';
 
 /**
  * Which hours of the store an archive import holds open (ADR 0185). Each import says in its
@@ -18,6 +17,11 @@ import { LockSpace } from '../platform/db/locks.ts';
 
 /** A statement on the caller's connection (the snapshot of src/export/write.ts). */
 export type Query = <R>(text: string, params?: readonly unknown[]) => Promise<R[]>;
+
+/** The advisory lock (LockSpace.backfillFile) an import of (file, scope, mirror) holds while it runs. */
+export function fileLockKey(file: string, scope: string, mirror: string): number {
+  return int4Key(`${file}\u0000${scope}\u0000${mirror}`);
+}
 
 export type ImportHold = 'importing' | 'incomplete';
 

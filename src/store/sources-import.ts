@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
+import { InvalidSource, type SourceSpec, sourceSpec } from '../platform/config/source-spec.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { GithubMode, SourceKind } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { escapeUnsafe } from '../platform/quote.ts';
-import { InvalidSource, type SourceSpec, sourceSpec } from './sources.ts';
 
 /**
  * Many sources at once (issue 19 item 4): one source a line in the SOURCES form

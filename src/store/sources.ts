@@ -10,15 +10,6 @@ import type { EventSource, GithubMode } from '../platform/db/schema.ts';
 import { NotFound } from '../platform/errors.ts';
 import { forgetCommitsTargets } from './commits-targets.ts';
 
-export {
-  commitsEnabledFor,
-  InvalidSource,
-  parseSourcesList,
-  SOURCE_KINDS,
-  type SourceSpec,
-  sourceSpec,
-} from '../platform/config/source-spec.ts';
-
 /**
  * Event sources: the feeds we poll. One row per (kind, target, mode); a process only
  * ever polls sources of its own GITHUB_MODE (a live worker must never ask api.github.com

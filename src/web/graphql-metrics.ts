@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Counter, Gauge } from 'prom-client';
-import type { BudgetSnapshot } from '../budget/client-types.ts';
 import { SPENDS_QUOTA } from '../budget/ledger.ts';
+import type { BudgetSnapshot } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { BLOCK_REASONS } from '../platform/db/schema.ts';
 

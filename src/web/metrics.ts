@@ -1,21 +1,24 @@
 import { sql } from 'kysely';
 import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client';
-import type { BudgetSnapshot, GitHubClient } from '../budget/client-types.ts';
+import type { GitHubClient } from '../budget/client-types.ts';
+import type { BudgetSnapshot } from '../budget/types.ts';
 import type { Config } from '../platform/config/config.ts';
 import type { Db } from '../platform/db/pool.ts';
 import {
   BACKFILL_FILE_STATES,
   BLOCK_REASONS,
+  COMMITS_STATES,
   ENRICHMENT_STATES,
   EVENT_ID_CLASH_KINDS,
+  GAP_STATES,
   PUSH_ORIGINS,
   REQUEST_PURPOSES,
   RUN_STATUSES,
 } from '../platform/db/schema.ts';
 import { pgBossInstalled } from '../platform/db/setup-state.ts';
-import { COMMITS_STATES, commitsStatus } from '../status/commits.ts';
+import { commitsStatus } from '../status/commits.ts';
 import { deploymentBudget } from '../status/credentials.ts';
-import { GAP_STATES, gapStatus } from '../status/gaps.ts';
+import { gapStatus } from '../status/gaps.ts';
 import { queueStatuses } from '../status/queues.ts';
 import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';

@@ -1,7 +1,11 @@
 import type { GraphQLBudget } from '../budget/types.ts';
 import { NO_CREDENTIAL_IN_USE } from '../commits/deployment.ts';
-import { PUSH_ORIGINS, REQUEST_PURPOSES, type RequestPurpose } from '../platform/db/schema.ts';
-import { COMMITS_STATES } from '../status/commits.ts';
+import {
+  COMMITS_STATES,
+  PUSH_ORIGINS,
+  REQUEST_PURPOSES,
+  type RequestPurpose,
+} from '../platform/db/schema.ts';
 import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative, spendParts, windowParts } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';

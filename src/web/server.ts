@@ -20,8 +20,6 @@ import { webhookRoute } from './webhook-route.ts';
  * dependency is one more thing to audit in a process that faces GitHub's webhooks.
  */
 
-export type { WebDeps } from './respond.ts';
-
 export interface WebServer {
   url: string;
   close(): Promise<void>;

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { PgBoss } from 'pg-boss';
-import type { EntityClass } from '../budget/client-types.ts';
+import type { EntityClass } from '../budget/types.ts';
 import { hintCommits } from '../jobs/commits-hint.ts';
 import { sendCycle } from '../jobs/dispatch.ts';
 import { systemClock } from '../platform/clock.ts';
@@ -8,8 +8,9 @@ import type { CommitEmailMode } from '../platform/config/config.ts';
 import { sqlState } from '../platform/db/errors.ts';
 import { inSavepoint } from '../platform/db/savepoint.ts';
 import { faultPoint } from '../platform/fault.ts';
+import { MAX_JSON_DEPTH } from '../platform/json/bounded.ts';
 import { exactId, JsonTooDeep, JsonTooWide, parseJson } from '../platform/json/exact.ts';
-import { inspectJson, MAX_JSON_DEPTH, storableText } from '../platform/json/walk.ts';
+import { inspectJson, storableText } from '../platform/json/walk.ts';
 import { textUnderPolicy } from '../store/commit-emails.ts';
 import { commitsTargetsFor } from '../store/commits-targets.ts';
 import type { PushRow } from '../store/mapping.ts';

@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
+import type { EntityClass } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { EnrichmentState } from '../platform/db/schema.ts';
-import { ENTITY_CLASSES, ENTITY_TABLES, type EntityClass } from './entity.ts';
+import { ENTITY_CLASSES, ENTITY_TABLES } from './entity.ts';
 
 /**
  * "Is there enrichment work?" — asked of committed state by the reconciler every tick

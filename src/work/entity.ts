@@ -1,6 +1,4 @@
-import type { EntityClass } from '../budget/client-types.ts';
-
-export type { EntityClass };
+import type { EntityClass } from '../budget/types.ts';
 
 export const ENTITY_CLASSES: readonly EntityClass[] = ['actor', 'repository'];
 

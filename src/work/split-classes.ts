@@ -1,7 +1,8 @@
 import type { GitHubClient } from '../budget/client-types.ts';
+import type { EntityClass } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { hasDueWork } from './enrichment-due.ts';
-import { type EntityClass, otherClass } from './entity.ts';
+import { otherClass } from './entity.ts';
 import { commitsWait, enrichmentShare, type ShareRule } from './split.ts';
 
 /**

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
-import type { BudgetSnapshot, GitHubClient } from '../budget/client-types.ts';
+import type { GitHubClient } from '../budget/client-types.ts';
 import { SPENDS_QUOTA } from '../budget/ledger.ts';
+import type { BudgetSnapshot } from '../budget/types.ts';
 import { HOUR_MS, windowFloor, windowStartSql } from '../budget/window.ts';
 import type { Config } from '../platform/config/config.ts';
 import { defaultQuota } from '../platform/config/credential-label.ts';

@@ -1,13 +1,13 @@
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fillGap, fillGaps } from '../../src/backfill/fill.ts';
-import { hourOf } from '../../src/backfill/hours.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { handleBackfill } from '../../src/jobs/handlers.ts';
 import { fixedClock } from '../../src/platform/clock.ts';
 import type { Gap } from '../../src/platform/db/schema.ts';
 import type { Logger } from '../../src/platform/log.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
+import { hourOf } from '../../src/store/archive-hours.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -6,8 +6,9 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { archiveHourSource, localFileSource } from '../../src/backfill/archive.ts';
 import { scopeOf } from '../../src/backfill/events.ts';
-import { parseHour } from '../../src/backfill/hours.ts';
-import { type ImportTarget, importFile } from '../../src/backfill/import.ts';
+import { importFile } from '../../src/backfill/import.ts';
+import type { ImportTarget } from '../../src/backfill/import-types.ts';
+import { parseHour } from '../../src/store/archive-hours.ts';
 import { mapPushEvent } from '../../src/store/mapping.ts';
 import { storePushes } from '../../src/store/pushes.ts';
 import {

@@ -7,13 +7,15 @@ import {
   settle,
   settleAbandonedReservations,
 } from '../../src/budget/ledger.ts';
+import { reserve } from '../../src/budget/reserve.ts';
 import {
   type BudgetPolicy,
   budgetStateStatement,
   type CredentialPolicy,
-  reserve,
-} from '../../src/budget/reserve.ts';
-import { type StateRow, windowFloor, windowStartSql } from '../../src/budget/window.ts';
+  type StateRow,
+  windowFloor,
+  windowStartSql,
+} from '../../src/budget/window.ts';
 import { pruneLedgers } from '../../src/jobs/prune.ts';
 import { int4Key } from '../../src/platform/db/locks.ts';
 import { useTestDatabase } from '../support/db.ts';

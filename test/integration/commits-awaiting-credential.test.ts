@@ -7,7 +7,7 @@ import { createBoss } from '../../src/jobs/boss.ts';
 import { handleFetchCommits } from '../../src/jobs/handlers.ts';
 import { reconcile } from '../../src/jobs/reconciler.ts';
 import { sayIfNoCredential } from '../../src/jobs/worker-service.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
 import { readStatus } from '../../src/status/model.ts';
 import { addSource, setSourceCommits } from '../../src/store/sources.ts';
 import { captureLogger } from '../recovery/helpers.ts';

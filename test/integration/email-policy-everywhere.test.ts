@@ -5,7 +5,7 @@ import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hourOf } from '../../src/backfill/hours.ts';
+import { hourOf } from '../../src/store/archive-hours.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
+import type { EntityClass } from '../../src/budget/types.ts';
 import type { Db } from '../../src/platform/db/pool.ts';
-import { ENTITY_TABLES, type EntityClass } from '../../src/work/entity.ts';
+import { ENTITY_TABLES } from '../../src/work/entity.ts';
 
 /** Row factories and probes shared by the enrichment tests (not a test file itself). */
 

@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { archiveHourSource } from '../../src/backfill/archive.ts';
-import { hourOf, parseHour } from '../../src/backfill/hours.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import type { Logger } from '../../src/platform/log.ts';
 import { storePage } from '../../src/poll/page-store.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
+import { hourOf, parseHour } from '../../src/store/archive-hours.ts';
 import { recordGap } from '../../src/store/gaps.ts';
 import { mapEventsPage } from '../../src/store/mapping.ts';
 import { bulkStorePage } from '../../src/store/pushes.ts';

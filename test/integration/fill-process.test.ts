@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { childFill } from '../../src/backfill/fill-process.ts';
-import { hourOf } from '../../src/backfill/hours.ts';
 import { loadConfig } from '../../src/platform/config/config.ts';
 import { AppError } from '../../src/platform/errors.ts';
+import { hourOf } from '../../src/store/archive-hours.ts';
 import { addSource } from '../../src/store/sources.ts';
 import type { Deps } from '../../src/work/deps.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';

@@ -6,12 +6,12 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { localFileSource } from '../../src/backfill/archive.ts';
 import { interruptDeadImports } from '../../src/backfill/checkpoints.ts';
 import { fillGap, fillGaps } from '../../src/backfill/fill.ts';
-import { hourOf } from '../../src/backfill/hours.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { handleBackfill } from '../../src/jobs/handlers.ts';
 import type { Logger } from '../../src/platform/log.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
+import { hourOf } from '../../src/store/archive-hours.ts';
 import { BEFORE_FEED_REASON } from '../../src/store/gaps.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, gzipLines, startArchiveServer } from '../support/archive-server.ts';

@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
-import { allowanceFor, pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
+import { pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
+import { allowanceFor } from '../../src/budget/window.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';

@@ -2,11 +2,11 @@ import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordAuthFailure } from '../../src/budget/rate-limits.ts';
 import {
-  budgetStateStatement,
   pollIntervalFloorSeconds,
   reserveIfFree,
   snapshotRefuses,
 } from '../../src/budget/reserve.ts';
+import { budgetStateStatement } from '../../src/budget/window.ts';
 import { type Clock, fixedClock } from '../../src/platform/clock.ts';
 import { tokenLabel } from '../../src/platform/config/credential-label.ts';
 import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';

@@ -1,11 +1,8 @@
 import { type RawBuilder, sql } from 'kysely';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import {
-  budgetStateStatement,
-  quickPickStatement,
-  reservationStatement,
-} from '../../src/budget/reserve.ts';
+import { quickPickStatement, reservationStatement } from '../../src/budget/reserve.ts';
+import { budgetStateStatement } from '../../src/budget/window.ts';
 import { countDueStatement } from '../../src/work/enrichment-due.ts';
 import { useTestDatabase } from '../support/db.ts';
 import {

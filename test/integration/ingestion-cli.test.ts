@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/ingest.ts';
 import { UsageError } from '../../src/platform/errors.ts';
-import type { RunSummary } from '../../src/poll/poll-due.ts';
+import type { RunSummary } from '../../src/poll/run-summary.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { captureMain, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -2,7 +2,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { isLockHeld, LockSpace } from '../../src/platform/db/locks.ts';
 import type { Logger } from '../../src/platform/log.ts';
-import { pollDueSources, pollSource, type RunSummary } from '../../src/poll/poll-due.ts';
+import { pollDueSources } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
+import type { RunSummary } from '../../src/poll/run-summary.ts';
 import { addSource, getSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

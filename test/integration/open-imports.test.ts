@@ -1,11 +1,10 @@
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { fileLockKey } from '../../src/backfill/checkpoints.ts';
 import { runOn } from '../../src/export/hour-query.ts';
 import { LockSpace } from '../../src/platform/db/locks.ts';
 import { hourOf } from '../../src/store/archive-hours.ts';
 import { openReasonsBetween } from '../../src/store/open-hours.ts';
-import { importHolds } from '../../src/store/open-imports.ts';
+import { fileLockKey, importHolds } from '../../src/store/open-imports.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 

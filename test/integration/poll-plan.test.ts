@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
 import { fixedClock } from '../../src/platform/clock.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
 import { newFleetCache, planSourcePoll } from '../../src/poll/schedule.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -7,7 +7,7 @@ import { liveJobCounts } from '../../src/jobs/live-jobs.ts';
 import { ALL_QUEUES, QUEUES } from '../../src/jobs/queue-names.ts';
 import { Scheduler, tickSchedule } from '../../src/jobs/scheduler.ts';
 import { loadConfig } from '../../src/platform/config/config.ts';
-import type { RunSummary } from '../../src/poll/poll-due.ts';
+import type { RunSummary } from '../../src/poll/run-summary.ts';
 import { captureLogger, testConfig } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 

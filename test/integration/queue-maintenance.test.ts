@@ -2,7 +2,8 @@ import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { handleBackfill, handleMaintenance, type JobContext } from '../../src/jobs/handlers.ts';
 import { pruneLedgers } from '../../src/jobs/prune.ts';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { captureLogger, testConfig } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
 

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateHourFile } from '../../bench/lib/archive-gen.ts';
-import { hourOf } from '../../src/backfill/hours.ts';
+import { hourOf } from '../../src/store/archive-hours.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { useTestDatabase } from '../support/db.ts';

@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { pollSource } from '../../src/poll/poll-due.ts';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 import { usePoisonWorld } from '../support/poison-world.ts';

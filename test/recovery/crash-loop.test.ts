@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushEvent } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';

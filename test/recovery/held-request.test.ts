@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
 import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';

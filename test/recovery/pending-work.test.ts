@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { PgBoss } from 'pg-boss';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EntityClass } from '../../src/budget/client-types.ts';
+import type { EntityClass } from '../../src/budget/types.ts';
 import { createBoss } from '../../src/jobs/boss.ts';
 import { handleEnrichCycle, handlePollSources, type JobContext } from '../../src/jobs/handlers.ts';
 import { liveJobCounts } from '../../src/jobs/live-jobs.ts';

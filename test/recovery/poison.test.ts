@@ -1,9 +1,10 @@
 import { createHmac } from 'node:crypto';
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
 import { jsonInteger } from '../../src/platform/json/exact.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { rawEvent } from '../support/fake-github.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';

@@ -1,8 +1,9 @@
 import { type RawBuilder, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
 import type { Db } from '../../src/platform/db/pool.ts';
 import { FAULT_POINTS, type FaultPointName } from '../../src/platform/fault.ts';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';

@@ -1,8 +1,9 @@
 import { sign } from '@octokit/webhooks-methods';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { gapHours, hourOf } from '../../src/backfill/hours.ts';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
+import { gapHours, hourOf } from '../../src/store/archive-hours.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';

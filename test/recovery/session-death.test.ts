@@ -6,7 +6,7 @@ import { createBoss } from '../../src/jobs/boss.ts';
 import { handleEnrichCycle, type JobContext } from '../../src/jobs/handlers.ts';
 import { reconcile } from '../../src/jobs/reconciler.ts';
 import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
-import { pollSource } from '../../src/poll/poll-due.ts';
+import { pollSource } from '../../src/poll/poll-source.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { captureLogger, waitFor } from './helpers.ts';

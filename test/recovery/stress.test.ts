@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addSource, sourceSpec } from '../../src/store/sources.ts';
+import { sourceSpec } from '../../src/platform/config/source-spec.ts';
+import { addSource } from '../../src/store/sources.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';

@@ -4,7 +4,8 @@ import type { GitHubClient } from '../../src/budget/client-types.ts';
 import type { Config } from '../../src/platform/config/config.ts';
 import type { Db } from '../../src/platform/db/pool.ts';
 import { createWebPools } from '../../src/web/pools.ts';
-import { startWebServer, type WebDeps, type WebServer } from '../../src/web/server.ts';
+import type { WebDeps } from '../../src/web/respond.ts';
+import { startWebServer, type WebServer } from '../../src/web/server.ts';
 import type { TestDatabase } from './db.ts';
 import { memoryLogger, testConfig } from './github-client.ts';
 

@@ -8,7 +8,7 @@ import {
   hoursCovering,
   parseHour,
   publishedAt,
-} from '../../src/backfill/hours.ts';
+} from '../../src/store/archive-hours.ts';
 
 describe('GH Archive hours', () => {
   it('parses GH Archive names (hour not zero-padded; a padded one is accepted)', () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/platform/config/config.ts';
+import { parseSourcesList } from '../../src/platform/config/source-spec.ts';
 import { ConfigError } from '../../src/platform/errors.ts';
-import { parseSourcesList } from '../../src/store/sources.ts';
 import { configError } from '../support/config-error.ts';
 
 // Every variable with a value that must be refused, and what the message must say.

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { hourCheck, parseHour } from '../../src/backfill/hours.ts';
 import { backfillOutcome } from '../../src/jobs/handlers.ts';
+import { hourCheck, parseHour } from '../../src/store/archive-hours.ts';
 import {
   BEFORE_FEED_REASON,
   gapPieces,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { allowanceFor } from '../../src/budget/reserve.ts';
+import { allowanceFor } from '../../src/budget/window.ts';
 import { parseRateLimit, rateLimitRetryAt } from '../../src/github/answer-headers.ts';
 import { credentialOf, defaultQuota } from '../../src/platform/config/credential-label.ts';
 

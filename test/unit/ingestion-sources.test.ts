@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { describeSource, feedPath, InvalidSource, sourceSpec } from '../../src/store/sources.ts';
+import { InvalidSource, sourceSpec } from '../../src/platform/config/source-spec.ts';
+import { describeSource, feedPath } from '../../src/store/sources.ts';
 
 describe('source validation (GitHub naming rules)', () => {
   it.each([

@@ -12,8 +12,6 @@ export type SourceSpec =
   | { kind: 'public' }
   | { kind: Exclude<SourceKind, 'public'>; target: string };
 
-export { SOURCE_KINDS };
-
 /** A source description that is not what GitHub would accept. */
 export class InvalidSource extends AppError {
   constructor(message: string) {

@@ -17,8 +17,6 @@ import {
 } from './embedded-cluster.ts';
 import { LockSpace } from './locks.ts';
 
-export { EmbeddedPostgresFailed } from './embedded-cluster.ts';
-
 /**
  * The zero-config database (ADR 0002), shared by every project process that uses it
  * (ADR 0030). Each process is a *holder*: one connection to the server's `postgres`

@@ -11,8 +11,6 @@ import { isRawJson } from './exact.ts';
  * nesting deeper than JSON.stringify's recursion, which is far deeper than MAX_JSON_DEPTH.
  */
 
-export { MAX_JSON_DEPTH } from './bounded.ts';
-
 export type TextFault = 'nul' | 'lone_surrogate';
 
 export interface JsonInspection {
