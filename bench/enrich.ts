@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
-import { type CycleSummary, enrichCycle } from '../src/enrichment/runner.ts';
+import { type CycleSummary, enrichCycle } from '../src/enrichment/cycle.ts';
 import type { Db } from '../src/platform/db/pool.ts';
 import { ENTITY_CLASSES } from '../src/work/entity.ts';
 import { type FakeGitHub, startFakeGitHub } from '../test/support/fake-github.ts';

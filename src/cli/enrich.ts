@@ -1,6 +1,7 @@
 import { type App, createApp } from '../app.ts';
 import type { EntityClass } from '../budget/types.ts';
-import { type EnrichOutcome, type EnrichResult, enrichClasses } from '../enrichment/runner.ts';
+import { enrichClasses } from '../enrichment/cycle.ts';
+import type { EnrichOutcome, EnrichResult } from '../enrichment/runner.ts';
 import { GitHubAuthFailed } from '../github/errors.ts';
 import { UsageError } from '../platform/errors.ts';
 import { jsonInteger, type RawJson } from '../platform/json/exact.ts';

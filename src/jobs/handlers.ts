@@ -2,7 +2,7 @@ import type { PgBoss } from 'pg-boss';
 import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
 import type { EntityClass } from '../budget/types.ts';
 import { type CommitsCycleSummary, commitsByGraphQL, fetchCycle } from '../commits/cycle.ts';
-import { type CycleSummary, enrichCycle } from '../enrichment/runner.ts';
+import { type CycleSummary, enrichCycle } from '../enrichment/cycle.ts';
 import { jobFaultPoint } from '../platform/fault.ts';
 import { jobLogger, type Logger } from '../platform/log.ts';
 import { pollDueSources } from '../poll/poll-due.ts';

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGitHubClient } from '../../src/budget/client.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
 import { fetchCycle } from '../../src/commits/cycle.ts';
-import { enrichCycle } from '../../src/enrichment/runner.ts';
+import { enrichCycle } from '../../src/enrichment/cycle.ts';
 import { createLogger } from '../../src/platform/log.ts';
 import { chain, insertPushes, insertRepository, pushShas } from '../support/commit-world.ts';
 import { useTestDatabase } from '../support/db.ts';

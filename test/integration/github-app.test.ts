@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
-import { type EnrichDeps, enrichCycle } from '../../src/enrichment/runner.ts';
+import { enrichCycle } from '../../src/enrichment/cycle.ts';
+import type { EnrichDeps } from '../../src/enrichment/runner.ts';
 import { BudgetExhausted, GitHubAuthFailed, PoolRejected } from '../../src/github/errors.ts';
 import type { Config } from '../../src/platform/config/config.ts';
 import { createLogger } from '../../src/platform/log.ts';
