@@ -4,6 +4,7 @@ import { LockSpace, lockHeldSql } from '../platform/db/locks.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { BackfillFileState } from '../platform/db/schema.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
+import { hourEnd, hourOf } from '../store/archive-hours.ts';
 import { fileLockKey } from '../store/open-imports.ts';
 
 /**
@@ -358,5 +359,25 @@ export function checkpointKeyFor(
     hour: source.hour,
     sourceId: target.sourceId,
     gapId: target.gapId,
+  };
+}
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * The hours an import will write into, announced at its start (ADR 0185): a gap's window; an
+ * archive hour's own hour and the one before it (crawl-time filing puts an hour's late events
+ * in the next file); nothing for a local file, whose hours its chunks announce as they store.
+ */
+export function expectedWrites(
+  source: { hour: Date | null },
+  target: { window?: { from: Date; to: Date } },
+): WriteRange | null {
+  if (target.window) return { from: target.window.from, to: target.window.to };
+  if (!source.hour) return null;
+  const hour = hourOf(source.hour);
+  return {
+    from: new Date(hour.start.getTime() - HOUR_MS),
+    to: new Date(hourEnd(hour).getTime() - 1),
   };
 }

@@ -2,7 +2,6 @@ import type pg from 'pg';
 import { kyselyOn } from '../platform/db/session.ts';
 import { AppError } from '../platform/errors.ts';
 import type { Logger } from '../platform/log.ts';
-import { hourEnd, hourOf } from '../store/archive-hours.ts';
 import { commitsOffReason, commitsTargetsFor, NO_TARGETS } from '../store/commits-targets.ts';
 import {
   archiveMirrorId,
@@ -35,11 +34,11 @@ import {
   type Checkpoint,
   type CheckpointCounts,
   checkpointKeyFor,
+  expectedWrites,
   failCheckpoint,
   OPEN_AT_MIRROR,
   readFromAnotherMirror,
   startCheckpoint,
-  type WriteRange,
   ZERO_COUNTS,
 } from './checkpoints.ts';
 import { type ChunkMode, storeIsolating } from './chunk-store.ts';
@@ -66,26 +65,6 @@ const LOGGED_CLASHES = 5;
 /** A chunk is cut at this many lines set aside, or lines read, whatever its pushes. */
 const MAX_SET_ASIDE = 1_000;
 const MAX_CHUNK_LINES = 200_000;
-
-const HOUR_MS = 3_600_000;
-
-/**
- * The hours an import will write into, announced at its start (ADR 0185): a gap's window; an
- * archive hour's own hour and the one before it (crawl-time filing puts an hour's late events
- * in the next file); nothing for a local file, whose hours its chunks announce as they store.
- */
-function expectedWrites(
-  source: Pick<ByteSource, 'hour'>,
-  target: Pick<ImportTarget, 'window'>,
-): WriteRange | null {
-  if (target.window) return { from: target.window.from, to: target.window.to };
-  if (!source.hour) return null;
-  const hour = hourOf(source.hour);
-  return {
-    from: new Date(hour.start.getTime() - HOUR_MS),
-    to: new Date(hourEnd(hour).getTime() - 1),
-  };
-}
 
 export async function readAndStore(
   deps: ImportDeps,
