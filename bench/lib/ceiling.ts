@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
+import type { PushOrigin } from '../../src/platform/db/columns.ts';
 import { copyChunks, copyFrom } from '../../src/platform/db/copy.ts';
-import type { PushOrigin } from '../../src/platform/db/schema.ts';
 import type { PushRow } from '../../src/store/mapping.ts';
 import type { BenchDatabase } from './database.ts';
 import { secondsSince } from './stats.ts';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { pipeline, type Readable, Transform } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createGunzip } from 'node:zlib';
-import type { CommitSource } from '../platform/db/schema.ts';
+import type { CommitSource } from '../platform/db/columns.ts';
 import { AppError } from '../platform/errors.ts';
 import { escapeUnsafe, quoted } from '../platform/quote.ts';
 import { withoutUserinfo } from '../platform/redact.ts';

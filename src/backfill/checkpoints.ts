@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import type pg from 'pg';
+import type { BackfillFileState } from '../platform/db/columns.ts';
 import { LockSpace, lockHeldSql } from '../platform/db/locks.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { BackfillFileState } from '../platform/db/schema.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
 import { hourEnd, hourOf } from '../store/archive-hours.ts';
 import { fileLockKey } from '../store/open-imports.ts';

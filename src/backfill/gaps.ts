@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
+import type { GapState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { EventSource, Gap, GapState } from '../platform/db/schema.ts';
+import type { EventSource, Gap } from '../platform/db/schema.ts';
 import { FUTURE_SLACK_MS } from '../store/gaps.ts';
 
 /**

@@ -7,8 +7,8 @@
 import type { GitHubResponse } from '../github/classify.ts';
 import type { AuthBlock, GitHubAuthFailed } from '../github/errors.ts';
 import type { GraphQLAnswer } from '../github/graphql-answer.ts';
+import type { RequestPurpose } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { RequestPurpose } from '../platform/db/schema.ts';
 import type {
   BudgetDecision,
   BudgetRefusal,

@@ -1,6 +1,6 @@
 import type { Db } from '../platform/db/pool.ts';
 import { graphqlKey } from './graphql-key.ts';
-import { poolTotal, snapshotOf } from './reserve.ts';
+import { poolTotal, snapshotOf } from './snapshot.ts';
 import type { BudgetSnapshot, GraphQLBudget, PoolBudget } from './types.ts';
 import { type BudgetPolicy, budgetStateStatement } from './window.ts';
 

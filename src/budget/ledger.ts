@@ -1,7 +1,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { RateLimitState } from '../github/answer-headers.ts';
+import type { RequestPurpose } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { RequestPurpose } from '../platform/db/schema.ts';
 import { rateLimitUpsert, siblingAuthCleared } from './rate-limits.ts';
 import type { EntityClass } from './types.ts';
 

@@ -1,7 +1,8 @@
 import { type QueryCreator, sql } from 'kysely';
 import type { RateLimitState } from '../github/answer-headers.ts';
+import type { BlockReason } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { BlockReason, Database } from '../platform/db/schema.ts';
+import type { Database } from '../platform/db/schema.ts';
 import { graphqlKey, isGraphQLKey, labelOf } from './graphql-key.ts';
 
 /**

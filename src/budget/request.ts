@@ -2,7 +2,7 @@ import { parseRateLimit } from '../github/answer-headers.ts';
 import { type AnswerReader, classify, type GitHubResponse } from '../github/classify.ts';
 import { BudgetExhausted, GitHubAuthFailed, PoolRejected, RateLimited } from '../github/errors.ts';
 import { sentStatement } from '../github/pacing.ts';
-import type { RequestPurpose } from '../platform/db/schema.ts';
+import type { RequestPurpose } from '../platform/db/columns.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { authBlocks } from './auth-blocks.ts';
 import { type ClientContext, encodePath } from './client-context.ts';

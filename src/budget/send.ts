@@ -10,8 +10,8 @@ import {
 import { InstallationTokenFailed } from '../github/installation-tokens.ts';
 import type { RequestMethod } from '../github/request-kind.ts';
 import { type RawResponse, TransportFailure, unavailableFrom } from '../github/transport.ts';
+import type { RequestPurpose } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { RequestPurpose } from '../platform/db/schema.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { type ClientContext, defaultQuotaOf, keysOf } from './client-context.ts';
 import { type Settlement, settle } from './ledger.ts';

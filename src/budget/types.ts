@@ -4,7 +4,7 @@
  * imports it back: types.ts, ledger.ts, rate-limit.ts, budget-state.ts and budget.ts all read
  * their shared types from here.
  */
-import type { BlockReason, RequestPurpose } from '../platform/db/schema.ts';
+import type { BlockReason, RequestPurpose } from '../platform/db/columns.ts';
 
 export type EntityClass = 'actor' | 'repository';
 

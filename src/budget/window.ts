@@ -1,7 +1,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import { defaultQuota } from '../platform/config/credential-label.ts';
+import type { BlockReason, RequestPurpose } from '../platform/db/columns.ts';
 import { int4Key } from '../platform/db/locks.ts';
-import type { BlockReason, RequestPurpose } from '../platform/db/schema.ts';
 import { SPENDS_QUOTA } from './ledger.ts';
 import { isBackground, type Refusal, type StoredRateLimit } from './types.ts';
 

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import type { EnrichmentState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { EnrichmentState } from '../platform/db/schema.ts';
 import { dueSql } from '../work/commits-due.ts';
 
 /**

@@ -1,6 +1,6 @@
 import { CompiledQuery } from 'kysely';
+import type { CommitsState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { CommitsState } from '../platform/db/schema.ts';
 import { type ExportRow, MAX_LINE_COMMITS } from './line.ts';
 
 /**

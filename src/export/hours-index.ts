@@ -1,5 +1,5 @@
+import { COMMITS_STATES, type CommitsState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { COMMITS_STATES, type CommitsState } from '../platform/db/schema.ts';
 import { hourFileName, hourOf } from '../store/archive-hours.ts';
 import { type OpenReason, openReasonsBetween, withPending } from '../store/open-hours.ts';
 import { VISIBLE } from './hour-query.ts';

@@ -2,7 +2,7 @@ import type { PgBoss } from 'pg-boss';
 import { type DeadImport, interruptDeadImports } from '../backfill/checkpoints.ts';
 import { graphqlWindowRefuses } from '../budget/graphql-window.ts';
 import { settleAbandonedReservations } from '../budget/ledger.ts';
-import { snapshotRefuses } from '../budget/reserve.ts';
+import { snapshotRefuses } from '../budget/snapshot.ts';
 import type { EntityClass, PoolBudget } from '../budget/types.ts';
 import { releaseAwaitingPushes } from '../commits/awaiting.ts';
 import { systemClock } from '../platform/clock.ts';

@@ -1,7 +1,7 @@
 import { inFlightPlan } from '../budget/concurrency.ts';
 import { GateTickets } from '../budget/gate-tickets.ts';
 import { systemClock } from '../platform/clock.ts';
-import type { GithubMode } from '../platform/db/schema.ts';
+import type { GithubMode } from '../platform/db/columns.ts';
 import { getSource } from '../store/sources.ts';
 import { type Deferral, deferSources, logDeferral } from './deferral.ts';
 import { pollSource } from './poll-source.ts';

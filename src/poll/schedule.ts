@@ -1,8 +1,9 @@
 import { sql } from 'kysely';
 import { allowanceFor } from '../budget/window.ts';
 import { defaultQuota } from '../platform/config/credential-label.ts';
+import type { GithubMode, SourceKind } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { EventSource, GithubMode, SourceKind } from '../platform/db/schema.ts';
+import type { EventSource } from '../platform/db/schema.ts';
 import type { Deps } from '../work/deps.ts';
 
 /**

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import type { PushOrigin } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { PushOrigin } from '../platform/db/schema.ts';
 import { type RejectedSummary, rejectedSummary } from '../store/rejected-events.ts';
 import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';

@@ -2,13 +2,13 @@ import { sql } from 'kysely';
 import { countAwaitingStatement } from '../commits/awaiting.ts';
 import { commitsOffFor, credentialInUseSql, sourceWantsCommitsSql } from '../commits/deployment.ts';
 import { graphqlSettledSinceSql } from '../commits/graphql/settled.ts';
-import type { Db } from '../platform/db/pool.ts';
 import {
   COMMITS_STATES,
   type CommitsState,
   PUSH_ORIGINS,
   type PushOrigin,
-} from '../platform/db/schema.ts';
+} from '../platform/db/columns.ts';
+import type { Db } from '../platform/db/pool.ts';
 
 /**
  * Commits as an operator sees them (ADR 0070): pushes by commits_state, the fetch backlog

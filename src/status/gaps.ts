@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import type { BackfillFileState, GapState, SourceKind } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { BackfillFileState, GapState, SourceKind } from '../platform/db/schema.ts';
 
 /** Gaps and archive backfill as an operator sees them (status page, bin/status, /status). */
 export interface GapStatus {

@@ -1,5 +1,5 @@
 import type { GraphQLBudget } from '../budget/types.ts';
-import { COMMITS_STATES } from '../platform/db/schema.ts';
+import { COMMITS_STATES } from '../platform/db/columns.ts';
 import type { BackgroundReading } from '../work/split.ts';
 import { count, duration, nextPoll, relative, spendParts, windowParts } from './format.ts';
 import type { StatusReport } from './model.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import { REQUEST_PURPOSES, type RequestPurpose } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { REQUEST_PURPOSES, type RequestPurpose } from '../platform/db/schema.ts';
 
 /**
  * Per-minute counts over the last hours for the status page charts. Both reads are range

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import type { GithubMode, RunStatus, SourceKind } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { GithubMode, RunStatus, SourceKind } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { runWindowStart, sourceWindowSql } from './run-hours.ts';
 

@@ -1,8 +1,8 @@
 import { CompiledQuery } from 'kysely';
 import type pg from 'pg';
 import type { CommitEmailMode } from '../platform/config/config.ts';
+import type { CommitSource, CommitsState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { CommitSource, CommitsState } from '../platform/db/schema.ts';
 import { compareIds } from '../platform/json/exact.ts';
 import { addressUnderPolicy, textUnderPolicy } from './commit-emails.ts';
 

@@ -1,8 +1,8 @@
 import { CompiledQuery } from 'kysely';
 import type pg from 'pg';
 import { EVENT_ID_INDEX } from '../../db/migrations/2026-12-01T1401_event_id_index.ts';
+import type { EventIdClashKind, PushOrigin } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { EventIdClashKind, PushOrigin } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { compareIds } from '../platform/json/exact.ts';
 import type { Logger } from '../platform/log.ts';

@@ -1,5 +1,5 @@
 import type { CommitEmailMode } from '../platform/config/config.ts';
-import type { CommitSource, CommitsState } from '../platform/db/schema.ts';
+import type { CommitSource, CommitsState } from '../platform/db/columns.ts';
 import { commitListProblem } from './commit-list.ts';
 import type { PushCommits } from './commits.ts';
 import { type CommitsTargets, isTargeted, NO_TARGETS } from './commits-targets.ts';

@@ -1,8 +1,8 @@
 import type pg from 'pg';
 import type { CommitEmailMode } from '../platform/config/config.ts';
+import type { CommitSource, PushOrigin } from '../platform/db/columns.ts';
 import { copyFrom } from '../platform/db/copy.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { CommitSource, PushOrigin } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { jsonTextUnderPolicy } from './commit-emails.ts';
 import { storeCommits, storeCommitsOn } from './commits.ts';

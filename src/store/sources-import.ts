@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { InvalidSource, type SourceSpec, sourceSpec } from '../platform/config/source-spec.ts';
+import type { GithubMode, SourceKind } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { GithubMode, SourceKind } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { escapeUnsafe } from '../platform/quote.ts';
 

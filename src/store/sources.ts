@@ -5,8 +5,9 @@ import {
   parseSourcesList,
   type SourceSpec,
 } from '../platform/config/source-spec.ts';
+import type { GithubMode } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { EventSource, GithubMode } from '../platform/db/schema.ts';
+import type { EventSource } from '../platform/db/schema.ts';
 import { NotFound } from '../platform/errors.ts';
 import { forgetCommitsTargets } from './commits-targets.ts';
 

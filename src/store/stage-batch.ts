@@ -1,6 +1,6 @@
 import type { CommitEmailMode } from '../platform/config/config.ts';
+import type { CommitSource } from '../platform/db/columns.ts';
 import { copyField } from '../platform/db/copy.ts';
-import type { CommitSource } from '../platform/db/schema.ts';
 import { jsonTextUnderPolicy } from './commit-emails.ts';
 import type { PushCommits } from './commits.ts';
 import { type CommitsTargets, NO_TARGETS } from './commits-targets.ts';

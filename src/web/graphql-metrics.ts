@@ -2,8 +2,8 @@ import { sql } from 'kysely';
 import type { Counter, Gauge } from 'prom-client';
 import { SPENDS_QUOTA } from '../budget/ledger.ts';
 import type { BudgetSnapshot } from '../budget/types.ts';
+import { BLOCK_REASONS } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { BLOCK_REASONS } from '../platform/db/schema.ts';
 
 /**
  * Each credential's GraphQL points window on /metrics (issue 26 item 8, ADR 0114), labelled

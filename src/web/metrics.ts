@@ -3,7 +3,6 @@ import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'pr
 import type { GitHubClient } from '../budget/client-types.ts';
 import type { BudgetSnapshot } from '../budget/types.ts';
 import type { Config } from '../platform/config/config.ts';
-import type { Db } from '../platform/db/pool.ts';
 import {
   BACKFILL_FILE_STATES,
   BLOCK_REASONS,
@@ -14,7 +13,8 @@ import {
   PUSH_ORIGINS,
   REQUEST_PURPOSES,
   RUN_STATUSES,
-} from '../platform/db/schema.ts';
+} from '../platform/db/columns.ts';
+import type { Db } from '../platform/db/pool.ts';
 import { pgBossInstalled } from '../platform/db/setup-state.ts';
 import { commitsStatus } from '../status/commits.ts';
 import { deploymentBudget } from '../status/credentials.ts';

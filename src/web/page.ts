@@ -5,7 +5,7 @@ import {
   PUSH_ORIGINS,
   REQUEST_PURPOSES,
   type RequestPurpose,
-} from '../platform/db/schema.ts';
+} from '../platform/db/columns.ts';
 import type { CoverageHour } from '../status/coverage.ts';
 import { count, duration, nextPoll, relative, spendParts, windowParts } from '../status/format.ts';
 import type { StatusReport } from '../status/model.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import { COMMITS_STATES, type CommitsState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { COMMITS_STATES, type CommitsState } from '../platform/db/schema.ts';
 
 /**
  * "Are commits due?" — asked of committed state by the reconciler every tick and by the

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { EntityClass } from '../budget/types.ts';
+import type { EnrichmentState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import type { EnrichmentState } from '../platform/db/schema.ts';
 import { ENTITY_CLASSES, ENTITY_TABLES } from './entity.ts';
 
 /**

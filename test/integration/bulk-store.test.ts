@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import type { PushOrigin } from '../../src/platform/db/schema.ts';
+import type { PushOrigin } from '../../src/platform/db/columns.ts';
 import type { PushRow } from '../../src/store/mapping.ts';
 import {
   type BulkStoreResult,

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { credentialRefuses } from '../../src/budget/reserve.ts';
+import { credentialRefuses } from '../../src/budget/snapshot.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory } from '../support/github-client.ts';
 import { spendRows } from '../support/ledger-factories.ts';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
-import { pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
+import { pollIntervalFloorSeconds } from '../../src/budget/snapshot.ts';
 import { allowanceFor } from '../../src/budget/window.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { clientFactory } from '../support/github-client.ts';

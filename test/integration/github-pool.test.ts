@@ -1,11 +1,8 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordAuthFailure } from '../../src/budget/rate-limits.ts';
-import {
-  pollIntervalFloorSeconds,
-  reserveIfFree,
-  snapshotRefuses,
-} from '../../src/budget/reserve.ts';
+import { reserveIfFree } from '../../src/budget/reserve.ts';
+import { pollIntervalFloorSeconds, snapshotRefuses } from '../../src/budget/snapshot.ts';
 import { budgetStateStatement } from '../../src/budget/window.ts';
 import { type Clock, fixedClock } from '../../src/platform/clock.ts';
 import { tokenLabel } from '../../src/platform/config/credential-label.ts';

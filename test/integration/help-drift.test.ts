@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { QUEUES } from '../../src/jobs/queue-names.ts';
 import { ENV_VARS } from '../../src/platform/config/config.ts';
 import { commitsEnabledFor } from '../../src/platform/config/source-spec.ts';
-import { SOURCE_KINDS } from '../../src/platform/db/schema.ts';
+import { SOURCE_KINDS } from '../../src/platform/db/columns.ts';
 import { ROOT, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { docPage } from '../support/docs.ts';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
-import { pollIntervalFloorSeconds } from '../../src/budget/reserve.ts';
+import { pollIntervalFloorSeconds } from '../../src/budget/snapshot.ts';
 import { fixedClock } from '../../src/platform/clock.ts';
 import { pollSource } from '../../src/poll/poll-source.ts';
 import { newFleetCache, planSourcePoll } from '../../src/poll/schedule.ts';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REQUEST_PURPOSES } from '../../src/platform/db/schema.ts';
+import { REQUEST_PURPOSES } from '../../src/platform/db/columns.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { spendRows } from '../support/ledger-factories.ts';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { COMMITS_STATES, PUSH_ORIGINS, REQUEST_PURPOSES } from '../../src/platform/db/schema.ts';
+import { COMMITS_STATES, PUSH_ORIGINS, REQUEST_PURPOSES } from '../../src/platform/db/columns.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { spendRows } from '../support/ledger-factories.ts';
 import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';

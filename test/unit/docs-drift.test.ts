@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { ALL_QUEUES } from '../../src/jobs/queue-names.ts';
 import { ENV_VARS } from '../../src/platform/config/config.ts';
-import { REQUEST_PURPOSES } from '../../src/platform/db/schema.ts';
+import { REQUEST_PURPOSES } from '../../src/platform/db/columns.ts';
 import { ROOT, runBin } from '../support/cli.ts';
 import {
   docPage,

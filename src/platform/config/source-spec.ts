@@ -1,4 +1,4 @@
-import { SOURCE_KINDS, type SourceKind } from '../db/schema.ts';
+import { SOURCE_KINDS, type SourceKind } from '../db/columns.ts';
 import { AppError, ConfigError } from '../errors.ts';
 import { quoted } from '../quote.ts';
 

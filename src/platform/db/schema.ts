@@ -1,99 +1,39 @@
+import type { ColumnType, Insertable, Selectable, Updateable } from 'kysely';
 import type {
-  ColumnType,
-  Insertable,
-  Generated as KyselyGenerated,
-  Selectable,
-  Updateable,
-} from 'kysely';
+  BigId,
+  CommitSource,
+  CommitsState,
+  EnrichmentState,
+  EventIdClashKind,
+  Generated,
+  GithubMode,
+  NullableTimestamp,
+  ProfileJson,
+  PushOrigin,
+  RequestPurpose,
+  RunStatus,
+  SourceKind,
+  Timestamp,
+} from './columns.ts';
+import type {
+  ArchiveMirrorsTable,
+  BackfillFilesTable,
+  GapsTable,
+  HourlyCoverageView,
+} from './schema-archive.ts';
+import type {
+  GithubEndpointPaceTable,
+  GithubRateLimitsTable,
+  GithubRequestMinutesTable,
+  GithubRequestsTable,
+} from './schema-budget.ts';
 
 /**
  * Kysely's view of the business schema (db/migrations). Keep in step with migrations;
- * each domain module owns its own table's interface here.
+ * each domain module owns its own table's interface here (the budget's in
+ * schema-budget.ts, the archive's in schema-archive.ts; column types and enumerations in
+ * columns.ts).
  */
-
-type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
-type NullableTimestamp = ColumnType<
-  Date | null,
-  Date | string | null | undefined,
-  Date | string | null
->;
-/**
- * bigint columns arrive from pg as strings. GitHub ids are 64-bit: keep them as decimal
- * strings (never Number()); our own identities (source, run, request ids) are small and
- * may be parsed to numbers.
- */
-type BigId = ColumnType<string, number | string | bigint, number | string | bigint>;
-/**
- * Kysely's Generated, but unwrapping a ColumnType: Kysely's own Generated<BigId> nests one
- * ColumnType in another, so selects return the wrapper type and `where('id', '=', 5)` fails
- * to typecheck. The tuple stops `boolean` from distributing.
- */
-type Generated<S> = [S] extends [ColumnType<infer Sel, infer Ins, infer Upd>]
-  ? ColumnType<Sel, Ins | undefined, Upd>
-  : KyselyGenerated<S>;
-
-export const SOURCE_KINDS = ['public', 'repo', 'org', 'user'] as const;
-export type SourceKind = (typeof SOURCE_KINDS)[number];
-export type GithubMode = 'live' | 'fixture';
-export const RUN_STATUSES = [
-  'running',
-  'completed',
-  'not_modified',
-  'failed',
-  'interrupted',
-] as const;
-export type RunStatus = (typeof RUN_STATUSES)[number];
-export const ENRICHMENT_STATES = ['pending', 'enriched', 'failed', 'gone'] as const;
-export type EnrichmentState = (typeof ENRICHMENT_STATES)[number];
-/**
- * Every enumeration below is one list, and the type is derived from it: a status page, a
- * metric or a chart that walks purposes, states or origins walks the list (or a
- * Record<…> keyed by the type, which the compiler holds complete), never its own copy.
- */
-export const REQUEST_PURPOSES = ['poll', 'enrich', 'commits'] as const;
-export type RequestPurpose = (typeof REQUEST_PURPOSES)[number];
-export type RequestOutcome = 'reserved' | 'sent' | 'completed' | 'error' | 'abandoned';
-/** How a push first arrived: polled, delivered by webhook, or read from a GH Archive file. */
-export const PUSH_ORIGINS = ['poll', 'webhook', 'archive'] as const;
-export type PushOrigin = (typeof PUSH_ORIGINS)[number];
-export const GAP_STATES = ['open', 'filled', 'unavailable'] as const;
-export type GapState = (typeof GAP_STATES)[number];
-/**
- * 'missing': the mirror has no such hour (404/410). 'open': read while the mirror said the
- * hour was still open (ADR 0185): its lines are stored, and it is read again until final.
- */
-export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing', 'open'] as const;
-export type BackfillFileState = (typeof BACKFILL_FILE_STATES)[number];
-/**
- * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
- * fetcher), complete / partial (stored, all or some), none (deleted ref or tag: no commits),
- * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up),
- * unverified (stored as a mirror gave them, not yet proven by GitHub: ADR 0184).
- */
-export const COMMITS_STATES = [
-  'pending',
-  'complete',
-  'partial',
-  'none',
-  'skipped',
-  'gone',
-  'failed',
-  'unverified',
-] as const;
-export type CommitsState = (typeof COMMITS_STATES)[number];
-/**
- * Where a commit row's text came from (ADR 0184): GitHub's own answer (compare, GraphQL, a
- * polled event), a webhook delivery, an archive vouched for (GH Archive's own hours before
- * 2025-10-08, a file named on the command line), or a mirror (any other archive).
- */
-export const COMMIT_SOURCES = ['github', 'webhook', 'archive', 'mirror'] as const;
-export type CommitSource = (typeof COMMIT_SOURCES)[number];
-/**
- * Two pushes found claiming one event id (ADR 0122): `reused` (different eras: GitHub reused
- * the id, both keep it) or `disputed` (one era: one keeps it, the other is stored without).
- */
-export const EVENT_ID_CLASH_KINDS = ['reused', 'disputed'] as const;
-export type EventIdClashKind = (typeof EVENT_ID_CLASH_KINDS)[number];
 
 export interface EventSourcesTable {
   id: Generated<BigId>;
@@ -195,13 +135,6 @@ interface EntityStateColumns {
   first_seen_at: Generated<Timestamp>;
   updated_at: Generated<Timestamp>;
 }
-
-/** The raw GitHub answer, kept whole beside the columns pulled out of it. */
-type ProfileJson = ColumnType<
-  Record<string, unknown> | null,
-  string | null | undefined,
-  string | null
->;
 
 export interface ActorsTable extends EntityStateColumns {
   id: BigId;
@@ -362,73 +295,6 @@ export interface BudgetWaitsTable {
   refused_at: Timestamp;
 }
 
-export interface GithubRequestsTable {
-  id: Generated<BigId>;
-  credential: string;
-  purpose: RequestPurpose;
-  method: Generated<string>;
-  path: string;
-  outcome: Generated<RequestOutcome>;
-  status: number | null;
-  counted: boolean | null;
-  reserved_at: Generated<Timestamp>;
-  sent_at: NullableTimestamp;
-  finished_at: NullableTimestamp;
-  duration_ms: number | null;
-  rate_limit_limit: number | null;
-  rate_limit_remaining: number | null;
-  rate_limit_reset: NullableTimestamp;
-  error: string | null;
-  job_id: string | null;
-  run_id: BigId | null;
-  entity_class: string | null;
-  entity_id: BigId | null;
-  /**
-   * GraphQL points this row spends (migration 2026-12-02T0100, ADR 0114): the estimate when
-   * reserved, the answer's rateLimit.cost once settled. NULL is 1: every REST row.
-   */
-  points: number | null;
-}
-
-export interface GithubRateLimitsTable {
-  credential: string;
-  quota: number;
-  remaining: number;
-  reset_at: Timestamp;
-  blocked_until: NullableTimestamp;
-  /** Why blocked_until is set: a 403/429 from GitHub, or a 401 (the auth ladder). */
-  block_reason: BlockReason | null;
-  /** 401s in a row; the first answer that is not a 401 resets it. */
-  auth_failures: Generated<number>;
-  /** When the current run of 401s began (null when auth_failures is 0). */
-  auth_failed_since: NullableTimestamp;
-  /** What GitHub said with the latest 401 (bounded, never a token). */
-  auth_error: string | null;
-  observed_at: Generated<Timestamp>;
-}
-
-/** When a credential may next send to an endpoint (route template): GitHub's secondary limit. */
-export interface GithubEndpointPaceTable {
-  credential: string;
-  endpoint: string;
-  next_at: Timestamp;
-}
-
-/**
- * The ledger's spending rows (SPENDS_QUOTA) reserved in one UTC minute, per purpose: what the
- * budget window sums (ADR 0083). Written only by the triggers on github_requests; kept 2 h.
- */
-export interface GithubRequestMinutesTable {
-  credential: string;
-  minute: Timestamp;
-  poll: Generated<number>;
-  enrich: Generated<number>;
-  commits: Generated<number>;
-}
-
-export const BLOCK_REASONS = ['rate_limit', 'auth'] as const;
-export type BlockReason = (typeof BLOCK_REASONS)[number];
-
 /** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
 export interface WebhookDeliveriesTable {
   delivery_id: string;
@@ -474,72 +340,6 @@ export interface RejectedEventsTable {
   seen_count: Generated<number>;
 }
 
-/** A window a run could not read (ADR 0004) and how filling it from the archive went (ADR 0041). */
-export interface GapsTable {
-  id: Generated<BigId>;
-  source_id: BigId;
-  run_id: BigId | null;
-  from_at: Timestamp;
-  to_at: Timestamp;
-  state: Generated<GapState>;
-  events_recovered: Generated<number>;
-  filled_at: NullableTimestamp;
-  attempts: Generated<number>;
-  last_error: string | null;
-  next_attempt_at: Generated<Timestamp>;
-  created_at: Generated<Timestamp>;
-  updated_at: Generated<Timestamp>;
-  /** Set while a fill attempt is open; found set under the gap's lock: that fill died. */
-  fill_started_at: NullableTimestamp;
-  /** Fill attempts whose process died mid-fill; the second makes the gap unavailable. */
-  fill_deaths: Generated<number>;
-  /** The archive hour the open attempt is reading (or last read). */
-  fill_hour: string | null;
-}
-
-/** The checkpoint of one file import (bin/backfill or a gap fill): resume point and counters. */
-export interface BackfillFilesTable {
-  id: Generated<BigId>;
-  file: string;
-  scope: string;
-  source_id: BigId | null;
-  gap_id: BigId | null;
-  state: Generated<BackfillFileState>;
-  lines_done: Generated<BigId>;
-  events_seen: Generated<BigId>;
-  pushes_seen: Generated<BigId>;
-  pushes_kept: Generated<BigId>;
-  pushes_created: Generated<BigId>;
-  malformed: Generated<BigId>;
-  bytes: BigId | null;
-  attempts: Generated<number>;
-  error: string | null;
-  worker: string | null;
-  started_at: Generated<Timestamp>;
-  updated_at: Generated<Timestamp>;
-  finished_at: NullableTimestamp;
-  /** Imports of this file whose process died mid-file; after two it is not retried unforced. */
-  deaths: Generated<number>;
-  /** The mirror (GHARCHIVE_URL entry) an archive hour was read from; '' before mirrors. */
-  mirror: Generated<string>;
-  /** The archive hour read (NULL for a local file). */
-  hour: NullableTimestamp;
-  /** The created_at range of the pushes this import writes: its hours are open until it completes. */
-  writes_from: NullableTimestamp;
-  writes_to: NullableTimestamp;
-}
-
-/** View hourly_coverage (and hourly_coverage_between(since, until)): one row per UTC hour. */
-export interface HourlyCoverageView {
-  hour: Timestamp;
-  pushes: BigId;
-  poll: BigId;
-  webhook: BigId;
-  archive: BigId;
-  gaps_open: BigId;
-  mirrors_read: BigId;
-}
-
 /** What shapes stored data, one configuration per database (ADR 0125, src/platform/config/stored-settings.ts). */
 export interface StoredSettingsTable {
   name: string;
@@ -547,13 +347,6 @@ export interface StoredSettingsTable {
   recorded_at: Generated<Date>;
   recorded_by: string;
   previous_value: string | null;
-}
-
-/** GHARCHIVE_URL entries pushes were read from ('' = a local file), migration 2026-12-01T1400. */
-export interface ArchiveMirrorsTable {
-  id: Generated<number>;
-  url: string;
-  first_seen_at: Generated<Timestamp>;
 }
 
 /** One side of an event id clash: the push, where it came from. */
