@@ -272,3 +272,81 @@ describe('docs/observability.md purposes', () => {
     }
   });
 });
+
+describe('the ADR index (docs/adr/README.md)', () => {
+  const dir = `${ROOT}docs/adr`;
+  const index = readFileSync(`${dir}/README.md`, 'utf8');
+  const records = readdirSync(dir)
+    .filter((f) => /^\d{4}-.+\.md$/.test(f))
+    .sort();
+  /** `- [0009](0009-ingest-throughput.md) **Title.** What it decided. *Amended by [0040](…).*` */
+  const entries = index
+    .split('\n')
+    .filter((l) => l.startsWith('- ['))
+    .map((line) => {
+      const m = /^- \[(\d{4})\]\(([^)]+)\) \*\*(.+?)\.\*\* (.*)$/.exec(line);
+      return { line, number: m?.[1], file: m?.[2], title: m?.[3], rest: m?.[4] ?? '' };
+    });
+  /** A link to a record: `[0040](0040-….md)` in the index, `[ADR 0040](0040-….md)` in a mark. */
+  const LINK = /\[(?:ADR )?(\d{4})\]\((\d{4}-[^)]+\.md)\)/g;
+  /** `amended by [0040](…), [0175](…); superseded in part by …` → "amended 0040", …, sorted. */
+  const laterIn = (text: string) => {
+    const out: string[] = [];
+    for (const part of text.matchAll(/(amended|superseded in part|superseded) by ([^;*]*)/gi)) {
+      for (const l of part[2]!.matchAll(LINK)) out.push(`${part[1]!.toLowerCase()} ${l[1]}`);
+    }
+    return out.sort();
+  };
+
+  it('holds only records named NNNN-what.md and this index', () => {
+    const others = readdirSync(dir).filter((f) => f !== 'README.md' && !records.includes(f));
+    expect(others).toEqual([]);
+  });
+
+  it('lists every record once, in number order, under its own number and title', () => {
+    expect(
+      entries.filter((e) => e.number === undefined).map((e) => e.line),
+      'an entry not shaped "- [NNNN](file) **Title.** What it decided."',
+    ).toEqual([]);
+    expect(entries.map((e) => e.file)).toEqual(records);
+    for (const e of entries) {
+      expect(e.file!.slice(0, 4), e.line).toBe(e.number);
+      const title = readFileSync(`${dir}/${e.file}`, 'utf8').split('\n')[0]!;
+      expect(title.replace(/^# \d{4}(?: —|:) /, ''), e.file).toBe(e.title);
+      expect(e.rest.length, `${e.file}: one sentence of what it decided`).toBeGreaterThan(20);
+    }
+  });
+
+  it('names only records that exist, each under its own number', () => {
+    const bad = [...index.matchAll(/\[([^\]]*)\]\((\d{4}-[^)]+\.md)\)/g)]
+      .filter(([, text, file]) => !records.includes(file!) || !text!.includes(file!.slice(0, 4)))
+      .map(([link]) => link);
+    expect(bad).toEqual([]);
+  });
+
+  it("says which later records changed each one, as the record's own top says", () => {
+    const wrong: string[] = [];
+    for (const e of entries) {
+      const lines = readFileSync(`${dir}/${e.file}`, 'utf8').split('\n');
+      const end = lines.findIndex((l) => l.startsWith('## '));
+      // The marks: the paragraphs under the title that begin "*Amended by [ADR NNNN](…):" or
+      // "*Superseded [in part] by [ADR NNNN](…):", one a later record.
+      const marks = lines
+        .slice(1, end < 0 ? lines.length : end)
+        .filter((l) => /^\*(Amended|Superseded(?: in part)?) by \[ADR \d{4}\]/.test(l))
+        .flatMap((l) => laterIn(/^\*([^:]*):/.exec(l)![1]!))
+        .sort();
+      // The index: the italic sentence that ends the record's line.
+      const listed = laterIn(/\*([^*]+)\*$/.exec(e.rest)?.[1] ?? '');
+      if (marks.join() !== listed.join()) {
+        wrong.push(
+          `${e.file}: its top says [${marks.join(', ')}], the index [${listed.join(', ')}]`,
+        );
+      }
+      for (const m of [...marks, ...listed]) {
+        if (m.slice(-4) <= e.number!) wrong.push(`${e.file}: ${m} is not a later record`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+});
