@@ -244,6 +244,11 @@ export interface PushEventsTable {
   commits_fetch_group: number | null;
   /** Batch queries about this push (with others) that died mid-request: a suspect, asked alone. */
   commits_batch_deaths: Generated<number>;
+  // The names the event carried (migration 2026-12-05T0200); NULL for a push stored earlier.
+  actor_login: string | null;
+  repo_name: string | null;
+  org_id: BigId | null;
+  org_login: string | null;
 }
 
 /** One commit of a repository; a mirror's text is rewritten by a better source's (ADR 0184). */
