@@ -92,7 +92,7 @@ export class ArchiveTruncated extends AppError {
 }
 
 /**
- * The mirror answered 200 with something that is not an hour file (issue 27 item 9): an HTML
+ * The mirror answered 200 with something that is not an hour file: an HTML
  * page (a wrong path, a login or error page served as 200), or other bytes that are not gzip.
  * Running again reads the same page; the mirror's URL is what to check.
  */
@@ -182,7 +182,7 @@ export interface HttpOptions {
   /** No byte for this long (connecting, waiting for headers, or mid-body) is a timeout. */
   idleTimeoutMs?: number;
   /**
-   * Fewer bytes than this a second over a whole rate window is a stall (issue 17: a mirror
+   * Fewer bytes than this a second over a whole rate window is a stall (a mirror
    * that sends a byte every 20 s never trips an idle timeout). Time the reader spends
    * holding the stream back (the database is slower than the network) does not count.
    */
@@ -203,8 +203,8 @@ export function downloadOptions(config: {
 const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
 
 /**
- * A URL as a message, a label or a table may show it: without its userinfo (issue 27 item
- * 6). Only the request itself (http.get below) sees the mirror's user and password.
+ * A URL as a message, a label or a table may show it: without its userinfo.
+ * Only the request itself (http.get below) sees the mirror's user and password.
  */
 function shown(url: URL): string {
   return withoutUserinfo(url.href);

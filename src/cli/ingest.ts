@@ -68,7 +68,7 @@ export function formatSummary(s: RunSummary): string {
 /**
  * Runs one ingest pass on an existing App. `afterRun` receives each summary after its
  * run committed and its lock was released: the queue layer passes its enrichment-hint
- * dispatcher here (hints are post-commit by design, DESIGN §3).
+ * dispatcher here (hints are post-commit by design).
  */
 export async function runIngest(
   app: App,

@@ -4,7 +4,7 @@ import { backoffSeconds } from '../work/attempts.ts';
 import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**
- * Commit fetches that killed their process (issue 27.1, ADR 0120, ADR 0182), as gap fills'
+ * Commit fetches that killed their process (ADR 0120, ADR 0182), as gap fills'
  * (ADR 0061).
  *
  * A request about a push is in flight from just before it is sent until its answer (or

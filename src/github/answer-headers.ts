@@ -2,7 +2,7 @@ import { quoted } from '../platform/quote.ts';
 
 /**
  * The headers of GitHub's answers that move our schedule — `retry-after`, `x-ratelimit-reset`,
- * `X-Poll-Interval` — read as GitHub documents them and clamped (issue 27.2, ADR 0121): no
+ * `X-Poll-Interval` — read as GitHub documents them and clamped (ADR 0121): no
  * header can block a credential or put a source off for longer than GitHub's own window, and
  * none can fail a run. GitHub's rate-limit window is an hour: a wait past it is not GitHub
  * telling us something true, it is a broken or hostile answer.
@@ -162,8 +162,8 @@ export function parseRateLimit(headers: Headers, now: Date = new Date()): RateLi
 export const MIN_BACKOFF_MS = 60_000;
 
 /**
- * Is this answer a rate-limit event, and if so, when may we try again? (DESIGN §5:
- * honour retry-after; with remaining 0 wait for the reset; otherwise at least a minute.)
+ * Is this answer a rate-limit event, and if so, when may we try again? (GitHub's
+ * rule: honour retry-after; with remaining 0 wait for the reset; otherwise at least a minute.)
  * Never more than an hour ahead (below): `retry-after: 999999999` blocked a
  * token until 2058.
  *

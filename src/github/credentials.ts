@@ -8,7 +8,7 @@ import type { Logger } from '../platform/log.ts';
 import { type InstallationTokens, installationTokens } from './installation-tokens.ts';
 
 /**
- * The credentials this process may spend (issue 13, ADR 0050): in live mode every token
+ * The credentials this process may spend (ADR 0050): in live mode every token
  * of GITHUB_TOKEN/GITHUB_TOKENS and every installation of GITHUB_APP_INSTALLATION_IDS, or
  * `anonymous` when there are none; in fixture mode only `fixture`. Each has its own
  * label, budget, ledger rows and request gate; the secrets stay in this module's closures.

@@ -1,7 +1,7 @@
 import { type RawBuilder, sql } from 'kysely';
 
 /**
- * Pacing within GitHub's secondary limit (issue 19, ADR 0080): per credential, at most
+ * Pacing within GitHub's secondary limit (ADR 0080): per credential, at most
  * GITHUB_ENDPOINT_RATE_PER_MINUTE requests a minute to one endpoint, counted by route
  * template, and spread rather than burst — consecutive requests of a credential to one
  * endpoint are at least 60 s / rate apart. The slot is taken in the statement that marks the

@@ -1,6 +1,6 @@
 import type { EntityClass } from '../budget/types.ts';
 
-/** The pg-boss queues (DESIGN §4): names users see in `psql` and in every job log line. */
+/** The pg-boss queues: names users see in `psql` and in every job log line. */
 export const QUEUES = {
   pollSources: 'poll-sources',
   enrichActor: 'enrich-actor',

@@ -20,7 +20,7 @@ import { failOrphanedJobs, type OrphanedJob, type OrphanSweep } from './orphaned
 import { enrichQueue, QUEUES, type QueueName } from './queue-names.ts';
 
 /**
- * The entity-scoped reconciler (DESIGN §3, ADR 0007). Hints are sent after COMMIT and can
+ * The entity-scoped reconciler (ADR 0007). Hints are sent after COMMIT and can
  * be lost; this asks the same question of committed state instead: for each class, is there
  * due work and no live job to do it? Then send one cycle. It never touches an entity row —
  * enriched, failed and gone rows are not even read — and sending when nothing is due is a

@@ -147,7 +147,7 @@ function dedupeBindings(child: Logger): void {
 }
 
 /**
- * Where a process's logs go: always stderr (stdout is for results, DESIGN §4). On a
+ * Where a process's logs go: always stderr (stdout is for results). On a
  * terminal (LOG_FORMAT=auto) or with LOG_FORMAT=text, as readable lines; otherwise pino
  * JSON. On a terminal, lines are written above a progress bar if one is shown.
  */
@@ -204,7 +204,7 @@ export function createLogger(
       },
       hooks: {
         // The last word on every line, whatever put a URL in it (a field, a message, an
-        // error's cause): no userinfo (src/platform/redact.ts, issue 27 item 6).
+        // error's cause): no userinfo (src/platform/redact.ts).
         streamWrite: withoutUserinfo,
         logMethod(args, method) {
           const [first, msg] = args as unknown[];

@@ -1,5 +1,5 @@
 /**
- * No secret in any line (issue 27 item 6, docs/observability.md "Secrets"). A URL's userinfo
+ * No secret in any line (docs/observability.md "Secrets"). A URL's userinfo
  * (`user:password@`) is needed only to make the request: an archive mirror behind basic
  * auth, a proxy in GITHUB_API_URL, the password in DATABASE_URL. Everything that shows or
  * stores a URL — log lines, stdout, /status, the page, every table — goes through this one

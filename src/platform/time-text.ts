@@ -1,6 +1,6 @@
 /**
  * A future time as a person reads it in a line: "20:35 UTC" when it is later today (UTC),
- * else with its date, "2058-09-21 20:35 UTC" (issue 27.2: a block "until 20:35 UTC" that ends
+ * else with its date, "2058-09-21 20:35 UTC" (a block "until 20:35 UTC" that ends
  * in 2058 read like one ending tonight). Every deferral and block line uses it.
  */
 export const DAY_MS = 86_400_000;

@@ -11,7 +11,7 @@ import { type BackgroundReading, readBackground, shareRule } from '../work/split
 
 /**
  * Whose budget the status surfaces show: the deployment's, read from the database, not the
- * credentials of the process that happens to ask (issue 25 item 6). A `bin/status` in a shell
+ * credentials of the process that happens to ask. A `bin/status` in a shell
  * without the worker's GitHub App variables would otherwise report `anonymous 60 ? never`
  * while the workers spend on four installations.
  *

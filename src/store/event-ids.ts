@@ -9,8 +9,7 @@ import type { Logger } from '../platform/log.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
 
 /**
- * Event ids are attributes, not keys (ADR 0122; DESIGN §5: "A push is its natural key; an
- * event id is an attribute"). GitHub reset its event id sequence on 2025-10-08 and new ids
+ * Event ids are attributes, not keys (ADR 0122). GitHub reset its event id sequence on 2025-10-08 and new ids
  * reuse those of 2016–2020, so an id names one event per **era**: the UTC year its event
  * was created in (SQL `event_id_era(created_at)`, migration 2026-12-01T1400). The same
  * event read twice has the same created_at, so it is always in one era; GitHub's reuse is

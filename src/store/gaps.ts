@@ -5,7 +5,7 @@ import type { Logger } from '../platform/log.ts';
 import { gapReadyAt } from './archive-hours.ts';
 
 /**
- * Recording gaps (DESIGN §4 `gaps`, ADRs 0004, 0041, 0061): the write side, which the poll
+ * Recording gaps (ADRs 0004, 0041, 0061): the write side, which the poll
  * runner reaches in its finalizing transaction. The fill (src/backfill/) reads the rows
  * back; this module imports nothing above the database, so ingestion never imports the
  * layer that fills what it records.

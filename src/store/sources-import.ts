@@ -6,9 +6,9 @@ import { AppError } from '../platform/errors.ts';
 import { escapeUnsafe } from '../platform/quote.ts';
 
 /**
- * Many sources at once (issue 19 item 4): one source a line in the SOURCES form
+ * Many sources at once: one source a line in the SOURCES form
  * (`repo:octocat/Hello-World`, `org:github`, `user:torvalds`, `public`) or the form
- * `bin/sources add` takes (`repo octocat/Hello-World`, issue 27 item 3), blank lines and
+ * `bin/sources add` takes (`repo octocat/Hello-World`), blank lines and
  * `#` comments ignored. The lines are bounded while they are read (length, count, bytes),
  * judged one by one, and the valid ones written set-based: one INSERT … SELECT FROM unnest
  * for every new source, whatever the file's size.
@@ -23,7 +23,7 @@ export const MAX_BYTES = MAX_LINES * 256;
 export const ECHO_CHARS = 80;
 
 /**
- * `--disable-missing` with a file that has invalid lines (issue 27 item 3): the file is meant
+ * `--disable-missing` with a file that has invalid lines: the file is meant
  * to be the whole list, so a line it failed to name would disable that source. Nothing is
  * changed unless the operator says --force.
  */

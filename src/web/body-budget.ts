@@ -5,7 +5,7 @@
  *
  * Charged by what a request has really sent (ADR 0124), never by the Content-Length it
  * declares: a header-only connection declaring 25 MB holds nothing, so three strangers
- * cannot shut the endpoint by declaring 64 MB and sending no byte (issue 27 item 4). Bytes
+ * cannot shut the endpoint by declaring 64 MB and sending no byte. Bytes
  * are taken as the body grows (src/web/body.ts) and given back when the request is done.
  *
  * A reserve is kept for small bodies: a body that is (or declares to be) larger than

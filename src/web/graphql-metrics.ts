@@ -6,7 +6,7 @@ import { BLOCK_REASONS } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
 
 /**
- * Each credential's GraphQL points window on /metrics (issue 26 item 8, ADR 0114), labelled
+ * Each credential's GraphQL points window on /metrics (ADR 0114), labelled
  * by the credential's label (never `#graphql`: the window is the credential's, not another
  * credential): its quota, what is left, its reset, the points spent in it, whether a block
  * stops it, and every point GraphQL ever spent (live ledger rows plus what retention pruned).

@@ -9,7 +9,7 @@ import type { IntakeHealth } from './intake-health.ts';
 
 export type Readiness = { ready: true } | { ready: false; reason: string };
 
-/** How long /readyz waits for the database before it says 503 (issue 17 item 7). */
+/** How long /readyz waits for the database before it says 503. */
 export const READINESS_TIMEOUT_MS = 2_000;
 
 /** How the check's own connection shows in pg_stat_activity. */

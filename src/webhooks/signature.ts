@@ -8,8 +8,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 const SIGNATURE = /^sha256=([0-9a-fA-F]{64})$/;
 
 /**
- * Whether the header can be a signature at all: checked before the body is read (issue 27
- * item 4), so a request that cannot be signed never holds any of the body budget.
+ * Whether the header can be a signature at all: checked before the body is read, so a request that cannot be signed never holds any of the body budget.
  */
 export function signatureShaped(header: string | undefined): boolean {
   return header !== undefined && SIGNATURE.test(header.trim());

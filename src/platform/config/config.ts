@@ -189,7 +189,7 @@ export const envSchema = z.object({
   GITHUB_MODE: z.enum(['live', 'fixture']).default('live'),
   GITHUB_API_URL: url.default('https://api.github.com'),
   GITHUB_TOKEN: z.string().min(1, 'must not be empty when set').optional(),
-  // The credential pool (issue 13): checked together in src/platform/config/credential-config.ts.
+  // The credential pool: checked together in src/platform/config/credential-config.ts.
   GITHUB_TOKENS: z.string().optional(),
   GITHUB_APP_ID: z.string().optional(),
   GITHUB_APP_PRIVATE_KEY: z.string().optional(),
@@ -306,7 +306,7 @@ export interface Config {
     readonly mirrors: readonly string[];
     /** bin/web serves GET /archive/ (ARCHIVE_SERVE, ADR 0130). */
     readonly serve: boolean;
-    /** Download bounds (issue 17): below minBytesPerSecond over rateWindowMs, or past deadlineMs, a download is abandoned. */
+    /** Download bounds: below minBytesPerSecond over rateWindowMs, or past deadlineMs, a download is abandoned. */
     readonly download: {
       readonly minBytesPerSecond: number;
       readonly rateWindowMs: number;

@@ -6,7 +6,7 @@ import type { Logger } from '../log.ts';
 import type { Config } from './config.ts';
 
 /**
- * One configuration per database for what shapes stored data (issue 27 item 7, ADR 0125).
+ * One configuration per database for what shapes stored data (ADR 0125).
  * COMMIT_EMAILS decides whether `commits.author_email` holds clear addresses, their hashes
  * or nothing; COMMITS_MAX_PER_PUSH how many commits a fetched push keeps. Two workers that
  * disagree would mix both in one table, and nothing could tell the rows apart afterwards.
