@@ -13,7 +13,7 @@ import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
 
 /**
- * Part of benchmark 5 (issue 26 item 3, ADR 0112): what it costs a backfill that the public
+ * Part of benchmark 5 (ADR 0112): what it costs a backfill that the public
  * source's commits are on, so that every push it stores is `pending` (due now: both partial
  * indexes of pending pushes take a row) instead of `skipped`. The same hour file is
  * imported with the public source's commits off and on, alternately, ROUNDS times; the

@@ -12,7 +12,7 @@ import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
 
 /**
- * Commits (issue 18 item 8, ADR 0071). Against a zero-latency fake:
+ * Commits (ADR 0071). Against a zero-latency fake:
  * - the fetch rate with 1, 2 and 4 concurrent runners (own clients and gate sessions, as
  *   separate processes) against the gate-serialized compare rate measured alone first
  *   (goal ≥ 90% with 4), and duplicate requests (a push's compare asked twice: must be 0);

@@ -20,7 +20,7 @@ import { secondsSince } from './lib/stats.ts';
  * its share of the ceiling, and duplicate requests (a path fetched twice: must be 0).
  * Then, with the quota as the limit (a small hourly quota), the share of enrichment's
  * allowance actually spent before the runners stop (target ≥ 95%).
- * Last, a GitHub App with one installation against two (issue 13): 6 runners with GitHub's
+ * Last, a GitHub App with one installation against two: 6 runners with GitHub's
  * round trip simulated (APP_LATENCY_MS per profile), where one credential's gate is the
  * bound, and with a small quota per installation, where its allowance is.
  */
@@ -236,7 +236,7 @@ const enrichedCount = async (db: Db) =>
   );
 
 /**
- * One installation against two (issue 13), each level with 6 runners as separate processes
+ * One installation against two, each level with 6 runners as separate processes
  * would be (own clients, gates and installation tokens): first bound by the gate (one
  * request in flight per credential, APP_LATENCY_MS per answer), then by the quota (QUOTA an
  * hour per installation, 2/3 of it for enrichment). Fresh installations per level, so no

@@ -25,7 +25,7 @@ import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
 
 /**
- * Benchmark: bin/export against the physical ceiling (issue 28). One hour of PUSHES stored
+ * Benchmark: bin/export against the physical ceiling. One hour of PUSHES stored
  * pushes (BENCH_EXPORT_PUSHES, default 100,000; 1000000 for the issue's million-push hour),
  * each with its commits (2.65 on average: 1, 3, 10 or 25), seeded with generate_series.
  * Measured in one run, ROUNDS times back to back:

@@ -30,13 +30,13 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1_000_000);
 const SOURCES = 10_000;
 const LEDGER_ROWS = Number(process.env.BENCH_LEDGER_ROWS ?? 1_000_000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1000);
-/** Spending requests in each credential's window for the reservation (issue 19). */
+/** Spending requests in each credential's window for the reservation. */
 const WINDOW_ROWS = Number(process.env.BENCH_WINDOW_ROWS ?? 55_000);
 /** A quota with room for the full window and every reservation of the run. */
 const WINDOW_QUOTA = 4 * WINDOW_ROWS;
 const P99_TARGET_MS = 5;
 const POOL_SIZES = [1, 2, 4, 16];
-/** "Flat in the pool size" (issue 19): a pool of 16 reserves within this factor of one credential. */
+/** "Flat in the pool size": a pool of 16 reserves within this factor of one credential. */
 const POOL_GROWTH_TARGET = 1.5;
 
 async function seedEntities(db: Db, cls: EntityClass, now: Date): Promise<void> {
@@ -98,7 +98,7 @@ async function seedLedger(
 }
 
 /**
- * A FULL window (issue 19): WINDOW_ROWS requests spread evenly over the credential's
+ * A FULL window: WINDOW_ROWS requests spread evenly over the credential's
  * window, a third polls, 1 in 11 a 304 and 1 in 97 abandoned unsent (both free): 55,000 rows
  * leave ~49,400 that spend, 14 a second — about what one gate carries. Each is  answered 40 ms
  * after it was reserved, before the rate-limit observation. Half the credentials (`fresh`)
@@ -199,7 +199,7 @@ export async function benchHotQueries(
   const { db } = database;
   const now = new Date();
   // The token-configured credential, and installations as GITHUB_TOKENS and an App would
-  // add them (issue 13), each with a full window. Pools of 1 to 16 (issue 19): the
+  // add them, each with a full window. Pools of 1 to 16: the
   // reservation must not grow with the pool, nor with the window.
   const token = { label: credentialOf('live', BENCH_TOKEN), defaultQuota: WINDOW_QUOTA };
   const installations = Array.from({ length: 15 }, (_, i) => ({
@@ -247,7 +247,7 @@ export async function benchHotQueries(
       unit: 'ms',
       detail: { runs: timing.runs, mean: timing.mean, max: timing.max },
     });
-    // The reservation's goal is issue 19's: p99 ≤ 5 ms against a full window.
+    // The reservation's goal: p99 ≤ 5 ms against a full window.
     results.record({
       bench: 'hot',
       metric: `${q.name} p99`,

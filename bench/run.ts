@@ -6,7 +6,7 @@ import { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
 
 /**
- * `npm run bench` [names…]: the benchmarks of issue 6, in one process, against one
+ * `npm run bench` [names…]: the benchmarks, in one process, against one
  * database (see bench/lib/database.ts). Figures are printed and written to
  * bench/results/latest.json; targets are reported as PASS/MISS, never asserted. The one
  * hard failure: a hot query planned as a sequential scan on a big table (exit 1).

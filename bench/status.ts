@@ -7,8 +7,7 @@ import type { ResultLog } from './lib/results.ts';
 import { type Timing, timeRuns } from './lib/stats.ts';
 
 /**
- * GET /status (JSON) and GET / (HTML) against sources × days of run history (issue 19 item 4,
- * issue 29 item 3): p99 and size at each point of the grid, so the figures say whether the
+ * GET /status (JSON) and GET / (HTML) against sources × days of run history: p99 and size at each point of the grid, so the figures say whether the
  * report grows with the source count (it should not: summaries, 30 highlighted sources and
  * one page of 50) or with the history (it should not: the last 24 hours come from the hourly
  * rollups, ADR 0150). Each source has BENCH_STATUS_RUNS_PER_DAY runs a day (default 24: an

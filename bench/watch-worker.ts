@@ -5,7 +5,7 @@ import type { ResultLog } from './lib/results.ts';
 import { benchTokens, setUpForWorkers, type WorkerRound, workerRound } from './lib/worker-round.ts';
 
 /**
- * Issue 29 items 1, 2 and 5: what a user gets. A conditional round (every source due, every
+ * What a user gets. A conditional round (every source due, every
  * answer a 304) through `bin/worker` with the DEFAULT configuration, for 1, 8 and 16 tokens,
  * against a fake that answers in 5 ms (an in-process fake that answers at once hides the cost
  * of a poll's wait) and enforces GitHub's 900 requests a minute per endpoint and credential.

@@ -13,7 +13,7 @@ import type { ResultLog } from './lib/results.ts';
 import { secondsSince } from './lib/stats.ts';
 
 /**
- * Benchmark "watch 10,000 repositories" (issue 19): BENCH_WATCH_SOURCES repo sources (10,000),
+ * Benchmark "watch 10,000 repositories": BENCH_WATCH_SOURCES repo sources (10,000),
  * BENCH_WATCH_ROUND of them due (2,000; see ROUND), on a pool of 16 tokens against a zero-latency fake that enforces GitHub's secondary limit
  * (a credential's 901st request to one endpoint within 60 s is a 403). One worker polls a
  * conditional round (every source due, every answer a 304) as bin/worker's poll job does.

@@ -11,7 +11,7 @@ import { seedLargeHour } from '../support/large-hour.ts';
 import { deliver, pushPayload, TEST_WEBHOOK_SECRET } from '../support/web.ts';
 
 /**
- * /archive cannot take webhook intake down (issue 38, ADR 0185), through the real bin/web
+ * /archive cannot take webhook intake down (ADR 0185), through the real bin/web
  * over HTTP on real Postgres. One hour of 100,000 stored pushes (265,000 commits): 50
  * anonymous readers ask for it at once (GET, HEAD, and conditional GETs), and while they
  * wait 20 signed push deliveries arrive. Before: every request read the hour's fingerprint

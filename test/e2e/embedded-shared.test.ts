@@ -8,7 +8,7 @@ import { runBin } from '../support/cli.ts';
 import { type EmbeddedEnv, freshEmbeddedEnv } from '../support/embedded-env.ts';
 
 /**
- * The zero-config path as a new user meets it (issue 11, item 1; ADR 0030): no DATABASE_URL,
+ * The zero-config path as a new user meets it (item 1; ADR 0030): no DATABASE_URL,
  * several real bin/* processes on one embedded Postgres. Each test has its own DATA_DIR and
  * port, and kills processes the way an operator or the OOM killer would.
  */

@@ -5,7 +5,7 @@ import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { sparePort } from '../support/embedded-env.ts';
 
-/** bin/healthcheck, as docker-compose.yml's worker and web healthchecks run it (issue 11, item 10). */
+/** bin/healthcheck, as docker-compose.yml's worker and web healthchecks run it (item 10). */
 
 const t = useTestDatabase();
 const children: Child[] = [];

@@ -11,7 +11,7 @@ import { ROOT } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
- * bin/lib/entry.mjs and scripts/use-node.sh (issue 11, items 7 and 8): one answer to "can
+ * bin/lib/entry.mjs and scripts/use-node.sh (items 7 and 8): one answer to "can
  * this Node run the project", and the memory defaults every process started by the
  * README's commands gets without any environment.
  */

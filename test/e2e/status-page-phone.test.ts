@@ -9,7 +9,7 @@ import { seedActivity } from '../support/status-factories.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * Issue 25 item 9: the status page on a phone (390 px) and a desktop (1280 px) in headless
+ * The status page on a phone (390 px) and a desktop (1280 px) in headless
  * Chromium. Nothing runs past the screen sideways (wide tables scroll in their own box), the
  * charts' text is HTML at a readable size — the coverage chart's the same as the others',
  * never twice the page's —, their x axes carry dates, and the page shows the credentials

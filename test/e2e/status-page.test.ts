@@ -26,7 +26,7 @@ describe.skipIf(unavailable !== null)('status page in headless Chromium', () => 
   let web: TestWeb;
   beforeAll(async () => {
     await seedActivity(t.db);
-    // The last backfill a local file with a long path (issue 20: it pushed the Gaps card's
+    // The last backfill a local file with a long path ((it pushed the Gaps card's
     // figures out of view).
     await t.db
       .insertInto('backfill_files')

@@ -13,7 +13,7 @@ import { runInPty, visibleEscapes } from '../support/pty.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
- * The terminal as a new user meets it (issue 11): results on stdout and logs on stderr at
+ * The terminal as a new user meets it: results on stdout and logs on stderr at
  * every level (item 2), readable output and a progress bar that owns its line on a TTY
  * (item 3), "database not set up" before bin/setup (item 5), a quiet second setup (item 6).
  * Every command is the real executable.

@@ -20,7 +20,7 @@ import { pushEvent, sha } from '../support/github-factories.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * /archive knows an hour's state without reading its rows (issue 38, ADR 0185): triggers
+ * /archive knows an hour's state without reading its rows (ADR 0185): triggers
  * count the writes that change an hour, and a request compares that count with the one its
  * file was built at. So the count must move with every write that changes what a line says
  * — however the write is made (a fill adding a push to an old hour, commits fetched, a

@@ -15,7 +15,7 @@ import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * Instances as mirrors (issue 28): instance A (this file's database) serves its store at
+ * Instances as mirrors: instance A (this file's database) serves its store at
  * /archive; instance B (a second database) names A's /archive in GHARCHIVE_URL and fills a
  * gap of a source whose pushes get their commits. Every push comes with all its commits
  * inline. A is not GH Archive, so what it says of commits is evidence, not truth (ADR

@@ -21,7 +21,7 @@ import { waitFor } from '../support/wait.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * An hour is final only when it is (issue 38, ADR 0185). Instance A imports a 20,000-push
+ * An hour is final only when it is (ADR 0185). Instance A imports a 20,000-push
  * hour with the real bin/backfill from a local GH Archive that holds the download part-way
  * (its first chunks committed) for as long as the test needs; instance B (a second database)
  * reads A's /archive as its mirror, with the real bin/backfill and with a gap fill:

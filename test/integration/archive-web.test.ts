@@ -14,7 +14,7 @@ import { memoryLogger } from '../support/github-client.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * GET /archive/ on bin/web (issue 28, ADR 0130): the bytes bin/export writes, with ETag and
+ * GET /archive/ on bin/web (ADR 0130): the bytes bin/export writes, with ETag and
  * Content-Length, 304 on a match, 404 for what is not an hour of the store, nothing outside
  * the archive, an index of hours, and a switch that turns it off.
  */

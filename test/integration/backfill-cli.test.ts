@@ -100,7 +100,7 @@ describe('bin/backfill', () => {
     );
   });
 
-  it("a mirror's HTML 200 is reported as what it is, not a truncated file to run again (issue 27)", async () => {
+  it("a mirror's HTML 200 is reported as what it is, not a truncated file to run again", async () => {
     const page =
       '<!DOCTYPE html>\n<html><head><title>Sign in \u202e\u001b[31m</title></head><body>…</body></html>';
     archive.setFile('2026-11-17-9', Buffer.from(page.repeat(50)), 'text/html; charset=utf-8');

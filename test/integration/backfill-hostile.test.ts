@@ -14,7 +14,7 @@ import { memoryLogger } from '../support/github-client.ts';
 import { type GitHubEvent, otherEvent, pushEvent } from '../support/github-factories.ts';
 
 /**
- * Hostile archive files (issue 17 items 4, 8 and the `{}` lines): invalid UTF-8 in a key
+ * Hostile archive files (8 and the `{}` lines): invalid UTF-8 in a key
  * field sets the push aside instead of storing U+FFFD (so two pushes never collapse into
  * one), invalid UTF-8 in free text is stored sanitised; JSON that is not an event is not
  * counted as one; a file of thousands of bad lines keeps a sample raw and counts the rest;

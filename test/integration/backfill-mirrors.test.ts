@@ -14,7 +14,7 @@ import { memoryLogger, testConfig } from '../support/github-client.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 
 /**
- * Gap fills from two mirrors (issue 20, docs/mirrors.md): two local archives holding
+ * Gap fills from two mirrors (docs/mirrors.md): two local archives holding
  * different subsets of the same hours. Every push either holds is stored once, an hour one
  * lacks is read from the other, a mirror that fails or stalls does not hold the gap, and
  * what a mirror publishes later is counted on the same gap.
@@ -259,7 +259,7 @@ describe('bin/backfill HOUR from several mirrors: a checkpoint per mirror', () =
   });
 });
 
-describe('downloads with a minimum rate and a deadline (issue 17)', () => {
+describe('downloads with a minimum rate and a deadline', () => {
   it('abandons a mirror that stalls after 64 KB and fills the gap from the other', async () => {
     const s = await gapWithPushes(30);
     // Enough pushes of padding that the hour is well over 64 KB gzipped.

@@ -12,7 +12,7 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
 import { insertPending } from './enrichment-fixtures.ts';
 
 /**
- * A careless or hostile operator (issue 17, the smaller items): a huge value is refused in
+ * A careless or hostile operator (the smaller items): a huge value is refused in
  * one bounded line, `--limit -1` says what is wrong with -1, and a database connection
  * that drops mid-command leaves a result line for what was done and one line naming the
  * database, exit 1 — never a pg error object or a stack.

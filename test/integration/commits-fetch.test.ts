@@ -19,7 +19,7 @@ import { memoryLogger } from '../support/github-client.ts';
 import { movedMainWorld } from '../support/moved-main.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
-/** The commits fetcher against the fake GitHub's compare endpoint (issue 18, ADR 0071). */
+/** The commits fetcher against the fake GitHub's compare endpoint (ADR 0071). */
 
 const t = useTestDatabase();
 const fake = useFakeGitHub();
@@ -205,7 +205,7 @@ describe('fetching a push', () => {
     expect(await count('push_commits')).toBe(0);
   });
 
-  it('a 200 with an unusable body logs its real status, not null (issue 27)', async () => {
+  it('a 200 with an unusable body logs its real status, not null', async () => {
     const { logger, lines } = memoryLogger('info');
     const deps = fetcher({ logger });
     await insertRepository(t.db, 16, 'octo/garbled');

@@ -10,7 +10,7 @@ import { explain, indexReads, seqScans } from '../support/plans.ts';
 import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
-// Commits made visible (issue 18 item 7): pushes by commits_state, the fetch backlog (pending
+// Commits made visible: pushes by commits_state, the fetch backlog (pending
 // and due), the fetch rate (commits requests in the last hour) and commits stored, the same
 // numbers in GET /status, bin/status (text and --json), the HTML page and /metrics.
 

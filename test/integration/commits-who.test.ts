@@ -18,7 +18,7 @@ import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 import { spendRows } from '../support/ledger-factories.ts';
 import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';
 
-// Who gets commits (issue 26 item 3, ADR 0112): a push of any origin — a poll, a webhook
+// Who gets commits (ADR 0112): a push of any origin — a poll, a webhook
 // delivery, bin/backfill, a gap fill, another instance's archive — is pending (due now) when
 // an enabled source with commits on covers it; the public source covers every public push.
 // Covered only by sources whose commits are off, it is skipped; covered, but stored by a

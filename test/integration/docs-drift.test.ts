@@ -6,7 +6,7 @@ import { parsePrometheusText } from '../support/prometheus.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * The manual cannot drift from the schema or the exporter (issue 21): every table and view
+ * The manual cannot drift from the schema or the exporter: every table and view
  * the migrations and bin/setup create is in docs/schema.md and the page lists none that does
  * not exist; every gpi_* metric /metrics serves is in docs/observability.md's metrics table,
  * and the table lists none it does not serve.

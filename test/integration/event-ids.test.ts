@@ -20,7 +20,7 @@ import { clientFactory, memoryLogger, testConfig } from '../support/github-clien
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 
 /**
- * Event ids are not keys (issue 27 item 5, ADR 0122). GitHub reset its event id sequence on
+ * Event ids are not keys (ADR 0122). GitHub reset its event id sequence on
  * 2025-10-08 and new ids reuse those of 2016–2020: a backfilled 2019 hour and today's poll
  * hold the same ids for different pushes. The natural key decides what is stored; an id
  * names one push per era; two claims on one id in one era are a dispute, settled by rank

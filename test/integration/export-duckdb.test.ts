@@ -9,7 +9,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';
 
 /**
- * A real consumer (issue 28): DuckDB reads an exported hour the way GH Archive's users read
+ * A real consumer: DuckDB reads an exported hour the way GH Archive's users read
  * an hour file — read_json over the .json.gz, `payload` as JSON — and two models of our own,
  * shaped as Open Source Observer's staging models shape pushes (one row a push: push_id,
  * size, distinct_size) and commits (one row a listed commit: sha, author e-mail and name,

@@ -16,7 +16,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';
 
 /**
- * bin/export and the hour file it writes (issue 28, ADR 0130), against a store holding one
+ * bin/export and the hour file it writes (ADR 0130), against a store holding one
  * of every kind of push (test/support/export-world.ts): the lines, their order and keys,
  * what a pending, partial, tag, fetched or webhook-only push says, byte-identical twice.
  */

@@ -10,7 +10,7 @@ import { buildExportWorld, type ExportWorld } from '../support/export-world.ts';
 import { waitFor } from '../support/wait.ts';
 
 /**
- * A killed bin/export leaves no temporary file behind for good (issue 38, ADR 0185). Each
+ * A killed bin/export leaves no temporary file behind for good (ADR 0185). Each
  * export writes `<hour>.json.gz.<pid>.<time>.<host>.tmp` and renames it; a SIGKILL between
  * the two leaves it. The next export into the same directory removes those of dead writers
  * on this host — and leaves a running export's file alone, and another host's unless it is

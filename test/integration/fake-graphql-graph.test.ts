@@ -9,7 +9,7 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
  * REST compare and POST /graphql answer from one commit graph, built by git-world.ts, for
- * every kind of push issue 26 names; repositories renamed and gone; renamed branches.
+ * every kind of push docs/commits.md names; repositories renamed and gone; renamed branches.
  */
 
 const fake = useFakeGitHub();

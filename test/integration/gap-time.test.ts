@@ -22,7 +22,7 @@ import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 import { waitFor } from '../support/wait.ts';
 
 /**
- * Plausible time and fills that back off (issue 17 items 2, 3; ADR 0061), against a real
+ * Plausible time and fills that back off (ADR 0061), against a real
  * poll, a local GH Archive and the real database: an implausible created_at never decides
  * a gap, a gap window is bounded, a fill's attempt is committed before it reads, and the
  * backfill job says how its gaps really ended.

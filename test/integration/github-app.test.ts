@@ -14,7 +14,7 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
 import { insertPending } from './enrichment-fixtures.ts';
 
 /**
- * GitHub App installations in the pool (issue 13): installation tokens asked for with the
+ * GitHub App installations in the pool: installation tokens asked for with the
  * App's JWT at GITHUB_API_URL (the fake verifies it with the App's public key), cached and
  * replaced before they expire, a 401 right after issue retried once; each installation its
  * own budget, gate and rate window — and with two of them, a backlog one installation's

@@ -9,7 +9,7 @@ import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { spendRows } from '../support/ledger-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
-/** The hourly budget (DESIGN §6), computed from the shared ledger. */
+/** The hourly budget, computed from the shared ledger. */
 
 const t = useTestDatabase();
 const clients = clientFactory(t);

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { otherEvent, pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
-/** The fake GitHub itself follows DESIGN §5: other tests rely on it doing so. */
+/** The fake GitHub itself follows GitHub's documented rate-limit rules: other tests rely on it doing so. */
 
 const fake = useFakeGitHub();
 

@@ -21,7 +21,7 @@ import { repoProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
- * GitHubClient.graphql() on GitHub's GraphQL points window (issue 26 item 2, ADR 0110,
+ * GitHubClient.graphql() on GitHub's GraphQL points window (ADR 0110,
  * ADR 0114): each credential's `#graphql` key has its own ledger rows, window, counters,
  * blocks, gate and pacing row; the ledger records points, from the answer's rateLimit.cost.
  */

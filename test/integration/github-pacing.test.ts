@@ -10,7 +10,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { testConfig } from '../support/github-client.ts';
 
 /**
- * GitHub's secondary limit (issue 19 item 2): per credential, at most 900 requests a minute
+ * GitHub's secondary limit: per credential, at most 900 requests a minute
  * to one endpoint, counted by route template, spread rather than burst. The clock is the
  * test's: waiting for a slot moves it, and the transport records when each request left.
  */

@@ -19,7 +19,7 @@ import { explain, indexReads, seqScans } from '../support/plans.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
- * A pool of credentials (issue 13, ADR 0050): GITHUB_TOKENS gives each token its own
+ * A pool of credentials (ADR 0050): GITHUB_TOKENS gives each token its own
  * budget, ledger rows and request gate; a request goes to the credential with the most of
  * its purpose's allowance left; the pool refuses only when every credential does, and
  * then frees when the first one does; a credential GitHub rejects is blocked alone.
@@ -257,7 +257,7 @@ describe('the pool', () => {
       retryAt: first.until,
     });
     const deferral = deferralOf(d as Extract<typeof d, { ok: false }>);
-    // Every credential named, since when and until when (issue 17 item 6).
+    // Every credential named, since when and until when.
     expect(deferral.authError).toMatch(
       new RegExp(
         `^GITHUB_AUTH_FAILED: GitHub rejected all 2 credentials \\(401\\): ${labels[0]} since ${now.toISOString()}, blocked until .*; ${labels[1]} since ${now.toISOString()}, blocked until ${first.until.toISOString()}`,

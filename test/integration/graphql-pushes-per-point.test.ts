@@ -20,7 +20,7 @@ import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * Pushes a point on every status surface (issue 26 item 8, ADR 0171): the pushes GraphQL
+ * Pushes a point on every status surface (ADR 0171): the pushes GraphQL
  * batches settled in the last hour (commits_graphql_minutes, counted in each push's settling
  * transaction) over the GraphQL points the ledger says they spent, on /status, bin/status's
  * text, the page's GraphQL card and /metrics.

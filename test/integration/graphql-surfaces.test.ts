@@ -11,7 +11,7 @@ import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
 /**
- * Each credential's GraphQL window on the surfaces (issue 26 item 8, ADR 0114): inside its
+ * Each credential's GraphQL window on the surfaces (ADR 0114): inside its
  * credential's entry of budget() and /status, on /metrics labelled by the credential — never
  * as a credential of its own.
  */

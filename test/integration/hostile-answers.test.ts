@@ -16,7 +16,7 @@ import { clientFactory, memoryLogger, testConfig } from '../support/github-clien
 import { pushEvent } from '../support/github-factories.ts';
 
 /**
- * A hostile GitHub, answered against real Postgres (issue 27.1 and 27.2): an events page of
+ * A hostile GitHub, answered against real Postgres: an events page of
  * 110 MB, a profile of 2 MB, and headers that would block a token until 2058, defer a source
  * to 2286 or fail every run with INTERNAL. Each is now a bounded, transient outcome.
  */

@@ -18,7 +18,7 @@ import { clientFactory, randomToken, testConfig } from '../support/github-client
 import { pushEvent } from '../support/github-factories.ts';
 
 /**
- * Issue 9, items 2–4: a budget refusal does not spin, only requests that reached GitHub are
+ * A budget refusal does not spin, only requests that reached GitHub are
  * counted, and a 401 is an auth failure on a short ladder. Against real Postgres and the
  * fake GitHub (and, for the DNS case, a name that cannot resolve: RFC 6761's `.invalid`).
  */

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMigrator, MIGRATIONS_DIR } from '../../src/platform/db/migrate.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
 
-// 2026-12-01T1421 (issue 27 item 6) over a database that stored mirror passwords before:
+// 2026-12-01T1421 over a database that stored mirror passwords before:
 // taken down, filled as the old code filled it, brought up again as an upgrade would.
 const MIGRATION = '2026-12-01T1421_url_userinfo_scrub';
 const names = readdirSync(MIGRATIONS_DIR)

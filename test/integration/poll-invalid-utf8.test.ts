@@ -8,7 +8,7 @@ import { mapEventsPage } from '../../src/store/mapping.ts';
 import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 
 /**
- * Issue 17 item 4 on the poll path: an events page whose bytes are not all UTF-8, read
+ * On the poll path: an events page whose bytes are not all UTF-8, read
  * through the real HTTP transport (node:http, Octokit) and the real parser and rules. A
  * push whose ref holds invalid bytes is set aside (invalid_text) — two such pushes are
  * two rejections, never one stored ref with U+FFFD — while invalid bytes in free text are

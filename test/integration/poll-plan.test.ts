@@ -12,7 +12,7 @@ import { clientFactory, memoryLogger, testConfig } from '../support/github-clien
 import { pushEvent } from '../support/github-factories.ts';
 
 /**
- * Issue 19 item 3 against real Postgres and the fake GitHub: a round of 304s is free, so the
+ * The poll plan against real Postgres and the fake GitHub: a round of 304s is free, so the
  * next polls are at the feeds' X-Poll-Interval, not at 3600 × sources / poll allowance.
  */
 
@@ -168,7 +168,7 @@ describe('a schedule that knows a 304 is free', () => {
     expect(Math.max(...seconds)).toBeLessThanOrEqual(120);
     expect(new Set(seconds)).toEqual(new Set([60]));
     // The same poll under the old rule (the prior moved halfway, to 0.5) is 270 s out: what
-    // issue 29 measured.
+    // an earlier review measured.
     const halfway = await planSourcePoll(
       plan,
       { ...rows[0]!, poll_cost_samples: 1 },

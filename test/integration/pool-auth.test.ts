@@ -15,7 +15,7 @@ import { useFakeGitHub } from '../support/use-fake-github.ts';
 import { insertPending, statesOf } from './enrichment-fixtures.ts';
 
 /**
- * Issue 17 item 6: a credential GitHub rejects (401) leaves the pool, not the pool out of
+ * A credential GitHub rejects (401) leaves the pool, not the pool out of
  * service. The request it failed goes to another credential on a new reservation (the
  * ledger keeps both rows), the run or pass carries on, and only when every credential is
  * rejected does work stop, with a message naming each one, since when and until when.

@@ -16,7 +16,7 @@ import {
 import { captureMain, ROOT, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 
-/** Issue 19 items 4 and 6: `bin/sources import FILE|-` against real Postgres. */
+/** `bin/sources import FILE|-` against real Postgres. */
 
 const t = useTestDatabase();
 const dir = mkdtempSync(path.join(tmpdir(), 'sources-import-'));

@@ -7,7 +7,7 @@ import { seedActivity } from '../support/status-factories.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * Issue 25 item 7: commit requests appear everywhere the budget does — bin/status's budget
+ * Commit requests appear everywhere the budget does — bin/status's budget
  * line and credentials table, the page's budget card and credentials table, and the
  * requests chart (a colour per purpose of REQUEST_PURPOSES) — as /status JSON counts them.
  * They share the background allowance with enrichment, so both are shown against it.
@@ -151,7 +151,7 @@ describe('commit requests beside the rest of the budget', () => {
     );
   });
 
-  it('/status and bin/status show the GraphQL window and the backlog by origin (issue 26 item 8)', async () => {
+  it('/status and bin/status show the GraphQL window and the backlog by origin', async () => {
     const token = report.credentials.find((c) => c.label === TOKEN) as unknown as {
       graphql: { spent: number; quota: number; blocked: { reason: string } | null };
     };

@@ -5,7 +5,7 @@ import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
- * Issue 25 item 6: bin/status shows the deployment's credentials, read from the database (the
+ * Bin/status shows the deployment's credentials, read from the database (the
  * ledger and github_rate_limits), whatever the shell's environment. The workers here ran on
  * two App installations and a token; the shell that asks has no GitHub variable at all, so
  * its own process would be `anonymous`. A token retired days ago and a GraphQL budget key are

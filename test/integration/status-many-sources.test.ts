@@ -7,7 +7,7 @@ import { manyCounts, seedManySources } from '../support/many-sources.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * Issue 19 item 4: /status, the page and bin/status at 10,000 sources — summaries by state
+ * /status, the page and bin/status at 10,000 sources — summaries by state
  * and kind, the worst and the latest in full, and one page of the rest.
  */
 
@@ -149,7 +149,7 @@ describe('/status at 10,000 sources', () => {
 
 /**
  * 22 when written: sources take 6 (count, page, counts by state, failing, overdue, latest), the rest of
- * the report the others; the commits section (issue 18) adds its own 5, none per source
+ * the report the others; the commits section adds its own 5, none per source
  * (27). The configured mirrors, the open gaps, the GraphQL windows, the commits backlog by
  * origin and whether commits are off add one or two each, none per source (33). The background
  * allowance's floors and who waits for REST (src/work/split.ts) add one, none per source. A

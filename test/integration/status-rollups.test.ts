@@ -9,7 +9,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { testConfig } from '../support/github-client.ts';
 
 /**
- * Issue 29 item 3: the status surfaces read hourly rollups of the runs (ingestion_run_hours,
+ * The status surfaces read hourly rollups of the runs (ingestion_run_hours,
  * ingestion_run_totals; migration 2026-12-02T0300, ADR 0150), kept by triggers in the
  * transaction of every write of a run. They must say exactly what counting the runs says,
  * whatever writes them: four sessions at once inserting, finishing, re-counting, deleting

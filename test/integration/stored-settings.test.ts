@@ -11,7 +11,7 @@ import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 
 /**
- * One configuration per database for what shapes stored data (issue 27 item 7, ADR 0125),
+ * One configuration per database for what shapes stored data (ADR 0125),
  * with the real commands. The test database is migrated but has no settings recorded: a
  * database set up before stored_settings existed.
  */

@@ -11,7 +11,7 @@ import { userProfile } from '../support/github-factories.ts';
 import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
 
 /**
- * The pool on every surface (issue 13): /status JSON `credentials: [{label, quota,
+ * The pool on every surface: /status JSON `credentials: [{label, quota,
  * remaining, resetAt, blocked}]`, the page's credentials table, per-credential metrics,
  * bin/status and bin/status --json — with two tokens and two App installations, one token
  * rejected by GitHub. Labels only: no token, minted token, JWT or key line anywhere.
@@ -36,7 +36,7 @@ beforeAll(async () => {
     GITHUB_APP_INSTALLATION_IDS: '101,202',
   };
   // A process that spends: 12 requests over the pool, then GitHub revokes one token. A
-  // request that meets it is sent again on another credential (issue 17 item 6), so it
+  // request that meets it is sent again on another credential, so it
   // succeeds; the revoked token is blocked alone.
   const worker = clients.make({ apiUrl: fake.url, token: null, env });
   for (let i = 0; i < 12; i++) fake.setUser(userProfile({ id: i + 1, login: `u${i}` }));

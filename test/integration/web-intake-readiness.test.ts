@@ -5,7 +5,7 @@ import { waitFor } from '../support/wait.ts';
 import { deliver, pushPayload, startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * /readyz says when webhook intake cannot store (issue 38, ADR 0185): GitHub does not
+ * /readyz says when webhook intake cannot store (ADR 0185): GitHub does not
  * redeliver on its own, so a web answering deliveries 500 must say so where a load balancer
  * or an operator looks. The web here has its own intake pool of one connection, as bin/web
  * has its own (of two).

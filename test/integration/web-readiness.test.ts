@@ -10,7 +10,7 @@ import { waitFor } from '../support/wait.ts';
 import { startTestWeb, type TestWeb } from '../support/web.ts';
 
 /**
- * /readyz answers within its own timeout (issue 17 item 7): a check the database does not
+ * /readyz answers within its own timeout: a check the database does not
  * answer is a 503 by READINESS_TIMEOUT_MS, and callers meanwhile share the one check in
  * flight instead of each opening a connection. Here the database is stuck for the check by
  * a lock it needs (test/recovery/readyz-frozen.test.ts freezes a whole server).

@@ -45,7 +45,7 @@ async function scalar(q: ReturnType<typeof sql<{ n: string }>>): Promise<number>
 
 describe('bin/backfill killed mid-file', () => {
   // A 120,000-event file generated and read twice: 25-30 s on a loaded 2-core machine, so the
-  // default 30 s is a bound this test brushed (issue 25); every wait inside is on a signal.
+  // default 30 s is a bound this test brushed; every wait inside is on a signal.
   it('resumes after its last committed chunk: every push stored exactly once', {
     timeout: 180_000,
   }, async () => {

@@ -9,7 +9,7 @@ import { usePoisonWorld } from '../support/poison-world.ts';
 import { deliver, pushPayload } from '../support/web.ts';
 
 /**
- * Bad input (issue 6, contract changed by issue 10 / ADR 0020): what GitHub (or someone
+ * Bad input (contract changed by ADR 0020): what GitHub (or someone
  * posing as it) might send that is not what it documents — events without an actor or a
  * repository, ids as strings, a 5 MB event, unicode and control characters, NUL bytes
  * (which Postgres text and jsonb cannot hold), null fields. Each is either set aside with

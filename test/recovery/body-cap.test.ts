@@ -7,7 +7,7 @@ import { waitFor } from '../support/wait.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * Bounded intake (issue 10): forty concurrent 24 MB bodies (each under GitHub's 25 MB
+ * Bounded intake: forty concurrent 24 MB bodies (each under GitHub's 25 MB
  * limit, none correctly signed) at the real bin/web. Before the body cap they took the
  * process to 1.1 GB RSS and it stayed there. Now bytes buffered at once across all
  * requests are capped (64 MB, charged as they arrive): the requests past the cap are answered 503 with

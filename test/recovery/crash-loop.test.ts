@@ -9,7 +9,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * A crash loop (issue 9): five rounds of a bin/worker that dies in the middle of a poll
+ * A crash loop: five rounds of a bin/worker that dies in the middle of a poll
  * (FAULT_POINT=ingest.after_page_commit: page 1 committed, the run still open, its
  * poll-sources job still `active`), then — once the source's poll interval has passed (the
  * dead poll left it due one interval, the fake's 60 s, after its page commit, ADR 0180; the

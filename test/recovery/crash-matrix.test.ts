@@ -13,7 +13,7 @@ import { type LogLine, waitFor } from './helpers.ts';
 import { type Child, killAll, seedPushes, spawnBin, type World } from './world.ts';
 
 /**
- * The crash-window matrix (issue 6). For every fault point in src/platform/fault.ts: a real child
+ * The crash-window matrix. For every fault point in src/platform/fault.ts: a real child
  * process (bin/worker, or bin/web for webhook intake) against the fake GitHub, started with
  * FAULT_POINT=<point> so it SIGKILLs itself in that window; then the same binary again
  * without it. Each point gets its own database cloned from the template and a reset fake.

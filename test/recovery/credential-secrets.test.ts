@@ -13,7 +13,7 @@ import { allRowsAsText, childOutput, startWorkerAndWeb, untilAttempted } from '.
 import { addPublicSource, type Child, killAll, seedPushes } from './world.ts';
 
 /**
- * The credential pool's secrets never leave the process (issue 13): bin/worker and bin/web
+ * The credential pool's secrets never leave the process: bin/worker and bin/web
  * run at LOG_LEVEL=trace with two sentinel tokens (GITHUB_TOKENS) and a GitHub App (its
  * PEM key; installation tokens and JWTs the fake hands out and receives), through polls,
  * enrichment on all four credentials, installation tokens that GitHub answers 401 to just
@@ -90,7 +90,7 @@ describe('credential pool secrets', () => {
 
     // A 401 on every credential that polls this source, last (an installation token is
     // tried once more on a 401): each 401 blocks its credential and the page goes on to the
-    // next (issue 17 item 6) until none is left, and the run fails GITHUB_AUTH_FAILED.
+    // next until none is left, and the run fails GITHUB_AUTH_FAILED.
     const { source } = await addSource(t.db, sourceSpec('repo', 'secret/feed'), 'live');
     fake.fail({
       path: '/repos/secret/feed/events',

@@ -7,7 +7,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, seedPushes, spawnBin } from './world.ts';
 
 /**
- * Database restart mid-run (issue 6): a Postgres server of the test's own (bin/setup run
+ * Database restart mid-run: a Postgres server of the test's own (bin/setup run
  * against it), a real bin/worker and bin/web, and the server stopped (every connection cut)
  * and started again while they run. The worker must survive (same process, started once:
  * no crash loop), reconnect and resume: pushes that arrived during the outage are stored

@@ -9,7 +9,7 @@ import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 import { type Child, killAll, ROOT, spawnBin } from './world.ts';
 
 /**
- * Issue 17 item 1, the red team's crash loop: an hour file of 5 good pushes, one 6 MB line
+ * The red team's crash loop: an hour file of 5 good pushes, one 6 MB line
  * nested 3,000,000 deep (under the 8 MiB line cap), and 5 more. Before, the importer died
  * of "JavaScript heap out of memory" on it (~585 MB) and stored none of the 10. Now the
  * real bin/backfill measures the line before parsing it: it exits 0, stores the 10 pushes

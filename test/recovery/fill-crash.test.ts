@@ -10,7 +10,7 @@ import { type LogLine, waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * A fill that dies is a fill that backs off (issue 17 item 2, ADR 0061), with real
+ * A fill that dies is a fill that backs off (ADR 0061), with real
  * processes: bin/worker fills gaps in a child process; the test SIGKILLs that child in the
  * middle of its download, twice. The attempt was counted and its backoff committed before
  * the download started, so the next start does not retry at once; after the second death

@@ -17,7 +17,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * GitHub's faults, from the fake (issue 6), through the real runners and the real client:
+ * GitHub's faults, from the fake, through the real runners and the real client:
  * 500/502/503, an answer that never comes (past the response timeout), a reset connection,
  * truncated JSON, a 403 secondary limit with retry-after, a 429, a 401 and a 422. For each,
  * on the poll path and on the enrichment path:

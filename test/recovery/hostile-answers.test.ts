@@ -13,7 +13,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, ROOT, spawnBin } from './world.ts';
 
 /**
- * The red team's crash loop (issue 27.1), against real bin/worker processes and the fake
+ * The red team's crash loop, against real bin/worker processes and the fake
  * GitHub. Before ADR 0120 one feed answering a 110 MB string killed every worker 11–14 s
  * after its start ("JavaScript heap out of memory"): the dead run counted no failure, so each
  * restart polled the same feed and died, and no other source was polled.

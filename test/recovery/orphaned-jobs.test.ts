@@ -12,7 +12,7 @@ import { captureLogger, type LogLine, testConfig } from './helpers.ts';
 import { type Child, killAll, seedPushes, spawnBin } from './world.ts';
 
 /**
- * A worker SIGKILLed while it runs a job, on each of the five queues (issue 9). Every queue
+ * A worker SIGKILLed while it runs a job, on each of the five queues. Every queue
  * is stately (one job queued, one active): the dead worker's job used to stay `active` until
  * pg-boss's heartbeat expiry (up to ~90 s) and its queue ran nothing meanwhile. Now the next
  * worker's orphan sweep fails it (its liveness lock died with the process, ADR 0011) in its

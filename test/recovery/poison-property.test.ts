@@ -11,7 +11,7 @@ import { type GitHubEvent, sha } from '../support/github-factories.ts';
 import { expectSourceHealthy, usePoisonWorld } from '../support/poison-world.ts';
 
 /**
- * Property (issue 10): take a real events page (the fixture of GET /events), poison one to
+ * Property: take a real events page (the fixture of GET /events), poison one to
  * three of its events at random — any JSON value, strings with NUL or lone surrogates,
  * integers beyond 64 bits, deep nesting, long text, deleted fields, whole events replaced —
  * and poll it through the real client, parser, runner and Postgres. Whatever the poison:

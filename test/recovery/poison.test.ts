@@ -13,7 +13,7 @@ import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
 import { pushPayload, TEST_WEBHOOK_SECRET } from '../support/web.ts';
 
 /**
- * The poison corpus (issue 10, docs/reliability.md "Bad input"): every case through both
+ * The poison corpus (docs/reliability.md "Bad input"): every case through both
  * entry points.
  *
  * Poll: a page of [good, poison, good]. The run completes, both good events are stored,
@@ -207,7 +207,7 @@ const CORPUS: PoisonCase[] = [
     hookExpect: rejected('too_deep'),
   },
   {
-    // Issue 17: 2.8 million `{}` in 8 MB cost ~260 MB once built; refused before parsing.
+    // 2.8 million `{}` in 8 MB cost ~260 MB once built; refused before parsing.
     name: '300,000 empty objects in the payload',
     poll: (ev) =>
       splice({ ...ev, payload: { ...ev.payload, wide: '__X__' } }, `[${'{},'.repeat(299_999)}{}]`),

@@ -9,7 +9,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * The red team's case (issue 17 item 7): Postgres frozen by SIGSTOP — every process of the
+ * The red team's case: Postgres frozen by SIGSTOP — every process of the
  * server, so sockets stay open and nothing answers. /readyz of a real bin/web must answer
  * 503 by its own timeout (the fetch returns: the server, not the test, bounds the wait),
  * and 200 again once the server is continued.

@@ -22,7 +22,7 @@ import {
 import { addPublicSource, type Child, killAll, seedPushes } from './world.ts';
 
 /**
- * Secrets never leave the process (issue 6): bin/worker and bin/web run with a sentinel
+ * Secrets never leave the process: bin/worker and bin/web run with a sentinel
  * GITHUB_TOKEN and WEBHOOK_SECRET at LOG_LEVEL=trace, through a poll, enrichment, a webhook
  * delivery, a badly signed delivery, and errors (a 500, a reset, a 401 on the token). Then
  * neither sentinel appears in anything either process wrote to stdout or stderr, nor in
@@ -127,7 +127,7 @@ describe('secrets', () => {
 });
 
 /**
- * No URL's userinfo in any line (issue 27 item 6), the red team's way: GHARCHIVE_URL (two
+ * No URL's userinfo in any line, the red team's way: GHARCHIVE_URL (two
  * mirrors behind basic auth), GITHUB_API_URL and DATABASE_URL all carry a sentinel user and
  * password, which are really used (the archives refuse a request without them, the database
  * checks the password). The real commands run — bin/setup, bin/backfill (hours present,

@@ -10,7 +10,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * Issue 29 item 1, ADR 0140: several processes on the same credentials share GitHub's
+ * ADR 0140: Several processes on the same credentials share GitHub's
  * limits, because the gates and the pacing rows are in Postgres — each process polls as wide
  * as its own plan, and the limits still bind across them. A worker (bin/worker) and a second
  * process polling the same due sources at the same moment (bin/ingest, the same poll path and

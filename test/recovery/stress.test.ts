@@ -10,7 +10,7 @@ import { waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * Multi-process stress (issue 6): 4 bin/worker and 2 bin/enrich against one database and a
+ * Multi-process stress: 4 bin/worker and 2 bin/enrich against one database and a
  * fake GitHub serving 50 repository sources (150 pushes by 20 actors, so entities are shared
  * between sources and contended by every process). The fake answers a second concurrent
  * request with a secondary-limit 403, and adds latency so requests overlap in time if the

@@ -11,7 +11,7 @@ import { deliver, pushPayload, TEST_WEBHOOK_SECRET } from '../support/web.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
 
 /**
- * Issue 27 item 4, the red team's attack retried against the real bin/web: strangers' open
+ * The red team's attack retried against the real bin/web: strangers' open
  * connections must not cost a signed delivery its answer. Before, the body budget (64 MiB)
  * was charged with the declared Content-Length before a byte arrived and before any
  * signature: three header-only connections declaring 25 + 25 + 14 MiB made 37 of 38 signed
@@ -114,7 +114,7 @@ async function pushesStored(): Promise<number> {
   return Number(r.rows[0]!.n);
 }
 
-describe('webhook body budget under attack (issue 27 item 4)', () => {
+describe('webhook body budget under attack', () => {
   it('three header-only connections declaring 25 + 25 + 14 MiB, held open: 38 signed deliveries all 202', {
     timeout: 180_000,
   }, async () => {

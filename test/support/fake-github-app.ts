@@ -1,7 +1,7 @@
 import { createHash, createPublicKey, type KeyObject, randomBytes, verify } from 'node:crypto';
 
 /**
- * GitHub Apps for the fake GitHub (issue 13): `POST /app/installations/{id}/access_tokens`
+ * GitHub Apps for the fake GitHub: `POST /app/installations/{id}/access_tokens`
  * with the App's JWT as GitHub documents it — RS256, verified with the App's PUBLIC key,
  * `iss` = the App's id, `iat` not in the future (60 s of skew allowed), `exp` ahead and at
  * most 10 minutes after `iat` — answered with an installation token (`ghs_…`) and its

@@ -13,7 +13,7 @@ export { rawEvent } from './fake-github-feeds.ts';
 export type * from './fake-github-types.ts';
 
 /**
- * A local GitHub that follows the documented rules of DESIGN §5, for tests and demos.
+ * A local GitHub that follows GitHub's documented rules (rate limits, conditional requests, X-Poll-Interval), for tests and demos.
  *
  * Feeds (`public`, `repo:OWNER/NAME`, `org:ORG`, `user:LOGIN`; fake-github-feeds.ts): newest first; `per_page`
  * ≤ 100 (default 30); only the newest 300 events are reachable and a page past them is a

@@ -7,7 +7,7 @@ import { acquireEmbeddedPostgres } from '../../src/platform/db/embedded.ts';
 /**
  * Where the tests' Postgres comes from. TEST_POSTGRES chooses: `url` (TEST_DATABASE_URL),
  * `docker` (a testcontainers postgres:18), `embedded` (the embedded Postgres 18 under
- * .data/test-postgres, on a free port). Unset, DESIGN §8's order: TEST_DATABASE_URL if set,
+ * .data/test-postgres, on a free port). Unset, this order: TEST_DATABASE_URL if set,
  * else testcontainers when a Docker engine answers and already holds its images — falling
  * back to embedded when the container cannot start — else embedded.
  */

@@ -11,7 +11,7 @@ import { untilText } from '../../src/platform/time-text.ts';
 import { describeDeferral } from '../../src/poll/deferral.ts';
 import { nextPoll } from '../../src/status/format.ts';
 
-/** Clamped headers (issue 27.2, ADR 0121): what the red team sent, and what we now use. */
+/** Clamped headers (ADR 0121): what the red team sent, and what we now use. */
 
 const now = new Date('2026-12-01T20:00:00Z');
 const hourLater = new Date('2026-12-01T21:00:00Z');

@@ -13,7 +13,7 @@ import {
 } from '../../src/github/transport.ts';
 
 /**
- * Bounded answers (issue 27.1, ADR 0120) and the pinned API version (27.8, ADR 0121), at the
+ * Bounded answers (ADR 0120) and the pinned API version (27.8, ADR 0121), at the
  * HTTP layer: a local server streams bodies of any size and counts what it managed to write
  * before the client hung up; every request it sees shows its X-GitHub-Api-Version.
  */

@@ -9,7 +9,7 @@ import { configError } from '../support/config-error.ts';
 import { appKeys } from '../support/github-app-keys.ts';
 
 /**
- * The credential pool's variables (issue 13): GITHUB_TOKEN, GITHUB_TOKENS and the GitHub App
+ * The credential pool's variables: GITHUB_TOKEN, GITHUB_TOKENS and the GitHub App
  * (GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY or GITHUB_APP_PRIVATE_KEY_FILE,
  * GITHUB_APP_INSTALLATION_IDS). Every bad value or combination is one ConfigError naming
  * the variable, and no message quotes a token or the key.

@@ -13,11 +13,11 @@ import {
 } from '../support/docs.ts';
 
 /**
- * The manual cannot drift from the code (issue 21): every variable the config parses is in
+ * The manual cannot drift from the code: every variable the config parses is in
  * docs/configuration.md and nothing else is; every executable in bin/ and every flag its
  * --help lists is in docs/cli.md, and the page names no command that does not exist; every
  * log event the code emits is in docs/observability.md, and the page lists none it does not.
- * And the manual is one a newcomer can find things in (issue 25 item 10): each variable has
+ * And the manual is one a newcomer can find things in: each variable has
  * its own anchor (configuration.md#github_token), every page.md#anchor link reaches a
  * heading, every `bin/… --flag` a page writes is one the command's --help lists, and the
  * prose names no ADR or issue outside a page's closing "Design records" section.

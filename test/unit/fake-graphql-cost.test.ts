@@ -27,7 +27,7 @@ describe('GitHub’s point formula', () => {
     expect(analyze('{ rateLimit { cost } }').cost).toBe(1);
   });
 
-  it('50 aliased repository { object { history(first: 5) } } cost 1 point (issue 26)', () => {
+  it('50 aliased repository { object { history(first: 5) } } cost 1 point', () => {
     const aliases = Array.from(
       { length: 50 },
       (_, i) =>

@@ -13,7 +13,7 @@ import { decodeUtf8KeepingInvalid } from '../../src/platform/json/utf8.ts';
 import { inspectJson } from '../../src/platform/json/walk.ts';
 
 /**
- * Property tests of the bounded parser (issue 17 items 1 and 4): over deep, wide, huge and
+ * Property tests of the bounded parser: over deep, wide, huge and
  * invalid-UTF-8 inputs, parseJson throws nothing but its own named errors (and SyntaxError
  * for text that is not JSON), never returns a value over its limits, and within the limits
  * accepts exactly what JSON.parse accepts, value for value.

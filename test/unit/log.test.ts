@@ -8,7 +8,7 @@ import { memoryLogger } from '../support/github-client.ts';
 import { visibleEscapes } from '../support/pty.ts';
 
 /**
- * Quiet, useful logs by one mechanism in src/platform/log.ts (issue 11, item 6), and the readable
+ * Quiet, useful logs by one mechanism in src/platform/log.ts (item 6), and the readable
  * form a terminal gets (item 3). Raw lines are checked, not parsed objects: a key printed
  * twice is invisible once JSON.parse has kept the last one.
  */

@@ -12,7 +12,7 @@ import {
 } from '../../src/poll/schedule.ts';
 
 /**
- * Issue 29 item 2, ADR 0141: a schedule that believes a 304. Pure: the fleet is arrays, the
+ * ADR 0141: A schedule that believes a 304. Pure: the fleet is arrays, the
  * clock a fixedClock stepped a tick at a time, and every round plans as pollDueSources does —
  * the fleet's sums read once at the round's start, each poll moving only its own term
  * (planFromFleet, the function planSourcePoll calls). No sleeps, nothing timed.

@@ -9,7 +9,7 @@ import {
 } from '../../src/poll/schedule.ts';
 
 /**
- * Issue 19 item 3: the planner knows a 304 is free. Pure, so the fleet is an array and the
+ * The planner knows a 304 is free. Pure, so the fleet is an array and the
  * clock a fixedClock; the database statement computing the same sums is tested in
  * test/integration/poll-plan.test.ts.
  */

@@ -4,7 +4,7 @@ import { ConfigError } from '../../src/platform/errors.ts';
 import { hasUserinfo, withoutUserinfo } from '../../src/platform/redact.ts';
 import { memoryLogger } from '../support/github-client.ts';
 
-/** Issue 27 item 6: one function removes a URL's userinfo wherever a URL is shown or stored. */
+/** One function removes a URL's userinfo wherever a URL is shown or stored. */
 
 describe('withoutUserinfo', () => {
   it.each([

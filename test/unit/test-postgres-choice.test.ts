@@ -2,8 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { holdsTestImages, startTestServer, type TestServer } from '../support/postgres-server.ts';
 
 /**
- * Which Postgres `npm test` uses (issue 11, item 9): TEST_POSTGRES chooses; unset, the
- * DESIGN §8 order, where a Docker engine that cannot start the container falls back to
+ * Which Postgres `npm test` uses (item 9): TEST_POSTGRES chooses; unset, the
+ * the documented order (docs/operations.md), where a Docker engine that cannot start the container falls back to
  * the embedded server instead of failing the run. The servers are stand-ins here: the real
  * paths run as the suite's own harness (CI: the machine's Postgres, then the plan tests on
  * the embedded one; docs/reliability.md records a testcontainers run).
