@@ -7,7 +7,7 @@ import {
   bulkStoreStaged,
   clearStage,
   emptyStoreResult,
-  PushesAlreadyHeld,
+  PushesAlreadyStored,
 } from '../store/pushes.ts';
 import type { StageBatch } from '../store/stage-batch.ts';
 import type { ImportTarget } from './import-types.ts';
@@ -18,7 +18,7 @@ interface ChunkOutcome {
   refused: { index: number; reason: string }[];
 }
 
-/** How a chunk is merged; `expectNew` turns false at the first push already held. */
+/** How a chunk is merged; `expectNew` turns false at the first push already stored. */
 export interface ChunkMode {
   expectNew: boolean;
   emails: CommitEmailMode;
@@ -71,7 +71,7 @@ export async function storeIsolating(
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     return { stored, refused: [] };
   } catch (err) {
-    if (err instanceof PushesAlreadyHeld || (err instanceof EventIdRace && races < RACE_RETRIES)) {
+    if (err instanceof PushesAlreadyStored || (err instanceof EventIdRace && races < RACE_RETRIES)) {
       // The file holds pushes we have: merge with conflict handling from now on. Or another
       // writer stored one of its ids meanwhile: the same merge again sees it.
       await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');

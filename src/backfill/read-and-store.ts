@@ -228,8 +228,8 @@ export async function readAndStore(
   // One chunk's transaction: the rows, then the checkpoint, committed together.
   const known = new KnownEntities();
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
-  // first push already held switches the import to merging with conflict handling.
-  // Another mirror's copy of the file read already: most pushes are held (ADR 0090).
+  // first push already stored switches the import to merging with conflict handling.
+  // Another mirror's copy of the file read already: most pushes are stored (ADR 0090).
   // The file's mirror ranks its event id claims against other mirrors' (ADR 0122).
   const mirrors = deps.config?.archive.mirrors ?? [];
   const mode: ChunkMode = {

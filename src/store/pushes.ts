@@ -39,7 +39,7 @@ import type { StageBatch } from './stage-batch.ts';
  * them into actors, repositories and push_events:
  *
  * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
- *   alone, so a push held already (by any origin) or repeated within the batch is one row,
+ *   alone, so a push stored already (by any origin) or repeated within the batch is one row,
  *   and no push is ever skipped for its event id, which is an attribute unique per era
  *   (src/store/event-ids.ts, ADR 0122): a claim on an id another push holds is
  *   recorded, and settled by rank when both are of one era;
@@ -74,7 +74,7 @@ export interface StoreOptions {
 }
 
 export interface StoreResult {
-  /** push_events rows this call inserted (a push already held, by either origin, is not new). */
+  /** push_events rows this call inserted (a push already stored, by either origin, is not new). */
   created: number;
   /** Actors / repositories inserted (state 'pending': they need enriching). */
   newActors: number;
@@ -129,8 +129,8 @@ export interface BulkStoreOptions {
 export interface StagedStoreOptions {
   sourceId?: number | null;
   /**
-   * The caller expects no push of the batch to be held (a fresh file). The insert skips
-   * conflict handling; if one is held after all, PushesAlreadyHeld is thrown (inside a
+   * The caller expects no push of the batch to be stored already (a fresh file). The insert skips
+   * conflict handling; if one is stored after all, PushesAlreadyStored is thrown (inside a
    * transaction that must then be rolled back to before the call).
    */
   expectNew?: boolean;
@@ -242,7 +242,7 @@ const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, 
  * copy to merge with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s
  * rows anyway, and the two touch disjoint rows. With `expectNew` (stage only) the pushes
  * are inserted without `ON CONFLICT` (speculative insertion costs ~30% of the insert) and
- * there is nothing to fill in: a push already held makes the statement fail, and the
+ * there is nothing to fill in: a push already stored makes the statement fail, and the
  * caller merges again.
  */
 function mergeStatement(from: MergeSource, expectNew = false): string {
@@ -369,10 +369,10 @@ export async function insertStagedEntities(
   return { newActors: Number(r.rows[0]!.actors), newRepositories: Number(r.rows[0]!.repositories) };
 }
 
-/** `expectNew` was wrong: a push of the batch is held already. Merge the batch again without it. */
-export class PushesAlreadyHeld extends AppError {
+/** `expectNew` was wrong: a push of the batch is stored already. Merge the batch again without it. */
+export class PushesAlreadyStored extends AppError {
   constructor(cause: unknown) {
-    super('PUSHES_ALREADY_HELD', 'a push of the batch is already stored', {}, { cause });
+    super('PUSHES_ALREADY_STORED', 'a push of the batch is already stored', {}, { cause });
   }
 }
 
@@ -409,7 +409,7 @@ export async function bulkStoreStaged(
         err.code === '23505' &&
         err.constraint === 'push_events_natural_key'
       ) {
-        throw new PushesAlreadyHeld(err);
+        throw new PushesAlreadyStored(err);
       }
       throw asEventIdRace(err);
     });

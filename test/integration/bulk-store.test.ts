@@ -8,7 +8,7 @@ import {
   bulkStoreStaged,
   dropStage,
   insertStagedEntities,
-  PushesAlreadyHeld,
+  PushesAlreadyStored,
   prepareStage,
   storePushes,
 } from '../../src/store/pushes.ts';
@@ -219,7 +219,7 @@ describe('bulk store through the staging table, expecting new pushes (a fresh ar
     const a = push();
     expect(await viaStage([a], { expectNew: true })).toMatchObject({ created: 1 });
     const b = push();
-    await expect(viaStage([b, a], { expectNew: true })).rejects.toBeInstanceOf(PushesAlreadyHeld);
+    await expect(viaStage([b, a], { expectNew: true })).rejects.toBeInstanceOf(PushesAlreadyStored);
     expect(await row(null, b.repository.id)).toHaveLength(0);
     expect(await viaStage([b, a])).toMatchObject({ created: 1 });
   });
