@@ -230,7 +230,7 @@ export async function readAndStore(
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
   // first push already stored switches the import to merging with conflict handling.
   // Another mirror's copy of the file read already: most pushes are stored (ADR 0090).
-  // The file's mirror ranks its event id claims against other mirrors' (ADR 0122).
+  // The file's mirror ranks its pushes against other mirrors' for an event id (ADR 0122).
   const mirrors = deps.config?.archive.mirrors ?? [];
   const mode: ChunkMode = {
     expectNew:
@@ -238,7 +238,7 @@ export async function readAndStore(
       target.gapId === null &&
       !(await readFromAnotherMirror(client, key)),
     emails: deps.config?.commits.emails ?? 'hash',
-    claim: {
+    contender: {
       rank: mirrorRank(source.mirror, mirrors),
       mirrorId: await archiveMirrorId(runOnClient(client), source.mirror),
       mirror: source.mirror || null,

@@ -8,10 +8,10 @@ import { jsonTextUnderPolicy } from './commit-emails.ts';
 import { storeCommits, storeCommitsOn } from './commits.ts';
 import {
   asEventIdRace,
-  CLAIM_RESULTS,
-  type ClaimContext,
-  type ContestedClaim,
-  claimCtes,
+  CONTENDER_RESULTS,
+  type Contender,
+  type ContestedPush,
+  contenderCtes,
   type IdClash,
   POLL_RANK,
   type Run,
@@ -41,10 +41,10 @@ import type { StageBatch } from './stage-batch.ts';
  * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
  *   alone, so a push stored already (by any origin) or repeated within the batch is one row,
  *   and no push is ever skipped for its event id, which is an attribute unique per era
- *   (src/store/event-ids.ts, ADR 0122): a claim on an id another push holds is
- *   recorded, and settled by rank when both are of one era;
+ *   (src/store/event-ids.ts, ADR 0122): a push contending for an id another push
+ *   holds is  *   recorded, and settled by rank when both are of one era;
  * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
- *   another push claims that id in the same era (then the dispute settles it);
+ *   another push contends for that id in the same era (then the dispute settles it);
  * - rows are written in key order (actors by id, then repositories by id, then pushes by
  *   natural key), so concurrent writers take row locks in the same order.
  *
@@ -69,8 +69,8 @@ export interface StoreOptions {
   runId?: number | null;
   /** Who gets commits and what addresses become (ADR 0070); absent: nobody, hashed. */
   commits?: CommitsContext;
-  /** Who claims the pushes' event ids (ADR 0122); default GitHub's own answer. */
-  claim?: Partial<ClaimContext>;
+  /** Who contends for the pushes' event ids (ADR 0122); default GitHub's own answer. */
+  contender?: Partial<Contender>;
 }
 
 export interface StoreResult {
@@ -111,8 +111,8 @@ export interface BulkStoreOptions {
   sourceId?: number | null;
   runId?: number | null;
   commits?: CommitsContext;
-  /** Who claims the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
-  claim?: Partial<ClaimContext>;
+  /** Who contends for the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
+  contender?: Partial<Contender>;
   /**
    * Where the pushes' inline commits come from (ADR 0184); default by origin: a poll's are
    * GitHub's, a delivery's the webhook's, an archive's a mirror's.
@@ -137,7 +137,7 @@ export interface StagedStoreOptions {
   /** Addresses of inline commits (the targets were applied when the batch was staged). */
   emails?: CommitEmailMode;
   /** The mirror the batch was read from, ranked in GHARCHIVE_URL (ADR 0122). */
-  claim?: Partial<ClaimContext>;
+  contender?: Partial<Contender>;
 }
 
 export interface BulkStoreResult extends StoreResult {
@@ -145,8 +145,8 @@ export interface BulkStoreResult extends StoreResult {
   idsFilledIn: number;
 }
 
-/** A claim context with its defaults: GitHub's own answer, no mirror. */
-function claimOf(origin: PushOrigin, given: Partial<ClaimContext> = {}): ClaimContext {
+/** A contender with its defaults: GitHub's own answer, no mirror. */
+function contenderOf(origin: PushOrigin, given: Partial<Contender> = {}): Contender {
   return {
     origin,
     rank: given.rank ?? POLL_RANK,
@@ -235,8 +235,8 @@ const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, 
 /**
  * The merge, one statement. From the parameter arrays (a page) it upserts the actors and
  * repositories too; from the stage (an archive chunk) it merges the pushes alone, their
- * entities inserted beforehand by insertStagedEntities. The claim CTEs (event-ids.ts) find
- * the batch's ids held by other pushes; a claim contested in its era is inserted without
+ * entities inserted beforehand by insertStagedEntities. The contender CTEs (event-ids.ts) find
+ * the batch's ids stored with other pushes; a push contested in its era is inserted without
  * its id, for settleDisputes to decide. `p` returns the natural keys it inserted, so the
  * fill-in `f` only probes the pushes the insert skipped (a push it added had no webhook
  * copy to merge with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s
@@ -287,7 +287,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
   return `
     WITH ${from === 'values' ? VALUES_CTE : ''}
     ${upserts}
-    ${claimCtes(src)}
+    ${contenderCtes(src)}
     ${pushes}
     ${recordCtes(!expectNew)}
     SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
@@ -296,7 +296,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
            (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL
              AND commits_state <> 'skipped') FROM p) AS pending,
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
-           ${CLAIM_RESULTS}`;
+           ${CONTENDER_RESULTS}`;
 }
 
 interface MergeCounts {
@@ -306,7 +306,7 @@ interface MergeCounts {
   pending: string;
   filled: string;
   clashes: IdClash[];
-  contested: ContestedClaim[];
+  contested: ContestedPush[];
 }
 
 function resultOf(row: MergeCounts): BulkStoreResult {
@@ -394,14 +394,14 @@ export async function bulkStoreStaged(
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
   const commits = batch.commitsOf(from, to);
-  const claim = claimOf('archive', opts.claim);
+  const contender = contenderOf('archive', opts.contender);
   const r = await client
     .query<MergeCounts>(statement, [
       'archive',
       opts.sourceId ?? null,
       null,
-      claim.mirrorId,
-      claim.mirror,
+      contender.mirrorId,
+      contender.mirror,
     ])
     .catch((err: { code?: string; constraint?: string }) => {
       if (
@@ -414,7 +414,9 @@ export async function bulkStoreStaged(
       throw asEventIdRace(err);
     });
   const result = resultOf(r.rows[0]!);
-  result.clashes.push(...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, claim)));
+  result.clashes.push(
+    ...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, contender)),
+  );
   if (commits.length > 0) {
     await storeCommitsOn(client, commits, { emails: opts.emails ?? DEFAULT_COMMITS.emails });
   }
@@ -437,13 +439,13 @@ export async function bulkStorePage(
   const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
   const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
-  const claim = claimOf(opts.origin, opts.claim);
+  const contender = contenderOf(opts.origin, opts.contender);
   const params = [
     opts.origin,
     opts.sourceId ?? null,
     opts.runId ?? null,
-    claim.mirrorId,
-    claim.mirror,
+    contender.mirrorId,
+    contender.mirror,
     col((p) => p.id),
     col((p) => p.actor.id),
     col((p) => p.actor.login),
@@ -472,7 +474,7 @@ export async function bulkStorePage(
     throw asEventIdRace(err);
   });
   const result = resultOf(row!);
-  result.clashes.push(...(await settleDisputes(run, row!.contested, claim)));
+  result.clashes.push(...(await settleDisputes(run, row!.contested, contender)));
   const commits = inlineCommitRows(pushes, plans);
   if (commits.length > 0) await storeCommits(db, commits, { emails: ctx.emails });
   return result;

@@ -214,7 +214,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
   for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
 
-  // Two stored pushes claiming one event id (ADR 0122): reused across eras, or disputed in one.
+  // Two stored pushes contending for one event id: reused across eras, or disputed in one.
   const clashes = counter(
     'gpi_event_id_clashes_total',
     'Pushes found claiming an event id another push holds (event_id_clashes), by kind: reused (another era) or disputed (the same era)',

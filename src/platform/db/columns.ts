@@ -91,7 +91,7 @@ export type CommitsState = (typeof COMMITS_STATES)[number];
 export const COMMIT_SOURCES = ['github', 'webhook', 'archive', 'mirror'] as const;
 export type CommitSource = (typeof COMMIT_SOURCES)[number];
 /**
- * Two pushes found claiming one event id (ADR 0122): `reused` (different eras: GitHub reused
+ * Two pushes found contending for one event id (ADR 0122): `reused` (different eras: GitHub reused
  * the id, both keep it) or `disputed` (one era: one keeps it, the other is stored without).
  */
 export const EVENT_ID_CLASH_KINDS = ['reused', 'disputed'] as const;

@@ -366,7 +366,7 @@ interface ClashSide {
 }
 type Side<S extends 'kept' | 'other'> = { [K in keyof ClashSide as `${S}_${K}`]: ClashSide[K] };
 
-/** Two stored pushes claiming one event id (ADR 0122): `kept` holds it; `other` too if reused. */
+/** Two stored pushes contending for one event id (ADR 0122): `kept` holds it; `other` too if reused. */
 export type EventIdClashesTable = Side<'kept'> &
   Side<'other'> & {
     id: Generated<BigId>;
