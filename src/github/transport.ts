@@ -187,7 +187,7 @@ export function liveTransport(o: {
           ...(sent != null ? { data: sent } : {}),
         });
         const streamed = streamedBodyOf(res.data);
-        // Invalid UTF-8 stays distinguishable (src/platform/json/utf8.ts): the rules set aside an
+        // Invalid UTF-8 stays distinguishable (src/platform/json/utf8.ts): the rules reject an
         // event whose key field holds it instead of storing U+FFFD.
         const body = streamed
           ? ''

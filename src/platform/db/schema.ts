@@ -82,7 +82,7 @@ export interface IngestionRunsTable {
   repositories_created: Generated<number>;
   requests_spent: Generated<number>;
   gap_detected: Generated<boolean>;
-  /** Events set aside in rejected_events by this run (migration 2026-11-30T1000). */
+  /** Events this run rejected (rejected_events) (migration 2026-11-30T1000). */
   events_rejected: Generated<number>;
   error: string | null;
   job_id: string | null;
@@ -321,7 +321,7 @@ export interface WebhookDeliveriesTable {
 }
 
 /**
- * An event set aside instead of stored (ADR 0020): one row per (source, event key), however
+ * An event rejected instead of stored (ADR 0020): one row per (source, event key), however
  * often it is read again (seen_count, last_seen_at). source_id / run_id are NULL for events
  * read outside a source's run.
  */
