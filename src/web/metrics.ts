@@ -161,7 +161,7 @@ export function createMetrics(
 
 type MakeMetric<T> = (name: string, help: string, labelNames?: string[]) => T;
 
-/** Gap records by state, what the archive recovered, and the backfill imports (ADR 0041). */
+/** Gap records by state, what the archive recovered, and the backfill imports. */
 async function collectGaps(
   db: Db,
   counter: MakeMetric<Counter>,
@@ -342,7 +342,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   }
 
   const commits = await commitsStatus(db, now);
-  const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state (ADR 0070)', ['state']);
+  const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state', ['state']);
   for (const state of COMMITS_STATES) byState.set({ state }, commits.byState[state]);
   const pendingByOrigin = gauge(
     'gpi_commits_pending_by_origin',
