@@ -41,21 +41,28 @@ describe('what comments cite', () => {
     append('src/app.ts', '// As DESIGN §4 says.');
     append('src/jobs/boss.ts', '/** Since issue 12, and #34, item 3. */');
     append('src/cli/worker.ts', '// The pool (ADR 0140).');
-    // A header already citing one ADR, and a second one wrapped across two lines.
-    append('src/commits/cycle.ts', '/**\n * the bulk store path (ADR\n * 0040).\n */');
-    const found = checkCitations(broken, NOT_YET_SWEPT).map((v) => `${v.kind} ${v.path}`);
+    // A header citing one ADR, and a second one wrapped across two lines.
+    broken.set(
+      'src/commits/new-file.ts',
+      "import x from 'y';\n\n/** One cycle (ADR 0071). */\n/**\n * the bulk store path (ADR\n * 0040).\n */\n",
+    );
+    const found = checkCitations(broken, NOT_YET_SWEPT)
+      .map((v) => `${v.kind} ${v.path}`)
+      .sort();
     expect(found).toEqual([
-      'design src/app.ts',
+      'adr-more-than-one src/commits/new-file.ts',
       'adr-outside-header src/cli/worker.ts',
-      'adr-outside-header src/commits/cycle.ts',
-      'adr-more-than-one src/commits/cycle.ts',
+      'adr-outside-header src/commits/new-file.ts',
+      'design src/app.ts',
       'issue src/jobs/boss.ts',
       'issue src/jobs/boss.ts',
       'issue src/jobs/boss.ts',
     ]);
-    // A folder not yet swept is not read.
-    append('src/poll/poll-source.ts', '// DESIGN §3, issue 9 (ADR 0001, ADR 0002).');
-    expect(checkCitations(broken, NOT_YET_SWEPT)).toHaveLength(found.length);
+    // A folder skipped is not read.
+    broken.set('src/skipped/x.ts', '// DESIGN §3, issue 9 (ADR 0001, ADR 0002).\n');
+    expect(checkCitations(broken, [...NOT_YET_SWEPT, 'src/skipped/'])).toHaveLength(found.length);
+    // Read, it breaks three rules: DESIGN §, an issue, two ADRs (both in its header).
+    expect(checkCitations(broken, NOT_YET_SWEPT)).toHaveLength(found.length + 3);
   });
 
   it('finds the header after a shebang and imports, and not past code', () => {
