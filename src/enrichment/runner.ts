@@ -14,6 +14,7 @@ import {
 import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { redact } from '../platform/redact.ts';
+import { jsonUnderPolicy } from '../store/commit-emails.ts';
 import type { Deps } from '../work/deps.ts';
 import { ENTITY_TABLES } from '../work/entity.ts';
 import { shareRule } from '../work/split.ts';
@@ -218,10 +219,11 @@ async function applyResponse(
       try {
         if (response.status !== 200)
           throw new GitHubRequestFailed(path, response.status, 'unexpected status');
+        // A profile's public email, or an address in a bio or a description, is held to
+        // COMMIT_EMAILS like every other address the store keeps.
+        const body = jsonUnderPolicy(response.data, deps.config.commits.emails);
         profile =
-          claim.class === 'actor'
-            ? actorProfile(response.data, path)
-            : repositoryProfile(response.data, path);
+          claim.class === 'actor' ? actorProfile(body, path) : repositoryProfile(body, path);
         if (profile.id !== claim.id) {
           // The login/name now belongs to another account (renamed, then taken). Not ours
           // to store; ingestion will bring the entity's new name and a retry will find it.

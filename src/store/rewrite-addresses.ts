@@ -8,9 +8,11 @@ import { addressUnderPolicy, jsonUnderPolicy, textUnderPolicy } from './commit-e
  * Stored rows put under a stricter COMMIT_EMAILS (ADR 0184): what `bin/setup --reconfigure`
  * runs before it records `keep → hash`, `keep → drop` or `hash → drop`, so that no row
  * stored under the old value keeps an address the new one forbids. The same places the
- * policy holds at write time: payloads, commit rows, rejected events, webhook rejections.
+ * policy holds at write time: payloads, commit rows, rejected events, webhook rejections,
+ * and the account and repository profiles enrichment stored.
  *
- * Big tables are walked in key order, BATCH rows a statement, each batch's UPDATE committed
+ * Big tables are walked in key order (the key columns themselves, never their text: ids of
+ * different lengths sort otherwise as text), BATCH rows a statement, each batch's UPDATE committed
  * on its own: an interrupted run leaves rows done and rows not yet, and running it again
  * (the setting is recorded only after it finished) does the rest; a row already under the
  * policy is left as it is.
@@ -21,7 +23,13 @@ const BATCH = 2_000;
 type Row = Record<string, string | null> & { gpi_candidate: boolean };
 
 interface Walk {
-  table: 'push_events' | 'commits' | 'rejected_events' | 'webhook_deliveries';
+  table:
+    | 'push_events'
+    | 'commits'
+    | 'rejected_events'
+    | 'webhook_deliveries'
+    | 'actors'
+    | 'repositories';
   /** Key columns and their types, in the order of a unique index on them. */
   key: Record<string, string>;
   candidate: string;
@@ -46,7 +54,7 @@ async function walk(db: Db, w: Walk): Promise<number> {
         : sql`WHERE (${keyList}) > (${sql.join(after.map((v, i) => sql`${v}::${sql.raw(w.key[keys[i]!]!)}`))})`;
     const batch = (
       await sql<Row>`
-        SELECT ${sql.raw(keys.map((k) => `${k}::text AS ${k}`).join(', '))},
+        SELECT ${sql.raw(keys.map((k) => `${k}::text AS gpi_key_${k}`).join(', '))},
           (${sql.raw(w.candidate)}) AS gpi_candidate, ${sql.raw(w.read)}
         FROM ${sql.table(w.table)} ${cursor}
         ORDER BY ${keyList} LIMIT ${BATCH}`.execute(db)
@@ -56,12 +64,12 @@ async function walk(db: Db, w: Walk): Promise<number> {
     for (const row of batch) {
       if (!row.gpi_candidate) continue;
       const values = w.rewrite(row);
-      if (values) changed.push({ key: keys.map((k) => row[k] ?? null), values });
+      if (values) changed.push({ key: keys.map((k) => row[`gpi_key_${k}`] ?? null), values });
     }
     if (changed.length > 0) await write(db, w, changed);
     changedRows += changed.length;
     const last = batch.at(-1)!;
-    after = keys.map((k) => last[k] ?? null);
+    after = keys.map((k) => last[`gpi_key_${k}`] ?? null);
     if (batch.length < BATCH) break;
   }
   return changedRows;
@@ -114,6 +122,8 @@ export async function rewriteStoredAddresses(
     commits: 0,
     rejected_events: 0,
     webhook_deliveries: 0,
+    actors: 0,
+    repositories: 0,
   };
   if (mode === 'keep') return counts;
   counts.push_events = await walk(db, {
@@ -179,5 +189,31 @@ export async function rewriteStoredAddresses(
     types: { detail: 'text' },
     rewrite: (row) => changes(row, { detail: textUnderPolicy(row.detail ?? null, mode) }),
   });
+  const profiles = [
+    { table: 'actors', columns: ['name', 'company', 'blog', 'location', 'bio'] },
+    { table: 'repositories', columns: ['description'] },
+  ] as const;
+  for (const { table, columns } of profiles) {
+    const at = (c: string) => `coalesce(${c} LIKE '%@%', false)`;
+    const candidate = [at('profile::text'), ...columns.map(at)].join(' OR ');
+    counts[table] = await walk(db, {
+      table,
+      key: { id: 'bigint' },
+      candidate,
+      read: [
+        `CASE WHEN ${at('profile::text')} THEN profile::text END AS profile`,
+        ...columns.map((c) => `CASE WHEN ${candidate} THEN ${c} END AS ${c}`),
+      ].join(', '),
+      types: { profile: 'jsonb', ...Object.fromEntries(columns.map((c) => [c, 'text'])) },
+      rewrite: (row) => {
+        const next: Record<string, unknown> = Object.fromEntries(
+          columns.map((c) => [c, textUnderPolicy(row[c] ?? null, mode)]),
+        );
+        const profile = row.profile == null ? null : jsonChange(row.profile, mode);
+        if (profile !== null) next.profile = profile;
+        return changes(row, next);
+      },
+    });
+  }
   return counts;
 }

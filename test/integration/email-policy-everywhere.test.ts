@@ -20,7 +20,8 @@ import { deliver, startTestWeb, type TestWeb } from '../support/web.ts';
  * events, GH Archive lines) arrive the three ways a user's deployment receives them — a
  * signed delivery to bin/web, a poll by bin/ingest, a file read by bin/backfill — with one
  * event of the page and one line of the file that cannot be stored (rejected with what
- * they carried). Then the whole database is read back (every row of every table in every
+ * they carried); bin/enrich then stores the profiles of the accounts and repositories they
+ * name, which carry a public email and addresses in a bio and a description. Then the whole database is read back (every row of every table in every
  * schema, as text), with the processes' logs and the hours bin/export writes, and not one
  * address the inputs held is found in clear; under `hash` the addresses are there hashed,
  * so each still joins to itself.
@@ -129,6 +130,44 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
     expect(backfilled.out).toMatch(/completed: 3 events, 3 pushes, 3 stored/);
     logs.push(backfilled.err);
 
+    // bin/enrich of every account and repository those pushes name: GitHub's profiles carry
+    // a public email, an address in a bio and one in a description.
+    const actors = await sql<{ id: string; login: string }>`
+      SELECT id::text, login FROM actors`.execute(t.db);
+    for (const a of actors.rows) {
+      fake.setUser({
+        id: Number(a.id),
+        login: a.login,
+        type: 'User',
+        email: `${a.login.toLowerCase()}.profile@example.org`,
+        bio: `Write to ${a.login.toLowerCase()}.bio@example.net`,
+        created_at: '2012-01-01T00:00:00Z',
+      });
+    }
+    const repos = await sql<{ id: string; full_name: string }>`
+      SELECT id::text, full_name FROM repositories`.execute(t.db);
+    for (const r of repos.rows) {
+      fake.setRepo({
+        id: Number(r.id),
+        full_name: r.full_name,
+        name: r.full_name.split('/')[1]!,
+        owner: { login: r.full_name.split('/')[0]! },
+        description: 'Security reports: security-team@example.com',
+        private: false,
+      });
+    }
+    const enriched = await runBin('enrich', ['--limit', '100'], env());
+    expect(enriched.code, enriched.err).toBe(0);
+    logs.push(enriched.err);
+    const profiled = await sql<{ actors: number; repos: number }>`
+      SELECT (SELECT count(*)::int FROM actors WHERE profile IS NOT NULL) AS actors,
+             (SELECT count(*)::int FROM repositories WHERE profile IS NOT NULL) AS repos`.execute(
+      t.db,
+    );
+    expect(profiled.rows[0]).toEqual({ actors: actors.rows.length, repos: repos.rows.length });
+    expect(actors.rows.length).toBeGreaterThan(0);
+    expect(repos.rows.length).toBeGreaterThan(0);
+
     // What arrived: every push stored, their commits too; the bad ones rejected.
     const counts = await sql<{ pushes: number; commits: number; rejected: number }>`
       SELECT (SELECT count(*)::int FROM push_events) AS pushes,
@@ -153,6 +192,14 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
     );
     // The field that is not an address by any pattern: held to the policy all the same.
     given.push('arifarhan1602@.com');
+    // And what the profiles carried.
+    for (const a of actors.rows) {
+      given.push(
+        `${a.login.toLowerCase()}.profile@example.org`,
+        `${a.login.toLowerCase()}.bio@example.net`,
+      );
+    }
+    given.push('security-team@example.com');
     expect(given).toEqual(
       expect.arrayContaining([
         'fmhrit@gmail.com',
