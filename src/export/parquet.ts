@@ -78,7 +78,7 @@ export const COLUMNS: Record<TableName, readonly (readonly [string, string])[]> 
 
 const COPY_OPTIONS = 'FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880';
 /** DuckDB's memory for one hour's tables; past it, it spills to its temporary directory. */
-const MEMORY_LIMIT = '256MB';
+const MEMORY_LIMIT = '128MB';
 const FIRST_FETCH = 200;
 const MAX_FETCH = 5_000;
 const FETCH_BYTES = 4 * 1024 * 1024;

@@ -13,7 +13,7 @@ import { type Child, killAll, ROOT, spawnBin } from './world.ts';
  * An hour of 100,000 pushes (265,000 commits) written as Parquet by the real bin/export:
  * rows stream from a cursor into DuckDB a fetch at a time, and DuckDB spills past its
  * memory limit, so the process's peak RSS over its whole life (getrusage, written at exit)
- * stays under 700 MB, and both tables hold every row.
+ * stays under 512 MB, and both tables hold every row.
  */
 
 const t = useTestDatabase();
@@ -21,7 +21,7 @@ const children: Child[] = [];
 let dir: string;
 const PUSHES = 100_000;
 const HOUR = hourOf(new Date('2026-11-20T09:00:00Z'));
-const PEAK_BOUND = 700 * 1024 * 1024;
+const PEAK_BOUND = 512 * 1024 * 1024;
 const PEAK_HOOK = `--import=${path.join(ROOT, 'test/support/peak-rss.mjs')}`;
 
 beforeAll(async () => {
@@ -34,7 +34,7 @@ afterAll(async () => {
 });
 
 describe('bin/export --format parquet of a 100,000-push hour', () => {
-  it('writes every row and stays under 700 MB', async () => {
+  it('writes every row and stays under 512 MB', async () => {
     const rssFile = path.join(dir, 'rss');
     const child = spawnBin(
       'export',
