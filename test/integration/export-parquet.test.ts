@@ -30,6 +30,17 @@ const env = () => ({ DATABASE_URL: t.url, LOG_LEVEL: 'warn', LOG_FORMAT: 'json' 
 
 beforeAll(async () => {
   w = await buildExportWorld(t);
+  // The push of 25 commits of which the world stores 20: the other 5 fetched since, so it is
+  // complete, and its line still lists 20.
+  await sql`INSERT INTO commits (repository_id, sha, author_name, author_email, message, authored_at)
+    SELECT p.repository_id, md5(p.head || i) || substr(md5('x' || i), 1, 8), 'Late ' || i,
+      'late' || i || '@example.com', 'late commit ' || i, '2026-11-01T00:00:00Z'::timestamptz + i * interval '1 second'
+    FROM push_events p, generate_series(20, 24) i WHERE p.head = ${w.heads.partial}`.execute(t.db);
+  await sql`INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct")
+    SELECT p.repository_id, p.ref, p.before, p.head, i, md5(p.head || i) || substr(md5('x' || i), 1, 8), true
+    FROM push_events p, generate_series(20, 24) i WHERE p.head = ${w.heads.partial}`.execute(t.db);
+  await sql`UPDATE push_events SET commits_state = 'complete', commit_count = 25
+    WHERE head = ${w.heads.partial}`.execute(t.db);
   dir = mkdtempSync(path.join(tmpdir(), 'gpi-export-parquet-'));
   const r = await runBin(
     'export',
@@ -144,8 +155,10 @@ describe('the Parquet tables of an hour', () => {
         AND p.commits_state IN ('complete', 'partial', 'none')
       ORDER BY p.created_at, p.id NULLS LAST, p.repository_id, p.ref COLLATE "C",
         p.before COLLATE "C", p.head COLLATE "C", pc.position`.execute(t.db);
-    // The push of 25 commits has all 25 here (a line lists 20).
-    expect(read.some((r) => (r.position as number) >= 20)).toBe(true);
+    // The push of 25 commits has all 25 here; its line lists 20.
+    expect(read.filter((r) => r.head === w.heads.partial)).toHaveLength(25);
+    const line = jsonLines().find((l) => l.payload.head === w.heads.partial)!;
+    expect([line.payload.size, line.payload.commits.length]).toEqual([25, 20]);
     expect(read).toEqual(stored.rows);
   });
 });
