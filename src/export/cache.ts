@@ -48,7 +48,7 @@ export const MAX_CACHE_BYTES = 2 * 1024 ** 3;
 export const FILE_FORMAT = `v${FORMAT_VERSION}/zlib-${process.versions.zlib}`;
 
 /**
- * The Parquet tables of an hour and the parts of its manifest (ADR 0195) are one build,
+ * The Parquet tables of an hour and the parts of its manifest are one build,
  * recorded under their own format (they depend on the line format too: the manifest lists
  * the JSON file), named by the SHA-256 of the parts.
  */
