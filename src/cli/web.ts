@@ -20,7 +20,10 @@ Serves, on HTTP_HOST:HTTP_PORT (default 127.0.0.1:3000):
   GET  /metrics           Prometheus metrics (read from the database at scrape time)
   POST /webhooks/github   GitHub push webhooks (needs WEBHOOK_SECRET; 404 without it)
   GET  /archive/          this store's hours as GH Archive files: an index, and
-                          /archive/YYYY-MM-DD-H.json.gz each (ARCHIVE_SERVE=off: 404)
+                          /archive/YYYY-MM-DD-H.json.gz each, with its Parquet tables
+                          (/archive/pushes/…parquet, /archive/push_commits/…parquet)
+                          and manifest (/archive/YYYY-MM-DD-H.manifest.json), the bytes
+                          bin/export writes (ARCHIVE_SERVE=off: 404)
 
 Six database connections (or DATABASE_POOL_MAX when lower, at least three): a third for
 webhook intake, a third for /archive, a third for the rest; none waits for another's.

@@ -6,6 +6,7 @@ import { AppError } from '../platform/errors.ts';
 import type { Logger } from '../platform/log.ts';
 import { type ArchiveHour, hourEnd } from '../store/archive-hours.ts';
 import { hourOpenReasons, type OpenReason, withPending } from '../store/open-hours.ts';
+import { buildTables, type TablesBuilt, tablesFileName } from './hour-export.ts';
 import { hourKnown, type Run } from './hour-query.ts';
 import {
   type BuiltHour,
@@ -16,8 +17,9 @@ import {
   recordBuilt,
   renamedSince,
 } from './hour-state.ts';
+import { PARQUET_FORMAT } from './parquet.ts';
 import { sweepTemporaryFiles } from './temporary-files.ts';
-import { FORMAT_VERSION, type HourFile, inHourSnapshot, writeHourFile } from './write.ts';
+import { FORMAT_VERSION, inHourSnapshot, writeHourFile } from './write.ts';
 
 /**
  * The hour files /archive serves (ADR 0130, ADR 0185), built once per state of the hour and
@@ -45,6 +47,33 @@ export const MAX_CACHE_BYTES = 2 * 1024 ** 3;
 /** What decides an hour file's bytes besides the rows: the line format and the compressor. */
 export const FILE_FORMAT = `v${FORMAT_VERSION}/zlib-${process.versions.zlib}`;
 
+/**
+ * The Parquet tables of an hour and the parts of its manifest are one build,
+ * recorded under their own format (they depend on the line format too: the manifest lists
+ * the JSON file), named by the SHA-256 of the parts.
+ */
+export const TABLES_FORMAT = `${FILE_FORMAT}/${PARQUET_FORMAT}`;
+
+/** What a request asks of an hour: its JSON file, a table, or its manifest's parts. */
+export type ArchivePart = 'json' | 'pushes' | 'push_commits' | 'parts';
+
+function formatOf(part: ArchivePart): string {
+  return part === 'json' ? FILE_FORMAT : TABLES_FORMAT;
+}
+
+/** The file a build named by `sha256` keeps `part` in. */
+function fileName(hour: ArchiveHour, sha256: string, part: ArchivePart): string {
+  return part === 'json'
+    ? `${hour.name}.${sha256.slice(0, 40)}.json.gz`
+    : tablesFileName(hour, sha256, part);
+}
+
+/** The names a build of `part`'s format has (the JSON file; or two tables and the parts). */
+const SUFFIXES: Record<'json' | 'tables', readonly string[]> = {
+  json: ['.json.gz'],
+  tables: ['.pushes.parquet', '.push_commits.parquet', '.parts.json'],
+};
+
 export type ArchiveAnswer =
   | { kind: 'unknown' }
   /** An import is writing into the hour: answered 503, nothing built. */
@@ -56,7 +85,7 @@ export type ArchiveAnswer =
       handle: FileHandle;
       bytes: number;
       /** This request built it (null: served from the cache). */
-      built: HourFile | null;
+      built: TablesBuilt | null;
       reasons: OpenReason[];
     };
 
@@ -96,10 +125,6 @@ export function matches(ifNoneMatch: string | undefined, etag: string): boolean 
     .split(',')
     .map((t) => t.trim().replace(/^W\//, ''))
     .some((t) => t === '*' || t === etag);
-}
-
-function fileName(hour: ArchiveHour, sha256: string): string {
-  return `${hour.name}.${sha256.slice(0, 40)}.json.gz`;
 }
 
 /** What one look at the hour, in one snapshot, found or did. */
@@ -183,23 +208,28 @@ export class ArchiveCache {
    * the hour). A hit never waits for a build; a miss while another build runs waits for it
    * and looks again (it may be the same hour).
    */
-  async answer(hour: ArchiveHour, now: Date, ifNoneMatch?: string): Promise<ArchiveAnswer> {
+  async answer(
+    hour: ArchiveHour,
+    now: Date,
+    ifNoneMatch?: string,
+    part: ArchivePart = 'json',
+  ): Promise<ArchiveAnswer> {
     const dir = await this.dir();
     for (;;) {
       const step = await this.#withSlot(async () => {
         let building: (() => void) | null = null;
         try {
           const s = await inHourSnapshot(this.#db, (run) =>
-            this.#look(run, dir, hour, now, ifNoneMatch, (release) => {
+            this.#look(run, dir, hour, now, ifNoneMatch, part, (release) => {
               building = release;
             }),
           );
           try {
             // Recorded before the build is released: whoever waited for it finds the row.
-            if (s?.record) await recordBuilt(this.#db, hour, FILE_FORMAT, s.record);
+            if (s?.record) await recordBuilt(this.#db, hour, formatOf(part), s.record);
             if (s?.confirm) {
               const { built, snapshot } = s.confirm;
-              await confirmBuilt(this.#db, hour, FILE_FORMAT, built, snapshot);
+              await confirmBuilt(this.#db, hour, formatOf(part), built, snapshot);
             }
           } catch (err) {
             if (s?.answer.kind === 'file') await s.answer.handle.close().catch(() => {});
@@ -221,13 +251,14 @@ export class ArchiveCache {
     hour: ArchiveHour,
     now: Date,
     ifNoneMatch: string | undefined,
+    part: ArchivePart,
     onBuild: (release: () => void) => void,
   ): Promise<Step> {
     const seen = this.#buildsDone;
     const open = await hourOpenReasons(run, hour, now);
     if (open.includes('importing')) return { answer: { kind: 'importing', reasons: open } };
     const changes = await hourChanges(run, hour);
-    const built = await builtHour(run, hour, FILE_FORMAT);
+    const built = await builtHour(run, hour, formatOf(part));
     let confirm: { built: BuiltHour; snapshot: string } | undefined;
     let current = built !== null && built.changes === changes;
     if (current) {
@@ -241,7 +272,7 @@ export class ArchiveCache {
       if (matches(ifNoneMatch, etag)) {
         return { answer: { kind: 'not_modified', etag, reasons }, confirm };
       }
-      const held = await this.#openFile(dir, fileName(hour, built.sha256));
+      const held = await this.#openFile(dir, fileName(hour, built.sha256, part));
       if (held) return { answer: { kind: 'file', etag, ...held, built: null, reasons }, confirm };
       // Recorded, but not on this disk (another replica built it, or the cache was pruned):
       // built again below, in this snapshot, where it is the same bytes.
@@ -262,7 +293,7 @@ export class ArchiveCache {
       done();
     });
     const snapshot = await currentSnapshot(run);
-    const file = await this.#build(run, dir, hour);
+    const file = await this.#build(run, dir, hour, part);
     if (current && built && built.sha256 !== file.sha256) {
       // The recorded file's count said nothing changed, but the bytes did: a write the
       // triggers do not watch. Served and recorded as built; worth a report.
@@ -276,9 +307,12 @@ export class ArchiveCache {
         `archive: ${hour.name} changed without a counted write (recorded ${built.sha256.slice(0, 12)}…, built ${file.sha256.slice(0, 12)}…)`,
       );
     }
-    const opened = await this.#openFile(dir, fileName(hour, file.sha256));
-    if (!opened)
-      throw new Error(`archive cache: ${fileName(hour, file.sha256)} vanished after its build`);
+    const opened = await this.#openFile(dir, fileName(hour, file.sha256, part));
+    if (!opened) {
+      throw new Error(
+        `archive cache: ${fileName(hour, file.sha256, part)} vanished after its build`,
+      );
+    }
     const etag = etagOf(file.sha256);
     const record: BuiltHour = {
       changes,
@@ -312,15 +346,19 @@ export class ArchiveCache {
     return { handle, bytes };
   }
 
-  async #build(run: Run, dir: string, hour: ArchiveHour): Promise<HourFile> {
+  async #build(run: Run, dir: string, hour: ArchiveHour, part: ArchivePart): Promise<TablesBuilt> {
     const t0 = Date.now();
-    const file = await writeHourFile(run, hour, (f) => path.join(dir, fileName(hour, f.sha256)), {
-      dir,
-    });
+    const file =
+      part === 'json'
+        ? await writeHourFile(run, hour, (f) => path.join(dir, fileName(hour, f.sha256, part)), {
+            dir,
+          })
+        : await buildTables(run, dir, hour);
     this.#logger.info(
       {
         event: 'export.hour_written',
         hour: hour.name,
+        format: part === 'json' ? 'json' : 'parquet',
         pushes: file.pushes,
         pending: file.pending,
         bytes: file.bytes,
@@ -331,33 +369,45 @@ export class ArchiveCache {
       },
       `archive: ${hour.name} built: ${file.pushes} pushes, ${file.bytes} bytes`,
     );
-    await this.#prune(dir, hour, fileName(hour, file.sha256)).catch((err: unknown) =>
+    const kind = part === 'json' ? 'json' : 'tables';
+    await this.#prune(dir, hour, kind, file.sha256).catch((err: unknown) =>
       this.#logger.warn({ err }, `archive cache: pruning ${dir} failed`),
     );
     return file;
   }
 
-  /** Older files of the hour go; then the least recently served until under the cap. */
-  async #prune(dir: string, hour: ArchiveHour, keep: string): Promise<void> {
+  /**
+   * Older builds of the hour of the same kind go; then the least recently served files until
+   * under the cap (a build's files apart, when they are not the one just made).
+   */
+  async #prune(
+    dir: string,
+    hour: ArchiveHour,
+    kind: 'json' | 'tables',
+    sha256: string,
+  ): Promise<void> {
+    const all = [...SUFFIXES.json, ...SUFFIXES.tables];
     const entries = await Promise.all(
       (await readdir(dir))
-        .filter((n) => n.endsWith('.json.gz'))
+        .filter((n) => all.some((s) => n.endsWith(s)))
         .map(async (n) => ({ name: n, ...(await stat(path.join(dir, n)).catch(() => null)) })),
     );
     const files = entries.filter(
       (e): e is typeof e & { size: number; mtimeMs: number } => 'size' in e,
     );
     const prefix = `${hour.name}.`;
+    const keep = `${hour.name}.${sha256.slice(0, 40)}.`;
     const left = [];
     for (const f of files) {
-      if (f.name !== keep && f.name.startsWith(prefix))
+      const mine = SUFFIXES[kind].some((s) => f.name.endsWith(s));
+      if (mine && f.name.startsWith(prefix) && !f.name.startsWith(keep))
         await rm(path.join(dir, f.name), { force: true });
       else left.push(f);
     }
     let total = left.reduce((n, f) => n + f.size, 0);
     for (const f of left.sort((a, b) => a.mtimeMs - b.mtimeMs)) {
       if (total <= this.#maxBytes) break;
-      if (f.name === keep) continue;
+      if (f.name.startsWith(keep)) continue;
       await rm(path.join(dir, f.name), { force: true });
       total -= f.size;
     }

@@ -1,5 +1,5 @@
 import { CompiledQuery } from 'kysely';
-import type { CommitsState } from '../platform/db/columns.ts';
+import type { CommitsState, PushOrigin } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { type ExportRow, MAX_LINE_COMMITS } from './line.ts';
 
@@ -35,9 +35,14 @@ const CREATED_AT = `to_char(p.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:
     || CASE WHEN date_trunc('second', p.created_at) = p.created_at THEN ''
             ELSE rtrim(to_char(p.created_at AT TIME ZONE 'UTC', '.US'), '0') END || 'Z'`;
 
-/** GH Archive's `org`: the repository's owner, when enrichment says it is an organization. */
+/**
+ * GH Archive's `org`: the one the event carried; for a push stored before push_events kept
+ * the event's names (repo_name NULL), the repository's owner when enrichment says it is an
+ * organization.
+ */
 const ORG = (field: 'id' | 'login') =>
-  `CASE WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
+  `CASE WHEN p.repo_name IS NOT NULL THEN p.org_${field}::text
+        WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
 
 export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref COLLATE "C",
   p.before COLLATE "C", p.head COLLATE "C"`;
@@ -50,9 +55,9 @@ export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref
  * line lists.
  */
 const HOUR_SELECT = `
-  SELECT p.id::text AS id, p.actor_id::text AS actor_id, a.login,
-    p.repository_id::text AS repository_id, r.full_name,
-    ${ORG('id')} AS org_id, ${ORG('login')} AS org_login,
+  SELECT p.id::text AS id, p.actor_id::text AS actor_id, coalesce(p.actor_login, a.login) AS login,
+    p.repository_id::text AS repository_id, coalesce(p.repo_name, r.full_name) AS full_name,
+    ${ORG('id')} AS org_id, ${ORG('login')} AS org_login, p.origin,
     p.push_id::text AS push_id, p.ref, p.head, p.before, ${CREATED_AT} AS created_at,
     p.commits_state, p.commit_count, p.distinct_size,
     f.shas, f.names, f.emails, f.messages, f.distincts,
@@ -98,6 +103,7 @@ export interface HourRow {
   full_name: string;
   org_id: string | null;
   org_login: string | null;
+  origin: PushOrigin;
   push_id: string | null;
   ref: string;
   head: string;

@@ -7,7 +7,8 @@ import path from 'node:path';
  * The temporary files hour files are written into before their rename (src/export/write.ts),
  * and the sweep that removes the ones a killed writer left (a SIGKILLed bin/export, or
  * bin/web mid-build): each is named after the hour file, the writer's pid, a timestamp and
- * its host, `2026-11-29-14.json.gz.<pid>.<time>.<host>.tmp`, so the next writer into the
+ * its host, `2026-11-29-14.json.gz.<pid>.<time>.<host>.tmp` (or of a `.parquet` table or a
+ * `.manifest.json`), so the next writer into the
  * same directory can tell a dead writer's file from a live one's:
  *
  * - written on this host by a process that no longer runs: removed;
@@ -24,7 +25,7 @@ export const STALE_MS = 24 * 3_600_000;
 
 const HOST_TAG = createHash('sha256').update(os.hostname()).digest('hex').slice(0, 8);
 const TEMPORARY =
-  /^\d{4}-\d{2}-\d{2}-\d{1,2}\.json\.gz\.(\d{1,10})\.[0-9a-z]{1,12}(?:\.([0-9a-f]{8}))?\.tmp$/;
+  /^\d{4}-\d{2}-\d{2}-\d{1,2}\.(?:json\.gz|parquet|manifest\.json)\.(\d{1,10})\.[0-9a-z]{1,12}(?:\.([0-9a-f]{8}))?\.tmp$/;
 
 /** The temporary name this process writes `fileName` under. */
 export function temporaryName(fileName: string): string {

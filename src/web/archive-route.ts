@@ -1,11 +1,15 @@
+import { createHash } from 'node:crypto';
 import type http from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import { ArchiveCache, matches } from '../export/cache.ts';
+import { type ArchiveAnswer, ArchiveCache, type ArchivePart, matches } from '../export/cache.ts';
+import { servedManifest } from '../export/hour-export.ts';
 import { archiveIndex } from '../export/hours-index.ts';
+import { openGaps } from '../export/manifest.ts';
+import { inHourSnapshot } from '../export/write.ts';
 import { systemClock } from '../platform/clock.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { DEFAULT_COVERAGE_HOURS, MAX_COVERAGE_HOURS } from '../status/coverage.ts';
-import { hourEnd, parseHour } from '../store/archive-hours.ts';
+import { type ArchiveHour, hourEnd, parseHour } from '../store/archive-hours.ts';
 import {
   HOUR_OPEN_HEADER,
   IMPORTING_RETRY_AFTER_SECONDS,
@@ -15,7 +19,9 @@ import { ArchiveBusy, type ArchiveGate, createArchiveGate, DEFAULT_GATE } from '
 import { sendJson, type WebDeps } from './respond.ts';
 
 /**
- * GET /archive/ and GET /archive/YYYY-MM-DD-H.json.gz (ADR 0130): the store as a GH
+ * GET /archive/ and GET /archive/YYYY-MM-DD-H.json.gz (ADR 0130), and an hour's Parquet
+ * tables and manifest (pushes/…parquet, push_commits/…parquet, …manifest.json, built by
+ * src/export/hour-export.ts): the store as a GH
  * Archive mirror, so another instance can name this one in GHARCHIVE_URL. An hour's file is
  * the same bytes bin/export writes, from a cache keyed by the hour's state
  * (src/export/cache.ts) and streamed from disk: a 1,000,000-push hour costs the server its
@@ -33,7 +39,40 @@ import { sendJson, type WebDeps } from './respond.ts';
 /** The wildcard key the router (src/web/server.ts) files the hour files under. */
 export const ARCHIVE_FILES = '/archive/*';
 
-const FILE_PATH = /^\/archive\/(\d{4}-\d{2}-\d{2}-\d{1,2})\.json\.gz$/;
+const HOUR_NAME = '(\\d{4}-\\d{2}-\\d{2}-\\d{1,2})';
+
+/** Each file an hour has under /archive/: its path, and what the cache is asked for. */
+const FILES: readonly {
+  path: RegExp;
+  part: ArchivePart;
+  named: (hour: string) => string;
+  type: string;
+}[] = [
+  {
+    path: new RegExp(`^/archive/${HOUR_NAME}\\.json\\.gz$`),
+    part: 'json',
+    named: (h) => `/archive/${h}.json.gz`,
+    type: 'application/gzip',
+  },
+  {
+    path: new RegExp(`^/archive/pushes/${HOUR_NAME}\\.parquet$`),
+    part: 'pushes',
+    named: (h) => `/archive/pushes/${h}.parquet`,
+    type: 'application/vnd.apache.parquet',
+  },
+  {
+    path: new RegExp(`^/archive/push_commits/${HOUR_NAME}\\.parquet$`),
+    part: 'push_commits',
+    named: (h) => `/archive/push_commits/${h}.parquet`,
+    type: 'application/vnd.apache.parquet',
+  },
+  {
+    path: new RegExp(`^/archive/${HOUR_NAME}\\.manifest\\.json$`),
+    part: 'parts',
+    named: (h) => `/archive/${h}.manifest.json`,
+    type: 'application/json',
+  },
+];
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>;
 
@@ -89,27 +128,72 @@ export function archiveRoutes(
     }
   };
 
+  /**
+   * The manifest: the parts of the hour's tables build and the gaps open now, in one
+   * snapshot of the archive's pool; its ETag is its SHA-256, like a file's.
+   */
+  async function manifest(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    hour: ArchiveHour,
+    answer: Extract<ArchiveAnswer, { kind: 'file' }>,
+  ): Promise<void> {
+    let parts: string;
+    try {
+      parts = (await answer.handle.readFile()).toString('utf8');
+    } finally {
+      await answer.handle.close().catch(() => {});
+    }
+    const gaps = await gate.withSlot(() => inHourSnapshot(db, (run) => openGaps(run, hour)));
+    const body = Buffer.from(servedManifest(hour, parts, gaps));
+    const etag = `"${createHash('sha256').update(body).digest('hex').slice(0, 40)}"`;
+    const headers = { etag, 'cache-control': 'no-cache', ...openHeader(answer.reasons) };
+    if (matches(header(req, 'if-none-match'), etag)) {
+      res.writeHead(304, headers);
+      res.end();
+      return;
+    }
+    res.writeHead(200, {
+      'content-type': 'application/json',
+      'content-length': body.length,
+      ...headers,
+    });
+    res.end(req.method === 'HEAD' ? undefined : body);
+  }
+
   const file: Handler = async (req, res) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    const name = FILE_PATH.exec(path)?.[1];
+    let kind: (typeof FILES)[number] | undefined;
+    let name: string | undefined;
+    for (const f of FILES) {
+      name = f.path.exec(path)?.[1];
+      if (name) {
+        kind = f;
+        break;
+      }
+    }
     const hour = name ? parseHour(name) : null;
     const at = now();
     // One rule for a zero-padded hour everywhere (bin/export, bin/backfill, here): it is
     // that hour. Its file has GH Archive's name (2026-01-01-5, never -05): sent there.
-    if (hour && hour.name !== name) {
-      res.writeHead(301, { location: `/archive/${hour.name}.json.gz` });
+    if (hour && kind && hour.name !== name) {
+      res.writeHead(301, { location: kind.named(hour.name) });
       res.end();
       return;
     }
     // Only hours that are over.
-    if (!hour || hourEnd(hour) > at) {
+    if (!hour || !kind || hourEnd(hour) > at) {
       sendJson(res, 404, { error: 'not found' });
       return;
     }
-    const ifNoneMatch = header(req, 'if-none-match');
-    let answer: Awaited<ReturnType<ArchiveCache['answer']>>;
+    // A manifest's ETag is its own (it holds the gaps open now), not its build's.
+    const ifNoneMatch = kind.part === 'parts' ? undefined : header(req, 'if-none-match');
+    let answer: ArchiveAnswer;
     try {
-      answer = await cache.answer(hour, at, ifNoneMatch);
+      answer = await cache.answer(hour, at, ifNoneMatch, kind.part);
+      if (answer.kind === 'file' && kind.part === 'parts') {
+        return await manifest(req, res, hour, answer);
+      }
     } catch (err) {
       if (!(err instanceof ArchiveBusy)) throw err;
       return busy(res, err);
@@ -140,7 +224,7 @@ export function archiveRoutes(
     const { handle } = answer;
     try {
       res.writeHead(200, {
-        'content-type': 'application/gzip',
+        'content-type': kind.type,
         'content-length': answer.bytes,
         etag: answer.etag,
         // The hour may still change (a gap filled, commits fetched): revalidate each time.

