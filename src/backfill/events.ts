@@ -5,6 +5,7 @@ import { decodeUtf8KeepingInvalid } from '../platform/json/utf8.ts';
 import { mapPushEvent, type PushRow } from '../store/mapping.ts';
 import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../store/rules.ts';
 import { type Line, OVERSIZE } from './lines.ts';
+import { isTimelineLine, timelineNames, timelinePush } from './timeline.ts';
 
 /**
  * One archive line → what it is. Only lines that may hold a PushEvent are parsed: an hour
@@ -135,7 +136,10 @@ export function classifyLine(raw: Line): LineVerdict {
   }
   const e = event as Record<string, unknown>;
   if (e.type === 'PushEvent') return { kind: 'push', event: e, text };
-  if (typeof e.type !== 'string' || e.id === undefined) return notAnEvent(line);
+  // A timeline-format line (2011–2014) has no id: it is an event all the same.
+  if (typeof e.type !== 'string' || (e.id === undefined && !isTimelineLine(e))) {
+    return notAnEvent(line);
+  }
   return { kind: 'other' };
 }
 
@@ -238,6 +242,9 @@ export interface ArchiveRejection {
   eventId: string | null;
 }
 
+/** Digits enough that JSON.parse may have rounded a number: such a line is parsed again exactly. */
+const LONG_NUMBER = /\d{16}/;
+
 /** A push line → its row (free text made storable, as the poll path does), or why it is set aside. */
 export function mapArchivePush(
   e: Record<string, unknown>,
@@ -247,6 +254,11 @@ export function mapArchivePush(
   const fast = fastMapPush(e, text);
   if (fast) return fast;
   try {
+    if (isTimelineLine(e)) {
+      return timelinePush(
+        LONG_NUMBER.test(text) ? (parseJson(text) as Record<string, unknown>) : e,
+      );
+    }
     // The rules judge the event as parsed exactly: no id or payload number rounded.
     const exact = parseJson(text) as Record<string, unknown>;
     // `"id": null`: another instance's line of a push it knows only by webhook (ADR 0130),
@@ -275,6 +287,18 @@ function lower(v: unknown): string | null {
   return typeof v === 'string' ? v.toLowerCase() : null;
 }
 
+/** The names a scope tests, from a modern line or a timeline-format one. */
+function namesOf(e: Record<string, unknown>) {
+  if (isTimelineLine(e)) return timelineNames(e);
+  const repo = asObject(e.repo);
+  return {
+    actorLogin: asObject(e.actor)?.login,
+    repoName: repo?.name,
+    repoId: repo?.id,
+    orgLogin: asObject(e.org)?.login,
+  };
+}
+
 /**
  * `public`: every event. `repo O/N`: that repository (by name as the event recorded it, or
  * by the id we hold for that name). `org O`: events whose `org` is O or whose repository
@@ -290,14 +314,15 @@ export function scopeOf(
       return () => true;
     case 'repo':
       return (e) => {
-        const repo = asObject(e.repo);
-        return lower(repo?.name) === target || (knownRepoId !== null && repo?.id === knownRepoId);
+        const { repoName, repoId } = namesOf(e);
+        return lower(repoName) === target || (knownRepoId !== null && repoId === knownRepoId);
       };
     case 'org':
-      return (e) =>
-        lower(asObject(e.org)?.login) === target ||
-        (lower(asObject(e.repo)?.name)?.split('/')[0] ?? null) === target;
+      return (e) => {
+        const { orgLogin, repoName } = namesOf(e);
+        return lower(orgLogin) === target || (lower(repoName)?.split('/')[0] ?? null) === target;
+      };
     case 'user':
-      return (e) => lower(asObject(e.actor)?.login) === target;
+      return (e) => lower(namesOf(e).actorLogin) === target;
   }
 }
