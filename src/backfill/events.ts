@@ -12,7 +12,8 @@ import { isTimelineLine, timelineNames, timelinePush } from './timeline.ts';
  * is ~half other event types, often large, and the bulk path's budget is a fraction of a
  * COPY (ADR 0040). A line that does not contain `"PushEvent"` at all cannot be one — JSON
  * escapes the quotes of any string value — so it is counted as another event after a
- * shape check (`{` … `}`, and a `"type"` and an `"id"` somewhere: `{}` is not an event)
+ * shape check (`{` … `}`, and a `"type"` and an `"id"` — or, in a timeline-format line of
+ * 2011–2014, an `"actor"` — somewhere: `{}` is not an event)
  * that catches garbage and truncated lines. Its inside is not validated: we do not store
  * other event types, so a broken one costs nothing. A push line is measured against the
  * JSON limits (src/platform/json/bounded.ts) before it is parsed, and decoded keeping its invalid
@@ -55,17 +56,18 @@ function excerpt(line: Buffer | string, max = 120): string {
 const MAX_KEPT_TEXT = 64 * 1024;
 const TYPE_MARK = Buffer.from('"type"');
 const ID_MARK = Buffer.from('"id"');
+const ACTOR_MARK = Buffer.from('"actor"');
 
 function keptText(line: Buffer): string {
   return line.subarray(0, MAX_KEPT_TEXT).toString('utf8');
 }
 
-/** A JSON object that is not an event (no type or id): counted as set aside, not as an event. */
+/** A JSON object that is not an event (no type, or no id nor actor): set aside, not an event. */
 function notAnEvent(line: Buffer): LineVerdict {
   return {
     kind: 'malformed',
     reason: 'not_an_event',
-    detail: `not an event (no "type" and "id"): ${excerpt(line)}`,
+    detail: `not an event (no "type", or neither "id" nor "actor"): ${excerpt(line)}`,
     eventId: null,
     raw: keptText(line),
   };
@@ -93,8 +95,14 @@ export function classifyLine(raw: Line): LineVerdict {
     };
   }
   if (line.indexOf(PUSH_MARK) === -1) {
-    // Not parsed (see above), but an event has a type and an id: `{}` is not one.
-    if (line.indexOf(TYPE_MARK) === -1 || line.indexOf(ID_MARK) === -1) return notAnEvent(line);
+    // Not parsed (see above), but an event has a type and an id (a timeline-format one, of
+    // 2011–2014, an actor instead): `{}` is not one.
+    if (
+      line.indexOf(TYPE_MARK) === -1 ||
+      (line.indexOf(ID_MARK) === -1 && line.indexOf(ACTOR_MARK) === -1)
+    ) {
+      return notAnEvent(line);
+    }
     return { kind: 'other' };
   }
   // Measured before it is parsed: a line over the limits is never built (ADR 0060).
