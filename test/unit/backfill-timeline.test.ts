@@ -108,7 +108,11 @@ describe('timeline-format lines (2011–2014)', () => {
 
   it('still refuses a modern line that lost its id', () => {
     const modern = JSON.parse(LINES[0]!) as Record<string, unknown>;
-    const broken = { type: 'PushEvent', actor: { id: 1, login: 'a' }, repo: { id: 2, name: 'a/b' } };
+    const broken = {
+      type: 'PushEvent',
+      actor: { id: 1, login: 'a' },
+      repo: { id: 2, name: 'a/b' },
+    };
     expect(isTimelineLine(modern)).toBe(true);
     expect(isTimelineLine(broken)).toBe(false);
     const text = JSON.stringify({ ...broken, payload: {}, created_at: '2014-01-01T00:00:00Z' });
