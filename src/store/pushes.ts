@@ -173,8 +173,8 @@ const STAGE_COLUMNS = `
   id bigint, actor_id bigint, repository_id bigint,
   push_id bigint, ref text, head text, before text, created_at timestamptz,
   payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
-  commits_due boolean, commits_error text, actor_login text, repo_name text, org_id bigint,
-  org_login text`;
+  commits_due boolean, commits_error text,
+  actor_login text, repo_name text, org_id bigint, org_login text`;
 
 /** Creates this session's staging table (idempotent; call outside or inside a transaction). */
 export async function prepareStage(client: pg.ClientBase): Promise<void> {
