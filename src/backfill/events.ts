@@ -5,13 +5,15 @@ import { decodeUtf8KeepingInvalid } from '../platform/json/utf8.ts';
 import { mapPushEvent, type PushRow } from '../store/mapping.ts';
 import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../store/rules.ts';
 import { type Line, OVERSIZE } from './lines.ts';
+import { isTimelineLine, timelineNames, timelinePush } from './timeline.ts';
 
 /**
  * One archive line → what it is. Only lines that may hold a PushEvent are parsed: an hour
  * is ~half other event types, often large, and the bulk path's budget is a fraction of a
  * COPY (ADR 0040). A line that does not contain `"PushEvent"` at all cannot be one — JSON
  * escapes the quotes of any string value — so it is counted as another event after a
- * shape check (`{` … `}`, and a `"type"` and an `"id"` somewhere: `{}` is not an event)
+ * shape check (`{` … `}`, and a `"type"` and an `"id"` — or, in a timeline-format line of
+ * 2011–2014, an `"actor"` — somewhere: `{}` is not an event)
  * that catches garbage and truncated lines. Its inside is not validated: we do not store
  * other event types, so a broken one costs nothing. A push line is measured against the
  * JSON limits (src/platform/json/bounded.ts) before it is parsed, and decoded keeping its invalid
@@ -54,17 +56,18 @@ function excerpt(line: Buffer | string, max = 120): string {
 const MAX_KEPT_TEXT = 64 * 1024;
 const TYPE_MARK = Buffer.from('"type"');
 const ID_MARK = Buffer.from('"id"');
+const ACTOR_MARK = Buffer.from('"actor"');
 
 function keptText(line: Buffer): string {
   return line.subarray(0, MAX_KEPT_TEXT).toString('utf8');
 }
 
-/** A JSON object that is not an event (no type or id): counted as rejected, not as an event. */
+/** A JSON object that is not an event (no type, or no id nor actor): rejected, not an event. */
 function notAnEvent(line: Buffer): LineVerdict {
   return {
     kind: 'malformed',
     reason: 'not_an_event',
-    detail: `not an event (no "type" and "id"): ${excerpt(line)}`,
+    detail: `not an event (no "type", or neither "id" nor "actor"): ${excerpt(line)}`,
     eventId: null,
     raw: keptText(line),
   };
@@ -92,8 +95,14 @@ export function classifyLine(raw: Line): LineVerdict {
     };
   }
   if (line.indexOf(PUSH_MARK) === -1) {
-    // Not parsed (see above), but an event has a type and an id: `{}` is not one.
-    if (line.indexOf(TYPE_MARK) === -1 || line.indexOf(ID_MARK) === -1) return notAnEvent(line);
+    // Not parsed (see above), but an event has a type and an id (a timeline-format one, of
+    // 2011–2014, an actor instead): `{}` is not one.
+    if (
+      line.indexOf(TYPE_MARK) === -1 ||
+      (line.indexOf(ID_MARK) === -1 && line.indexOf(ACTOR_MARK) === -1)
+    ) {
+      return notAnEvent(line);
+    }
     return { kind: 'other' };
   }
   // Measured before it is parsed: a line over the limits is never built (ADR 0060).
@@ -135,7 +144,10 @@ export function classifyLine(raw: Line): LineVerdict {
   }
   const e = event as Record<string, unknown>;
   if (e.type === 'PushEvent') return { kind: 'push', event: e, text };
-  if (typeof e.type !== 'string' || e.id === undefined) return notAnEvent(line);
+  // A timeline-format line (2011–2014) has no id: it is an event all the same.
+  if (typeof e.type !== 'string' || (e.id === undefined && !isTimelineLine(e))) {
+    return notAnEvent(line);
+  }
   return { kind: 'other' };
 }
 
@@ -238,6 +250,9 @@ export interface ArchiveRejection {
   eventId: string | null;
 }
 
+/** Digits enough that JSON.parse may have rounded a number: such a line is parsed again exactly. */
+const LONG_NUMBER = /\d{16}/;
+
 /** A push line → its row (free text made storable, as the poll path does), or why it is rejected. */
 export function mapArchivePush(
   e: Record<string, unknown>,
@@ -247,6 +262,11 @@ export function mapArchivePush(
   const fast = fastMapPush(e, text);
   if (fast) return fast;
   try {
+    if (isTimelineLine(e)) {
+      return timelinePush(
+        LONG_NUMBER.test(text) ? (parseJson(text) as Record<string, unknown>) : e,
+      );
+    }
     // The rules judge the event as parsed exactly: no id or payload number rounded.
     const exact = parseJson(text) as Record<string, unknown>;
     // `"id": null`: another instance's line of a push it knows only by webhook (ADR 0130),
@@ -275,6 +295,18 @@ function lower(v: unknown): string | null {
   return typeof v === 'string' ? v.toLowerCase() : null;
 }
 
+/** The names a scope tests, from a modern line or a timeline-format one. */
+function namesOf(e: Record<string, unknown>) {
+  if (isTimelineLine(e)) return timelineNames(e);
+  const repo = asObject(e.repo);
+  return {
+    actorLogin: asObject(e.actor)?.login,
+    repoName: repo?.name,
+    repoId: repo?.id,
+    orgLogin: asObject(e.org)?.login,
+  };
+}
+
 /**
  * `public`: every event. `repo O/N`: that repository (by name as the event recorded it, or
  * by the id we hold for that name). `org O`: events whose `org` is O or whose repository
@@ -290,14 +322,15 @@ export function scopeOf(
       return () => true;
     case 'repo':
       return (e) => {
-        const repo = asObject(e.repo);
-        return lower(repo?.name) === target || (knownRepoId !== null && repo?.id === knownRepoId);
+        const { repoName, repoId } = namesOf(e);
+        return lower(repoName) === target || (knownRepoId !== null && repoId === knownRepoId);
       };
     case 'org':
-      return (e) =>
-        lower(asObject(e.org)?.login) === target ||
-        (lower(asObject(e.repo)?.name)?.split('/')[0] ?? null) === target;
+      return (e) => {
+        const { orgLogin, repoName } = namesOf(e);
+        return lower(orgLogin) === target || (lower(repoName)?.split('/')[0] ?? null) === target;
+      };
     case 'user':
-      return (e) => lower(asObject(e.actor)?.login) === target;
+      return (e) => lower(namesOf(e).actorLogin) === target;
   }
 }

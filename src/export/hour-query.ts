@@ -44,6 +44,12 @@ const ORG = (field: 'id' | 'login') =>
   `CASE WHEN p.repo_name IS NOT NULL THEN p.org_${field}::text
         WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
 
+/**
+ * `before` when it is a full object name; NULL for a timeline-format push, whose key holds
+ * the compare URL's abbreviation or '' (src/store/timeline-key.ts): not a `before` at all.
+ */
+const KNOWN_BEFORE = `CASE WHEN p.before ~ '^([0-9a-f]{40}|[0-9a-f]{64})$' THEN p.before END`;
+
 export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref COLLATE "C",
   p.before COLLATE "C", p.head COLLATE "C"`;
 
@@ -58,12 +64,12 @@ const HOUR_SELECT = `
   SELECT p.id::text AS id, p.actor_id::text AS actor_id, coalesce(p.actor_login, a.login) AS login,
     p.repository_id::text AS repository_id, coalesce(p.repo_name, r.full_name) AS full_name,
     ${ORG('id')} AS org_id, ${ORG('login')} AS org_login, p.origin,
-    p.push_id::text AS push_id, p.ref, p.head, p.before, ${CREATED_AT} AS created_at,
+    p.push_id::text AS push_id, p.ref, p.head, ${KNOWN_BEFORE} AS before, ${CREATED_AT} AS created_at,
     p.commits_state, p.commit_count, p.distinct_size,
     f.shas, f.names, f.emails, f.messages, f.distincts,
     f.stored, f.distinct_known, f.distinct_true
   FROM push_events p
-  JOIN actors a ON a.id = p.actor_id
+  LEFT JOIN actors a ON a.id = p.actor_id
   JOIN repositories r ON r.id = p.repository_id
   LEFT JOIN LATERAL (
     SELECT array_agg(x.sha ORDER BY x.position) FILTER (WHERE x.n <= ${MAX_LINE_COMMITS}) AS shas,
@@ -97,7 +103,8 @@ export const HOUR_ROWS = `${HOUR_SELECT}
 
 export interface HourRow {
   id: string | null;
-  actor_id: string;
+  /** null: a timeline-format push, its actor named by login only. */
+  actor_id: string | null;
   login: string;
   repository_id: string;
   full_name: string;
@@ -107,7 +114,8 @@ export interface HourRow {
   push_id: string | null;
   ref: string;
   head: string;
-  before: string;
+  /** null when the push's key holds no full `before` (a timeline-format push). */
+  before: string | null;
   created_at: string;
   commits_state: CommitsState;
   commit_count: number | null;

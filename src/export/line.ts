@@ -28,7 +28,8 @@ export interface LineCommit {
 export interface ExportRow {
   /** The GitHub event id (decimal text), or null: a push known only by webhook. */
   id: string | null;
-  actorId: string;
+  /** null: a push whose line named its actor by login only (a timeline-format archive line). */
+  actorId: string | null;
   login: string;
   repositoryId: string;
   fullName: string;
@@ -37,7 +38,8 @@ export interface ExportRow {
   pushId: string | null;
   ref: string;
   head: string;
-  before: string;
+  /** null: the push's old tip is not known in full (a timeline-format archive line). */
+  before: string | null;
   /** `YYYY-MM-DDTHH:MM:SSZ`, with a fraction only when the instant has one. */
   createdAt: string;
   /** `size`: the push's commit count; null leaves `size` and `commits` out (unknown). */
@@ -72,10 +74,11 @@ function commitJson(repoName: string, c: LineCommit): string {
 
 /** The line's JSON (no newline). Keys in GH Archive's order; unknown values left out. */
 export function exportLine(row: ExportRow): string {
+  // An actor known by login only has no id, and so no avatar address to write.
   const actor =
-    `{"id":${id(row.actorId)},"login":${str(row.login)},"display_login":${str(displayLogin(row.login))},` +
+    `{"id":${row.actorId === null ? 'null' : id(row.actorId)},"login":${str(row.login)},"display_login":${str(displayLogin(row.login))},` +
     `"gravatar_id":"","url":${str(`${API}/users/${row.login}`)},` +
-    `"avatar_url":${str(`${AVATARS}/${row.actorId}?`)}}`;
+    `"avatar_url":${row.actorId === null ? 'null' : str(`${AVATARS}/${row.actorId}?`)}}`;
   const repo = `{"id":${id(row.repositoryId)},"name":${str(row.fullName)},"url":${str(`${API}/repos/${row.fullName}`)}}`;
   let payload = `{"repository_id":${id(row.repositoryId)}`;
   if (row.pushId !== null) payload += `,"push_id":${id(row.pushId)}`;

@@ -78,6 +78,8 @@ export interface PlannedPush {
   /** When the push was made: an archive line after INLINE_COMMITS_END is a mirror's claim. */
   createdAt?: Date;
   payload: Record<string, unknown>;
+  /** A timeline-format line's push: no full `before`, never fetched (src/store/timeline-key.ts). */
+  timeline?: true;
 }
 
 const ZEROS = /^0+$/;
@@ -160,7 +162,9 @@ function distinctOf(push: PlannedPush, count: number | null): number | null {
  *   in the process and none carried, `skipped` awaiting one (ADR 0186), and with some
  *   carried, `partial` with them (what is there now beats a later fetch of the rest);
  * - not targeted, some carried: `partial` with what was carried;
- * - not targeted, none carried (a post-2025-10 event): `skipped`.
+ * - not targeted, none carried (a post-2025-10 event): `skipped`;
+ * - a timeline-format push (no full `before`): `complete` when it carries every commit,
+ *   else `partial` with what it carries (none, when its list is refused), never due.
  */
 export function planCommits(
   push: PlannedPush,
@@ -202,6 +206,17 @@ export function planCommits(
         listed: inline.given,
       },
     );
+  }
+  // A timeline push has no full `before` to ask GitHub about: what its line carries is all
+  // there will be, whoever covers it and whoever served the line (ADR 0194).
+  if (push.timeline) {
+    if (refused !== null) return plan('partial', null, [], `inline commits refused: ${refused}`);
+    const all =
+      inline !== null &&
+      count !== null &&
+      inline.given === count &&
+      inline.commits.length === count;
+    return plan(all ? 'complete' : 'partial', count, inline?.commits ?? []);
   }
   const targeted = isTargeted(targets, push);
   if (refused !== null) {

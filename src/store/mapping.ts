@@ -32,7 +32,8 @@ export class MalformedEvent extends AppError {
 export interface PushRow {
   /** GitHub event id as a decimal string (bigint); null for webhook deliveries. */
   id: string | null;
-  actor: { id: string; login: string };
+  /** `id` null: a timeline-format archive line, which names its actor by login only. */
+  actor: { id: string | null; login: string };
   repository: { id: string; fullName: string };
   pushId: string | null;
   ref: string;
@@ -49,6 +50,17 @@ export interface PushRow {
    * public source covers public pushes (ADR 0112). Not stored.
    */
   private?: true;
+  /**
+   * The organization the event named, when it named one (a timeline-format line names its
+   * login only); absent when the mapping does not say.
+   */
+  org?: { id: string | null; login: string } | null;
+  /**
+   * Read from a timeline-format archive line (src/backfill/timeline.ts): no event id, and a
+   * `before` that is its key's abbreviation, not a full sha (src/store/timeline-key.ts). Its
+   * commits are the ones the line carries; it is never sent to commit fetching.
+   */
+  timeline?: true;
 }
 
 /** A rejected event: what rejected_events records. */

@@ -173,7 +173,8 @@ const STAGE_COLUMNS = `
   id bigint, actor_id bigint, repository_id bigint,
   push_id bigint, ref text, head text, before text, created_at timestamptz,
   payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
-  commits_due boolean, commits_error text`;
+  commits_due boolean, commits_error text,
+  actor_login text, repo_name text, org_id bigint, org_login text`;
 
 /** Creates this session's staging table (idempotent; call outside or inside a transaction). */
 export async function prepareStage(client: pg.ClientBase): Promise<void> {
@@ -248,10 +249,12 @@ const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, 
 function mergeStatement(from: MergeSource, expectNew = false): string {
   const src = from === 'stage' ? STAGE_TABLE : 'v';
   const entities = from === 'values';
+  // The stage carries the names a timeline line gave (its actor has no actors row).
+  const names = from === 'stage' ? ', actor_login, repo_name, org_id, org_login' : '';
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
-        commits_state, commits_next_attempt_at, commits_error, mirror_id)
+        commits_state, commits_next_attempt_at, commits_error, mirror_id${names})
       SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
         $1::text, $2::bigint, $3::bigint, s.commit_count,
@@ -259,7 +262,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         -- as waiting for one (ADR 0186)
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
-        s.commits_error, $4::smallint
+        s.commits_error, $4::smallint${names.replaceAll(', ', ', s.')}
       FROM ${src} s
       LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
       ORDER BY s.repository_id, s.ref, s.before, s.head`;

@@ -39,7 +39,8 @@ export class KnownEntities {
     for (let i = from; i < to; i++) {
       if (this.actors.size >= KnownEntities.MAX_KNOWN) this.actors.clear();
       if (this.repositories.size >= KnownEntities.MAX_KNOWN) this.repositories.clear();
-      this.actors.add(batch.actorIds[i]!);
+      const actor = batch.actorIds[i];
+      if (actor) this.actors.add(actor);
       this.repositories.add(batch.repositoryIds[i]!);
     }
   }
@@ -51,8 +52,8 @@ export class StageBatch {
   /** Byte offset where each row's line starts. */
   readonly offsets: number[] = [];
   readonly ids: (string | null)[] = [];
-  /** Ids are canonical decimal strings (exact: GitHub ids are 64-bit). */
-  readonly actorIds: string[] = [];
+  /** Ids are canonical decimal strings (exact: GitHub ids are 64-bit); null: login only. */
+  readonly actorIds: (string | null)[] = [];
   readonly repositoryIds: string[] = [];
   /** Entities not known to exist, each once with its newest name in the batch: id → [name, at]. */
   readonly newActors = new Map<string, [string, number]>();
@@ -95,7 +96,7 @@ export class StageBatch {
       });
     }
     const payload = jsonTextUnderPolicy(p.payload, inline.emails);
-    const line = `${p.id ?? '\\N'}\t${p.actor.id}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\n`;
+    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${names(p)}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
@@ -109,7 +110,10 @@ export class StageBatch {
     this.actorIds.push(p.actor.id);
     this.repositoryIds.push(p.repository.id);
     const at = p.createdAt.getTime();
-    if (!known?.actors.has(p.actor.id)) newest(this.newActors, p.actor.id, p.actor.login, at);
+    // An actor named by login only (a timeline line) has no actors row: it is keyed by id.
+    if (p.actor.id !== null && !known?.actors.has(p.actor.id)) {
+      newest(this.newActors, p.actor.id, p.actor.login, at);
+    }
     if (!known?.repositories.has(p.repository.id))
       newest(this.newRepositories, p.repository.id, p.repository.fullName, at);
   }
@@ -136,6 +140,15 @@ export class StageBatch {
     this.newRepositories.clear();
     this.commits.length = 0;
   }
+}
+
+/**
+ * The staged names columns (actor_login, repo_name, org_id, org_login): a timeline line's,
+ * whose actor has no actors row to name it; NULL for the others, as before.
+ */
+function names(p: PushRow): string {
+  if (!p.timeline) return '\\N\t\\N\t\\N\t\\N';
+  return `${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login)}`;
 }
 
 function newest(m: Map<string, [string, number]>, id: string, name: string, at: number): void {

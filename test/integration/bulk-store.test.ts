@@ -153,8 +153,8 @@ describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
             .where('id', '=', id)
             .executeTakeFirstOrThrow()
         ).login;
-      expect(await login(old.actor.id)).toBe(renames ? 'bulk-newest' : old.actor.login);
-      expect(await login(fresh.actor.id)).toBe('fresh-newest');
+      expect(await login(old.actor.id!)).toBe(renames ? 'bulk-newest' : old.actor.login);
+      expect(await login(fresh.actor.id!)).toBe('fresh-newest');
       const repo = await t.db
         .selectFrom('repositories')
         .select('full_name')

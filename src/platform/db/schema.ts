@@ -208,7 +208,8 @@ export interface PushEventsTable {
    * push and for the push that lost a dispute over its id (event_id_clashes says which).
    */
   id: BigId | null;
-  actor_id: BigId;
+  /** NULL for a timeline-format archive push (its actor by login only, migration 2026-12-05T0310). */
+  actor_id: BigId | null;
   repository_id: BigId;
   push_id: BigId | null;
   ref: string;
