@@ -35,9 +35,18 @@ const CREATED_AT = `to_char(p.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:
     || CASE WHEN date_trunc('second', p.created_at) = p.created_at THEN ''
             ELSE rtrim(to_char(p.created_at AT TIME ZONE 'UTC', '.US'), '0') END || 'Z'`;
 
-/** GH Archive's `org`: the repository's owner, when enrichment says it is an organization. */
+/**
+ * The names a line writes: those the event carried (stored with the push), so that a line
+ * says what GitHub said at the time, a renamed repository under the name it had then. A
+ * push stored before the store kept them (repo_name NULL: every path fills it) falls back
+ * to what the store knows: the actor's login, the repository's name, and as `org` the
+ * repository's owner when enrichment says it is an organization.
+ */
+const LOGIN = 'coalesce(p.actor_login, a.login)';
+const FULL_NAME = 'coalesce(p.repo_name, r.full_name)';
 const ORG = (field: 'id' | 'login') =>
-  `CASE WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
+  `CASE WHEN p.repo_name IS NOT NULL THEN p.org_${field}::text
+    WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
 
 export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref COLLATE "C",
   p.before COLLATE "C", p.head COLLATE "C"`;
@@ -50,8 +59,8 @@ export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref
  * line lists.
  */
 const HOUR_SELECT = `
-  SELECT p.id::text AS id, p.actor_id::text AS actor_id, a.login,
-    p.repository_id::text AS repository_id, r.full_name,
+  SELECT p.id::text AS id, p.actor_id::text AS actor_id, ${LOGIN} AS login,
+    p.repository_id::text AS repository_id, ${FULL_NAME} AS full_name,
     ${ORG('id')} AS org_id, ${ORG('login')} AS org_login,
     p.push_id::text AS push_id, p.ref, p.head, p.before, ${CREATED_AT} AS created_at,
     p.commits_state, p.commit_count, p.distinct_size,

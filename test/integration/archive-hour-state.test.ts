@@ -7,6 +7,7 @@ import { gunzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WATCHED } from '../../db/migrations/2026-12-04T1100_archive_hour_state.ts';
+import { WATCHED_PUSH_EVENTS } from '../../db/migrations/2026-12-05T0300_archive_watches_event_names.ts';
 import { archiveHourSource } from '../../src/backfill/archive.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import { HOUR_ROWS } from '../../src/export/hour-query.ts';
@@ -87,7 +88,7 @@ describe("what a line is read from, and what the hour's triggers watch", () => {
       );
     const unwatched = (cols: string[], watched: readonly string[]) =>
       [...new Set(cols)].filter((c) => !watched.includes(c));
-    expect(unwatched(used('p'), WATCHED.push_events)).toEqual([]);
+    expect(unwatched(used('p'), WATCHED_PUSH_EVENTS)).toEqual([]);
     expect(unwatched(used('a'), WATCHED.actors)).toEqual([]);
     expect(unwatched(used('c'), WATCHED.commits)).toEqual([]);
     expect(unwatched(used('pc'), WATCHED.push_commits)).toEqual([]);
@@ -179,10 +180,15 @@ describe("an hour's file follows every write that changes it, and no other", () 
         WHERE id = ${w.repo.id}`.execute(t.db),
     );
     expect(publicAgain.text).toContain(w.heads.three);
-    const renamed = await changedBy(publicAgain.etag, () =>
-      sql`UPDATE actors SET login = 'renamed-account' WHERE id = (
-        SELECT actor_id FROM push_events WHERE head = ${w.heads.three})`.execute(t.db),
-    );
+    // An account renamed changes the line of a push stored before the store kept the login
+    // its event carried (the line then writes the login the store knows).
+    const renamed = await changedBy(publicAgain.etag, async () => {
+      await sql`UPDATE push_events SET actor_login = NULL WHERE head = ${w.heads.three}`.execute(
+        t.db,
+      );
+      await sql`UPDATE actors SET login = 'renamed-account' WHERE id = (
+        SELECT actor_id FROM push_events WHERE head = ${w.heads.three})`.execute(t.db);
+    });
     expect(renamed.text).toContain('"login":"renamed-account"');
     // Checked once: the next request is a hit.
     const n = builds();
