@@ -209,6 +209,8 @@ describe('an exported hour', () => {
     expect(hooked.payload).not.toHaveProperty('push_id');
     expect(hooked.payload).toMatchObject({ size: 2, distinct_size: 2 });
     expect(hooked.payload.commits).toHaveLength(2);
+    // The delivery's `organization` is the line's `org`, as the Events API writes it.
+    expect(hooked.org).toMatchObject({ id: w.org.id, login: w.org.login });
 
     const fetched = byHead(events, w.heads.fetched);
     // The answer did not say: each commit is distinct in the first stored push that holds it,

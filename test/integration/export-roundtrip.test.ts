@@ -199,14 +199,12 @@ describe('distinct, when the answer did not say', () => {
       push(4, 'refs/heads/copy', 5, 103),
     ];
     const page = mapEventsPage(events, '/events');
-    await t.db
-      .transaction()
-      .execute((trx) =>
-        storePushes(trx, page.pushes, {
-          origin: 'poll',
-          commits: { targets: NO_TARGETS, emails: 'gharchive' },
-        }),
-      );
+    await t.db.transaction().execute((trx) =>
+      storePushes(trx, page.pushes, {
+        origin: 'poll',
+        commits: { targets: NO_TARGETS, emails: 'gharchive' },
+      }),
+    );
     const key = (e: Line) => ({
       repositoryId: String(repo.id),
       ref: e.payload.ref as string,
