@@ -91,7 +91,7 @@ export async function runSetup(
     );
     // Before anything else is touched: a setup whose environment disagrees with the
     // database's stored-data settings refuses (exit 2), as a worker would. A setting the
-    // environment leaves unset is the database's (ADR 0193), --reconfigure included.
+    // environment leaves unset is the database's, --reconfigure included.
     app.config = await adoptStoredSettings(app.db, app.config);
     const { settings, rewritten } = opts.reconfigure
       ? await reconfigure(app)

@@ -183,8 +183,8 @@ const fraction = z.string().transform((raw, ctx) => {
 
 export const COMMIT_EMAIL_MODES = ['gharchive', 'hash', 'keep', 'drop'] as const;
 /**
- * COMMIT_EMAILS of a database set up without the variable (ADR 0193). A database recorded
- * already keeps its value (src/platform/config/stored-settings.ts).
+ * COMMIT_EMAILS of a database set up without the variable. A database recorded already
+ * keeps its value (src/platform/config/stored-settings.ts).
  */
 export const DEFAULT_COMMIT_EMAILS: CommitEmailMode = 'gharchive';
 export type CommitEmailMode = (typeof COMMIT_EMAIL_MODES)[number];

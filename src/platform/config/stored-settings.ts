@@ -68,8 +68,8 @@ export function recorder(role: string): string {
 
 /**
  * The configuration this process runs with on `db`: COMMIT_EMAILS, when the environment does
- * not set it, is what the database recorded (ADR 0193: a new default applies to new
- * databases only, never to one whose rows were written under another). A database with no
+ * not set it, is what the database recorded: a new default applies to new databases only,
+ * never to one whose rows were written under another. A database with no
  * record but with pushes or commits was written before stored settings existed, under the
  * default of that time, `hash`; an empty one takes the default. Call before
  * checkStoredSettings, on a database set up (stored_settings exists).
