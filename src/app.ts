@@ -11,7 +11,11 @@ import {
 } from './budget/concurrency.ts';
 import { credentialLabels } from './github/credentials.ts';
 import { type Config, loadConfig } from './platform/config/config.ts';
-import { checkStoredSettings, logRecorded } from './platform/config/stored-settings.ts';
+import {
+  adoptStoredSettings,
+  checkStoredSettings,
+  logRecorded,
+} from './platform/config/stored-settings.ts';
 import { type ServerRoom, serverRoom } from './platform/db/connections.ts';
 import { acquireEmbeddedPostgres, type EmbeddedHandle } from './platform/db/embedded.ts';
 import { createDb, createPool, type Db } from './platform/db/pool.ts';
@@ -71,7 +75,7 @@ export interface CreateAppOptions {
 const LONG_RUNNING = new Set(['worker', 'web', 'start']);
 
 export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
-  const config = opts.config ?? loadConfig();
+  let config = opts.config ?? loadConfig();
   const logger = opts.logger ?? processLogger(config);
   const role = opts.role ?? 'app';
   let embedded: EmbeddedHandle | undefined;
@@ -105,6 +109,7 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
     if (requires !== 'none') {
       await assertSetUp(db, requires === 'pgboss' ? { pgbossSchema: config.pgbossSchema } : {});
       if (opts.writesStoredData) {
+        config = await adoptStoredSettings(db, config);
         const recorded = await checkStoredSettings(db, config, role);
         if (recorded.length > 0) logRecorded(logger, recorded);
       }

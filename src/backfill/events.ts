@@ -2,7 +2,7 @@ import type { EventSource } from '../platform/db/schema.ts';
 import { jsonBytesExcess, MAX_JSON_DEPTH } from '../platform/json/bounded.ts';
 import { JsonTooDeep, JsonTooWide, parseJson } from '../platform/json/exact.ts';
 import { decodeUtf8KeepingInvalid } from '../platform/json/utf8.ts';
-import { mapPushEvent, type PushRow } from '../store/mapping.ts';
+import { mapPushEvent, orgOf, type PushRow } from '../store/mapping.ts';
 import { idField, KEY_CAPS, Rejection, type RejectionReason } from '../store/rules.ts';
 import { type Line, OVERSIZE } from './lines.ts';
 import { isTimelineLine, timelineNames, timelinePush } from './timeline.ts';
@@ -226,6 +226,9 @@ export function fastMapPush(e: Record<string, unknown>, text: string): PushRow |
   }
   if (pushId !== undefined && !isId(pushId)) return null;
   if (!isCount(size) || !isCount(distinctSize)) return null;
+  // An org id JSON.parse may have rounded: the exact parse decides.
+  const orgId = asObject(e.org)?.id;
+  if (typeof orgId === 'number' && !Number.isSafeInteger(orgId)) return null;
   if ((text.includes('\\u') && UNSTORABLE_ESCAPE.test(text)) || !plainPayload(payload)) return null;
   // Bytes that were not UTF-8 (lone surrogates, src/platform/json/utf8.ts): the rules decide.
   if (!text.isWellFormed()) return null;
@@ -233,6 +236,7 @@ export function fastMapPush(e: Record<string, unknown>, text: string): PushRow |
     id,
     actor: { id: String(actor.id), login: actor.login },
     repository: { id: String(repo.id), fullName: repo.name },
+    org: orgOf(e.org),
     pushId: pushId === undefined ? null : String(pushId),
     ref,
     head,

@@ -1,6 +1,7 @@
 import { type App, createApp } from '../app.ts';
 import { installQueues } from '../jobs/boss.ts';
 import {
+  adoptStoredSettings,
   checkStoredSettings,
   logRecorded,
   reconfigureStoredSettings,
@@ -89,7 +90,9 @@ export async function runSetup(
       `business schema: ${migrations.length} migration(s) applied`,
     );
     // Before anything else is touched: a setup whose environment disagrees with the
-    // database's stored-data settings refuses (exit 2), as a worker would.
+    // database's stored-data settings refuses (exit 2), as a worker would. A setting the
+    // environment leaves unset is the database's, --reconfigure included.
+    app.config = await adoptStoredSettings(app.db, app.config);
     const { settings, rewritten } = opts.reconfigure
       ? await reconfigure(app)
       : { settings: await checkStoredSettings(app.db, app.config, 'setup'), rewritten: null };

@@ -2,7 +2,11 @@ import type { PgBoss } from 'pg-boss';
 import { createApp } from '../app.ts';
 import { startHintSender } from '../jobs/dispatch.ts';
 import { loadConfig } from '../platform/config/config.ts';
-import { checkStoredSettings, logRecorded } from '../platform/config/stored-settings.ts';
+import {
+  adoptStoredSettings,
+  checkStoredSettings,
+  logRecorded,
+} from '../platform/config/stored-settings.ts';
 import { isNotSetUpError } from '../platform/db/setup-state.ts';
 import { createWebPools, WEB_POOL_TOTAL, webPoolSizes } from '../web/pools.ts';
 import { startWebServer } from '../web/server.ts';
@@ -41,6 +45,7 @@ SIGTERM/SIGINT stops gracefully; a second signal exits at once.
 async function checkWebhookSettings(app: Awaited<ReturnType<typeof createApp>>): Promise<void> {
   if (!app.config.webhookSecret) return;
   try {
+    app.config = await adoptStoredSettings(app.db, app.config);
     const recorded = await checkStoredSettings(app.db, app.config, 'web');
     if (recorded.length > 0) logRecorded(app.logger, recorded);
   } catch (err) {

@@ -36,13 +36,17 @@ const CREATED_AT = `to_char(p.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:
             ELSE rtrim(to_char(p.created_at AT TIME ZONE 'UTC', '.US'), '0') END || 'Z'`;
 
 /**
- * GH Archive's `org`: the one the event carried; for a push stored before push_events kept
- * the event's names (repo_name NULL), the repository's owner when enrichment says it is an
- * organization.
+ * The names a line writes: those the event carried (stored with the push), so that a line
+ * says what GitHub said at the time, a renamed repository under the name it had then. A
+ * push stored before the store kept them (repo_name NULL: every path fills it) falls back
+ * to what the store knows: the actor's login, the repository's name, and as `org` the
+ * repository's owner when enrichment says it is an organization.
  */
+const LOGIN = 'coalesce(p.actor_login, a.login)';
+const FULL_NAME = 'coalesce(p.repo_name, r.full_name)';
 const ORG = (field: 'id' | 'login') =>
   `CASE WHEN p.repo_name IS NOT NULL THEN p.org_${field}::text
-        WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
+    WHEN r.profile->'owner'->>'type' = 'Organization' THEN r.profile->'owner'->>'${field}' END`;
 
 /**
  * `before` when it is a full object name; NULL for a timeline-format push, whose key holds
@@ -61,8 +65,8 @@ export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref
  * line lists.
  */
 const HOUR_SELECT = `
-  SELECT p.id::text AS id, p.actor_id::text AS actor_id, coalesce(p.actor_login, a.login) AS login,
-    p.repository_id::text AS repository_id, coalesce(p.repo_name, r.full_name) AS full_name,
+  SELECT p.id::text AS id, p.actor_id::text AS actor_id, ${LOGIN} AS login,
+    p.repository_id::text AS repository_id, ${FULL_NAME} AS full_name,
     ${ORG('id')} AS org_id, ${ORG('login')} AS org_login, p.origin,
     p.push_id::text AS push_id, p.ref, p.head, ${KNOWN_BEFORE} AS before, ${CREATED_AT} AS created_at,
     p.commits_state, p.commit_count, p.distinct_size,

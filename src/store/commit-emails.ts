@@ -3,7 +3,7 @@ import type { CommitEmailMode } from '../platform/config/config.ts';
 import { isRawJson } from '../platform/json/exact.ts';
 
 /**
- * COMMIT_EMAILS, everywhere an address can be stored, logged or exported (ADR 0184).
+ * COMMIT_EMAILS, everywhere an address can be stored, logged or exported (ADR 0193).
  *
  * `addressUnderPolicy` is the rule, and the only one: what ONE address becomes. Everything
  * else applies it — to an address field (a commit's author or committer, wherever it sits:
@@ -11,7 +11,12 @@ import { isRawJson } from '../platform/json/exact.ts';
  * written inside free text (a `Signed-off-by:` trailer in a message, a name that is an
  * address, a line of an archive quoted in an error). A new policy is one more case here.
  *
- * `keep` returns everything as given; any other policy leaves no address in clear.
+ * `keep` returns everything as given; `hash` and `drop` leave no address in clear.
+ * `gharchive` is GH Archive's own rule, and only that: an address field (a value under an
+ * `email` key, a commit's address column) becomes the SHA-1 of its local part, `@`, and its
+ * domain, while text (messages, names) stays as given, as GH Archive publishes it — only an
+ * `"email": "…"` field quoted inside text (a raw line) is put under the rule, as parsed it
+ * would have been.
  */
 
 const HASHED = /^sha256:[0-9a-f]{64}$/;
@@ -30,6 +35,7 @@ export function addressUnderPolicy(
 ): string | null {
   if (address === null || address === undefined || mode === 'drop') return null;
   if (mode === 'keep') return address;
+  if (mode === 'gharchive') return HASHED.test(address) ? address : gharchiveAddress(address);
   // Hashed already (another instance's hour file, ADR 0130): hashing it again would join
   // it to nothing, where as it is it joins the same address hashed here.
   if (HASHED.test(address)) return address;
@@ -49,6 +55,54 @@ export function addressUnderPolicy(
 const HASHES = new Map<string, string>();
 const HASHES_KEPT = 10_000;
 
+const SHA1_HEX = /^[0-9a-f]{40}$/;
+
+/**
+ * What GH Archive's crawler writes for an address (igrigorik/gharchive.org, crawler.rb's
+ * `@clean`, since 2021 obfuscate.rb): Ruby's `email.split("@")` — pieces between the `@`s,
+ * trailing empty ones removed — then the SHA-1 hex of the first piece joined by `@` to the
+ * second when there is one. So `a@b@c` keeps `b` only, `a@` and `a` become the bare digest,
+ * `@b` the digest of the empty string at `b`, `a@@b` the digest and a bare `@`. An empty
+ * address stays empty (the crawler skips it). An address made of `@`s only, on which the
+ * crawler fails, becomes the digest of the empty string. A first piece that is 40 hex digits
+ * already is GH Archive's own digest (every line since 2012): kept as it is, so that an
+ * archive line written back out is the line read.
+ */
+function gharchiveAddress(address: string): string {
+  if (address === '') return '';
+  const pieces = address.split('@');
+  while (pieces.length > 0 && pieces[pieces.length - 1] === '') pieces.pop();
+  const local = pieces[0] ?? '';
+  if (SHA1_HEX.test(local)) return address;
+  let digest = SHA1S.get(local);
+  if (digest === undefined) {
+    if (SHA1S.size >= HASHES_KEPT) SHA1S.clear();
+    digest = createHash('sha1').update(local, 'utf8').digest('hex');
+    SHA1S.set(local, digest);
+  }
+  return pieces.length > 1 ? `${digest}@${pieces[1]}` : digest;
+}
+
+const SHA1S = new Map<string, string>();
+
+const EMAIL_KEY = /"email"/i;
+
+/** A JSON `"email": "…"` member inside text (a raw line quoted in a message or a log). */
+const EMAIL_MEMBER = /("email"\s*:\s*)"((?:[^"\\]|\\.)*)"/gi;
+
+/** Text under `gharchive`: as given, but for the address fields of JSON quoted in it. */
+function gharchiveText(text: string): string {
+  return text.replace(EMAIL_MEMBER, (whole, key: string, body: string) => {
+    let value: unknown;
+    try {
+      value = JSON.parse(`"${body}"`);
+    } catch {
+      return whole;
+    }
+    return typeof value === 'string' ? `${key}${JSON.stringify(gharchiveAddress(value))}` : whole;
+  });
+}
+
 /** Free text with every address in it under `mode` (a dropped one leaves nothing). */
 export function textUnderPolicy(text: string, mode: CommitEmailMode): string;
 export function textUnderPolicy(text: string | null, mode: CommitEmailMode): string | null;
@@ -61,6 +115,7 @@ export function textUnderPolicy(
   mode: CommitEmailMode,
 ): string | null {
   if (text === null || text === undefined) return null;
+  if (mode === 'gharchive') return EMAIL_KEY.test(text) ? gharchiveText(text) : text;
   if (mode === 'keep' || !text.includes('@')) return text;
   return text.replace(ADDRESS_IN_TEXT, (found) => addressUnderPolicy(found, mode) ?? '');
 }
@@ -122,7 +177,9 @@ function walk(v: unknown, mode: CommitEmailMode, addressField: boolean): unknown
  */
 export function jsonTextUnderPolicy(value: unknown, mode: CommitEmailMode): string {
   const text = JSON.stringify(value) ?? 'null';
-  if (mode === 'keep' || !text.includes('@')) return text;
+  if (mode === 'keep') return text;
+  // Under gharchive only an `email` member changes, and it need not hold an `@`.
+  if (mode === 'gharchive' ? !EMAIL_KEY.test(text) : !text.includes('@')) return text;
   const under = jsonUnderPolicy(value, mode);
   return under === value ? text : (JSON.stringify(under) ?? 'null');
 }

@@ -106,6 +106,22 @@ const FILLED_COLUMNS = [
   'parents',
 ];
 
+/**
+ * A commit's `distinct` when its source did not say (compare and GraphQL answers, polled
+ * pushes since 2025-10): distinct in the first stored push of its repository that contains
+ * it — no other push of the repository holds it already, nor does one before it in this
+ * statement. Decided when the push's commits are stored; a push of the same repository
+ * stored later never changes it, so it is exact when the repository's earlier pushes were
+ * stored first and an upper bound otherwise (docs/export.md).
+ */
+const DERIVED_DISTINCT = `(NOT EXISTS (
+        SELECT 1 FROM push_commits q WHERE (q.repository_id, q.sha) = (pc.repository_id, pc.sha)
+          AND (q.ref, q.before, q.head) IS DISTINCT FROM (pc.ref, pc.before, pc.head))
+      AND NOT EXISTS (
+        SELECT 1 FROM pc o WHERE (o.repository_id, o.sha) = (pc.repository_id, pc.sha)
+          AND o.ord < pc.ord
+          AND (o.ref, o.before, o.head) IS DISTINCT FROM (pc.ref, pc.before, pc.head)))`;
+
 function statement(replace: boolean): string {
   const set = [
     ...TEXT_COLUMNS.map(
@@ -148,8 +164,8 @@ function statement(replace: boolean): string {
         parents, source)
   ), pc AS MATERIALIZED (
     SELECT * FROM unnest($14::bigint[], $15::text[], $16::text[], $17::text[], $18::int[],
-      $19::text[], $20::boolean[], $24::text[])
-      AS u (repository_id, ref, before, head, position, sha, "distinct", state)
+      $19::text[], $20::boolean[], $24::text[]) WITH ORDINALITY
+      AS u (repository_id, ref, before, head, position, sha, "distinct", state, ord)
   ), people AS MATERIALIZED (
     SELECT * FROM unnest($21::bigint[], $22::text[]) AS u (id, login)
   ), a AS (
@@ -173,7 +189,8 @@ function statement(replace: boolean): string {
     RETURNING xmax = 0 AS inserted
   ), pi AS (
     INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct")
-    SELECT pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha, pc."distinct"
+    SELECT pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha,
+      coalesce(pc."distinct", ${DERIVED_DISTINCT})
     FROM pc JOIN push_events p
       ON (p.repository_id, p.ref, p.before, p.head) = (pc.repository_id, pc.ref, pc.before, pc.head)
     WHERE pc.state IS NULL OR p.commits_state = pc.state

@@ -35,6 +35,12 @@ export interface PushRow {
   /** `id` null: a timeline-format archive line, which names its actor by login only. */
   actor: { id: string | null; login: string };
   repository: { id: string; fullName: string };
+  /**
+   * The organisation the event names (an event's `org`, a delivery's `organization`), as
+   * of the event; null or absent: none. Stored with the push, as the login and the name
+   * are, so that an hour file writes what the event said.
+   */
+  org?: { id: string; login: string } | null;
   pushId: string | null;
   ref: string;
   head: string;
@@ -118,6 +124,23 @@ function givenType(raw: unknown): string | null {
 }
 
 /**
+ * An event's `org` (or a delivery's `organization`): its id and login when both are
+ * there and valid, else null. Never a reason to set a push aside: the organisation is a
+ * label of the event, not part of the push, and GitHub's early answers carried a
+ * placeholder `org` with a URL only.
+ */
+export function orgOf(raw: unknown): { id: string; login: string } | null {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return null;
+  const o = raw as Record<string, unknown>;
+  try {
+    return { id: idField(o.id, 'org.id'), login: keyText(o.login, 'org.login', KEY_CAPS.login) };
+  } catch (err) {
+    if (err instanceof Rejection) return null;
+    throw err;
+  }
+}
+
+/**
  * Maps one PushEvent whose id is known valid (null: an archive line of a push known only
  * by webhook, src/backfill/events.ts); throws Rejection. `walked`: the event's own
  * inspection when the caller already made one (the poll path judges every event whole):
@@ -163,6 +186,7 @@ export function mapPushEvent(
       id,
       actor: { id: actorId, login },
       repository: { id: repoId, fullName: name },
+      org: orgOf(ev.org),
       pushId,
       ref,
       head,

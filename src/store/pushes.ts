@@ -222,13 +222,14 @@ type MergeSource = 'stage' | 'values';
 const VALUES_CTE = `v AS MATERIALIZED (
       SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
         head, before, created_at, payload, size, distinct_size, commit_count, commits_state,
-        commits_due, commits_error
+        commits_due, commits_error, org_id, org_login
       FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
         $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
-        $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[])
+        $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[], $23::bigint[],
+        $24::text[])
         AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
           created_at, payload, size, distinct_size, commit_count, commits_state, commits_due,
-          commits_error)
+          commits_error, org_id, org_login)
     ),`;
 
 const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
@@ -249,12 +250,11 @@ const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, 
 function mergeStatement(from: MergeSource, expectNew = false): string {
   const src = from === 'stage' ? STAGE_TABLE : 'v';
   const entities = from === 'values';
-  // The stage carries the names a timeline line gave (its actor has no actors row).
-  const names = from === 'stage' ? ', actor_login, repo_name, org_id, org_login' : '';
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
-        commits_state, commits_next_attempt_at, commits_error, mirror_id${names})
+        commits_state, commits_next_attempt_at, commits_error, mirror_id, actor_login,
+        repo_name, org_id, org_login)
       SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
         $1::text, $2::bigint, $3::bigint, s.commit_count,
@@ -262,7 +262,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         -- as waiting for one (ADR 0186)
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
-        s.commits_error, $4::smallint${names.replaceAll(', ', ', s.')}
+        s.commits_error, $4::smallint, s.actor_login, s.repo_name, s.org_id, s.org_login
       FROM ${src} s
       LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
       ORDER BY s.repository_id, s.ref, s.before, s.head`;
@@ -467,6 +467,8 @@ export async function bulkStorePage(
     plans.map(stagedState),
     plans.map((c) => c.due),
     plans.map((c) => c.refused),
+    col((p) => p.org?.id ?? null),
+    col((p) => p.org?.login ?? null),
   ];
   const run = opts.session ?? runOnDb(db);
   const [row] = await run<MergeCounts>(

@@ -96,7 +96,7 @@ export class StageBatch {
       });
     }
     const payload = jsonTextUnderPolicy(p.payload, inline.emails);
-    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${names(p)}\n`;
+    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login ?? null)}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
@@ -140,15 +140,6 @@ export class StageBatch {
     this.newRepositories.clear();
     this.commits.length = 0;
   }
-}
-
-/**
- * The staged names columns (actor_login, repo_name, org_id, org_login): a timeline line's,
- * whose actor has no actors row to name it; NULL for the others, as before.
- */
-function names(p: PushRow): string {
-  if (!p.timeline) return '\\N\t\\N\t\\N\t\\N';
-  return `${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login)}`;
 }
 
 function newest(m: Map<string, [string, number]>, id: string, name: string, at: number): void {

@@ -1,6 +1,6 @@
 import { jsonInteger } from '../platform/json/exact.ts';
 import { storableText } from '../platform/json/walk.ts';
-import type { PushRow } from '../store/mapping.ts';
+import { orgOf, type PushRow } from '../store/mapping.ts';
 import {
   idField,
   KEY_CAPS,
@@ -89,6 +89,8 @@ export function mapPushDelivery(body: Record<string, unknown>, receivedAt: Date)
     id: null,
     actor: { id: senderId, login },
     repository: { id: repositoryId, fullName },
+    // The Events API's `org` of the same push: the organisation that owns the repository.
+    org: orgOf(body.organization),
     pushId: null,
     ref,
     head: after,

@@ -166,7 +166,7 @@ describe('on a terminal', () => {
     expect(first.code, first.err).toBe(0);
     // The template is migrated but was never set up: its settings are recorded now (ADR 0125).
     expect(first.out).toBe(
-      'setup: 1 source(s) added (public), stored-data settings COMMIT_EMAILS=hash, COMMITS_MAX_PER_PUSH=250\n',
+      'setup: 1 source(s) added (public), stored-data settings COMMIT_EMAILS=gharchive, COMMITS_MAX_PER_PUSH=250\n',
     );
     const second = await runBin('setup', [], { ...env(), LOG_LEVEL: 'info' });
     expect(second).toEqual({

@@ -62,7 +62,15 @@ interface Held {
 /** The pushes of a repository with their commits, as a store holds them. */
 async function held(db: Db, repositoryId: number): Promise<Held[]> {
   const r = await sql<Held>`
-    SELECT p.id::text AS id, p.head, p.commits_state, p.commit_count, p.distinct_size,
+    SELECT p.id::text AS id, p.head, p.commits_state, p.commit_count,
+      -- The distinct_size a line of the push says: the source's, else counted from its
+      -- commits when each says whether it is distinct (src/export/hour-query.ts).
+      coalesce(p.distinct_size, (
+        SELECT CASE WHEN count(*) = p.commit_count AND count(pc."distinct") = count(*)
+          THEN (count(*) FILTER (WHERE pc."distinct"))::int END
+        FROM push_commits pc
+        WHERE (pc.repository_id, pc.ref, pc.before, pc.head) = (p.repository_id, p.ref, p.before, p.head)
+      )) AS distinct_size,
       coalesce((
         SELECT json_agg(json_build_object('position', pc.position, 'sha', pc.sha,
           'distinct', pc."distinct", 'author_name', c.author_name,

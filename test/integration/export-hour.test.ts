@@ -202,18 +202,22 @@ describe('an exported hour', () => {
     });
   });
 
-  it('writes a webhook-only push with "id": null and no push_id, a fetched one without distinct_size', async () => {
+  it('writes a webhook-only push with "id": null and no push_id, a fetched one with distinct derived', async () => {
     const { events } = linesOf((await exportBytes(w.pushHour)).bytes);
     const hooked = byHead(events, w.heads.webhook);
     expect(hooked.id).toBeNull();
     expect(hooked.payload).not.toHaveProperty('push_id');
     expect(hooked.payload).toMatchObject({ size: 2, distinct_size: 2 });
     expect(hooked.payload.commits).toHaveLength(2);
+    // The delivery's `organization` is the line's `org`, as the Events API writes it.
+    expect(hooked.org).toMatchObject({ id: w.org.id, login: w.org.login });
 
     const fetched = byHead(events, w.heads.fetched);
+    // The answer did not say: each commit is distinct in the first stored push that holds it,
+    // and no other push of the repository holds these.
     expect(fetched.payload.size).toBe(4);
-    expect(fetched.payload).not.toHaveProperty('distinct_size');
-    expect(fetched.payload.commits.map((c: Line) => c.distinct)).toEqual([null, null, null, null]);
+    expect(fetched.payload.distinct_size).toBe(4);
+    expect(fetched.payload.commits.map((c: Line) => c.distinct)).toEqual([true, true, true, true]);
   });
 
   it('is byte-identical twice, and another file once the stored hour changes', async () => {
@@ -224,11 +228,22 @@ describe('an exported hour', () => {
     expect(a.file.bytes).toBe(a.bytes.length);
     // gzip's header: no file name, mtime 0.
     expect([...a.bytes.subarray(0, 8)]).toEqual([0x1f, 0x8b, 8, 0, 0, 0, 0, 0]);
-    await sql`UPDATE actors SET login = login || '-renamed' WHERE id IN (
-      SELECT actor_id FROM push_events WHERE head = ${w.heads.three})`.execute(t.db);
+    // A line writes the login its event carried: the account renamed since changes nothing.
+    const rename = sql`UPDATE actors SET login = login || '-renamed' WHERE id IN (
+      SELECT actor_id FROM push_events WHERE head = ${w.heads.three})`;
+    const renameBack = sql`UPDATE actors SET login = left(login, -8) WHERE login LIKE '%-renamed'`;
+    await rename.execute(t.db);
+    expect((await exportBytes(w.pushHour)).bytes.equals(a.bytes)).toBe(true);
+    await renameBack.execute(t.db);
+    // A push stored before the store kept the event's names writes what the store knows:
+    // the same line while nothing changed, another once the account is renamed.
+    await sql`UPDATE push_events SET actor_login = NULL, repo_name = NULL, org_id = NULL,
+      org_login = NULL WHERE head = ${w.heads.three}`.execute(t.db);
+    expect((await exportBytes(w.pushHour)).bytes.equals(a.bytes)).toBe(true);
+    await rename.execute(t.db);
     const c = await exportBytes(w.pushHour);
     expect(c.bytes.equals(a.bytes)).toBe(false);
-    await sql`UPDATE actors SET login = left(login, -8) WHERE login LIKE '%-renamed'`.execute(t.db);
+    await renameBack.execute(t.db);
     expect((await exportBytes(w.pushHour)).bytes.equals(a.bytes)).toBe(true);
   });
 

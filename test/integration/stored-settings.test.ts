@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/platform/config/config.ts';
 import {
+  adoptStoredSettings,
   checkStoredSettings,
   StoredSettingMismatch,
 } from '../../src/platform/config/stored-settings.ts';
@@ -20,10 +21,12 @@ const t = useTestDatabase();
 const children: Child[] = [];
 afterAll(() => killAll(children));
 
-const env = (extra: Record<string, string> = {}) => ({
+// COMMIT_EMAILS set, as an operator who chose it: unset, a process takes the database's.
+const env = (extra: Record<string, string | undefined> = {}) => ({
   DATABASE_URL: t.url,
   GITHUB_MODE: 'fixture',
   LOG_LEVEL: 'warn',
+  COMMIT_EMAILS: 'hash',
   ...extra,
 });
 
@@ -125,6 +128,49 @@ describe('stored-data settings', () => {
     );
     first.process.kill('SIGTERM');
     expect(await first.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it('COMMIT_EMAILS unset: gharchive for a new database, the recorded value for one that has it', {
+    timeout: 240_000,
+  }, async () => {
+    const unset = env({ COMMIT_EMAILS: undefined });
+    // A new database: nothing recorded, nothing stored (the commands above stored pushes).
+    await sql`TRUNCATE push_events, push_commits, commits CASCADE`.execute(t.db);
+    expect((await adoptStoredSettings(t.db, loadConfig({}))).commits.emails).toBe('gharchive');
+    const fresh = await runBin('setup', [], unset);
+    expect(fresh.code, fresh.err).toBe(0);
+    expect(fresh.out).toMatch(
+      /stored-data settings COMMIT_EMAILS=gharchive, COMMITS_MAX_PER_PUSH=250\n$/,
+    );
+    expect((await runBin('ingest', [], unset)).code).toBe(0);
+
+    // A database recorded under the old default keeps it: no refusal, no new record.
+    await sql`UPDATE stored_settings SET value = 'hash' WHERE name = 'COMMIT_EMAILS'`.execute(t.db);
+    const kept = await runBin('ingest', [], unset);
+    expect(kept.code, kept.err).toBe(0);
+    expect((await recorded()).find((r) => r.name === 'COMMIT_EMAILS')?.value).toBe('hash');
+    expect((await adoptStoredSettings(t.db, loadConfig({}))).commits.emails).toBe('hash');
+    // Set, the environment still has to agree.
+    expect((await runBin('ingest', [], env({ COMMIT_EMAILS: 'gharchive' }))).code).toBe(2);
+
+    // None recorded, but rows stored: they were written under the default of their time.
+    await sql`DELETE FROM stored_settings`.execute(t.db);
+    await sql`INSERT INTO actors (id, login) VALUES (4242, 'a') ON CONFLICT DO NOTHING`.execute(
+      t.db,
+    );
+    await sql`INSERT INTO repositories (id, full_name) VALUES (4243, 'a/b')
+      ON CONFLICT DO NOTHING`.execute(t.db);
+    await sql`INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload)
+      VALUES (4242, 4243, 'refs/heads/main', 'b', 'h', now(), '{}')`.execute(t.db);
+    try {
+      expect((await adoptStoredSettings(t.db, loadConfig({}))).commits.emails).toBe('hash');
+      const old = await runBin('setup', [], unset);
+      expect(old.out).toMatch(
+        /stored-data settings COMMIT_EMAILS=hash, COMMITS_MAX_PER_PUSH=250\n$/,
+      );
+    } finally {
+      await sql`DELETE FROM push_events WHERE actor_id = 4242`.execute(t.db);
+    }
   });
 
   it('racing on an empty table, the first value recorded wins and the other refuses', async () => {

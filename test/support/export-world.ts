@@ -111,6 +111,8 @@ export async function buildExportWorld(
       repo: r,
       created_at: at(minute, extra.second ?? 0),
       payload,
+      // GitHub names the organisation that owns the repository in every event of it.
+      ...(r.id === repo.id ? { org } : {}),
     });
   const pre2025 = (commits: ReturnType<typeof commitsOf>, size = commits.length) => ({
     size,
@@ -240,6 +242,7 @@ export async function buildExportWorld(
           full_name: r.name,
           pushed_at: Math.floor(at(minute).getTime() / 1000),
         },
+        ...(r.id === repo.id ? { organization: { id: org.id, login: org.login } } : {}),
         sender: { id: actor.id, login: actor.login },
         commits: endingAt(
           hooked.map((c) => ({ ...c })),

@@ -42,6 +42,9 @@ export function testConfig(t: TestDatabase, o: TestClientOptions): Config {
     ...(o.fixturesDir ? { GITHUB_FIXTURES_DIR: o.fixturesDir } : {}),
     GATE_WAIT_SECONDS: String(o.gateWaitSeconds ?? 5),
     LOG_LEVEL: 'silent',
+    // The policy these tests' expectations were written for; a process left unset takes the
+    // database's (test/integration/stored-settings.test.ts), which an in-process config skips.
+    COMMIT_EMAILS: 'hash',
     ...o.env,
   });
   return {

@@ -27,6 +27,63 @@ describe('one address', () => {
   });
 });
 
+describe('gharchive: an address as GH Archive writes it', () => {
+  const sha1 = (s: string) => createHash('sha1').update(s, 'utf8').digest('hex');
+
+  it("is the SHA-1 of the local part, @, the domain: GH Archive's own test values", () => {
+    // igrigorik/gharchive.org crawler/obfuscate_test.rb
+    expect(addressUnderPolicy('example@gharchive.org', 'gharchive')).toBe(
+      'c3499c2729730a7f807efb8676a92dcb6f8a3f8f@gharchive.org',
+    );
+    expect(addressUnderPolicy('1@gharchive.org', 'gharchive')).toBe(
+      '356a192b7913b04c54574d18c28d46e6395428ab@gharchive.org',
+    );
+    expect(addressUnderPolicy('', 'gharchive')).toBe('');
+    expect(addressUnderPolicy(null, 'gharchive')).toBeNull();
+    // Neither trimmed nor lower-cased: the crawler hashes the bytes it was given.
+    expect(addressUnderPolicy('Mona@Example.COM', 'gharchive')).toBe(`${sha1('Mona')}@Example.COM`);
+  });
+
+  it("splits as Ruby's String#split('@') does: no @, several @, empty pieces", () => {
+    expect(addressUnderPolicy('no-at-sign', 'gharchive')).toBe(sha1('no-at-sign'));
+    expect(addressUnderPolicy('a@b@c', 'gharchive')).toBe(`${sha1('a')}@b`);
+    expect(addressUnderPolicy('a@', 'gharchive')).toBe(sha1('a'));
+    expect(addressUnderPolicy('a@b@', 'gharchive')).toBe(`${sha1('a')}@b`);
+    expect(addressUnderPolicy('@b', 'gharchive')).toBe(`${sha1('')}@b`);
+    expect(addressUnderPolicy('a@@b', 'gharchive')).toBe(`${sha1('a')}@`);
+    expect(addressUnderPolicy('@@', 'gharchive')).toBe(sha1(''));
+    expect(addressUnderPolicy('arifarhan1602@.com', 'gharchive')).toBe(
+      `${sha1('arifarhan1602')}@.com`,
+    );
+  });
+
+  it('keeps what GH Archive wrote already, so an archive line round-trips; once is enough', () => {
+    const written = '5c682c2d1ec4073e277f9ba9f4bdf07e5794dabe@rspt.ch';
+    expect(addressUnderPolicy(written, 'gharchive')).toBe(written);
+    for (const a of ['x@y.org', 'a@b@c', 'plain', '@b', 'a@@b']) {
+      const once = addressUnderPolicy(a, 'gharchive');
+      expect(addressUnderPolicy(once, 'gharchive')).toBe(once);
+    }
+    // Another instance's hash-policy value is no address to split.
+    expect(addressUnderPolicy(hashOf('a@b.org'), 'gharchive')).toBe(hashOf('a@b.org'));
+  });
+
+  it('leaves text as GH Archive publishes it, but for an email field of JSON quoted in it', () => {
+    const message = 'fix\n\nSigned-off-by: Jane Doe <jane@example.org>';
+    expect(textUnderPolicy(message, 'gharchive')).toBe(message);
+    expect(
+      textUnderPolicy('line 3: {"author":{"email":"jane@example.org","name":"J"}}', 'gharchive'),
+    ).toBe(`line 3: {"author":{"email":"${sha1('jane')}@example.org","name":"J"}}`);
+    const payload = { commits: [{ author: { email: 'plain', name: 'a@b.org' }, message }] };
+    expect(jsonUnderPolicy(payload, 'gharchive')).toEqual({
+      commits: [{ author: { email: sha1('plain'), name: 'a@b.org' }, message }],
+    });
+    expect(JSON.parse(jsonTextUnderPolicy(payload, 'gharchive'))).toEqual(
+      jsonUnderPolicy(payload, 'gharchive'),
+    );
+  });
+});
+
 describe('addresses inside text', () => {
   it('a trailer keeps its shape and joins its author: the same hash as the address field', () => {
     const message =

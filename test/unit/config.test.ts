@@ -62,7 +62,7 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['ARCHIVE_RATE_WINDOW', '2h', /duration up to 1h/],
   ['ARCHIVE_DEADLINE', '0', /duration up to 1d/],
   ['ARCHIVE_SERVE', 'yes', /one of on, off.*"yes"/],
-  ['COMMIT_EMAILS', 'clear', /one of hash, keep, drop.*"clear"/],
+  ['COMMIT_EMAILS', 'clear', /one of gharchive, hash, keep, drop.*"clear"/],
   ['COMMITS_MAX_PER_PUSH', '0', /integer from 1 to 10000/],
   ['COMMITS_MAX_PER_PUSH', '10001', /integer from 1 to 10000/],
   ['COMMITS_MAX_PER_PUSH', '-1', /integer from 1 to 10000/],
@@ -151,8 +151,11 @@ describe('config: defaults and parsing', () => {
       download: { minBytesPerSecond: 16_384, rateWindowMs: 60_000, deadlineMs: 3_600_000 },
     });
     expect(loadConfig({ ARCHIVE_SERVE: 'off' }).archive.serve).toBe(false);
+    // Unset: GH Archive's rule for a new database; one recorded keeps its value
+    // (test/integration/stored-settings.test.ts).
     expect(c.commits).toEqual({
-      emails: 'hash',
+      emails: 'gharchive',
+      emailsGiven: false,
       maxPerPush: 250,
       share: 0.5,
       transport: 'graphql',
@@ -160,8 +163,11 @@ describe('config: defaults and parsing', () => {
   });
 
   it('takes each COMMIT_EMAILS mode and a COMMITS_MAX_PER_PUSH within its bound', () => {
-    for (const mode of ['hash', 'keep', 'drop'] as const) {
-      expect(loadConfig({ COMMIT_EMAILS: mode }).commits.emails).toBe(mode);
+    for (const mode of ['gharchive', 'hash', 'keep', 'drop'] as const) {
+      expect(loadConfig({ COMMIT_EMAILS: mode }).commits).toMatchObject({
+        emails: mode,
+        emailsGiven: true,
+      });
     }
     expect(loadConfig({ COMMITS_MAX_PER_PUSH: '10000' }).commits.maxPerPush).toBe(10_000);
   });

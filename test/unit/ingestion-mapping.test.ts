@@ -59,6 +59,7 @@ describe('mapEventsPage', () => {
         id: '22249084964',
         actor: { id: '583231', login: 'octocat' },
         repository: { id: '1296269', fullName: 'octocat/Hello-World' },
+        org: null,
         pushId: '10115855396',
         ref: 'refs/heads/master',
         head: '7a8f3ac80e2ad2f6842cb86f576d4bfe2c03e300',
@@ -78,6 +79,25 @@ describe('mapEventsPage', () => {
       '/events',
     ).pushes;
     expect(push).toMatchObject({ size: 1, distinctSize: 1, payload: { commits } });
+  });
+
+  it("keeps the event's org, and never sets a push aside for a placeholder or a broken one", () => {
+    const org = {
+      id: 9919,
+      login: 'github',
+      gravatar_id: '',
+      url: 'https://api.github.com/orgs/github',
+    };
+    const pushes = mapEventsPage(
+      [
+        { ...pushEvent(), org },
+        // GitHub's answers of 2012 carried a placeholder org with a URL only.
+        { ...pushEvent(), id: '22249084970', org: { url: 'https://api.github.com/orgs/' } },
+        { ...pushEvent(), id: '22249084971', org: { id: 'x', login: 'bad' } },
+      ],
+      '/events',
+    ).pushes;
+    expect(pushes.map((p) => p.org)).toEqual([{ id: '9919', login: 'github' }, null, null]);
   });
 
   it('accepts an empty page', () => {

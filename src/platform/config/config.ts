@@ -181,7 +181,12 @@ const fraction = z.string().transform((raw, ctx) => {
   return n;
 });
 
-export const COMMIT_EMAIL_MODES = ['hash', 'keep', 'drop'] as const;
+export const COMMIT_EMAIL_MODES = ['gharchive', 'hash', 'keep', 'drop'] as const;
+/**
+ * COMMIT_EMAILS of a database set up without the variable. A database recorded already
+ * keeps its value (src/platform/config/stored-settings.ts).
+ */
+export const DEFAULT_COMMIT_EMAILS: CommitEmailMode = 'gharchive';
 export type CommitEmailMode = (typeof COMMIT_EMAIL_MODES)[number];
 
 export const envSchema = z.object({
@@ -246,7 +251,8 @@ export const envSchema = z.object({
   ARCHIVE_SERVE: z.enum(['on', 'off']).default('on'),
   // Commits: what a commit's e-mail addresses become, and how many commits a
   // fetched push may keep (one compare answer holds at most 250).
-  COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
+  // Unset: the database's recorded value, or DEFAULT_COMMIT_EMAILS for a new one.
+  COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).optional(),
   COMMITS_MAX_PER_PUSH: positiveInt(10_000).default(250),
   // commits-fetch: commits' part of the background allowance while enrichment waits.
   COMMITS_SHARE: fraction.default(0.5),
@@ -314,8 +320,16 @@ export interface Config {
     };
   };
   readonly commits: {
-    /** hash: 'sha256:<hex>' of the trimmed lower-cased address; keep: as given; drop: NULL. */
+    /**
+     * gharchive: GH Archive's SHA-1 of the local part, `@`, the domain; hash: 'sha256:<hex>'
+     * of the trimmed lower-cased address; keep: as given; drop: NULL.
+     */
     readonly emails: CommitEmailMode;
+    /**
+     * COMMIT_EMAILS was set in the environment. When it was not, a database that recorded a
+     * value keeps it: the process takes the recorded value (adoptStoredSettings).
+     */
+    readonly emailsGiven: boolean;
     readonly maxPerPush: number;
     /** COMMITS_SHARE: ceil(background × share) is what commits take while enrichment waits. */
     readonly share: number;
@@ -429,7 +443,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       },
     },
     commits: {
-      emails: e.COMMIT_EMAILS,
+      emails: e.COMMIT_EMAILS ?? DEFAULT_COMMIT_EMAILS,
+      emailsGiven: e.COMMIT_EMAILS !== undefined,
       maxPerPush: e.COMMITS_MAX_PER_PUSH,
       share: e.COMMITS_SHARE,
       transport: e.COMMITS_TRANSPORT,

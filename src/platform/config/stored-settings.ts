@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/pool.ts';
 import { ConfigError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import type { Config } from './config.ts';
+import { COMMIT_EMAIL_MODES, type CommitEmailMode, type Config } from './config.ts';
 
 /**
  * One configuration per database for what shapes stored data (ADR 0125).
@@ -64,6 +64,37 @@ export interface SettingChange {
 /** "bin/setup on host:1234": who recorded a value (`role` is the process's, e.g. setup). */
 export function recorder(role: string): string {
   return `bin/${role} on ${os.hostname()}:${process.pid}`.slice(0, 300);
+}
+
+/**
+ * The configuration this process runs with on `db`: COMMIT_EMAILS, when the environment does
+ * not set it, is what the database recorded: a new default applies to new databases only,
+ * never to one whose rows were written under another. A database with no
+ * record but with pushes or commits was written before stored settings existed, under the
+ * default of that time, `hash`; an empty one takes the default. Call before
+ * checkStoredSettings, on a database set up (stored_settings exists).
+ */
+export async function adoptStoredSettings(db: Db, config: Config): Promise<Config> {
+  if (config.commits.emailsGiven) return config;
+  const row = await db
+    .selectFrom('stored_settings')
+    .select('value')
+    .where('name', '=', 'COMMIT_EMAILS')
+    .executeTakeFirst();
+  let emails = row?.value;
+  if (emails === undefined) {
+    const r = await sql<{ held: boolean }>`
+      SELECT EXISTS (SELECT 1 FROM push_events) OR EXISTS (SELECT 1 FROM commits) AS held`.execute(
+      db,
+    );
+    if (r.rows[0]?.held) emails = 'hash';
+  }
+  if (emails === undefined || emails === config.commits.emails) return config;
+  if (!(COMMIT_EMAIL_MODES as readonly string[]).includes(emails)) return config;
+  return Object.freeze({
+    ...config,
+    commits: Object.freeze({ ...config.commits, emails: emails as CommitEmailMode }),
+  });
 }
 
 /**
