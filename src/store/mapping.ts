@@ -38,9 +38,10 @@ export interface PushRow {
   /**
    * The organisation the event names (an event's `org`, a delivery's `organization`), as
    * of the event; null or absent: none. Stored with the push, as the login and the name
-   * are, so that an hour file writes what the event said.
+   * are, so that an hour file writes what the event said. `id` null: a timeline-format
+   * line, which names the organisation by its login only.
    */
-  org?: { id: string; login: string } | null;
+  org?: { id: string | null; login: string } | null;
   pushId: string | null;
   ref: string;
   head: string;
@@ -56,11 +57,6 @@ export interface PushRow {
    * public source covers public pushes (ADR 0112). Not stored.
    */
   private?: true;
-  /**
-   * The organization the event named, when it named one (a timeline-format line names its
-   * login only); absent when the mapping does not say.
-   */
-  org?: { id: string | null; login: string } | null;
   /**
    * Read from a timeline-format archive line (src/backfill/timeline.ts): no event id, and a
    * `before` that is its key's abbreviation, not a full sha (src/store/timeline-key.ts). Its
