@@ -17,7 +17,7 @@ import { createRequestGate, type RequestGate } from './gate.ts';
 import { createGraphQL } from './graphql.ts';
 import { budgetWithGraphQL } from './graphql-window.ts';
 import { createHeld } from './held.ts';
-import { releaseReservation } from './ledger.ts';
+import { createPollSession, pollPass } from './poll-session.ts';
 import { createRequester } from './request.ts';
 import { createSender } from './send.ts';
 
@@ -30,7 +30,8 @@ import { createSender } from './send.ts';
  *
  * A credential has two budget keys (ADR 0110, ADR 0114): REST under its label, GraphQL
  * under `label#graphql`, each with its own window, gate and pacing. The parts: the pool loop
- * of REST requests (request.ts), held requests (held.ts), GraphQL (graphql.ts), all sending
+ * of REST requests (request.ts), a poll's session and its held requests (poll-session.ts,
+ * held.ts), GraphQL (graphql.ts), all sending
  * through send.ts; answers read by classify.ts and graphql-answer.ts.
  */
 
@@ -134,16 +135,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     credentials: ctx.labels,
     mode,
     graphqlEnabled: ctx.graphqlPolicy !== null,
-    async reserve(purpose, meta) {
-      const d = await requester.reserveOn(ctx.policy, purpose, meta);
-      return d.ok ? d.reservation : null;
-    },
     tryReserve: requester.tryReserve,
-    ...held,
-    async release(reservation) {
-      await releaseReservation(db, reservation.id, 'released unused', clock.now());
-    },
     request: requester.request,
+    pollSession: (session, o) => createPollSession(ctx, held, requester, session, o),
+    pollPass: () => pollPass(ctx.labels.length),
     graphql,
     budget: () => budgetWithGraphQL(db, ctx.policy, ctx.graphqlPolicy, clock.now()),
     async close() {

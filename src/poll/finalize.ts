@@ -13,7 +13,7 @@ import { mergeRecentIds, ringOf } from './horizon.ts';
 import { type RunState, runCounters, summaryOf } from './run-state.ts';
 import type { IngestionDeps, RunSummary } from './run-summary.ts';
 import { type FleetCache, planSourcePoll } from './schedule.ts';
-import { type SourceSession, settlePending } from './source-session.ts';
+import type { SourceSession } from './source-session.ts';
 
 /**
  * The end of a run: the run row and the source's schedule, in one transaction on the
@@ -122,11 +122,11 @@ export async function finalizeSuccess(
     // rate-limit row ride in the finalize's commit (ADR 0082). Last, so the rows every poll of
     // this credential writes (its rate-limit row, its minute's counters) are locked only for
     // the commit, not for the plan and the writes before it (ADR 0140).
-    await settlePending(deps, lock, trx);
+    await lock.requests.settle(trx);
     return { gap, plan };
   });
   const nextPollAt = plan.nextPollAt;
-  lock.unsettled = null;
+  lock.requests.settled();
   faultPoint('ingest.after_finalize');
   if (gap) logGapsRecorded(log, gap, ids);
   const summary = summaryOf(source, state, status, nextPollAt);
@@ -165,7 +165,7 @@ export async function finalizeFailure(
   const failure = classifyFailure(err, source, now);
   await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
-    await settlePending(deps, lock, trx, true);
+    await lock.requests.settle(trx, { tolerant: true });
     await trx
       .updateTable('ingestion_runs')
       .set({
@@ -187,7 +187,7 @@ export async function finalizeFailure(
       .where('id', '=', source.id)
       .execute();
   });
-  lock.unsettled = null;
+  lock.requests.settled();
   faultPoint('ingest.after_finalize');
   log.warn(
     {

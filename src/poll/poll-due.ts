@@ -1,5 +1,4 @@
 import { inFlightPlan } from '../budget/concurrency.ts';
-import { GateTickets } from '../budget/gate-tickets.ts';
 import { systemClock } from '../platform/clock.ts';
 import type { GithubMode } from '../platform/db/columns.ts';
 import { getSource } from '../store/sources.ts';
@@ -81,19 +80,19 @@ export async function pollDueSources(
   // asking it again for each.
   let deferral: Deferral | null = null;
   const putOff: number[] = [];
-  // One poll at a gate per credential from this round; the others wait for a ticket without
+  // One poll at a gate per credential from this pass; the others wait for a ticket without
   // opening (src/budget/gate-tickets.ts), and do the database work of polls past their gate.
-  const tickets = new GateTickets(deps.github.credentials.length);
+  const pass = deps.github.pollPass();
   const worker = async () => {
     while (failure === null && next < due.length) {
-      const gateFree = await tickets.take();
+      const ticket = await pass.take();
       if (failure !== null || next >= due.length) {
-        gateFree();
+        ticket();
         break;
       }
       const i = next++;
       if (deferral) {
-        gateFree();
+        ticket();
         putOff.push(i);
         continue;
       }
@@ -102,13 +101,13 @@ export async function pollDueSources(
           ...pollOpts,
           fleet,
           logDeferral: false,
-          gateFree,
+          ticket,
         });
         deferral ??= summaries[i]!.deferral ?? null;
       } catch (err) {
         failure ??= { err };
       } finally {
-        gateFree();
+        ticket();
       }
     }
   };
