@@ -1,4 +1,4 @@
-import type { ServerRoom } from '../platform/db/connections.ts';
+import type { ConnectionHeadroom } from '../platform/db/connections.ts';
 
 /**
  * How much one process does at once, from the credentials it holds (ADR 0110 §7, ADR 0140):
@@ -51,7 +51,7 @@ interface RoleWork {
   graphql: boolean;
   /**
    * Connections beside polls and fetchers: a worker's reconcile and maintenance jobs and the
-   * poll round's own reads (the due sources, the deferral of the rest); bin/start's web
+   * poll pass's own reads (the due sources, the deferral of the rest); bin/start's web
    * server (status reads, webhook transactions) on the same pool.
    */
   spare: number;
@@ -164,7 +164,7 @@ export function inFlightPlan(input: InFlightPlanInput): InFlightPlan {
   if (cap === undefined || wantedPool <= cap) {
     return { ...base, ...wanted, dbPool: wantedPool, limitedBy: 'credentials' };
   }
-  // Every count shrinks by the same factor, so the pool's room is shared as the credentials
+  // Every count shrinks by the same factor, so the pool's connections are shared as the credentials
   // would share it; what the floors leave goes to polls first (the feeds' freshness), then
   // to fetchers. A minimum of one keeps every kind of work going.
   const k = Math.max(0, cap - work.spare) / (wantedPool - work.spare);
@@ -221,17 +221,17 @@ export function connectionsBesidePool(plan: InFlightPlan, opts: { app?: boolean 
  * The plan that fits the server as this process finds it: its pool, beside its other
  * connections, within what max_connections leaves once the reserved slots, the sessions
  * already open and the headroom are set aside — and within DATABASE_POOL_MAX (`poolMax`).
- * `roomCap` is that room, for the log line that says why a plan is smaller.
+ * `headroomCap` is that number, for the log line that says why a plan is smaller.
  */
 export function fitToServer(
   input: InFlightPlanInput & { app?: boolean },
-  room: ServerRoom,
-): { plan: InFlightPlan; roomCap: number } {
+  server: ConnectionHeadroom,
+): { plan: InFlightPlan; headroomCap: number } {
   const unlimited = inFlightPlan({ credentials: input.credentials, role: input.role });
   // Our own first session (the one that asked) is counted in inUse, and is part of the pool.
   const free =
-    room.maxConnections - room.reserved - (room.inUse - 1) - headroom(room.maxConnections);
-  const roomCap = Math.max(1, free - connectionsBesidePool(unlimited, input));
-  const poolMax = Math.min(input.poolMax ?? Number.POSITIVE_INFINITY, roomCap);
-  return { plan: inFlightPlan({ ...input, poolMax }), roomCap };
+    server.maxConnections - server.reserved - (server.inUse - 1) - headroom(server.maxConnections);
+  const headroomCap = Math.max(1, free - connectionsBesidePool(unlimited, input));
+  const poolMax = Math.min(input.poolMax ?? Number.POSITIVE_INFINITY, headroomCap);
+  return { plan: inFlightPlan({ ...input, poolMax }), headroomCap };
 }

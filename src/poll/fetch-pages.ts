@@ -11,7 +11,7 @@ import { logIdClashes } from '../store/event-ids.ts';
 import { mapEventsPage } from '../store/mapping.ts';
 import { logRejected } from '../store/rejected-events.ts';
 import { feedPath } from '../store/sources.ts';
-import { heldBefore, ringOf } from './horizon.ts';
+import { readBefore, ringOf } from './horizon.ts';
 import { storePage } from './page-store.ts';
 import { nextPollIfItDies, scheduleIfItDies } from './poll-deaths.ts';
 import { type RunState, runCounters } from './run-state.ts';
@@ -104,15 +104,15 @@ export async function fetchPages(
 
     // Each event is judged on its own: poison is set aside, the rest stored (ADR 0020).
     const mapped = mapEventsPage(res.data, path);
-    // A source with no horizon has no completed run whose pushes could be held.
-    const held = hasHorizon
-      ? await heldBefore(deps.db, Number(source.id), horizon, {
+    // A source with no horizon has no completed run whose pushes it could have read.
+    const alreadyRead = hasHorizon
+      ? await readBefore(deps.db, Number(source.id), horizon, {
           ids: mapped.eventIds,
           at: mapped.eventTimes,
         })
       : new Set<string>();
     // Known before the store: whether another page follows (its reservation rides in it).
-    const wantsNext = held.size === 0 && mapped.size >= PER_PAGE && page < MAX_PAGES;
+    const wantsNext = alreadyRead.size === 0 && mapped.size >= PER_PAGE && page < MAX_PAGES;
     let refused: PoolRefusal | null = null;
 
     // Counters advance only once the page is committed, so a failed page is not counted.
@@ -194,7 +194,7 @@ export async function fetchPages(
     }
     faultPoint('ingest.after_page_commit');
 
-    if (held.size > 0) {
+    if (alreadyRead.size > 0) {
       reachedHorizon = true;
       break;
     }

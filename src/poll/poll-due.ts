@@ -71,7 +71,7 @@ export async function pollDueSources(
   const now = clock.now();
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
   const summaries: RunSummary[] = new Array(due.length);
-  // Every plan of this round reads the fleet's sums once (ADR 0082).
+  // Every plan of this pass reads the fleet's sums once.
   const fleet = pollOpts.fleet ?? newFleetCache();
   let next = 0;
   let failure: { err: unknown } | null = null;

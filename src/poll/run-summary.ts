@@ -47,7 +47,7 @@ export interface PollOptions {
   afterRun?: AfterRun;
   /** pollDueSources logs one line for every source a refusal put off, not one per source. */
   logDeferral?: boolean;
-  /** The round's fleet sums, read once for every poll of a pollDueSources round (ADR 0082). */
+  /** The pass's fleet sums, read once for every poll of a pollDueSources pass. */
   fleet?: FleetCache;
   /**
    * Gives this poll's ticket back to its pass (GitHubClient.pollPass): called by the budget's
