@@ -36,9 +36,9 @@ export class GateTickets {
 }
 
 /**
- * A poll session's set of held gate keys (src/budget/poll-session.ts) that says when it empties after
- * `arm()`: the first held request's settle, for the ticket. Before arming (the opening
- * transaction's tries at busy gates) it is a plain set.
+ * A poll session's set of held gate keys (src/budget/poll-session.ts) that says when it
+ * empties after `arm()`: the first held request's settle, for the ticket. Before arming (the
+ * opening transaction's tries at busy gates) it is a plain set.
  */
 export class WatchedGates extends Set<number> {
   #armed = false;

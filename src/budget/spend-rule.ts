@@ -49,7 +49,8 @@ const BACKGROUND: Value = { floorTimes: [col('quota'), { param: 'share' }] };
 /**
  * The whole window is the background's (share 1: a credential's GraphQL points, which only
  * commits spend): the allowance is the quota, so once GitHub has said what remains, that is
- * the test, and what the ledger sums is not (ADR 0182).
+ * the test, and what the ledger sums is not: a query's cost is an estimate, GitHub's
+ * remaining is what it charged.
  */
 export function wholeWindow(share: number): boolean {
   return share >= 1;

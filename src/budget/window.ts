@@ -6,7 +6,7 @@ import { SPENDS_QUOTA } from './ledger.ts';
 import type { StoredRateLimit } from './types.ts';
 
 /**
- * The hourly budget of each credential (DESIGN §6), computed from the ledger every time so
+ * The hourly budget of each budget key, computed from the ledger every time so
  * that every process on every machine sees the same numbers:
  * - the window is GitHub's current rate-limit hour (reset_at − 1 h) when we know it,
  *   else the last 60 minutes;

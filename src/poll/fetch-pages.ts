@@ -19,8 +19,9 @@ import type { IngestionDeps, PollOptions } from './run-summary.ts';
 import type { Opened, SourceSession } from './source-session.ts';
 
 /**
- * A run's requests (DESIGN §3): page 1 conditionally, further pages only until they reach
- * the source's horizon, each page stored in one transaction with the run's counters.
+ * A run's requests: page 1 conditionally (a 304 costs no quota), further pages only until
+ * they reach the source's horizon (what lies behind it was read by an earlier run), each
+ * page stored in one transaction with the run's counters, so a counted page is a stored one.
  */
 
 export const PER_PAGE = 100;

@@ -11,7 +11,7 @@ import { bulkStorePage } from '../store/pushes.ts';
 import { type QuarantineRow, quarantineEvents } from '../store/rejected-events.ts';
 
 /**
- * One page in ONE transaction (DESIGN §3): its good pushes stored, its rejected events set
+ * One page in ONE transaction: its good pushes stored, its rejected events set
  * aside, and whatever the caller adds (run counters) — all or nothing. Should the database
  * refuse the page for its content anyway (something the rules in src/store/rules.ts
  * did not foresee), the page is written again one push at a time, each in a savepoint, and

@@ -28,10 +28,10 @@ import { notDueReason } from './schedule.ts';
 import type { Opened, SourceSession } from './source-session.ts';
 
 /**
- * One poll of one source (DESIGN §3): under the source's advisory lock, re-read the row,
- * open a run, fetch page 1 conditionally and further pages only until they reach the
- * source's horizon, store each page in one transaction, finalize the run and the source,
- * release the lock — and only then tell the caller (post-commit hints).
+ * One poll of one source, one poller at a time: under the source's advisory lock, re-read
+ * the row, open a run, fetch page 1 conditionally and further pages only until they reach
+ * the source's horizon, store each page in one transaction, finalize the run and the
+ * source, release the lock — and only then tell the caller (post-commit hints).
  *
  * On the lock's own session, two transactions bracket the requests (ADR 0080): one takes
  * the lock, re-reads the source, reserves page 1 and opens the run; one finalizes the run

@@ -40,7 +40,7 @@ export function notDueReason(
 }
 
 /**
- * The poll plan (issue 19 item 3, ADR 0081). A 304 is free of GitHub's quota, so a source is
+ * The poll plan (ADR 0081). A 304 is free of GitHub's quota, so a source is
  * planned with its expected counted cost `c` — `poll_cost`, a weighted mean of the counted
  * requests its recent polls spent — not as if every poll cost one. A source polling every T
  * seconds spends c / T a second. The pool's poll allowance B (a second) is shared by
