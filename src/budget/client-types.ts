@@ -38,7 +38,7 @@ export interface GitHubRequest {
 }
 
 /**
- * One GraphQL query (ADR 0110, ADR 0114): POST /graphql on a credential's `#graphql` budget
+ * One GraphQL query: POST /graphql on a credential's `#graphql` budget
  * key, with `points` (its estimated cost, >= 1) reserved before it is sent. Commits only:
  * polls and enrichment are REST.
  */
@@ -52,7 +52,7 @@ export interface GraphQLRequest {
   runId?: number | null;
   /**
    * Run once the query is marked sent (its gate held), right before it goes out: what the
-   * caller records as in flight is in flight from here (a batch's pushes, ADR 0182). Not run
+   * caller records as in flight is in flight from here (a batch's pushes). Not run
    * when the query never leaves (the budget, the gate, no token).
    */
   beforeSend?: () => Promise<void>;
@@ -65,7 +65,7 @@ export type PoolDecision = Extract<BudgetDecision, { ok: true }> | PoolRefusal;
 
 /**
  * A request reserved in the caller's transaction whose credential's gate the caller's
- * session now holds, marked sent with its pacing slot in that same transaction (ADR 0082):
+ * session now holds, marked sent with its pacing slot in that same transaction:
  * once it commits, the request may leave at `slot`. Its answer is settled, and the gate
  * released, by a later transaction of the same session (settleHeld).
  */

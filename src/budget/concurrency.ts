@@ -1,7 +1,7 @@
 import type { ConnectionHeadroom } from '../platform/db/connections.ts';
 
 /**
- * How much one process does at once, from the credentials it holds (ADR 0110 §7, ADR 0140):
+ * How much one process does at once, from the credentials it holds (ADR 0110 §7):
  * polls in flight, background fetchers in flight, and the database pool those need. The one
  * place that turns the pool of credentials into numbers; the runners and createApp read it
  * instead of constants. GitHub's limits are not enforced here: they bind through the request
@@ -26,7 +26,7 @@ export const POLLS_PER_CREDENTIAL = 2;
 /**
  * The fewest polls a process plans, whatever its credentials (a cap may still take it lower):
  * with one credential the work of a page — the store, the run's bookkeeping — is what a third
- * poll overlaps (ADR 0009 measured three as fast as six for one token).
+ * poll overlaps (measured: three polls as fast as six for one token).
  */
 export const MIN_POLLS = 3;
 
@@ -47,7 +47,7 @@ interface RoleWork {
   polls: boolean;
   /** Fetchers over REST (enrichment, commits' compare). */
   rest: boolean;
-  /** Fetchers over GraphQL (commits, ADR 0110 §3). */
+  /** Fetchers over GraphQL (commits). */
   graphql: boolean;
   /**
    * Connections beside polls and fetchers: a worker's reconcile and maintenance jobs and the
@@ -60,7 +60,7 @@ interface RoleWork {
 }
 
 const WEB_CONNECTIONS = 4;
-/** pg-boss's pool in a worker (src/jobs/boss.ts) and the jobs' liveness session (ADR 0011). */
+/** pg-boss's pool in a worker (src/jobs/boss.ts) and the jobs' liveness session. */
 const WORKER_BESIDES = 4 + 1;
 /** bin/ingest's hint sender (src/jobs/dispatch.ts). */
 const HINT_SENDER = 2;

@@ -4,7 +4,8 @@
  * longer holds a gate — its first held answer settled (the gate is free again), or the poll
  * ended. The pass's other polls wait for a ticket here, outside any transaction and holding
  * nothing, instead of opening, finding every gate held by this process's own polls, and
- * waiting on the gate's own connection (two commits more a poll: ADR 0082's fallback).
+ * waiting on the gate's own connection (the fallback of a request not held: two commits
+ * more a poll).
  * Another process's polls are not counted: a gate one of them holds is still tried past.
  */
 export class GateTickets {

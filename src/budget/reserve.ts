@@ -18,7 +18,7 @@ import {
 } from './window.ts';
 
 /**
- * Reservations against the pool of credentials (ADR 0003, ADR 0050). Each credential has
+ * Reservations against the pool of credentials (ADR 0003). Each credential has
  * its own window, allowance split and ledger rows; a request of a purpose goes to the
  * credential with the most of that purpose's allowance left, and the pool says no only
  * when every credential does — with the earliest time any of them frees.
@@ -91,7 +91,7 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
  * order — fewest open requests, soonest pacing slot for the endpoint (a 304 leaves the room
  * unchanged: free requests must not all go to the credential with the most room while it waits
  * for its slot), most `room`, then chance — and the first of them whose budget lock nobody
- * holds (ADR 0082: another reservation in progress on a credential read from the same snapshot
+ * holds (another reservation in progress on a credential read from the same snapshot
  * would take its slot first), tried one at a time. None free: wait for the best one's, unless
  * `wait` is false (the transaction already holds a budget lock: waiting for another could
  * deadlock with a transaction doing the same the other way round).
@@ -184,7 +184,7 @@ async function pickAndLock(
 }
 
 /**
- * The pick from what is cheap to read (ADR 0082): each candidate's whole-minute counters from
+ * The pick from what is cheap to read: each candidate's whole-minute counters from
  * the first minute its window touches, its open requests, its rate-limit row and its pacing
  * slot — not the exact window the reservation statement reads. It may err either way (a
  * minute too much; only the open requests taken off the observed remaining): a wrong choice
@@ -280,7 +280,7 @@ export async function reserve(
   purpose: RequestPurpose,
   meta: Meta,
   /**
-   * `db` is the caller's transaction (ADR 0080: a poll opens its run in the reservation's
+   * `db` is the caller's transaction (a poll opens its run in the reservation's
    * transaction): the budget locks are held, and the row committed, with it.
    */
   inTransaction = false,
@@ -293,7 +293,7 @@ export async function reserve(
   if (credentials.length === 1) {
     const cred = credentials[0]!;
     return within(async (trx) => {
-      // Asynchronous commit (ADR 0010): the row is visible to every other session the moment
+      // Asynchronous commit: the row is visible to every other session the moment
       // it commits; only a crash of the Postgres server itself within ~200 ms could lose it.
       await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(cred.label)}),
                        ${ASYNC_COMMIT}, ${GENERIC_PLANS}`.execute(trx);

@@ -59,7 +59,7 @@ export interface BudgetSnapshot {
   /** Why it is blocked: rate_limit (403/429) or auth (401). */
   blockReason: BlockReason | null;
   /**
-   * The credential's GraphQL window (its `#graphql` budget key, ADR 0114); null when it has
+   * The credential's GraphQL window (its `#graphql` budget key); null when it has
    * none (anonymous). Absent where only the REST budget was read.
    */
   graphql?: GraphQLBudget | null;

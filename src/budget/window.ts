@@ -22,7 +22,7 @@ export const HOUR_MS = 3600_000;
 
 /**
  * What a set of ledger rows `g` spent: each row its points (a GraphQL query's), NULL being 1
- * (every REST request) — so one window sums requests and points alike (ADR 0114).
+ * (every REST request) — so one window sums requests and points alike.
  */
 export const POINTS = sql<number>`COALESCE(sum(COALESCE(g.points, 1)), 0)::int`;
 /**
@@ -135,7 +135,7 @@ export function windowFloor(now: Date): Date {
  * - w: each one's stored rate-limit row and window: GitHub's current hour (reset_at − 1 h −
  *   slack) while the reset is ahead, else the last 60 minutes, starting no earlier than
  *   the last known reset;
- * - c: what each window spent, without reading the window's rows (ADR 0083): the whole
+ * - c: what each window spent, without reading the window's rows: the whole
  *   minutes from the counters in github_request_minutes (kept exact by triggers on the
  *   ledger), the first, partial minute counted from github_requests_spend; the oldest spend
  *   of each purpose by a probe of the first minute that has one; the requests still open from

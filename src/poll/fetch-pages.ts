@@ -63,7 +63,7 @@ export async function fetchPages(
     const path = pagePath(source, page);
     let res: GitHubResponse;
     try {
-      // Held (ADR 0082): sent on the gate its reservation's transaction took; an answer that
+      // Held: sent on the gate its reservation's transaction took; an answer that
       // is data (200, a 304, the feed's end) is written by the next transaction of the poll's
       // session — the page's store or the finalize — and anything else at once. Not held (the
       // gate was busy): through the gate as any request.
@@ -103,7 +103,7 @@ export async function fetchPages(
     if (res.status !== 200)
       throw new GitHubRequestFailed(path, res.status, 'unexpected status for an events feed');
 
-    // Each event is judged on its own: poison is set aside, the rest stored (ADR 0020).
+    // Each event is judged on its own: one that breaks a rule is rejected, the rest stored.
     const mapped = mapEventsPage(res.data, path);
     // A source with no horizon has no completed run whose pushes it could have read.
     const alreadyRead = hasHorizon
@@ -117,7 +117,7 @@ export async function fetchPages(
     let refused: PoolRefusal | null = null;
 
     // Counters advance only once the page is committed, so a failed page is not counted.
-    // On the poll's own session (ADR 0082): the page's answer is settled, its gate released,
+    // On the poll's own session: the page's answer is settled, its gate released,
     // and the next page reserved (and held) in the page's own transaction.
     const { stored, result: counted } = await storePage(
       lock.db,
@@ -150,7 +150,7 @@ export async function fetchPages(
         if (page === 1) {
           // Page 1 is read and stored: its answer is not the suspect. Should the process die
           // from here, the source is due again at the interval this answer announced, not at
-          // the one the opening transaction knew (ADR 0180).
+          // the one the opening transaction knew.
           const now = (deps.clock ?? systemClock).now();
           const interval = state.pollInterval ?? source.poll_interval_seconds;
           await scheduleIfItDies(trx, Number(source.id), nextPollIfItDies(now, interval), now);

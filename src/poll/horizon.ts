@@ -8,7 +8,7 @@ import { eventIdEra } from '../store/event-ids.ts';
  *
  * Membership, not comparison: GitHub's feed is late and out of order (30 s to 6 h), so
  * an event with a LOWER id than the newest we have read can still be new to us. And membership
- * within an era (ADR 0122): GitHub reused the ids of 2016–2020 after 2025-10-08, so an id
+ * within an era: GitHub reused the ids of 2016–2020 after 2025-10-08, so an id
  * read in another era is another event, never a horizon.
  */
 

@@ -40,9 +40,9 @@ export function dueSourcesQuery(
 }
 
 /**
- * How many sources pollDueSources polls at once: the process's in-flight plan (ADR 0140:
- * about two a credential, so every credential's gate stays busy up to its pacing), or, for a
- * caller without one (tests, benches), the plan its client's credentials make within its
+ * How many sources pollDueSources polls at once: the process's in-flight plan (about two a
+ * credential, so every credential's gate stays busy up to its pacing), or, for a caller
+ * without one (tests, benches), the plan its client's credentials make within its
  * pool. Either way every poll has room for the two connections it may hold (its lock's
  * session, and a moment of a second one: concurrency.ts, CONNECTIONS_PER_POLL).
  */

@@ -130,7 +130,7 @@ async function openRun(
     }
     lock.lockTaken = true;
     // A run of this source still `running` is its dead predecessor's (we hold the lock it
-    // would hold): interrupted, and counted as a failure and a death (ADR 0120).
+    // would hold): interrupted, and counted as a failure and a death.
     const found = await interruptPredecessors(trx, sourceId, clock.now());
     died = found.died;
     const { source } = found;
@@ -151,7 +151,7 @@ async function openRun(
       .executeTakeFirstOrThrow();
     const runId = Number(run.id);
     // Page 1 reserved, its gate taken on this session when free and its sent mark (with its
-    // pacing slot) written, all in this commit (ADR 0082): a 304 then costs only the
+    // pacing slot) written, all in this commit: a 304 then costs only the
     // finalize's commit more.
     const decision = await lock.requests.reserveAndHold(trx, {
       path: pagePath(source, 1),
@@ -166,7 +166,7 @@ async function openRun(
     }
     const firstHeld = decision.held;
     // Committed with the run: should the process die from here, its source is due again one
-    // poll interval on (ADR 0180) — the feed's own pace, neither at once nor a failure's
+    // poll interval on — the feed's own pace, neither at once nor a failure's
     // backoff. A poison answer is stopped by the death count, not by this delay. Every end of
     // the run writes its own schedule over it.
     const ifItDies = nextPollIfItDies(startedAt, source.poll_interval_seconds);

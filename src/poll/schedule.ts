@@ -40,7 +40,7 @@ export function notDueReason(
 }
 
 /**
- * The poll plan (ADR 0081). A 304 is free of GitHub's quota, so a source is
+ * The poll plan. A 304 is free of GitHub's quota, so a source is
  * planned with its expected counted cost `c` — `poll_cost`, a weighted mean of the counted
  * requests its recent polls spent — not as if every poll cost one. A source polling every T
  * seconds spends c / T a second. The pool's poll allowance B (a second) is shared by
@@ -81,7 +81,7 @@ export interface PollCostEstimate {
 }
 
 /**
- * What one successful poll teaches (ADR 0141). Only a conditional poll (it sent an ETag) is
+ * What one successful poll teaches. Only a conditional poll (it sent an ETag) is
  * evidence: an unconditional one is a 200 whatever the feed does. The first conditional
  * answer replaces the prior outright — a 304 is believed: the feed is idle until it says
  * otherwise — and every later one moves the weighted mean (nextPollCost), so a feed that turns
@@ -243,7 +243,7 @@ export async function fleetSums(
 }
 
 /**
- * The fleet's sums as one pass of polls read them once (ADR 0082): fleetSums scans every
+ * The fleet's sums as one pass of polls read them once: fleetSums scans every
  * enabled source, which at 10,000 sources cost more than the poll itself. Within a pass each
  * plan takes the pass's sums and moves only its own source's term.
  */
