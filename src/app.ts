@@ -32,7 +32,7 @@ export interface App {
   db: Db;
   github: GitHubClient;
   /**
-   * What this process does at once and the pool it sized for it (ADR 0140): for the roles
+   * What this process does at once and the pool it sized for it: for the roles
    * that poll or fetch (worker, start, ingest, enrich, commits); null for the others.
    */
   inFlight: InFlightPlan | null;
@@ -60,7 +60,7 @@ export interface CreateAppOptions {
   requires?: 'none' | 'schema' | 'pgboss';
   /**
    * This process writes pushes or commits: its COMMIT_EMAILS and COMMITS_MAX_PER_PUSH must be
-   * the database's (src/platform/config/stored-settings.ts, ADR 0125), else it stops with exit 2 before work.
+   * the database's (src/platform/config/stored-settings.ts), else it stops with exit 2 before work.
    */
   writesStoredData?: boolean;
   /** What the server has for connections, when the caller knows it (tests): no probe then. */
@@ -77,7 +77,7 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
   let embedded: EmbeddedHandle | undefined;
   let databaseUrl = config.databaseUrl;
   if (!databaseUrl) {
-    // Shared with every other process using it; the last to leave stops it (ADR 0030).
+    // Shared with every other process using it; the last to leave stops it.
     embedded = await acquireEmbeddedPostgres({
       dataDir: config.dataDir,
       port: config.embeddedPort,
@@ -88,7 +88,7 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
     databaseUrl = embedded.url;
   }
   const planRole = isPlanRole(role) ? role : null;
-  // A process that spends the budget says at start what its settings starve (ADR 0181).
+  // A process that spends the budget says at start what its settings starve.
   if (planRole) logConfigWarnings(logger, config);
   const cap = minOf(config.databasePoolMax, planRole ? opts.poolMax : undefined);
   const credentials = credentialLabels(config);

@@ -1,13 +1,13 @@
 import type pg from 'pg';
 import type { CommitEmailMode } from '../platform/config/config.ts';
 import { isContentRefusal } from '../platform/db/errors.ts';
-import { type ClaimContext, EventIdRace, RACE_RETRIES } from '../store/event-ids.ts';
+import { type Contender, EventIdRace, RACE_RETRIES } from '../store/event-ids.ts';
 import {
   type BulkStoreResult,
   bulkStoreStaged,
   clearStage,
   emptyStoreResult,
-  PushesAlreadyHeld,
+  PushesAlreadyStored,
 } from '../store/pushes.ts';
 import type { StageBatch } from '../store/stage-batch.ts';
 import type { ImportTarget } from './import-types.ts';
@@ -18,12 +18,12 @@ interface ChunkOutcome {
   refused: { index: number; reason: string }[];
 }
 
-/** How a chunk is merged; `expectNew` turns false at the first push already held. */
+/** How a chunk is merged; `expectNew` turns false at the first push already stored. */
 export interface ChunkMode {
   expectNew: boolean;
   emails: CommitEmailMode;
   /** The mirror the file is read from (ADR 0122). */
-  claim: Partial<ClaimContext>;
+  contender: Partial<Contender>;
 }
 
 function sum(a: BulkStoreResult, b: BulkStoreResult): BulkStoreResult {
@@ -63,7 +63,7 @@ export async function storeIsolating(
         sourceId: target.sourceId,
         expectNew: mode.expectNew,
         emails: mode.emails,
-        claim: mode.claim,
+        contender: mode.contender,
       },
       from,
       to,
@@ -71,7 +71,10 @@ export async function storeIsolating(
     await client.query('RELEASE SAVEPOINT gpi_chunk');
     return { stored, refused: [] };
   } catch (err) {
-    if (err instanceof PushesAlreadyHeld || (err instanceof EventIdRace && races < RACE_RETRIES)) {
+    if (
+      err instanceof PushesAlreadyStored ||
+      (err instanceof EventIdRace && races < RACE_RETRIES)
+    ) {
       // The file holds pushes we have: merge with conflict handling from now on. Or another
       // writer stored one of its ids meanwhile: the same merge again sees it.
       await client.query('ROLLBACK TO SAVEPOINT gpi_chunk');

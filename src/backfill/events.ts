@@ -59,7 +59,7 @@ function keptText(line: Buffer): string {
   return line.subarray(0, MAX_KEPT_TEXT).toString('utf8');
 }
 
-/** A JSON object that is not an event (no type or id): counted as set aside, not as an event. */
+/** A JSON object that is not an event (no type or id): counted as rejected, not as an event. */
 function notAnEvent(line: Buffer): LineVerdict {
   return {
     kind: 'malformed',
@@ -108,7 +108,7 @@ export function classifyLine(raw: Line): LineVerdict {
     };
   }
   // Invalid UTF-8 is kept distinguishable (src/platform/json/utf8.ts): a key field holding it is
-  // set aside by the rules, never stored as U+FFFD.
+  // rejected by the rules, never stored as U+FFFD.
   const text = decodeUtf8KeepingInvalid(line);
   let event: unknown;
   try {
@@ -238,7 +238,7 @@ export interface ArchiveRejection {
   eventId: string | null;
 }
 
-/** A push line → its row (free text made storable, as the poll path does), or why it is set aside. */
+/** A push line → its row (free text made storable, as the poll path does), or why it is rejected. */
 export function mapArchivePush(
   e: Record<string, unknown>,
   text: string,

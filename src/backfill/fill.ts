@@ -6,8 +6,8 @@ import {
   type ArchiveHour,
   gapHours,
   gapReadyAt,
-  giveUpAt,
   parseHour,
+  retryWindowEnd,
 } from '../store/archive-hours.ts';
 import { windowProblem } from '../store/gaps.ts';
 import { describeSource, getSource } from '../store/sources.ts';
@@ -280,11 +280,11 @@ async function fillLocked(
   );
   result.error = reasons.join('; ');
   // Missing for good: every hour that still fails (or that its only mirrors still call open)
-  // ended more than 48 h ago.
+  // ended more than 48 h ago: past its retry window.
   const givenUp = failed.every(
     (f) =>
       (f.import.outcome === 'failed' || f.import.outcome === 'open') &&
-      now.getTime() >= giveUpAt(f.hour).getTime(),
+      now.getTime() >= retryWindowEnd(f.hour).getTime(),
   );
   if (givenUp) {
     const lastError = `archive hours unavailable 48 h after they ended: ${result.error}`;
@@ -329,7 +329,8 @@ async function fillLocked(
 
 /**
  * Asks a mirror again for an hour of a filled gap it lacked (missing or failing then), until
- * the 48 h horizon: what it holds that the others did not is stored, and counted on the gap.
+ * the hour's retry window ends: what it holds that the others did not is stored, and counted
+ * on the gap.
  */
 async function retryMirrorHour(
   deps: FillDeps,

@@ -68,7 +68,7 @@ export interface ImportResult {
   /** Every attempt's counts: what the checkpoint row holds. */
   totals: CheckpointCounts;
   /**
-   * Lines of this attempt set aside and kept raw in rejected_events: the file's first
+   * Lines of this attempt rejected and kept raw in rejected_events: the file's first
    * QUARANTINE_SAMPLE; the rest of `counts.malformed` are counted only.
    */
   quarantined: number;

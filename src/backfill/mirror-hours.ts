@@ -1,14 +1,14 @@
 import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
-import { GIVE_UP_AFTER_MS } from '../store/archive-hours.ts';
+import { RETRY_WINDOW_MS } from '../store/archive-hours.ts';
 
 /**
  * What each mirror gave each hour of a gap (docs/mirrors.md): the gap's checkpoints in
  * backfill_files, one per (hour, mirror). A gap is filled once every hour was read from one
  * mirror; a mirror that lacked an hour then (missing, or failing) is asked again until the
- * 48 h horizon, and what it adds is counted on the same gap (its checkpoint's
- * pushes_created, which gaps.events_recovered sums).
+ * hour's retry window ends (48 h after the hour), and what it adds is counted on the same
+ * gap (its checkpoint's pushes_created, which gaps.events_recovered sums).
  */
 
 export interface MirrorHourRow {
@@ -52,8 +52,9 @@ export interface LateMirrorHour {
 
 /**
  * Hours of filled gaps that a configured mirror lacked (missing, failed) or served while it
- * said they were still open, and may still publish or finish: inside the 48 h horizon, their backoff over (1, 2, 4 … minutes by attempts,
- * capped at an hour, as a gap's). Oldest first.
+ * said they were still open, and may still publish or finish: inside their retry window,
+ * their backoff over (1, 2, 4 … minutes by attempts, capped at an hour, as a gap's). Oldest
+ * first.
  */
 export async function lateMirrorHours(
   db: Db,
@@ -69,7 +70,7 @@ export async function lateMirrorHours(
     FROM backfill_files b JOIN gaps g ON g.id = b.gap_id
     WHERE g.state = 'filled' AND b.state IN ('missing', 'failed', 'open')
       AND b.mirror = ANY(${[...configured.keys()]}::text[])
-      AND b.hour + interval '1 hour' + make_interval(secs => ${GIVE_UP_AFTER_MS / 1000}) > ${now}
+      AND b.hour + interval '1 hour' + make_interval(secs => ${RETRY_WINDOW_MS / 1000}) > ${now}
       AND b.updated_at + least(interval '1 hour', interval '1 minute' * 2 ^ greatest(0, b.attempts - 1)) <= ${now}
     ORDER BY b.updated_at, b.id
     LIMIT ${limit}`.execute(db);

@@ -58,12 +58,12 @@ import { lineBatches } from './lines.ts';
  */
 
 const CHUNK_ROWS = 5_000;
-/** Events set aside logged one by one per import (event.rejected); the rest are counted. */
+/** Rejected events logged one by one per import (event.rejected); the rest are counted. */
 const LOGGED_MALFORMED = 5;
 /** Event id clashes logged one by one per import (event.id_clash); the rest are counted. */
 const LOGGED_CLASHES = 5;
-/** A chunk is cut at this many lines set aside, or lines read, whatever its pushes. */
-const MAX_SET_ASIDE = 1_000;
+/** A chunk is cut at this many lines rejected, or lines read, whatever its pushes. */
+const MAX_REJECTED = 1_000;
 const MAX_CHUNK_LINES = 200_000;
 
 export async function readAndStore(
@@ -193,11 +193,11 @@ export async function readAndStore(
     });
   };
 
-  // Malformed lines are counted and set aside in rejected_events with the chunk they belong
+  // Malformed lines are counted and rejected (rejected_events) with the chunk they belong
   // to (same transaction as its pushes and checkpoint: once per event, never lost). Only
   // the file's first QUARANTINE_SAMPLE are kept raw: a million bad lines are a count, not a
   // million rows (ADR 0060). The checkpoint's count says how many came before this attempt.
-  let setAside: QuarantineRow[] = [];
+  let rejectedLines: QuarantineRow[] = [];
   let malformedInFile = checkpoint.counts.malformed;
   const malformed = (
     reason: RejectionReason,
@@ -208,7 +208,7 @@ export async function readAndStore(
   ) => {
     delta.malformed++;
     if (++malformedInFile > QUARANTINE_SAMPLE) return;
-    setAside.push({
+    rejectedLines.push({
       sourceId: target.sourceId,
       runId: null,
       eventId,
@@ -228,9 +228,9 @@ export async function readAndStore(
   // One chunk's transaction: the rows, then the checkpoint, committed together.
   const known = new KnownEntities();
   // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
-  // first push already held switches the import to merging with conflict handling.
-  // Another mirror's copy of the file read already: most pushes are held (ADR 0090).
-  // The file's mirror ranks its event id claims against other mirrors' (ADR 0122).
+  // first push already stored switches the import to merging with conflict handling.
+  // Another mirror's copy of the file read already: most pushes are stored (ADR 0090).
+  // The file's mirror ranks its pushes against other mirrors' for an event id (ADR 0122).
   const mirrors = deps.config?.archive.mirrors ?? [];
   const mode: ChunkMode = {
     expectNew:
@@ -238,7 +238,7 @@ export async function readAndStore(
       target.gapId === null &&
       !(await readFromAnotherMirror(client, key)),
     emails: deps.config?.commits.emails ?? 'hash',
-    claim: {
+    contender: {
       rank: mirrorRank(source.mirror, mirrors),
       mirrorId: await archiveMirrorId(runOnClient(client), source.mirror),
       mirror: source.mirror || null,
@@ -267,7 +267,7 @@ export async function readAndStore(
     counts: CheckpointCounts,
     last: boolean,
     entities: { newActors: number; newRepositories: number },
-    aside: QuarantineRow[],
+    rejected: QuarantineRow[],
     range: { from: number; to: number } | null,
   ) => {
     await client.query('BEGIN');
@@ -284,7 +284,7 @@ export async function readAndStore(
       for (const { index, reason } of outcome.refused) {
         counts.malformed++;
         counts.kept--;
-        aside.push({
+        rejected.push({
           sourceId: target.sourceId,
           runId: null,
           eventId: batch.ids[index] ?? null,
@@ -294,8 +294,8 @@ export async function readAndStore(
           raw: { staged: batch.bytes(index, index + 1).toString('utf8') },
         });
       }
-      if (aside.length > 0)
-        firstSeen = (await quarantineEvents(session, aside, mode.emails)).firstSeen;
+      if (rejected.length > 0)
+        firstSeen = (await quarantineEvents(session, rejected, mode.emails)).firstSeen;
       counts.created += outcome.stored.created;
       pendingCommits = outcome.stored.commitsPending;
       clashes = outcome.stored.clashes;
@@ -318,7 +318,7 @@ export async function readAndStore(
     logFirstRejected(firstSeen);
     logFirstClashes(clashes);
     result.idClashes += clashes.length;
-    result.quarantined += aside.length;
+    result.quarantined += rejected.length;
     result.newActors += entities.newActors;
     result.newRepositories += entities.newRepositories;
     result.commitsPending += pendingCommits;
@@ -343,8 +343,8 @@ export async function readAndStore(
     // The batch holds every line up to here and none after: its checkpoint. (Read now: by
     // the time the merge runs, the parser is well into the next chunk.)
     const upTo = lineNo;
-    const aside = setAside;
-    setAside = [];
+    const rejected = rejectedLines;
+    rejectedLines = [];
     const range = written;
     written = null;
     linesAtFlush = lineNo;
@@ -359,7 +359,7 @@ export async function readAndStore(
     if (inFlight) await inFlight;
     pending = spare ?? new StageBatch(chunkBytes);
     spare = null;
-    inFlight = entities.then((e) => store(batch, upTo, counts, last, e, aside, range));
+    inFlight = entities.then((e) => store(batch, upTo, counts, last, e, rejected, range));
     inFlight.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
   };
 
@@ -408,11 +408,11 @@ export async function readAndStore(
               : { from: at, to: at };
           }
         }
-        // A chunk is full of pushes, of lines set aside, or of lines (a narrow scope keeps
+        // A chunk is full of pushes, of lines rejected, or of lines (a narrow scope keeps
         // few pushes: its checkpoint still moves).
         if (
           pending.length >= chunkRows ||
-          setAside.length >= MAX_SET_ASIDE ||
+          rejectedLines.length >= MAX_REJECTED ||
           lineNo - linesAtFlush >= MAX_CHUNK_LINES
         ) {
           await flush(false);

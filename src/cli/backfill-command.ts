@@ -54,8 +54,8 @@ function seconds(s: number): string {
   return s < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
 }
 
-/** Lines set aside; when past the sample, how many rejected_events kept and how many were only counted. */
-function setAsideText(malformed: number, kept: number): string {
+/** Lines rejected; when past the sample, how many rejected_events kept and how many were only counted. */
+function rejectedText(malformed: number, kept: number): string {
   const all = `${count(malformed)} malformed lines set aside`;
   if (kept >= malformed) return all;
   return `${all} (${count(kept)} kept in rejected_events, ${count(malformed - kept)} counted only)`;
@@ -75,7 +75,7 @@ function formatImport(r: ImportResult, mirrorShown: boolean): string {
         `${count(c.pushes)} pushes`,
         ...(c.kept !== c.pushes ? [`${count(c.kept)} kept`] : []),
         `${count(c.created)} stored`,
-        ...(c.malformed ? [setAsideText(c.malformed, r.quarantined)] : []),
+        ...(c.malformed ? [rejectedText(c.malformed, r.quarantined)] : []),
       ].join(', ');
       const resumed = r.resumedAt ? ` (resumed at line ${count(r.resumedAt + 1)})` : '';
       const error = r.error ? `: ${r.error.code}: ${r.error.message}` : '';

@@ -64,17 +64,17 @@ export interface CommitsRunSummary {
   stoppedBy: StopReason;
   /**
    * Pushes that waited for a credential made due before fetching (none was due, and this
-   * process has a credential): newest first, at most the limit (ADR 0186).
+   * process has a credential): newest first, at most the limit.
    */
   released: number;
   outcomes: Record<Counted, number>;
   /**
-   * The REST requests commits may still spend in this window by the share rule (ADR 0181):
+   * The REST requests commits may still spend in this window by the share rule:
    * their floor of the background allowance, and what enrichment leaves while nothing is due
    * to enrich; never more than GitHub says remains.
    */
   budgetLeft: number | null;
-  /** The background allowance at the end: floors, spent, lent, who waits (ADR 0181). */
+  /** The background allowance at the end: floors, spent, lent, who waits. */
   background: BackgroundReading | null;
   /**
    * By GraphQL: the points the credentials' GraphQL windows still have (what the batches

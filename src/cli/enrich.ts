@@ -56,7 +56,7 @@ export interface EnrichRunSummary {
   outcomes: Record<Exclude<EnrichOutcome, 'idle' | 'budget_exhausted'>, number>;
   /** What enrichment may still spend in this window (budgetLeft()); null after an error. */
   budgetLeft: number | null;
-  /** The background allowance at the end: floors, spent, lent, who waits (ADR 0181). */
+  /** The background allowance at the end: floors, spent, lent, who waits. */
   background: BackgroundReading | null;
   /** Why the pass stopped early, when it was GitHub's 401s or an error (one line). */
   error: { code: string; message: string } | null;
@@ -71,7 +71,7 @@ export interface EnrichRunSummary {
 }
 
 /**
- * What enrichment may still spend in this window by the share rule (ADR 0181): past its
+ * What enrichment may still spend in this window by the share rule: past its
  * floor only what commits leave while they do not wait for REST, and never more than GitHub
  * says remains.
  */

@@ -64,7 +64,7 @@ interface Outcome {
   error: string | null;
   /** The store knew nothing of the hour (no push, no archive read, before it started). */
   unknown: boolean;
-  /** Why the hour may still change, read in the snapshot it was written from (ADR 0185). */
+  /** Why the hour may still change, read in the snapshot it was written from. */
   open: OpenReason[];
 }
 

@@ -127,7 +127,7 @@ export async function runSetup(
 /**
  * --reconfigure: the changes, logged at warn (mixed rows from here on are on purpose). A
  * COMMIT_EMAILS other than `keep` that differs from the recorded one is first applied to
- * what was stored (ADR 0184: no address the setting forbids stays anywhere), and recorded
+ * what was stored (no address the setting forbids stays anywhere), and recorded
  * only once that finished, so an interrupted reconfigure is run again whole.
  */
 async function reconfigure(

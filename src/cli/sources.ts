@@ -94,7 +94,7 @@ function toJson(s: EventSource) {
 /**
  * The list as a table. `credentialInUse`: some process of the deployment used a GitHub
  * credential in the last hour; without one a source's commits are "on, no credential" —
- * on, and the pushes it covers wait for one (ADR 0186).
+ * on, and the pushes it covers wait for one.
  */
 function printList(sources: EventSource[], credentialInUse: boolean): void {
   if (sources.length === 0) {
@@ -217,8 +217,7 @@ export async function main(argv: string[]): Promise<number> {
           line(
             `source ${source.id} commits ${setting}: ${describeSource(source)} (${source.mode}); applies to pushes stored from now on`,
           );
-          // On, yet nobody's commits are fetched while the deployment has no credential
-          // (ADR 0112, ADR 0186): say so.
+          // On, yet nobody's commits are fetched while the deployment has no credential: say so.
           if (setting === 'on') {
             const d = await deploymentCommits(app.db, new Date());
             if (!d.credentialInUse) {

@@ -25,7 +25,7 @@ const CLOSE_MARGIN_MS = 10_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  // The worker's pool, as its credentials plan it (ADR 0140), and the web's share.
+  // The worker's pool, as its credentials plan it, and the web's share.
   const app = await createApp({ role: 'start', requires: 'none' });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,

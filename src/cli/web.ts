@@ -31,7 +31,7 @@ SIGTERM/SIGINT stops gracefully; a second signal exits at once.
 
 /**
  * With WEBHOOK_SECRET set the web stores pushes and their inline commits: its COMMIT_EMAILS
- * must be the database's, like a worker's (ADR 0125), or it refuses to start (exit 2).
+ * must be the database's, like a worker's, or it refuses to start (exit 2).
  * Without it the web only reads and shows, and starts whatever its settings; before bin/setup
  * it starts too, and answers 503 until the database is set up.
  */

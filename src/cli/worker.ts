@@ -26,7 +26,7 @@ const CLOSE_MARGIN_MS = 5_000;
 
 export async function main(argv: string[]): Promise<number> {
   if (!parseCli(argv, USAGE, {})) return 0;
-  // The pool follows the credentials (ADR 0140): two polls and a fetcher a resource for each.
+  // The pool follows the credentials: two polls and a fetcher a resource for each.
   const app = await createApp({ role: 'worker', requires: 'pgboss', writesStoredData: true });
   const stopRequested = shutdownSignal(app.logger, {
     forceAfterMs: shutdownTimeoutMs(app.config) + CLOSE_MARGIN_MS,

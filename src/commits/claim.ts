@@ -5,7 +5,7 @@ import { dueSql } from '../work/commits-due.ts';
 
 /**
  * Claiming the next pending push to fetch commits for, under a lease (ADR 0071), like an
- * entity claim (ADR 0006): `commits_claimed_until` is the only thing a claim writes on the
+ * entity claim: `commits_claimed_until` is the only thing a claim writes on the
  * push, so a fetcher that dies mid-request leaves a lease that simply expires.
  *
  * The policy is fair ACROSS repositories: among the repositories with a due push, the one
@@ -13,7 +13,7 @@ import { dueSql } from '../work/commits-due.ts';
  * oldest due push is oldest; within it, its oldest due push. A repository pushing 10,000
  * times is one candidate among the others, so it gets one turn in N, not the budget.
  *
- * Concurrent claimers (processes, or lanes of one cycle: ADR 0170) never take one push: the
+ * Concurrent claimers (processes, or lanes of one cycle) never take one push: the
  * pick is `FOR UPDATE SKIP LOCKED`, and the lease it writes is unique to the claim (a random
  * sub-millisecond part), which every later write checks (stillOurs).
  */
@@ -41,7 +41,7 @@ export interface CommitsClaim extends PushKey {
   previousLease: string | null;
   /** commits_error as the claim found it (why the last attempt did not end the push). */
   lastError: string | null;
-  /** Fetches of this push alone, and batch queries about it, that died mid-request (ADR 0182). */
+  /** Fetches of this push alone, and batch queries about it, that died mid-request. */
   deaths: number;
   batchDeaths: number;
   /** A request about it was in flight when its last fetcher stopped: a death to charge. */
@@ -175,7 +175,7 @@ export async function claimNextPush(
 
 /**
  * The WHERE that proves a claim is still ours: the push, still waiting for the fetcher
- * (pending, or unverified: a mirror's commits to prove, ADR 0184), under our lease.
+ * (pending, or unverified: a mirror's commits to prove), under our lease.
  */
 export function stillOurs(claim: CommitsClaim) {
   return sql`repository_id = ${claim.repositoryId}::bigint AND ref = ${claim.ref}
@@ -207,7 +207,7 @@ export function claimArrays(claims: readonly CommitsClaim[]) {
 export const claimKey = (c: PushKey) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
 
 /**
- * Renews the leases of a batch's claims still ours, to `seconds` from `now` (ADR 0182): a
+ * Renews the leases of a batch's claims still ours, to `seconds` from `now`: a
  * batch runs for as long as its rounds and fallbacks take, so it renews before each step for
  * as long as that step may take, and no other fetcher takes a push it is still working on.
  * Each renewed lease is new (a fresh sub-millisecond part, as a claim's) and written back

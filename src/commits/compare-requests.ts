@@ -55,7 +55,7 @@ export async function reserveOne(ctx: Ctx, path: string): Promise<Reservation> {
   const now = (ctx.deps.clock ?? systemClock).now();
   const share = await commitsShare(db, github, { ...shareRule(config, github), now });
   // Told no, commits wait (by GraphQL, the only sign of it): enrichment stops borrowing their
-  // floor until a commits request is granted again (ADR 0181).
+  // floor until a commits request is granted again.
   if (!share.allowed) {
     await markCommitsWait(db, now);
     throw new Refused('share');
@@ -140,7 +140,7 @@ export async function fetchRange(ctx: Ctx): Promise<Sent | null> {
 
 /**
  * A new branch's range against the default branch's tip now, without what any tip the
- * records show around the push reaches (ADR 0183): a commit stays only if it is in the
+ * records show around the push reaches: a commit stays only if it is in the
  * range against each of them too (reachable from the head and from none of the tips). A
  * range cut at 250 keeps its newest, so a commit missing from it is dropped: never one too
  * many. A tip GitHub no longer has (404) cannot be measured: nothing is kept.

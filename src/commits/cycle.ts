@@ -6,7 +6,7 @@ import type { FetchDeps, FetchOutcome, FetchResult } from './outcomes.ts';
 import { emptyFetchOutcomes } from './outcomes.ts';
 
 /**
- * One fetch-commits cycle (ADR 0071, ADR 0111, ADR 0170): the shared fetch loop
+ * One fetch-commits cycle (ADR 0071): the shared fetch loop
  * (src/work/cycle.ts) with commits' two transports as its step — GraphQL batches when
  * COMMITS_TRANSPORT is graphql and the pool has a credential (what GraphQL cannot prove goes
  * to REST inside a batch), else one REST compare a push — until nothing is due, the budget
@@ -40,7 +40,7 @@ export interface CommitsCycleSummary {
   outcomes: Record<FetchOutcome, number>;
   stoppedBy: CycleStop;
   retryAt?: Date;
-  /** GraphQL points and queries the batches spent (ADR 0111). */
+  /** GraphQL points and queries the batches spent. */
   points?: number;
   queries?: number;
 }
@@ -70,7 +70,7 @@ export async function fetchCycle(
         ...loop,
         lanes: graphqlLanes,
         stepMax: graphqlStepMax(opts.maxPushes, graphqlLanes),
-        // Batches of pushes by GraphQL (ADR 0111); what it cannot prove goes to REST inside.
+        // Batches of pushes by GraphQL; what it cannot prove goes to REST inside.
         step: async (capacity) => {
           const b = await fetchGraphQLBatch(deps, {
             jobId: opts.jobId,

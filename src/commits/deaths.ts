@@ -4,8 +4,7 @@ import { backoffSeconds } from '../work/attempts.ts';
 import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**
- * Commit fetches that killed their process (ADR 0120, ADR 0182), as gap fills'
- * (ADR 0061).
+ * Commit fetches that killed their process (ADR 0120), as gap fills'.
  *
  * A request about a push is in flight from just before it is sent until its answer (or
  * failure) is read: the push's attempt is open (commits_fetch_started_at set) for exactly

@@ -4,7 +4,7 @@ import type { PushKey } from './claim.ts';
 
 /**
  * The default branch's tip when a new branch was pushed, from the pushes to the default
- * branch this database holds (ADR 0111, ADR 0183). A new branch's commits are those
+ * branch this database holds (ADR 0111). A new branch's commits are those
  * reachable from its head and not from that tip.
  *
  * `proven`: the last push before the new branch's and the first one after it agree (the

@@ -39,9 +39,9 @@ import { markNone } from './state.ts';
  * on the credential's `#graphql` window (github.graphql()), store what is proven, and
  * give what GraphQL cannot prove to REST compare (fetchClaimed), the push's lease kept.
  * Every outcome goes through the same transitions as REST's (state.ts), so the ladder,
- * the deaths (ADR 0120) and the idempotent stores are the same.
+ * the deaths and the idempotent stores are the same.
  *
- * A batch holds its pushes for as long as it works on them (ADR 0182): before each query
+ * A batch holds its pushes for as long as it works on them: before each query
  * and each REST fallback it renews the leases of every push it still holds, for as long as
  * that step can take (its gate wait, pacing and answer deadline; never less than
  * ENRICH_LEASE_SECONDS), so no other fetcher takes a push it is still working on. A push is
@@ -57,7 +57,7 @@ import { markNone } from './state.ts';
  * failing as well: MAX_QUERY_FAILURES of its fallbacks in a row) is charged the failure as
  * its attempt on the ladder (1m, 4m, 16m …); one never asked is given back uncounted.
  *
- * Batches may run side by side (processes, or lanes of one cycle: ADR 0170): each claims
+ * Batches may run side by side (processes, or lanes of one cycle): each claims
  * its pushes one claimNextPush at a time (SKIP LOCKED, a lease unique to the claim), so two
  * batches hold disjoint pushes; each write is under that lease, and commits and authors are
  * stored by idempotent upserts (ON CONFLICT) in key order, so batches that share commits
@@ -67,7 +67,7 @@ import { markNone } from './state.ts';
 /**
  * Pushes one batch claims at most (a step's room). How many it takes within that — what is
  * due, what the points left pay for — and how deep its first round reads are
- * graphql-sizing.ts's (ADR 0183).
+ * graphql-sizing.ts's.
  */
 export const GRAPHQL_BATCH_PUSHES = GRAPHQL_MAX_BATCH;
 

@@ -162,10 +162,10 @@ export async function fetchClaimed(
     logResult(log, base);
     return base;
   }
-  // A new branch: the default branch's tip at push time when the stored pushes prove it
-  // (ADR 0111), else the branch by name (its tip now), whose answer is never trusted
-  // to be the whole set: `partial`, count unknown, and narrowed to what none of the tips
-  // the records show around the push reaches (ADR 0183).
+  // A new branch: the default branch's tip at push time when the stored pushes prove it,
+  // else the branch by name (its tip now), whose answer is never trusted to be the whole
+  // set: `partial`, count unknown, and narrowed to what none of the tips the records show
+  // around the push reaches.
   let tipNowOnly = false;
   let tipsAround: string[] = [];
   if (ZERO_SHA.test(claim.before) && base === claim.defaultBranch) {
@@ -177,7 +177,7 @@ export async function fetchClaimed(
     }
   }
 
-  // The attempt counted before any request (ADR 0120): a process that dies mid-request has
+  // The attempt counted before any request: a process that dies mid-request has
   // backed the push off, and the second death sets it aside.
   const opened = await openFetchAttempt(db, claim, {
     now: clock.now(),

@@ -4,22 +4,22 @@ import { failedAttempt } from '../work/attempts.ts';
 import { type CommitsClaim, stillOurs } from './claim.ts';
 
 /**
- * A pending push's fetch ladder (ADR 0071), the entity ladder's twin (ADR 0006). Every
+ * A pending push's fetch ladder (ADR 0071), the entity ladder's twin. Every
  * transition that ends an attempt clears the lease, and applies only while the lease is
  * still ours: a fetcher whose lease expired mid-request must not overwrite the next owner.
  *
- * (`unverified` — a mirror's commits held, not yet proven — follows the same ladder as
- * `pending`, and stays `unverified` until an answer ends it: ADR 0184.)
+ * (`unverified` — a mirror's commits stored, not yet proven — follows the same ladder as
+ * `pending`, and stays `unverified` until an answer ends it.)
  *
  *   pending ──200, all commits──► complete        pending ──404/410/451──► gone (terminal)
  *   pending ──200, over the cap──► partial        pending ──403/429──► pending (no penalty)
  *   pending ──5xx/timeout/malformed/422──► pending (attempts+1, backoff) … ► failed
  *   pending ──new branch, default branch unknown──► pending (waits for the repository)
- *   pending ──the fetch died twice mid-request──► failed (deaths.ts, ADR 0120)
+ *   pending ──the fetch died twice mid-request──► failed (deaths.ts)
  */
 
 async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
-  // Every settle also closes the attempt openFetchAttempt opened (deaths.ts, ADR 0120).
+  // Every settle also closes the attempt openFetchAttempt opened (deaths.ts).
   const r = await sql`
     UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL,
       commits_fetch_group = NULL
@@ -30,7 +30,7 @@ async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sq
 /**
  * Stored: complete (every commit of the range) or partial (the true count, fewer rows). A
  * distinct_size the source gave that exceeds the proven count was never true (a mirror's
- * 1e9): it becomes unknown (ADR 0184).
+ * 1e9): it becomes unknown.
  */
 export function markFetched(
   db: Db,

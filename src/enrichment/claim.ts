@@ -10,7 +10,7 @@ import { ENTITY_TABLES } from '../work/entity.ts';
  * that dies mid-fetch leaves a lease that simply expires, and the row is due again —
  * there is no cleanup code. `FOR UPDATE SKIP LOCKED` keeps two claimers from ever
  * picking the same row; the lease keeps a later claimer off it while the request runs.
- * Two claimers may be two processes or two lanes of one cycle (ADR 0170): lanes share a
+ * Two claimers may be two processes or two lanes of one cycle: lanes share a
  * workerId, but stillOurs also names the entity and the lease's end, so a lane can only
  * ever write the row it claimed.
  */

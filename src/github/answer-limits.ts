@@ -3,7 +3,7 @@ import type { JsonStreamLimits } from '../platform/json/stream.ts';
 import type { RequestKind } from './request-kind.ts';
 
 /**
- * How much of an answer from GitHub we read, by request kind (ADR 0110 §6, ADR 0120). The
+ * How much of an answer from GitHub we read, by request kind (ADR 0110 §6). The
  * cap is enforced while the body streams in: the moment it is passed, the socket is
  * destroyed and the answer is a transient failure (GITHUB_ANSWER_TOO_LARGE) that counts an
  * attempt, so a hostile or broken answer costs at most this much memory and never a crash.
@@ -25,7 +25,7 @@ export const ANSWER_MAX_BYTES: Readonly<Record<RequestKind, number>> = {
 /** Characters kept of one string of a streamed answer: every reader cuts at 65,536 or fewer. */
 export const STREAMED_STRING_MAX = 65_537;
 /**
- * Characters of text one streamed answer may hold (ADR 0182): what the 150 MB a worker is
+ * Characters of text one streamed answer may hold: what the 150 MB a worker is
  * documented to stay under leaves for one answer in flight (8 MB of Latin-1 text, 16 MB at
  * most). GitHub's own answers hold far less — a batch query's ≤ 147 commits, a compare's ≤ 250
  * without its files — and one that holds more is refused as too large (a query is then split).

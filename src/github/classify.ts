@@ -90,7 +90,7 @@ export function classify<T>(
   if (status >= 200 && status < 300) {
     const { streamed } = raw;
     if (streamed) {
-      // Parsed as it streamed in (a compare: ADR 0182), never held as text.
+      // Parsed as it streamed in (a compare), never held as text.
       if (streamed.bytes === 0) return { ...base, data: undefined };
       if (streamed.error) {
         throw new MalformedResponse(

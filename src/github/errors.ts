@@ -123,7 +123,7 @@ export class GitHubUnavailable extends AppError {
 }
 
 /**
- * An answer refused while it was read (ADR 0120): longer than its kind's byte cap (the
+ * An answer refused while it was read: longer than its kind's byte cap (the
  * socket destroyed the moment the cap was passed), or not read and decoded within the
  * whole-answer deadline. GitHub did answer and spent the request; for the caller it is
  * transient like a 5xx: the poll backs off, a push or an entity goes on its retry ladder.

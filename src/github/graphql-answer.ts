@@ -20,7 +20,7 @@ import type { RawResponse } from './transport.ts';
  *   else the query's `rateLimit { limit remaining resetAt }`; the cost is `rateLimit.cost`.
  */
 
-/** One entry of a GraphQL answer's `errors`, bounded (ADR 0114). */
+/** One entry of a GraphQL answer's `errors`, bounded. */
 export interface GraphQLErrorEntry {
   type?: string;
   message: string;
@@ -48,7 +48,7 @@ const MAX_PATH = 50;
 /**
  * The most points one query can cost: GitHub refuses a query of more than 500,000 nodes, and
  * charges its requests / 100 — at most 5,000 ("Rate limits and query limits for the GraphQL
- * API"). A bigger cost is not GitHub's: the query is charged what was reserved (ADR 0182).
+ * API"). A bigger cost is not GitHub's: the query is charged what was reserved.
  */
 export const MAX_COST = 5_000;
 const RATE_LIMIT_TYPES = new Set(['RATE_LIMITED', 'RATE_LIMIT']);
@@ -188,7 +188,7 @@ export function graphqlReader<T>(o: {
     },
     rateLimit: (raw, now) => graphqlRateLimit(raw, now),
     // What the query cost, as GitHub said; else what was reserved (a timeout costs too) —
-    // never more than the same answer says the window has used (ADR 0182).
+    // never more than the same answer says the window has used.
     points: (result, raw) =>
       chargedPoints(result?.cost ?? o.estimate, raw ? graphqlRateLimit(raw, o.now()) : null),
   };

@@ -32,7 +32,7 @@ import { type AnswerLimits, byteSize } from './answer-limits.ts';
  * Content-Length, or counted as it streams in — is refused with AnswerTooLarge the moment the
  * cap is passed, and the socket is destroyed: not one byte more is read or kept.
  *
- * Streamed answers (ADR 0182): a 2xx answer whose limits say `stream` is parsed chunk by chunk
+ * Streamed answers: a 2xx answer whose limits say `stream` is parsed chunk by chunk
  * as it arrives (src/platform/json/stream.ts) and no byte of it is kept; its Response has an empty body
  * and the parsed value (or why it is not JSON) is found with streamedBodyOf(response.body).
  * An answer holding more text than the limits keep is refused as too large, like one over its

@@ -57,7 +57,7 @@ export function routeTemplate(path: string): string {
 }
 
 /**
- * GraphQL's pacing (ADR 0110 §4, ADR 0114): a query of `points` holds the credential's
+ * GraphQL's pacing: a query of `points` holds the credential's
  * `/graphql` row for points × 60 s / GRAPHQL_POINTS_PER_MINUTE, so its points a minute stay
  * under that rate however they are spread over queries.
  */
@@ -90,7 +90,7 @@ export function sentStatement(
     /**
      * The most the row may stand ahead of `now` (clock skew guard): one spacing for REST,
      * whose spacing is the same every request; a minute for GraphQL, whose spacing is the
-     * points of the query before (ADR 0114).
+     * points of the query before.
      */
     maxAheadMs?: number;
     jobId?: string | null;

@@ -28,14 +28,14 @@ export interface RawResponse {
   url: string;
   /**
    * A 2xx answer of a streamed kind (graphql, compare: answer-limits.ts), parsed as it came
-   * in and never held as text (ADR 0182): its value, or why it is not JSON. Readers take it
+   * in and never held as text: its value, or why it is not JSON. Readers take it
    * before `body`.
    */
   streamed?: StreamedBody;
 }
 
 /**
- * The REST API version every request asks for (ADR 0121): GitHub's answers keep the shape we
+ * The REST API version every request asks for: GitHub's answers keep the shape we
  * read whatever its default becomes. Sent by gitHubFetch, the one fetch every request to
  * GITHUB_API_URL goes through (API calls and App token requests alike).
  */
@@ -83,7 +83,7 @@ function apiPath(url: URL, apiUrl: string): string {
 }
 
 /**
- * The one fetch to GitHub (ADR 0120, ADR 0121): every request carries X-GitHub-Api-Version,
+ * The one fetch to GitHub: every request carries X-GitHub-Api-Version,
  * and its answer is read under its kind's byte cap (requestKind of its method and path).
  * The API transport and the App token requests are both built on it.
  */
@@ -187,7 +187,7 @@ export function liveTransport(o: {
           ...(sent != null ? { data: sent } : {}),
         });
         const streamed = streamedBodyOf(res.data);
-        // Invalid UTF-8 stays distinguishable (src/platform/json/utf8.ts): the rules set aside an
+        // Invalid UTF-8 stays distinguishable (src/platform/json/utf8.ts): the rules reject an
         // event whose key field holds it instead of storing U+FFFD.
         const body = streamed
           ? ''

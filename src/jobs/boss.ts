@@ -35,7 +35,7 @@ export const MAINTENANCE_MAX_SECONDS = 240;
 export const BACKFILL_MAX_SECONDS = 600;
 
 /**
- * The backstop behind the orphan sweep (ADR 0011), which fails a dead worker's job as soon
+ * The backstop behind the orphan sweep, which fails a dead worker's job as soon
  * as its liveness lock is gone: a worker whose session survives but whose event loop is
  * wedged stops heartbeating, and pg-boss's monitor fails its job within about heartbeat +
  * supervise interval. 30 s is comfortably above the 15 s refresh pg-boss uses (half).
@@ -56,7 +56,7 @@ export interface QueueDefinition extends Omit<Queue, 'name'> {
  * poll never has ticks piling up behind it. The tick queues are also sent throttled (one
  * job per TICK_SECONDS slot, see scheduler), so several schedulers never double a tick.
  * `retryLimit: 0` everywhere: the business ledgers are the retry ladders, the next tick
- * is the retry (ADR 0007).
+ * is the retry.
  */
 export function queueDefinitions(config: Config): QueueDefinition[] {
   const attempt = attemptWorstCaseSeconds(config);
@@ -75,7 +75,7 @@ export function queueDefinitions(config: Config): QueueDefinition[] {
       name: QUEUES.pollSources,
       ...tick,
       // Each due source is up to three pages, each up to one attempt's worst case, and the
-      // request gate serializes them even when a few sources poll at once (ADR 0009);
+      // request gate serializes them even when a few sources poll at once;
       // 15 minutes covers ten sources at their worst. An expired poll
       // is harmless (its sources stay locked by the run still holding them).
       expireInSeconds: 900,

@@ -8,7 +8,7 @@ export type InterruptedRun = DeadRun;
 
 /**
  * Marks `running` ingestion runs whose source lock nobody holds as `interrupted`, each a
- * failure and a death of its source (ADR 0120: the second in a row sets it aside).
+ * failure and a death of its source (the second in a row sets it aside).
  *
  * A run row is only ever `running` while its poller holds the source's session advisory
  * lock (the row is opened after the lock is taken and finalized before it is released), and

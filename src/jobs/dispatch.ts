@@ -106,7 +106,7 @@ export async function sendCommitsCycle(
   return { queue, jobId, status: jobId ? 'sent' : 'already_queued' };
 }
 
-/** dispatchHints (and the commits hint, ADR 0070) as the ingestion runner's afterRun hook. */
+/** dispatchHints (and the commits hint) as the ingestion runner's afterRun hook. */
 export function hintDispatcher(boss: PgBoss, log: Logger): AfterRun {
   return async (summary) => {
     await dispatchHints(boss, log, summary);

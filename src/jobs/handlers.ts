@@ -34,7 +34,7 @@ export interface JobContext {
   /** True once the worker is shutting down: cycles stop between entities. */
   isStopping: () => boolean;
   limits?: Partial<JobLimits>;
-  /** How gap fills run (default inline; bin/worker: a child process, ADR 0061). */
+  /** How gap fills run (default inline; bin/worker: a child process). */
   fill?: FillRunner;
 }
 
@@ -119,7 +119,7 @@ function countOutcomes(summaries: RunSummary[]) {
   return runs;
 }
 
-/** poll-sources: every due source of this mode (a few at once, ADR 0009), each under its lock. */
+/** poll-sources: every due source of this mode (a few at once), each under its lock. */
 export function handlePollSources(ctx: JobContext, job: JobLike) {
   return runJob(ctx, QUEUES.pollSources, job, async (log, domain) => {
     const summaries = await pollDueSources(domain, {
@@ -227,7 +227,7 @@ export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<Commi
     const summary = await fetchCycle(domain, {
       jobId: job.id,
       // REST fetches a push a step: the cap bounds the job. A GraphQL batch takes what is
-      // due, sized by the points left and the lease (ADR 0183): a cap would cut it to 50
+      // due, sized by the points left and the lease: a cap would cut it to 50
       // pushes and make every round's last query the cost; the job's time bounds it.
       maxPushes: commitsByGraphQL(domain) ? undefined : limits.cycleMaxEntities,
       signal: job.signal,
@@ -285,7 +285,7 @@ export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<Commi
       outcome: summary.stoppedBy,
       processed: summary.processed,
       requests: summary.requests,
-      // GraphQL batches (ADR 0111): points on the #graphql window, and the queries sent.
+      // GraphQL batches: points on the #graphql window, and the queries sent.
       points: summary.points ?? 0,
       queries: summary.queries ?? 0,
       new_actors: summary.newActors,
@@ -339,7 +339,7 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
  * queue is stately: one fill at a time in the deployment). A stopping worker aborts the
  * download in flight after its current chunk; the checkpoints keep everything committed.
  * Under bin/worker the fills run in a child process: one that dies is this job's `died`
- * outcome, never the worker's end (ADR 0061).
+ * outcome, never the worker's end.
  */
 export function handleBackfill(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };

@@ -23,7 +23,7 @@ import type { Db } from '../platform/db/pool.ts';
 
 /** How long the budget's per-minute counters are kept: twice the longest window, rounded up. */
 export const MINUTE_COUNTERS_KEPT_MS = 2 * 3600_000;
-/** How long the runs' hourly rollups are kept (ADR 0150): twice the status window of 24 h. */
+/** How long the runs' hourly rollups are kept: twice the status window of 24 h. */
 export const RUN_ROLLUPS_KEPT_MS = 48 * 3600_000;
 
 export const PRUNE_BATCH_SIZE = 1000;

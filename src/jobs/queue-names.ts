@@ -8,7 +8,7 @@ export const QUEUES = {
   reconcile: 'reconcile',
   maintenance: 'maintenance',
   backfill: 'backfill',
-  /** Hinted after a transaction stored pending pushes (ADR 0070); handler: src/commits (ADR 0071). */
+  /** Hinted after a transaction stored pending pushes; handler: src/commits. */
   fetchCommits: 'fetch-commits',
 } as const;
 

@@ -44,7 +44,7 @@ export interface ClassReconcile {
   jobId: string | null;
 }
 
-/** The same question for commit fetching (ADR 0071): due pending pushes and no live cycle. */
+/** The same question for commit fetching: due pending pushes and no live cycle. */
 export interface CommitsReconcile {
   due: boolean;
   liveJobs: number;
@@ -237,7 +237,7 @@ export function commitsBudgetRefuses(
  * Pending pushes due and no live fetch-commits job: send one cycle (a lost hint loses
  * nothing). Not while the budget its transport spends would refuse it anyway. With nothing
  * due, a process that can fetch first makes a batch of the pushes waiting for a credential
- * pending (ADR 0186), newest first: so they are fetched only when no new push is waiting.
+ * pending, newest first: so they are fetched only when no new push is waiting.
  */
 async function reconcileCommits(
   deps: ReconcileDeps,

@@ -17,9 +17,10 @@ export type WorkerHost = Deps & BossHost;
 
 /**
  * The worker: croner scheduler + pg-boss handlers on one App. start() opens its liveness
- * session (ADR 0011), reconciles once before taking jobs (whatever a dead predecessor left —
+ * session, reconciles once before taking jobs (whatever a dead predecessor left —
  * its orphaned jobs first — is found at once, not a tick later), then polls at once rather
- * than at the next tick; stop() is the graceful shutdown of ADR 0007.
+ * than at the next tick; stop() is the graceful shutdown (running jobs get 20 s: one GitHub
+ * attempt's connect and response, shutdownTimeoutMs).
  */
 
 /**
@@ -42,7 +43,7 @@ export function talksTo(mode: Config['github']['mode'], apiUrl: string): string 
 }
 
 /**
- * Without a GitHub credential the pushes a worker stores wait for one (ADR 0186): a warning
+ * Without a GitHub credential the pushes a worker stores wait for one: a warning
  * when no process of the deployment has used one in the last hour either (commits are off
  * everywhere until one is set), a note when another process has one; nothing with one.
  */
@@ -75,7 +76,7 @@ export interface WorkerServiceOptions {
   limits?: Partial<JobLimits>;
   pollingIntervalSeconds?: number;
   shutdownTimeoutMs?: number;
-  /** How gap fills run (default inline; bin/worker and npm start: childFill, ADR 0061). */
+  /** How gap fills run (default inline; bin/worker and npm start: childFill). */
   fill?: FillRunner;
 }
 

@@ -28,7 +28,7 @@ export interface IngestActivity {
    */
   runsLast24h: Record<string, number>;
   gapsLast24h: number;
-  /** Polled events set aside in rejected_events (poison), by reason. */
+  /** Polled events rejected (rejected_events), by reason. */
   rejected: RejectedSummary;
   webhooks: {
     /** Deliveries in the last 24 hours by routing ('push:created', 'ignored:issues', 'rejected:malformed', ...). */

@@ -36,9 +36,9 @@ export interface CommitsStatus {
   /** true: `stored` is pg_class.reltuples (the table is too big to count on every status). */
   storedEstimated: boolean;
   /**
-   * Why no push that arrives now gets its commits fetched, in one line, or null when some do
-   * (ADR 0112, ADR 0186): no credential used by any process of the deployment in the last
-   * hour (whatever the asking process has), or no enabled source with commits on.
+   * Why no push that arrives now gets its commits fetched, in one line, or null when some
+   * do: no credential used by any process of the deployment in the last hour (whatever the
+   * asking process has), or no enabled source with commits on.
    */
   off: string | null;
   /**

@@ -69,7 +69,7 @@ export async function deploymentPolicy(db: Db, config: Config, now: Date): Promi
   };
 }
 
-/** Each credential's GraphQL key (anonymous has none), the whole window commits' (ADR 0114). */
+/** Each credential's GraphQL key (anonymous has none), the whole window commits'. */
 export function graphqlPolicyFor(policy: BudgetPolicy): BudgetPolicy | null {
   const credentials = policy.credentials
     .filter((c) => c.label !== 'anonymous')
@@ -92,7 +92,7 @@ export async function deploymentBudget(
 }
 
 /**
- * The deployment's background allowance by the share rule (ADR 0181), over the credentials of
+ * The deployment's background allowance by the share rule, over the credentials of
  * `policy` (deploymentPolicy's): commits go by REST when this configuration says so or no
  * credential has a GraphQL window.
  */

@@ -17,7 +17,7 @@ export interface MirrorStatus {
   hoursImported: number;
   /** Hours it answered it does not have (404/410). */
   hoursMissing: number;
-  /** Failed reads, and hours read while the mirror said they were still open (ADR 0185). */
+  /** Failed reads, and hours read while the mirror said they were still open. */
   hoursFailed: number;
   /** Pushes stored from its files (a push already held from elsewhere is not counted again). */
   pushesAdded: number;

@@ -41,12 +41,12 @@ export interface StatusReport {
   /** The archive mirrors configured here or read by any process, and what each added. */
   mirrors: MirrorStatus[];
   enrichment: Backlog;
-  /** Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070). */
+  /** Pushes by commits_state, the fetch backlog and rate, commits stored. */
   commits: CommitsStatus;
   /** The pool's total (one credential: that credential); null with budgetError when unreadable. */
   budget: BudgetSnapshot | null;
   /**
-   * The background allowance between enrichment and commits (ADR 0181): each side's floor,
+   * The background allowance between enrichment and commits: each side's floor,
    * what it spent and lent, whether it waits for REST, its room; null with budgetError.
    */
   background: BackgroundReading | null;
@@ -77,7 +77,7 @@ export interface CredentialStatus {
   spent: BudgetSnapshot['spent'];
   allowance: BudgetSnapshot['allowance'];
   /**
-   * Its GraphQL points window (the `#graphql` budget key, ADR 0114): quota, remaining,
+   * Its GraphQL points window (the `#graphql` budget key): quota, remaining,
    * resetAt, blocked ({ until, reason } or null), points spent by commits; null without one.
    */
   graphql: GraphQLBudget | null;

@@ -183,7 +183,7 @@ function sourcesText(report: StatusReport): string[] {
   return out;
 }
 
-/** Pushes by commits_state, then the fetch backlog and rate and what is stored (ADR 0070). */
+/** Pushes by commits_state, then the fetch backlog and rate and what is stored. */
 function commitsLines(report: StatusReport): string[] {
   const c = report.commits;
   return [
@@ -195,7 +195,7 @@ function commitsLines(report: StatusReport): string[] {
       .map(([o, n]) => `${o} ${count(n)}`)
       .join(', ')}`,
     ...graphqlLine(report),
-    // Why new pushes get none, when none do (ADR 0112): one line an operator can act on.
+    // Why new pushes get none, when none do: one line an operator can act on.
     ...(c.off ? [`  commits are off: ${c.off}`] : []),
     ...(c.awaitingCredential > 0
       ? [
@@ -205,7 +205,7 @@ function commitsLines(report: StatusReport): string[] {
   ];
 }
 
-/** The GraphQL points window of the deployment (commits' own budget, ADR 0114). */
+/** The GraphQL points window of the deployment (commits' own budget). */
 function graphqlLine(report: StatusReport): string[] {
   const g = report.budget?.graphql;
   if (!g)
@@ -237,7 +237,7 @@ export function graphqlText(g: GraphQLBudget, now: Date): string {
 }
 
 /**
- * The background allowance between enrichment and commits (ADR 0181): each side's floor,
+ * The background allowance between enrichment and commits: each side's floor,
  * what it spent, what its floor lent the other, and whether it waits for REST now.
  */
 function backgroundLines(g: BackgroundReading): string[] {

@@ -25,7 +25,7 @@ export interface SourceStatus {
   } | null;
   runsLast24h: number;
   eventsCreatedLast24h: number;
-  /** Events set aside by this source's runs in the last 24 hours. */
+  /** Events rejected by this source's runs in the last 24 hours. */
   rejectedLast24h: number;
   gapsLast24h: number;
 }

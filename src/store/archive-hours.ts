@@ -13,8 +13,11 @@ export const PUBLISH_DELAY_MS = 15 * 60_000;
 /** Margins around a gap's window: crawl-time filing puts late events in later files. */
 export const GAP_MARGIN_BEFORE_MS = HOUR_MS;
 export const GAP_MARGIN_AFTER_MS = 2 * HOUR_MS;
-/** An hour still missing this long after it ended is missing for good (GH Archive has such hours). */
-export const GIVE_UP_AFTER_MS = 48 * HOUR_MS;
+/**
+ * The retry window: an hour still missing this long after it ended is missing for good (GH
+ * Archive has such hours), and a mirror that lacked it is not asked again.
+ */
+export const RETRY_WINDOW_MS = 48 * HOUR_MS;
 
 export interface ArchiveHour {
   /** GH Archive's name: `2025-01-01-15`. */
@@ -83,9 +86,9 @@ export function gapReadyAt(gap: { from_at: Date; to_at: Date }): Date {
   return publishedAt(gapHours(gap).at(-1)!);
 }
 
-/** After this, an hour that still cannot be read makes its gap `unavailable`. */
-export function giveUpAt(hour: ArchiveHour): Date {
-  return new Date(hourEnd(hour).getTime() + GIVE_UP_AFTER_MS);
+/** The end of the hour's retry window: an hour still unread then makes its gap `unavailable`. */
+export function retryWindowEnd(hour: ArchiveHour): Date {
+  return new Date(hourEnd(hour).getTime() + RETRY_WINDOW_MS);
 }
 
 /** GH Archive's first hour: nothing older was ever published there. */

@@ -7,7 +7,7 @@ import { isRawJson } from '../platform/json/exact.ts';
  *
  * `addressUnderPolicy` is the rule, and the only one: what ONE address becomes. Everything
  * else applies it — to an address field (a commit's author or committer, wherever it sits:
- * a `commits` row, a payload's commit list, an event set aside), and to every address
+ * a `commits` row, a payload's commit list, a rejected event), and to every address
  * written inside free text (a `Signed-off-by:` trailer in a message, a name that is an
  * address, a line of an archive quoted in an error). A new policy is one more case here.
  *
@@ -69,7 +69,7 @@ export function textUnderPolicy(
 const ADDRESS_KEYS = new Set(['email']);
 
 /**
- * A JSON value (a payload, an event set aside) with every address under `mode`: a value
+ * A JSON value (a payload, a rejected event) with every address under `mode`: a value
  * under an `email` key is an address field (the policy's value, null when dropped), every
  * other string and every key is text. Returns `value` itself when nothing in it changed,
  * and never mutates it.

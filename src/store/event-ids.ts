@@ -16,19 +16,19 @@ import { withoutUserinfo } from '../platform/redact.ts';
  * years apart, never within one.
  *
  * The natural key decides what is stored: no push is ever skipped because another push
- * holds its id. When a stored push is found claiming the id of another:
+ * holds its id. When a stored push is found contending for the id of another:
  *
  * - **reused**: the two are of different eras. Both keep the id; the pair is recorded.
  * - **disputed**: the same era, so one of them is wrong (a mirror made it up, or two
- *   mirrors disagree). Both pushes are stored; the id stays with the better-ranked claim
- *   and the other is stored without it (`id` NULL), the pair recorded. Rank: what GitHub
+ *   mirrors disagree). Both pushes are stored; the id stays with the better-ranked
+ *   contender and the other is stored without it (`id` NULL), the pair recorded. Rank: what GitHub
  *   itself answered (a poll) first, then archive mirrors in GHARCHIVE_URL order, then
  *   anything else (a local file, a mirror no longer configured); a tie goes to the earlier
  *   created_at, then the lower natural key. So the outcome never depends on which was read
  *   first, or on retry timing.
  *
  * The unique index push_events_event_id (id, era) holds "one push per id and era" for
- * every writer. The store inserts a contested claim without its id (one statement, below),
+ * every writer. The store inserts a contested push without its id (one statement, below),
  * then settleDisputes gives the id to the winner; two writers racing on one id meet at the
  * index, and the later one's store is tried again (EventIdRace), seeing the other's push.
  */
@@ -38,10 +38,10 @@ export function eventIdEra(at: Date): number {
   return at.getUTCFullYear();
 }
 
-/** Rank of a push's id claim that no configured mirror made (a local file, a mirror since removed). */
+/** Rank of a contender no configured mirror read (a local file, a mirror since removed). */
 export const UNLISTED_RANK = 1000;
 
-/** A poll's claim (GitHub's own answer) outranks every archive. */
+/** A poll (GitHub's own answer) outranks every archive as a contender. */
 export const POLL_RANK = 0;
 
 /** A GHARCHIVE_URL entry as an archive source names its mirror (no trailing slash). */
@@ -49,16 +49,16 @@ export function mirrorName(url: string): string {
   return url.replace(/\/+$/, '');
 }
 
-/** The rank of an archive mirror's claims: its place in GHARCHIVE_URL (1 = first). */
+/** The rank of an archive mirror's pushes as contenders: its place in GHARCHIVE_URL (1 = first). */
 export function mirrorRank(mirror: string, mirrors: readonly string[]): number {
   const at = mirror === '' ? -1 : mirrors.map(mirrorName).indexOf(mirrorName(mirror));
   return at < 0 ? UNLISTED_RANK : at + 1;
 }
 
 /**
- * A store found another writer's push on an id it was claiming (the unique index
+ * A store found another writer's push on an id it was contending for (the unique index
  * push_events_event_id), or deadlocked with it. Nothing was stored: try the same store
- * again — it will see the other push and settle the claim against it.
+ * again — it will see the other push and settle the contest against it.
  */
 export class EventIdRace extends AppError {
   constructor(cause: unknown) {
@@ -83,7 +83,7 @@ export function asEventIdRace(err: unknown): unknown {
 /** How many times a store is tried again after an EventIdRace before giving up. */
 export const RACE_RETRIES = 5;
 
-/** One side of a clash: a stored push and where its claim came from. */
+/** One side of a clash: a stored push and where it came from. */
 export interface ClashSide {
   repositoryId: string;
   ref: string;
@@ -104,8 +104,8 @@ export interface IdClash {
   other: ClashSide;
 }
 
-/** A claim the store left without its id because another push claims it in the same era. */
-export interface ContestedClaim {
+/** A push the store left without its id because another push contends for it in the same era. */
+export interface ContestedPush {
   id: string;
   repositoryId: string;
   ref: string;
@@ -114,13 +114,13 @@ export interface ContestedClaim {
   createdAt: string;
 }
 
-/** Who is claiming: the batch's rank and mirror, and the configured mirrors (for held pushes). */
-export interface ClaimContext {
+/** Who is contending: the batch's rank and mirror, the configured mirrors (for stored pushes). */
+export interface Contender {
   origin: PushOrigin;
   rank: number;
   mirrorId: number | null;
   mirror: string | null;
-  /** GHARCHIVE_URL in order; held archive pushes are ranked by their place in it. */
+  /** GHARCHIVE_URL in order; stored archive pushes are ranked by their place in it. */
   mirrors: readonly string[];
 }
 
@@ -164,11 +164,11 @@ const key = (t: string, prefix = '') => `(${KEY.map((c) => `${t}.${prefix}${c}`)
 const keyText = (t: string, prefix = '') =>
   `json_build_array(${KEY.map((c) => `${t}.${prefix}${c}`).join(', ')})::text`;
 /**
- * SQL: whether the push of natural key `k` is held with an event id. A scalar subquery, so
+ * SQL: whether the push of natural key `k` is stored with an event id. A scalar subquery, so
  * it stays a primary key probe per row: as NOT EXISTS the planner may make it an anti join
  * over a sequential scan of push_events.
  */
-const heldWithId = (k: string) =>
+const storedWithId = (k: string) =>
   `coalesce((SELECT true FROM push_events t WHERE ${key('t')} = ${k} AND t.id IS NOT NULL LIMIT 1), false)`;
 const pairSql = (a: string, b: string) => `md5(least(${a}, ${b}) || greatest(${a}, ${b}))`;
 
@@ -187,26 +187,26 @@ const clashJson = (t: string) => {
 };
 
 /**
- * The claim CTEs of the store's one statement, between the batch (`src`: the staging table
+ * The contender CTEs of the store's one statement, between the batch (`src`: the staging table
  * or the parameter CTE `v`) and the insert. Parameters: $1 origin, $4 mirror id.
  *
- * - `h`: for each batch row with an id, the pushes held under that id with another natural
+ * - `h`: for each batch row with an id, the pushes stored under that id with another natural
  *   key (any era): one index probe a row (never a join whose plan depends on estimates of
- *   a temporary table), and none at all when nothing is held in the batch's id range (a
+ *   a temporary table), and none at all when nothing is stored in the batch's id range (a
  *   fresh archive hour). A re-read finds its own pushes, which are no clash.
  * - `d`: batch rows sharing an id with another batch row (one aggregate over the batch).
- * - `x`: each claim (a batch row with an id whose push is not held with one already) and
- *   the other push claiming its id (held, or a claim in the batch), `same_era` or not.
- * - `c`: the contested claims (a rival in the same era): inserted without their id.
+ * - `x`: each contender (a batch row with an id whose push is not stored with one already)
+ *   and the other push contending for its id (stored, or in the batch), `same_era` or not.
+ * - `c`: the contested pushes (a rival in the same era): inserted without their id.
  */
-export function claimCtes(src: string): string {
-  const other = `o_repository_id, o_ref, o_before, o_head, o_created_at, o_origin, o_mirror_id, o_held`;
+export function contenderCtes(src: string): string {
+  const other = `o_repository_id, o_ref, o_before, o_head, o_created_at, o_origin, o_mirror_id, o_stored`;
   return `
     h AS MATERIALIZED (
       SELECT s.id, s.repository_id, s.ref, s.before, s.head, s.created_at,
         q.repository_id AS o_repository_id, q.ref AS o_ref, q.before AS o_before,
         q.head AS o_head, q.created_at AS o_created_at, q.origin AS o_origin,
-        q.mirror_id AS o_mirror_id, true AS o_held
+        q.mirror_id AS o_mirror_id, true AS o_stored
       FROM ${src} s
       CROSS JOIN LATERAL (
         SELECT q.repository_id, q.ref, q.before, q.head, q.created_at, q.origin, q.mirror_id
@@ -227,7 +227,7 @@ export function claimCtes(src: string): string {
     x AS MATERIALIZED (
       SELECT y.*, event_id_era(y.created_at) = event_id_era(y.o_created_at) AS same_era,
         coalesce((SELECT true FROM push_events t WHERE ${key('t')} = ${key('y')} LIMIT 1), false)
-          AS key_held
+          AS key_stored
       FROM (
         SELECT id, repository_id, ref, before, head, created_at, ${other} FROM h
         UNION ALL
@@ -235,17 +235,17 @@ export function claimCtes(src: string): string {
           o.repository_id, o.ref, o.before, o.head, o.created_at, $1::text, $4::smallint, false
         FROM d s JOIN d o ON o.id = s.id AND ${key('o')} <> ${key('s')}
       ) y
-      WHERE NOT ${heldWithId(key('y'))} AND (y.o_held OR NOT ${heldWithId(key('y', 'o_'))})
+      WHERE NOT ${storedWithId(key('y'))} AND (y.o_stored OR NOT ${storedWithId(key('y', 'o_'))})
     ),
     c AS (
-      SELECT DISTINCT id, repository_id, ref, before, head, created_at, key_held
+      SELECT DISTINCT id, repository_id, ref, before, head, created_at, key_stored
       FROM x WHERE same_era
     ),`;
 }
 
 /**
  * After the insert `p` (and the fill-in `f`, when there is one): `k` records the reused
- * pairs whose claim took effect, `w` lists the contested claims for settleDisputes.
+ * pairs whose contender took the id, `w` lists the contested pushes for settleDisputes.
  * Parameter $5: the batch's mirror URL (NULL for a poll).
  */
 export function recordCtes(withFill: boolean): string {
@@ -261,15 +261,15 @@ export function recordCtes(withFill: boolean): string {
         (SELECT url FROM archive_mirrors m WHERE m.id = x.o_mirror_id),
         x.repository_id, x.ref, x.before, x.head, x.created_at, $1::text, $5::text
       FROM x
-      WHERE NOT x.same_era AND ${took('x')} AND (x.o_held OR ${key('x', 'o_')} < ${key('x')})
+      WHERE NOT x.same_era AND ${took('x')} AND (x.o_stored OR ${key('x', 'o_')} < ${key('x')})
       ON CONFLICT ON CONSTRAINT event_id_clashes_once DO NOTHING
       RETURNING *
     ),
-    w AS (SELECT * FROM c WHERE c.key_held OR ${took('c')})`;
+    w AS (SELECT * FROM c WHERE c.key_stored OR ${took('c')})`;
 }
 
 /** The final SELECT's columns for `k` and `w`: JSON with every id as text. */
-export const CLAIM_RESULTS = `
+export const CONTENDER_RESULTS = `
   (SELECT coalesce(json_agg(${clashJson('k')}), '[]') FROM k) AS clashes,
   (SELECT coalesce(json_agg(json_build_object('id', w.id::text,
       'repositoryId', w.repository_id::text, 'ref', w.ref, 'before', w.before, 'head', w.head,
@@ -279,7 +279,7 @@ interface Candidate extends ClashSide {
   id: string;
   era: number;
   rank: number;
-  /** Holds the id now (else: a contested claim of this batch, stored without it). */
+  /** Holds the id now (else: a contested push of this batch, stored without it). */
   holds: boolean;
 }
 
@@ -305,19 +305,19 @@ function better(a: Candidate, b: Candidate): number {
 
 /**
  * Settles the ids the store left contested: per (id, era), the best-ranked of the push
- * holding it and this batch's contested claims keeps it; a holder that loses is stored on
+ * holding it and this batch's contested pushes keeps it; a holder that loses is stored on
  * without it; each loser is recorded as `disputed`. Call in the store's transaction, right
  * after its statement. Throws EventIdRace if another writer took the id meanwhile.
  */
 export async function settleDisputes(
   run: Run,
-  contested: readonly ContestedClaim[],
-  claim: ClaimContext,
+  contested: readonly ContestedPush[],
+  contender: Contender,
 ): Promise<IdClash[]> {
   if (contested.length === 0) return [];
   const ids = [...new Set(contested.map((c) => c.id))];
-  // Held pushes under these ids, locked in key order (every writer locks in that order).
-  const held = await run<Omit<Candidate, 'holds'>>(
+  // Stored pushes under these ids, locked in key order (every writer locks in that order).
+  const stored = await run<Omit<Candidate, 'holds'>>(
     `SELECT p.id::text AS id, p.repository_id::text AS "repositoryId", p.ref, p.before, p.head,
        p.created_at AS "createdAt", p.origin, m.url AS mirror,
        event_id_era(p.created_at) AS era,
@@ -327,21 +327,21 @@ export async function settleDisputes(
      WHERE p.id = ANY($1::bigint[])
      ORDER BY p.repository_id, p.ref, p.before, p.head
      FOR UPDATE OF p`,
-    [ids, claim.mirrors.map(mirrorName)],
+    [ids, contender.mirrors.map(mirrorName)],
   );
   const groups = new Map<string, Candidate[]>();
   const add = (c: Candidate) => {
     const g = `${c.id}@${c.era}`;
     groups.set(g, [...(groups.get(g) ?? []), c]);
   };
-  for (const h of held) add({ ...h, holds: true });
+  for (const h of stored) add({ ...h, holds: true });
   for (const c of contested) {
     add({
       ...c,
       era: eventIdEra(new Date(c.createdAt)),
-      rank: claim.rank,
-      origin: claim.origin,
-      mirror: claim.mirror,
+      rank: contender.rank,
+      origin: contender.origin,
+      mirror: contender.mirror,
       holds: false,
     });
   }
@@ -378,7 +378,7 @@ export async function settleDisputes(
       `UPDATE push_events p SET id = v.id, mirror_id = $6::smallint
        FROM unnest(${keyArrays}, $5::bigint[]) AS v (repository_id, ref, before, head, id)
        WHERE ${byKey}`,
-      [...keys(give), give.map((c) => c.id), claim.mirrorId],
+      [...keys(give), give.map((c) => c.id), contender.mirrorId],
     ).catch((err: unknown) => {
       throw asEventIdRace(err);
     });

@@ -73,7 +73,7 @@ export interface RecordGapInput {
 export interface RecordedGaps {
   /** Oldest first; every one carries the run's id. */
   gaps: Gap[];
-  /** Pushes whose created_at was set aside as implausible for this window. */
+  /** Pushes whose created_at was disregarded as implausible for this window. */
   untrustedTimes: number;
 }
 

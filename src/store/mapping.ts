@@ -16,7 +16,7 @@ import {
 
 /**
  * GitHub events → what we store. Each event is judged on its own (src/store/rules.ts):
- * a PushEvent that breaks a rule is set aside (rejected_events) and the rest of the page
+ * a PushEvent that breaks a rule is rejected (rejected_events) and the rest of the page
  * is stored — one bad event never costs the good ones around it. Only a page that is not
  * a JSON array at all is an error of the page (MalformedEvent: the run fails).
  */
@@ -51,7 +51,7 @@ export interface PushRow {
   private?: true;
 }
 
-/** An event set aside: what rejected_events records. */
+/** A rejected event: what rejected_events records. */
 export interface RejectedEvent {
   /** Position on the page (0 = newest). */
   index: number;
@@ -209,7 +209,7 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
         );
       }
       const id = idField(ev.id, 'id');
-      // Known by id from here on: the horizon counts it whether it is stored or set aside.
+      // Known by id from here on: the horizon counts it whether it is stored or rejected.
       page.eventIds.push(id);
       // Its era scopes the id (ADR 0122): GitHub reuses ids across eras.
       page.eventTimes.push(

@@ -8,10 +8,10 @@ import { jsonTextUnderPolicy } from './commit-emails.ts';
 import { storeCommits, storeCommitsOn } from './commits.ts';
 import {
   asEventIdRace,
-  CLAIM_RESULTS,
-  type ClaimContext,
-  type ContestedClaim,
-  claimCtes,
+  CONTENDER_RESULTS,
+  type Contender,
+  type ContestedPush,
+  contenderCtes,
   type IdClash,
   POLL_RANK,
   type Run,
@@ -39,12 +39,12 @@ import type { StageBatch } from './stage-batch.ts';
  * them into actors, repositories and push_events:
  *
  * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
- *   alone, so a push held already (by any origin) or repeated within the batch is one row,
+ *   alone, so a push stored already (by any origin) or repeated within the batch is one row,
  *   and no push is ever skipped for its event id, which is an attribute unique per era
- *   (src/store/event-ids.ts, ADR 0122): a claim on an id another push holds is
- *   recorded, and settled by rank when both are of one era;
+ *   (src/store/event-ids.ts, ADR 0122): a push contending for an id another push
+ *   holds is  *   recorded, and settled by rank when both are of one era;
  * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
- *   another push claims that id in the same era (then the dispute settles it);
+ *   another push contends for that id in the same era (then the dispute settles it);
  * - rows are written in key order (actors by id, then repositories by id, then pushes by
  *   natural key), so concurrent writers take row locks in the same order.
  *
@@ -69,12 +69,12 @@ export interface StoreOptions {
   runId?: number | null;
   /** Who gets commits and what addresses become (ADR 0070); absent: nobody, hashed. */
   commits?: CommitsContext;
-  /** Who claims the pushes' event ids (ADR 0122); default GitHub's own answer. */
-  claim?: Partial<ClaimContext>;
+  /** Who contends for the pushes' event ids (ADR 0122); default GitHub's own answer. */
+  contender?: Partial<Contender>;
 }
 
 export interface StoreResult {
-  /** push_events rows this call inserted (a push already held, by either origin, is not new). */
+  /** push_events rows this call inserted (a push already stored, by either origin, is not new). */
   created: number;
   /** Actors / repositories inserted (state 'pending': they need enriching). */
   newActors: number;
@@ -111,8 +111,8 @@ export interface BulkStoreOptions {
   sourceId?: number | null;
   runId?: number | null;
   commits?: CommitsContext;
-  /** Who claims the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
-  claim?: Partial<ClaimContext>;
+  /** Who contends for the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
+  contender?: Partial<Contender>;
   /**
    * Where the pushes' inline commits come from (ADR 0184); default by origin: a poll's are
    * GitHub's, a delivery's the webhook's, an archive's a mirror's.
@@ -129,15 +129,15 @@ export interface BulkStoreOptions {
 export interface StagedStoreOptions {
   sourceId?: number | null;
   /**
-   * The caller expects no push of the batch to be held (a fresh file). The insert skips
-   * conflict handling; if one is held after all, PushesAlreadyHeld is thrown (inside a
+   * The caller expects no push of the batch to be stored already (a fresh file). The insert skips
+   * conflict handling; if one is stored after all, PushesAlreadyStored is thrown (inside a
    * transaction that must then be rolled back to before the call).
    */
   expectNew?: boolean;
   /** Addresses of inline commits (the targets were applied when the batch was staged). */
   emails?: CommitEmailMode;
   /** The mirror the batch was read from, ranked in GHARCHIVE_URL (ADR 0122). */
-  claim?: Partial<ClaimContext>;
+  contender?: Partial<Contender>;
 }
 
 export interface BulkStoreResult extends StoreResult {
@@ -145,8 +145,8 @@ export interface BulkStoreResult extends StoreResult {
   idsFilledIn: number;
 }
 
-/** A claim context with its defaults: GitHub's own answer, no mirror. */
-function claimOf(origin: PushOrigin, given: Partial<ClaimContext> = {}): ClaimContext {
+/** A contender with its defaults: GitHub's own answer, no mirror. */
+function contenderOf(origin: PushOrigin, given: Partial<Contender> = {}): Contender {
   return {
     origin,
     rank: given.rank ?? POLL_RANK,
@@ -235,14 +235,14 @@ const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, 
 /**
  * The merge, one statement. From the parameter arrays (a page) it upserts the actors and
  * repositories too; from the stage (an archive chunk) it merges the pushes alone, their
- * entities inserted beforehand by insertStagedEntities. The claim CTEs (event-ids.ts) find
- * the batch's ids held by other pushes; a claim contested in its era is inserted without
+ * entities inserted beforehand by insertStagedEntities. The contender CTEs (event-ids.ts) find
+ * the batch's ids stored with other pushes; a push contested in its era is inserted without
  * its id, for settleDisputes to decide. `p` returns the natural keys it inserted, so the
  * fill-in `f` only probes the pushes the insert skipped (a push it added had no webhook
  * copy to merge with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s
  * rows anyway, and the two touch disjoint rows. With `expectNew` (stage only) the pushes
  * are inserted without `ON CONFLICT` (speculative insertion costs ~30% of the insert) and
- * there is nothing to fill in: a push already held makes the statement fail, and the
+ * there is nothing to fill in: a push already stored makes the statement fail, and the
  * caller merges again.
  */
 function mergeStatement(from: MergeSource, expectNew = false): string {
@@ -287,7 +287,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
   return `
     WITH ${from === 'values' ? VALUES_CTE : ''}
     ${upserts}
-    ${claimCtes(src)}
+    ${contenderCtes(src)}
     ${pushes}
     ${recordCtes(!expectNew)}
     SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
@@ -296,7 +296,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
            (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL
              AND commits_state <> 'skipped') FROM p) AS pending,
            ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
-           ${CLAIM_RESULTS}`;
+           ${CONTENDER_RESULTS}`;
 }
 
 interface MergeCounts {
@@ -306,7 +306,7 @@ interface MergeCounts {
   pending: string;
   filled: string;
   clashes: IdClash[];
-  contested: ContestedClaim[];
+  contested: ContestedPush[];
 }
 
 function resultOf(row: MergeCounts): BulkStoreResult {
@@ -369,10 +369,10 @@ export async function insertStagedEntities(
   return { newActors: Number(r.rows[0]!.actors), newRepositories: Number(r.rows[0]!.repositories) };
 }
 
-/** `expectNew` was wrong: a push of the batch is held already. Merge the batch again without it. */
-export class PushesAlreadyHeld extends AppError {
+/** `expectNew` was wrong: a push of the batch is stored already. Merge the batch again without it. */
+export class PushesAlreadyStored extends AppError {
   constructor(cause: unknown) {
-    super('PUSHES_ALREADY_HELD', 'a push of the batch is already stored', {}, { cause });
+    super('PUSHES_ALREADY_STORED', 'a push of the batch is already stored', {}, { cause });
   }
 }
 
@@ -394,14 +394,14 @@ export async function bulkStoreStaged(
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
   const commits = batch.commitsOf(from, to);
-  const claim = claimOf('archive', opts.claim);
+  const contender = contenderOf('archive', opts.contender);
   const r = await client
     .query<MergeCounts>(statement, [
       'archive',
       opts.sourceId ?? null,
       null,
-      claim.mirrorId,
-      claim.mirror,
+      contender.mirrorId,
+      contender.mirror,
     ])
     .catch((err: { code?: string; constraint?: string }) => {
       if (
@@ -409,12 +409,14 @@ export async function bulkStoreStaged(
         err.code === '23505' &&
         err.constraint === 'push_events_natural_key'
       ) {
-        throw new PushesAlreadyHeld(err);
+        throw new PushesAlreadyStored(err);
       }
       throw asEventIdRace(err);
     });
   const result = resultOf(r.rows[0]!);
-  result.clashes.push(...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, claim)));
+  result.clashes.push(
+    ...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, contender)),
+  );
   if (commits.length > 0) {
     await storeCommitsOn(client, commits, { emails: opts.emails ?? DEFAULT_COMMITS.emails });
   }
@@ -437,13 +439,13 @@ export async function bulkStorePage(
   const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
   const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
-  const claim = claimOf(opts.origin, opts.claim);
+  const contender = contenderOf(opts.origin, opts.contender);
   const params = [
     opts.origin,
     opts.sourceId ?? null,
     opts.runId ?? null,
-    claim.mirrorId,
-    claim.mirror,
+    contender.mirrorId,
+    contender.mirror,
     col((p) => p.id),
     col((p) => p.actor.id),
     col((p) => p.actor.login),
@@ -472,7 +474,7 @@ export async function bulkStorePage(
     throw asEventIdRace(err);
   });
   const result = resultOf(row!);
-  result.clashes.push(...(await settleDisputes(run, row!.contested, claim)));
+  result.clashes.push(...(await settleDisputes(run, row!.contested, contender)));
   const commits = inlineCommitRows(pushes, plans);
   if (commits.length > 0) await storeCommits(db, commits, { emails: ctx.emails });
   return result;

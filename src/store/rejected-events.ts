@@ -10,14 +10,14 @@ import { jsonUnderPolicy, textUnderPolicy } from './commit-emails.ts';
 import { parseTimestamp } from './rules.ts';
 
 /**
- * rejected_events: events set aside instead of stored (ADR 0020). Any path that reads
+ * rejected_events: events rejected instead of stored (ADR 0020). Any path that reads
  * events (a polled page, an archive file) calls quarantineEvents inside the transaction
  * that stores the good events beside them, so the page commits whole: good rows stored,
- * bad ones set aside, exactly once per (source, event) — a re-read bumps seen_count. An
+ * bad ones rejected, exactly once per (source, event) — a re-read bumps seen_count. An
  * event is its id in its era (ADR 0122): the same id of another year is another event.
  * What is kept of an event (raw, message) holds COMMIT_EMAILS like every stored push
- * (src/store/commit-emails.ts, ADR 0184): an address set aside is no more in clear than a
- * stored one, and neither is the log line that reports it.
+ * (src/store/commit-emails.ts, ADR 0184): an address in a rejected event is no more in clear
+ * than a stored one, and neither is the log line that reports it.
  */
 
 export interface QuarantineRow {
@@ -42,7 +42,7 @@ export interface QuarantineResult {
 }
 
 /**
- * Lines set aside kept raw per archive file (src/backfill/import.ts): the rest are counted
+ * Rejected lines kept raw per archive file (src/backfill/import.ts): the rest are counted
  * on the file's checkpoint only, so a file of a million bad lines costs a count, not a
  * million rows. (A poll run reads at most a few hundred events; a webhook delivery is one.)
  */
@@ -187,7 +187,7 @@ export async function quarantineEvents(
   return { firstSeen, seenAgain };
 }
 
-/** event.rejected, once per event set aside for the first time (call after COMMIT). */
+/** event.rejected, once per event rejected for the first time (call after COMMIT). */
 export function logRejected(
   log: Logger,
   rows: QuarantineRow[],
@@ -213,7 +213,7 @@ export function logRejected(
 export interface RejectedSummary {
   /** Events held in rejected_events. */
   total: number;
-  /** Set aside for the first time in the last 24 hours. */
+  /** Rejected for the first time in the last 24 hours. */
   last24h: number;
   byReason: Record<string, number>;
 }

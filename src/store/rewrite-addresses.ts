@@ -8,7 +8,7 @@ import { addressUnderPolicy, jsonUnderPolicy, textUnderPolicy } from './commit-e
  * Stored rows put under a stricter COMMIT_EMAILS (ADR 0184): what `bin/setup --reconfigure`
  * runs before it records `keep → hash`, `keep → drop` or `hash → drop`, so that no row
  * stored under the old value keeps an address the new one forbids. The same places the
- * policy holds at write time: payloads, commit rows, events set aside, webhook rejections.
+ * policy holds at write time: payloads, commit rows, rejected events, webhook rejections.
  *
  * Big tables are walked in key order, BATCH rows a statement, each batch's UPDATE committed
  * on its own: an interrupted run leaves rows done and rows not yet, and running it again

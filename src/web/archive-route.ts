@@ -15,7 +15,7 @@ import { ArchiveBusy, type ArchiveGate, createArchiveGate, DEFAULT_GATE } from '
 import { sendJson, type WebDeps } from './respond.ts';
 
 /**
- * GET /archive/ and GET /archive/YYYY-MM-DD-H.json.gz (ADR 0130, ADR 0185): the store as a GH
+ * GET /archive/ and GET /archive/YYYY-MM-DD-H.json.gz (ADR 0130): the store as a GH
  * Archive mirror, so another instance can name this one in GHARCHIVE_URL. An hour's file is
  * the same bytes bin/export writes, from a cache keyed by the hour's state
  * (src/export/cache.ts) and streamed from disk: a 1,000,000-push hour costs the server its

@@ -161,7 +161,7 @@ export function createMetrics(
 
 type MakeMetric<T> = (name: string, help: string, labelNames?: string[]) => T;
 
-/** Gap records by state, what the archive recovered, and the backfill imports (ADR 0041). */
+/** Gap records by state, what the archive recovered, and the backfill imports. */
 async function collectGaps(
   db: Db,
   counter: MakeMetric<Counter>,
@@ -214,7 +214,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
   for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
 
-  // Two stored pushes claiming one event id (ADR 0122): reused across eras, or disputed in one.
+  // Two stored pushes contending for one event id: reused across eras, or disputed in one.
   const clashes = counter(
     'gpi_event_id_clashes_total',
     'Pushes found claiming an event id another push holds (event_id_clashes), by kind: reused (another era) or disputed (the same era)',
@@ -342,7 +342,7 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
   }
 
   const commits = await commitsStatus(db, now);
-  const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state (ADR 0070)', ['state']);
+  const byState = gauge('gpi_push_commits_state', 'Pushes by commits_state', ['state']);
   for (const state of COMMITS_STATES) byState.set({ state }, commits.byState[state]);
   const pendingByOrigin = gauge(
     'gpi_commits_pending_by_origin',

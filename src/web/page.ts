@@ -186,8 +186,8 @@ function gapsCard(report: StatusReport): string {
 }
 
 /**
- * Pushes by commits_state, the fetch backlog and rate, commits stored (ADR 0070); the pushes
- * waiting for a credential, and why commits are off when they are (ADR 0186).
+ * Pushes by commits_state, the fetch backlog and rate, commits stored; the pushes
+ * waiting for a credential, and why commits are off when they are.
  */
 function commitsCard(report: StatusReport): string {
   const c = report.commits;
@@ -264,7 +264,7 @@ function coverageChart(coverage: CoverageHour[]): string {
   );
 }
 
-/** The background allowance's floors, spend and lending (ADR 0181). */
+/** The background allowance's floors, spend and lending. */
 function backgroundCard(g: BackgroundReading): string {
   const why = (name: 'enrich' | 'commits') =>
     `${name} may always spend its floor; past it, what the other leaves while it waits for no REST request. Lent: what ${name}'s floor carried of the other's spend. May spend now: ${count(g.room[name])}`;

@@ -93,7 +93,7 @@ export function webhookRoute(deps: WebDeps, budget: ByteBudget, health?: IntakeH
     }
 
     // A stranger's request holds no byte of the budget: without a signature that could be
-    // valid, it is refused before its body is read (ADR 0124). The HMAC itself needs the body.
+    // valid, it is refused before its body is read. The HMAC itself needs the body.
     const signature = header(req, 'x-hub-signature-256');
     if (!signatureShaped(signature)) {
       const reason = signature === undefined ? 'missing signature' : 'bad signature';

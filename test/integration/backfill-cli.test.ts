@@ -32,7 +32,7 @@ const pushes = (n: number, o: Parameters<typeof pushEvent>[0] = {}) =>
   Array.from({ length: n }, () => pushEvent({ id: id++, ...o }));
 
 describe('bin/backfill', () => {
-  it('says how many lines set aside were kept raw and how many only counted', async () => {
+  it('says how many rejected lines were kept raw and how many only counted', async () => {
     const file = path.join(dir, 'many-bad.json.gz');
     const garbage = Array.from({ length: 1_005 }, (_, i) => `not json ${i}`);
     writeFileSync(file, gzipLines([...pushes(1), ...garbage, '{}']));

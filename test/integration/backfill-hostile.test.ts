@@ -112,7 +112,7 @@ describe('hostile archive lines', () => {
     expect(new Set(aside.map((a) => a.event_id)).size).toBe(3);
   });
 
-  it('JSON that is not an event ({}, objects without type or id) is set aside, not counted as an event', async () => {
+  it('JSON that is not an event ({}, objects without type or id) is rejected, not counted as an event', async () => {
     await sql`TRUNCATE rejected_events`.execute(t.db);
     const good = push();
     const file = writeLines([

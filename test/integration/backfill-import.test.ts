@@ -186,7 +186,7 @@ describe('importing an archive file', () => {
     });
     expect((await held(pushesOf(good).map((e) => e.id))).length).toBe(5);
     expect(await held([String(noActor.id), nul.id, badTime.id])).toEqual([]);
-    // Set aside in rejected_events, once each, in the chunk's transaction (ADR 0020).
+    // Rejected (rejected_events), once each, in the chunk's transaction (ADR 0020).
     const aside = await t.db
       .selectFrom('rejected_events')
       .select(['event_id', 'event_type', 'reason', 'message', 'source_id', 'run_id', 'seen_count'])

@@ -161,7 +161,7 @@ describe('a gap filled from two mirrors', () => {
     const added = lines.map((l) => JSON.parse(l)).find((l) => l.event === 'gap.mirror_added');
     expect(added).toMatchObject({ gap_id: s.gapId, mirror: a.url, pushes_added: 8 });
 
-    // Past the 48 h horizon nobody asks again.
+    // Past the retry window (48 h after the hour) nobody asks again.
     const count = asked();
     await fillGaps(deps({ now: new Date(Date.now() + 50 * HOUR) }));
     expect(asked()).toBe(count);

@@ -8,7 +8,7 @@ import {
   bulkStoreStaged,
   dropStage,
   insertStagedEntities,
-  PushesAlreadyHeld,
+  PushesAlreadyStored,
   prepareStage,
   storePushes,
 } from '../../src/store/pushes.ts';
@@ -176,7 +176,7 @@ describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
     ]);
   });
 
-  it('keeps one row for a push repeated in a batch, and stores a push whose id another claims (ADR 0122)', async () => {
+  it('keeps one row for a push repeated in a batch, and stores a push contending for an id another holds (ADR 0122)', async () => {
     const at = new Date(Date.UTC(2026, 10, 29, 8));
     const a = push({ createdAt: at });
     const twin = { ...a };
@@ -215,11 +215,11 @@ describe.each(PATHS)('bulk store %s', (_name, store, origin, renames) => {
 });
 
 describe('bulk store through the staging table, expecting new pushes (a fresh archive file)', () => {
-  it('stores them without conflict handling, and refuses the batch when one is held', async () => {
+  it('stores them without conflict handling, and refuses the batch when one is stored already', async () => {
     const a = push();
     expect(await viaStage([a], { expectNew: true })).toMatchObject({ created: 1 });
     const b = push();
-    await expect(viaStage([b, a], { expectNew: true })).rejects.toBeInstanceOf(PushesAlreadyHeld);
+    await expect(viaStage([b, a], { expectNew: true })).rejects.toBeInstanceOf(PushesAlreadyStored);
     expect(await row(null, b.repository.id)).toHaveLength(0);
     expect(await viaStage([b, a])).toMatchObject({ created: 1 });
   });

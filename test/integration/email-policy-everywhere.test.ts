@@ -19,7 +19,7 @@ import { deliver, startTestWeb, type TestWeb } from '../support/web.ts';
  * addresses (test/fixtures/realdata-addresses: a webhook delivery, a page of a user's
  * events, GH Archive lines) arrive the three ways a user's deployment receives them — a
  * signed delivery to bin/web, a poll by bin/ingest, a file read by bin/backfill — with one
- * event of the page and one line of the file that cannot be stored (set aside with what
+ * event of the page and one line of the file that cannot be stored (rejected with what
  * they carried). Then the whole database is read back (every row of every table in every
  * schema, as text), with the processes' logs and the hours bin/export writes, and not one
  * address the inputs held is found in clear; under `hash` the addresses are there hashed,
@@ -110,7 +110,7 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
     });
     expect(refused.status).toBe(422);
 
-    // A poll of the user's feed: four real pushes and one that breaks a rule (set aside).
+    // A poll of the user's feed: four real pushes and one that breaks a rule (rejected).
     const events = JSON.parse(fixture('events-wycats-2025-08.json')) as GitHubEvent[];
     const bad = structuredClone(events[0]!) as GitHubEvent & { payload: { ref: unknown } };
     bad.id = '53051623999';
@@ -121,7 +121,7 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
     expect(polled.out).toMatch(/completed: 5 events seen, 4 created/);
     logs.push(polled.err);
 
-    // bin/backfill of a file: three real GH Archive lines and one cut short (set aside).
+    // bin/backfill of a file: three real GH Archive lines and one cut short (rejected).
     const lines = fixture('archive-lines.ndjson').trimEnd().split('\n');
     const file = path.join(dir, `hours-${mode}.json`);
     writeFileSync(file, `${[...lines, lines[0]!.slice(0, 700)].join('\n')}\n`);
@@ -129,7 +129,7 @@ describe.each(['hash', 'drop'] as const)('COMMIT_EMAILS=%s', (mode) => {
     expect(backfilled.out).toMatch(/completed: 3 events, 3 pushes, 3 stored/);
     logs.push(backfilled.err);
 
-    // What arrived: every push stored, their commits too; the bad ones set aside.
+    // What arrived: every push stored, their commits too; the bad ones rejected.
     const counts = await sql<{ pushes: number; commits: number; rejected: number }>`
       SELECT (SELECT count(*)::int FROM push_events) AS pushes,
              (SELECT count(*)::int FROM commits) AS commits,
@@ -239,7 +239,7 @@ describe('bin/setup --reconfigure to a stricter COMMIT_EMAILS', () => {
 
     const r = await runBin('setup', ['--reconfigure'], env('hash'));
     expect(r.code, r.err).toBe(0);
-    // 3 payloads, 3 commits, 1 line set aside.
+    // 3 payloads, 3 commits, 1 rejected line.
     expect(r.out).toMatch(
       /stored-data settings COMMIT_EMAILS keep → hash, addresses of 7 stored row\(s\) rewritten\n$/,
     );

@@ -23,8 +23,8 @@ import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
  * Event ids are not keys (ADR 0122). GitHub reset its event id sequence on
  * 2025-10-08 and new ids reuse those of 2016–2020: a backfilled 2019 hour and today's poll
  * hold the same ids for different pushes. The natural key decides what is stored; an id
- * names one push per era; two claims on one id in one era are a dispute, settled by rank
- * (a poll, then GHARCHIVE_URL's order) whatever the order they were read in.
+ * names one push per era; two pushes contending for one id in one era are a dispute,
+ * settled by rank (a poll, then GHARCHIVE_URL's order) whatever the order they were read in.
  */
 
 const t = useTestDatabase();
@@ -295,19 +295,19 @@ async function disputedMetric(): Promise<number> {
   return Number(m![1]);
 }
 
-describe('claims settled whatever the order, and when writers race', () => {
+describe('contenders settled whatever the order, and when writers race', () => {
   it('gives a webhook copy the id a poll brings, over an archive push holding it in the era', async () => {
     const at = new Date(Date.UTC(2026, 10, 21, 9));
     const id = 991_000 + seq++;
     const polled = mapEventsPage([pushEvent({ id, created_at: at })], 't').pushes[0]!;
     const archived = { ...polled, ref: 'refs/heads/elsewhere' };
-    // Held: the archive's claim; then the webhook's copy of the real push (no id).
-    await bulkStorePage(t.db, [archived], { origin: 'archive', claim: { rank: 1 } });
+    // Stored: the archive's contender; then the webhook's copy of the real push (no id).
+    await bulkStorePage(t.db, [archived], { origin: 'archive', contender: { rank: 1 } });
     await bulkStorePage(t.db, [{ ...polled, id: null }], { origin: 'webhook' });
     const stored = await bulkStorePage(t.db, [polled], { origin: 'poll' });
     expect(stored).toMatchObject({ created: 0, idsFilledIn: 0 });
     expect(stored.clashes).toMatchObject([
-      // `kept` is the claim: the poll's (the push itself first came by webhook).
+      // `kept` is the better contender: the poll's (the push itself first came by webhook).
       { kind: 'disputed', kept: { origin: 'poll' }, other: { origin: 'archive' } },
     ]);
     expect((await pushesOf([polled.head])).map((r) => [r.ref, r.origin, r.id])).toEqual([

@@ -410,7 +410,7 @@ describe('failures', () => {
     delete e.actor;
     return e as GitHubEvent;
   };
-  // Poison in one event is set aside (ADR 0020): the run completes, the good events
+  // Poison in one event is rejected (ADR 0020): the run completes, the good events
   // beside it are stored, the source counts no failure, its horizon moves on.
   it.each([
     ['a PushEvent without actor', 'malformed', /^actor is missing$/, () => withoutActor()],
@@ -421,7 +421,7 @@ describe('failures', () => {
       () => pushEvent({ id: 'abc', created_at: '2026-11-29T08:00:00Z' }),
     ],
   ])(
-    '%s is set aside; the run completes with every good event stored',
+    '%s is rejected; the run completes with every good event stored',
     async (_what, reason, says, poison) => {
       const s = await newSource();
       fake.addEvents(s.feed, pushes(5));

@@ -10,7 +10,7 @@ import { type GitHubEvent, pushEvent } from '../support/github-factories.ts';
 /**
  * On the poll path: an events page whose bytes are not all UTF-8, read
  * through the real HTTP transport (node:http, Octokit) and the real parser and rules. A
- * push whose ref holds invalid bytes is set aside (invalid_text) — two such pushes are
+ * push whose ref holds invalid bytes is rejected (invalid_text) — two such pushes are
  * two rejections, never one stored ref with U+FFFD — while invalid bytes in free text are
  * stored sanitised and reported, and every other event on the page is kept.
  */
@@ -90,7 +90,7 @@ describe('a polled page with bytes that are not UTF-8', () => {
     ]);
     expect(page.rejected[0]!.message).toMatch(/^payload\.ref contains a lone UTF-16 surrogate/);
     expect(page.rejected[2]!.message).toMatch(/^actor\.login contains/);
-    // Every event is known by id (the horizon counts them), stored or set aside.
+    // Every event is known by id (the horizon counts them), stored or rejected.
     expect(page.eventIds).toEqual([good, refA, refB, login, text].map((e) => e.id));
   });
 });

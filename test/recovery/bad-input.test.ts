@@ -12,7 +12,7 @@ import { deliver, pushPayload } from '../support/web.ts';
  * Bad input (contract changed by ADR 0020): what GitHub (or someone
  * posing as it) might send that is not what it documents — events without an actor or a
  * repository, ids as strings, a 5 MB event, unicode and control characters, NUL bytes
- * (which Postgres text and jsonb cannot hold), null fields. Each is either set aside with
+ * (which Postgres text and jsonb cannot hold), null fields. Each is either rejected with
  * a named reason (the good event beside it stored, the run completed), stored exactly
  * (the stored payload reads back equal to what was sent), or — free text Postgres cannot
  * hold — stored with that character replaced by U+FFFD; nothing crashes. Both entry
@@ -109,7 +109,7 @@ const POLL_CASES: {
     expect: 'sanitised',
   },
   {
-    // A key column: never altered, set aside.
+    // A key column: never altered, rejected.
     name: 'NUL in a column (ref)',
     mutate: (ev) => ({ ...ev, payload: { ...ev.payload, ref: `refs/heads/${NUL}` } }),
     expect: { reason: 'invalid_text', says: /payload\.ref contains a NUL/ },
@@ -121,7 +121,7 @@ const verdict = (e: (typeof POLL_CASES)[number]['expect']) =>
     ? 'stored exactly'
     : e === 'sanitised'
       ? 'stored, NUL replaced'
-      : `set aside (${e.reason})`;
+      : `rejected (${e.reason})`;
 /** What a stored payload must read back as: NUL (unstorable in jsonb) becomes U+FFFD. */
 const sanitised = (v: unknown) => JSON.parse(JSON.stringify(v).replaceAll('\\u0000', '\ufffd'));
 
@@ -158,7 +158,7 @@ describe('bad input on a polled feed', () => {
         expect(row.ref).toBe((sent.payload as { ref: string }).ref);
         expect(rejected.rows).toEqual([]);
       } else {
-        // The good event is stored; the bad one is set aside once, naming the field.
+        // The good event is stored; the bad one is rejected once, naming the field.
         expect(stored.rows.map((r) => r.id)).toEqual([good.id]);
         expect(run.eventsRejected).toBe(1);
         expect(rejected.rows).toHaveLength(1);

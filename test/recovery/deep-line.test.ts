@@ -98,7 +98,7 @@ describe('an hour file with a line nested 3,000,000 deep', () => {
       SELECT state, malformed::text FROM backfill_files WHERE file = ${file}`.execute(t.db);
     expect(checkpoint.rows).toEqual([{ state: 'completed', malformed: '1' }]);
 
-    // Read again from the start: nothing is stored twice, the line is the same one set aside.
+    // Read again from the start: nothing is stored twice, the line is the same one rejected.
     const again = await runBackfill(file, ['--force']);
     expect(again.exit).toEqual({ code: 0, signal: null });
     expect(again.peak).toBeLessThan(PEAK_BOUND);

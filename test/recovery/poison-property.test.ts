@@ -16,7 +16,7 @@ import { expectSourceHealthy, usePoisonWorld } from '../support/poison-world.ts'
  * integers beyond 64 bits, deep nesting, long text, deleted fields, whole events replaced —
  * and poll it through the real client, parser, runner and Postgres. Whatever the poison:
  * nothing escapes as an exception, the run completes (no run fails for content), every
- * event left untouched is stored, every event set aside is recorded once (a re-read of the
+ * event left untouched is stored, every rejected event is recorded once (a re-read of the
  * same page adds nothing), and the source counts no failure.
  */
 
@@ -174,7 +174,7 @@ describe('property: poisoned real event pages', () => {
         const q = await sql<{ n: string; seen: string }>`
           SELECT count(*) AS n, coalesce(sum(seen_count), 0) AS seen FROM rejected_events
           WHERE source_id = ${source.id}`.execute(t.db);
-        // Each set-aside event recorded once, seen once per read of the page.
+        // Each rejected event recorded once, seen once per read of the page.
         expect(Number(q.rows[0]!.seen)).toBe(first.eventsRejected + again.eventsRejected);
         expect(first.eventsRejected).toBe(again.eventsRejected);
         expect(Number(q.rows[0]!.n)).toBeLessThanOrEqual(first.eventsRejected);

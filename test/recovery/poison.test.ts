@@ -17,8 +17,8 @@ import { pushPayload, TEST_WEBHOOK_SECRET } from '../support/web.ts';
  * entry points.
  *
  * Poll: a page of [good, poison, good]. The run completes, both good events are stored,
- * the poison is stored (exactly, or with unstorable free text replaced) or set aside in
- * rejected_events with its reason — and reading the same page again adds nothing: one
+ * the poison is stored (exactly, or with unstorable free text replaced) or rejected
+ * (rejected_events) with its reason — and reading the same page again adds nothing: one
  * rejected row, seen twice, the source never counting a failure.
  *
  * Webhook: the poison in a correctly signed delivery. Never a 5xx: stored (202), or
@@ -56,14 +56,14 @@ interface PoisonCase {
   check?: (row: { actor_id: string; repository_id: string; ref: string; payload: unknown }) => void;
 }
 
-const setAside = (reason: string, says: RegExp) => ({ reason, says });
+const pollRejected = (reason: string, says: RegExp) => ({ reason, says });
 const rejected = (reason: string): HookExpect => ({ status: 422, reason });
 
 const CORPUS: PoisonCase[] = [
   {
     name: 'created_at out of range',
     poll: (ev) => JSON.stringify({ ...ev, created_at: '+275760-09-13T00:00:00.001Z' }),
-    pollExpect: setAside('bad_timestamp', /created_at must be an ISO 8601 timestamp/),
+    pollExpect: pollRejected('bad_timestamp', /created_at must be an ISO 8601 timestamp/),
     // Webhooks date a push by repository.pushed_at; 1e13 s fits nothing: the arrival dates it.
     hook: (b) => JSON.stringify({ ...b, repository: { ...b.repository, pushed_at: 1e13 } }),
     hookExpect: { status: 202 },
@@ -71,19 +71,19 @@ const CORPUS: PoisonCase[] = [
   {
     name: 'created_at that is not a calendar date',
     poll: (ev) => JSON.stringify({ ...ev, created_at: '2026-02-30T00:00:00Z' }),
-    pollExpect: setAside('bad_timestamp', /created_at/),
+    pollExpect: pollRejected('bad_timestamp', /created_at/),
   },
   {
     name: 'missing actor / sender',
     poll: (ev) => JSON.stringify({ ...ev, actor: undefined }),
-    pollExpect: setAside('malformed', /^actor is missing$/),
+    pollExpect: pollRejected('malformed', /^actor is missing$/),
     hook: (b) => JSON.stringify({ ...b, sender: undefined }),
     hookExpect: rejected('malformed'),
   },
   {
     name: 'non-numeric id',
     poll: (ev) => JSON.stringify({ ...ev, repo: { ...ev.repo, id: 'abc' } }),
-    pollExpect: setAside('bad_id', /^repo\.id must be a numeric id/),
+    pollExpect: pollRejected('bad_id', /^repo\.id must be a numeric id/),
     hook: (b) => JSON.stringify({ ...b, sender: { ...b.sender, id: 'abc' } }),
     hookExpect: rejected('bad_id'),
   },
@@ -107,7 +107,7 @@ const CORPUS: PoisonCase[] = [
   {
     name: 'an id beyond bigint',
     poll: (ev) => JSON.stringify({ ...ev, actor: { ...ev.actor, id: big('9223372036854775808') } }),
-    pollExpect: setAside('bad_id', /0 to 2\^63-1 \(got 9223372036854775808\)/),
+    pollExpect: pollRejected('bad_id', /0 to 2\^63-1 \(got 9223372036854775808\)/),
     hook: (b) =>
       JSON.stringify({ ...b, repository: { ...b.repository, id: big('18446744073709551616') } }),
     hookExpect: rejected('bad_id'),
@@ -115,26 +115,26 @@ const CORPUS: PoisonCase[] = [
   {
     name: 'a negative id',
     poll: (ev) => JSON.stringify({ ...ev, actor: { ...ev.actor, id: -5 } }),
-    pollExpect: setAside('bad_id', /actor\.id/),
+    pollExpect: pollRejected('bad_id', /actor\.id/),
   },
   {
     name: 'a lone UTF-16 surrogate in the ref',
     poll: (ev) => JSON.stringify({ ...ev, payload: { ...ev.payload, ref: 'refs/heads/\ud800' } }),
-    pollExpect: setAside('invalid_text', /payload\.ref contains a lone UTF-16 surrogate/),
+    pollExpect: pollRejected('invalid_text', /payload\.ref contains a lone UTF-16 surrogate/),
     hook: (b) => JSON.stringify({ ...b, ref: 'refs/heads/\ud800' }),
     hookExpect: rejected('invalid_text'),
   },
   {
     name: 'NUL in the ref',
     poll: (ev) => JSON.stringify({ ...ev, payload: { ...ev.payload, ref: 'refs/heads/a\u0000' } }),
-    pollExpect: setAside('invalid_text', /payload\.ref contains a NUL/),
+    pollExpect: pollRejected('invalid_text', /payload\.ref contains a NUL/),
     hook: (b) => JSON.stringify({ ...b, ref: 'refs/heads/a\u0000' }),
     hookExpect: rejected('invalid_text'),
   },
   {
     name: 'NUL in the repository name',
     poll: (ev) => JSON.stringify({ ...ev, repo: { ...ev.repo, name: 'own\u0000er/repo' } }),
-    pollExpect: setAside('invalid_text', /repo\.name contains a NUL/),
+    pollExpect: pollRejected('invalid_text', /repo\.name contains a NUL/),
     hook: (b) =>
       JSON.stringify({ ...b, repository: { ...b.repository, full_name: 'own\u0000er/repo' } }),
     hookExpect: rejected('invalid_text'),
@@ -146,7 +146,7 @@ const CORPUS: PoisonCase[] = [
         ...ev,
         payload: { ...ev.payload, ref: `refs/heads/${incompressible(3000)}` },
       }),
-    pollExpect: setAside('too_long', /payload\.ref is 3011 bytes long \(at most 1024\)/),
+    pollExpect: pollRejected('too_long', /payload\.ref is 3011 bytes long \(at most 1024\)/),
     hook: (b) => JSON.stringify({ ...b, ref: `refs/heads/${incompressible(3000)}` }),
     hookExpect: rejected('too_long'),
   },
@@ -176,14 +176,14 @@ const CORPUS: PoisonCase[] = [
   {
     name: 'a head longer than any sha',
     poll: (ev) => JSON.stringify({ ...ev, payload: { ...ev.payload, head: 'f'.repeat(200) } }),
-    pollExpect: setAside('too_long', /payload\.head is 200 bytes long/),
+    pollExpect: pollRejected('too_long', /payload\.head is 200 bytes long/),
     hook: (b) => JSON.stringify({ ...b, after: 'f'.repeat(200) }),
     hookExpect: rejected('too_long'),
   },
   {
     name: 'a 20,000-level nested object',
     poll: (ev) => splice({ ...ev, payload: { ...ev.payload, deep: '__X__' } }, DEEP(20_000)),
-    pollExpect: setAside('too_deep', /nested deeper than 64 levels/),
+    pollExpect: pollRejected('too_deep', /nested deeper than 64 levels/),
     hook: (b) => splice({ ...b, deep: '__X__' }, DEEP(20_000)),
     hookExpect: rejected('too_deep'),
   },
@@ -198,7 +198,7 @@ const CORPUS: PoisonCase[] = [
         },
         DEEP(20_000),
       ),
-    pollExpect: setAside('too_deep', /nested deeper than 64 levels/),
+    pollExpect: pollRejected('too_deep', /nested deeper than 64 levels/),
     hook: (b) =>
       splice(
         { ...b, sender: { ...b.sender, id: big('9999999999999999') }, deep: '__X__' },
@@ -211,7 +211,7 @@ const CORPUS: PoisonCase[] = [
     name: '300,000 empty objects in the payload',
     poll: (ev) =>
       splice({ ...ev, payload: { ...ev.payload, wide: '__X__' } }, `[${'{},'.repeat(299_999)}{}]`),
-    pollExpect: setAside('too_wide', /holds more than 250000 values/),
+    pollExpect: pollRejected('too_wide', /holds more than 250000 values/),
     hook: (b) => splice({ ...b, wide: '__X__' }, `[${'{},'.repeat(299_999)}{}]`),
     hookExpect: rejected('too_wide'),
   },
@@ -220,7 +220,7 @@ const CORPUS: PoisonCase[] = [
     // (the record of the event still reads its id: nothing may serialize it).
     name: 'an id that is 3,000 nested arrays',
     poll: (ev) => splice({ ...ev, id: '__X__' }, `${'['.repeat(3000)}1${']'.repeat(3000)}`),
-    pollExpect: setAside('too_deep', /^id(\[0\])+ is nested deeper than 64 levels/),
+    pollExpect: pollRejected('too_deep', /^id(\[0\])+ is nested deeper than 64 levels/),
   },
   {
     name: 'nesting under the limit (50 levels)',
@@ -246,24 +246,24 @@ const CORPUS: PoisonCase[] = [
   {
     name: 'an event that is not an object',
     poll: () => '42',
-    pollExpect: setAside('not_an_object', /event must be a JSON object/),
+    pollExpect: pollRejected('not_an_object', /event must be a JSON object/),
     hook: () => '[1,2,3]',
     hookExpect: rejected('not_an_object'),
   },
   {
     name: 'an event without an id (keyed by its hash)',
     poll: (ev) => JSON.stringify({ ...ev, id: undefined }),
-    pollExpect: setAside('malformed', /^id is missing$/),
+    pollExpect: pollRejected('malformed', /^id is missing$/),
   },
   {
     name: 'a type that is not a string',
     poll: (ev) => JSON.stringify({ ...ev, type: 5 }),
-    pollExpect: setAside('malformed', /^type must be a string/),
+    pollExpect: pollRejected('malformed', /^type must be a string/),
   },
   {
     name: 'a size that does not fit an integer column',
     poll: (ev) => JSON.stringify({ ...ev, payload: { ...ev.payload, size: 1e10 } }),
-    pollExpect: setAside('malformed', /payload\.size must be a count/),
+    pollExpect: pollRejected('malformed', /payload\.size must be a count/),
   },
   {
     name: 'commits that are not an array',
@@ -298,7 +298,7 @@ let n = 0;
 describe('poison corpus: polled', () => {
   for (const c of CORPUS.filter((x) => x.poll)) {
     const e = c.pollExpect!;
-    const what = typeof e === 'string' ? e : `set aside (${e.reason})`;
+    const what = typeof e === 'string' ? e : `rejected (${e.reason})`;
     it(`${c.name}: ${what}; good events stored; re-read adds nothing`, {
       timeout: 180_000,
     }, async () => {

@@ -9,7 +9,7 @@ import { otherEvent, pushEvent } from '../support/github-factories.ts';
 const line = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));
 
 /**
- * What the rules make of an archive line: the row, or the reason it is set aside. As the
+ * What the rules make of an archive line: the row, or the reason it is rejected. As the
  * poll path's, except that `"id": null` is a push known only by webhook (ADR 0130).
  */
 function slow(e: Record<string, unknown>) {

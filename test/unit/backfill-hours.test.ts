@@ -2,12 +2,12 @@ import { describe, expect, it } from 'vitest';
 import {
   gapHours,
   gapReadyAt,
-  giveUpAt,
   hourFileName,
   hourOf,
   hoursCovering,
   parseHour,
   publishedAt,
+  retryWindowEnd,
 } from '../../src/store/archive-hours.ts';
 
 describe('GH Archive hours', () => {
@@ -39,7 +39,7 @@ describe('GH Archive hours', () => {
     expect(h).toEqual({ name: '2026-03-04-7', start: new Date('2026-03-04T07:00:00Z') });
     expect(hourFileName(h)).toBe('2026-03-04-7.json.gz');
     expect(publishedAt(h)).toEqual(new Date('2026-03-04T08:15:00Z'));
-    expect(giveUpAt(h)).toEqual(new Date('2026-03-06T08:00:00Z'));
+    expect(retryWindowEnd(h)).toEqual(new Date('2026-03-06T08:00:00Z'));
   });
 
   it('covers a window with every hour it touches, across midnight', () => {

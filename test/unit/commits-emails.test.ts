@@ -9,7 +9,7 @@ import {
 } from '../../src/store/commit-emails.ts';
 
 // COMMIT_EMAILS as one rule applied everywhere (ADR 0184): an address field, addresses
-// inside text, and whole JSON values (payloads, events set aside).
+// inside text, and whole JSON values (payloads, rejected events).
 
 const hashOf = (a: string) =>
   `sha256:${createHash('sha256').update(a.trim().toLowerCase()).digest('hex')}`;

@@ -295,7 +295,7 @@ describe('classifyLine over hostile bytes', () => {
     });
   });
 
-  it('never throws; a push line over the limits or not JSON is set aside with a reason', () => {
+  it('never throws; a push line over the limits or not JSON is rejected with a reason', () => {
     fc.assert(
       fc.property(
         fc.oneof(

@@ -24,7 +24,7 @@ export interface Planned {
   candidate: string | null;
   /**
    * With tipNowOnly: the same head proven against each tip of the default branch the
-   * records show around the push (ADR 0183); only what none of them reaches is kept.
+   * records show around the push; only what none of them reaches is kept.
    */
   around: RoundPush[];
 }
@@ -83,7 +83,7 @@ export async function plan(
 
 /**
  * A new branch's verdict against the tip now, narrowed by its verdicts against the tips
- * around its push (ADR 0183): a commit stays only if every one of them proves it the
+ * around its push: a commit stays only if every one of them proves it the
  * head's and not the tip's. Any other verdict of theirs decides the push (a transport stop,
  * a lying answer, one for REST), but a tip GitHub no longer has leaves nothing proven.
  */

@@ -26,7 +26,7 @@ import { CommitsPerPush, chooseFirstRound, type FirstRound } from './sizing.ts';
  * queries of at most `maxRequests` GitHub requests (149 round to 1 point). A part GitHub
  * refused as too heavy (RESOURCE_LIMITS_EXCEEDED) is split and asked again; what an answer
  * did hold is kept. A whole query that failed (a 5xx, a timeout, an answer over its cap, one
- * that is not JSON or is empty: ADR 0182) is split in two and asked again only until the
+ * that is not JSON or is empty) is split in two and asked again only until the
  * batch has seen `maxQueryFailures` of them: then the breaker opens, no query is sent any
  * more, and every push without a verdict is `unanswered` (the fetcher gives it to REST). A
  * push marked `alone` (a suspect of a batch that died) is asked in queries of its own. The
@@ -54,7 +54,7 @@ export interface RoundPush {
   baseFrom: 'before' | 'first-push' | 'default-tip' | 'default-now' | 'default-around' | 'new-ref';
   /** The pushed ref (refs/heads/…): what a `new-ref` push is compared with. */
   ref?: string;
-  /** Asked in queries of its own: a batch query about it died once (ADR 0182). */
+  /** Asked in queries of its own: a batch query about it died once. */
   alone?: boolean;
 }
 

@@ -219,9 +219,9 @@ export const envSchema = z.object({
   ENRICH_LEASE_SECONDS: positiveInt(3600).default(60),
   GATE_WAIT_SECONDS: positiveInt(600).default(10),
   GITHUB_ENDPOINT_RATE_PER_MINUTE: countOrOff(1_000_000).default(900),
-  // GraphQL points a minute per credential (ADR 0114): GitHub allows 2,000; 0 is no pacing.
+  // GraphQL points a minute per credential: GitHub allows 2,000; 0 is no pacing.
   GRAPHQL_POINTS_PER_MINUTE: countOrOff(2_000).default(1800),
-  // The most database connections one process's app pool may open (ADR 0140): unset, the
+  // The most database connections one process's app pool may open: unset, the
   // pool follows the credentials (src/budget/concurrency.ts) within what max_connections leaves.
   DATABASE_POOL_MAX: positiveInt(10_000).optional(),
   RETENTION_DAYS: positiveInt(3650).default(30),
@@ -242,15 +242,15 @@ export const envSchema = z.object({
   ARCHIVE_MIN_RATE: positiveInt(1_000_000_000).default(16_384),
   ARCHIVE_RATE_WINDOW: duration('duration', 3600, '1h').default(60),
   ARCHIVE_DEADLINE: duration('duration', 86400, '1d').default(3600),
-  // bin/web's GET /archive/ (ADR 0130): this store's hours as GH Archive files, for mirrors.
+  // bin/web's GET /archive/: this store's hours as GH Archive files, for mirrors.
   ARCHIVE_SERVE: z.enum(['on', 'off']).default('on'),
-  // Commits (ADR 0070): what a commit's e-mail addresses become, and how many commits a
+  // Commits: what a commit's e-mail addresses become, and how many commits a
   // fetched push may keep (one compare answer holds at most 250).
   COMMIT_EMAILS: z.enum(COMMIT_EMAIL_MODES).default('hash'),
   COMMITS_MAX_PER_PUSH: positiveInt(10_000).default(250),
-  // commits-fetch (ADR 0071): commits' part of the background allowance while enrichment waits.
+  // commits-fetch: commits' part of the background allowance while enrichment waits.
   COMMITS_SHARE: fraction.default(0.5),
-  // ADR 0111: batched GraphQL (REST compare where GraphQL cannot prove a push), or REST only.
+  // Batched GraphQL (REST compare where GraphQL cannot prove a push), or REST only.
   COMMITS_TRANSPORT: z.enum(['graphql', 'rest']).default('graphql'),
 });
 
@@ -278,7 +278,7 @@ export interface Config {
     readonly gateWaitSeconds: number;
     /** GitHub's secondary limit: requests a minute to one endpoint per credential (0: no pacing). */
     readonly endpointRatePerMinute: number;
-    /** GraphQL points a minute per credential, paced (ADR 0114; 0: no pacing). */
+    /** GraphQL points a minute per credential, paced (0: no pacing). */
     readonly graphqlPointsPerMinute: number;
   };
   readonly tickSeconds: number;
@@ -304,7 +304,7 @@ export interface Config {
     readonly url: string;
     /** Every mirror, in the order given (docs/mirrors.md). */
     readonly mirrors: readonly string[];
-    /** bin/web serves GET /archive/ (ARCHIVE_SERVE, ADR 0130). */
+    /** bin/web serves GET /archive/ (ARCHIVE_SERVE). */
     readonly serve: boolean;
     /** Download bounds: below minBytesPerSecond over rateWindowMs, or past deadlineMs, a download is abandoned. */
     readonly download: {
@@ -358,7 +358,7 @@ function checkGraphQLPacing(pointsPerMinute: number, leaseSeconds: number): void
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // An empty GHARCHIVE_URL is refused rather than read as unset: the default is a public
   // archive on the internet, and an empty list is more likely a template's missing value
-  // than a wish to read data.gharchive.org (ADR 0185).
+  // than a wish to read data.gharchive.org.
   if (env.GHARCHIVE_URL === '') {
     throw new ConfigError(
       'GHARCHIVE_URL',

@@ -91,8 +91,8 @@ export function parseSourcesList(raw: string): SourceSpec[] {
 
 /**
  * Whether a new source asks for its pushes' commits: every kind does, `public` included
- * (ADR 0112; ADR 0070 had it off). A push's commits are what most users of the timeline
- * came for, GraphQL batches fetch ~20 pushes a point, and COMMITS_SHARE bounds what they
+ * (it once started with commits off). A push's commits are what most users of the timeline came
+ * for, GraphQL batches fetch ~20 pushes a point, and COMMITS_SHARE bounds what they
  * spend. A process without a credential fetches none whatever this says (commitsOffReason).
  */
 export function commitsEnabledFor(_kind: SourceKind): boolean {

@@ -113,9 +113,9 @@ export async function checkStoredSettings(
 
 /**
  * bin/setup --reconfigure: this process's values become the database's, the old ones kept
- * in previous_value. Rows already stored keep the shape they were written with (ADR 0125),
+ * in previous_value. Rows already stored keep the shape they were written with,
  * except addresses, which bin/setup puts under a stricter COMMIT_EMAILS before it calls
- * this (src/store/rewrite-addresses.ts, ADR 0184).
+ * this (src/store/rewrite-addresses.ts).
  */
 export async function reconfigureStoredSettings(
   db: Db,

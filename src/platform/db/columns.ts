@@ -62,15 +62,15 @@ export const GAP_STATES = ['open', 'filled', 'unavailable'] as const;
 export type GapState = (typeof GAP_STATES)[number];
 /**
  * 'missing': the mirror has no such hour (404/410). 'open': read while the mirror said the
- * hour was still open (ADR 0185): its lines are stored, and it is read again until final.
+ * hour was still open: its lines are stored, and it is read again until final.
  */
 export const BACKFILL_FILE_STATES = ['running', 'completed', 'failed', 'missing', 'open'] as const;
 export type BackfillFileState = (typeof BACKFILL_FILE_STATES)[number];
 /**
- * What is known of a push's commits (ADR 0070): pending (a targeted push waiting for the
+ * What is known of a push's commits: pending (a targeted push waiting for the
  * fetcher), complete / partial (stored, all or some), none (deleted ref or tag: no commits),
  * skipped (nobody targets it), gone (GitHub no longer has them), failed (gave up),
- * unverified (stored as a mirror gave them, not yet proven by GitHub: ADR 0184).
+ * unverified (stored as a mirror gave them, not yet proven by GitHub).
  */
 export const COMMITS_STATES = [
   'pending',
@@ -84,14 +84,14 @@ export const COMMITS_STATES = [
 ] as const;
 export type CommitsState = (typeof COMMITS_STATES)[number];
 /**
- * Where a commit row's text came from (ADR 0184): GitHub's own answer (compare, GraphQL, a
+ * Where a commit row's text came from: GitHub's own answer (compare, GraphQL, a
  * polled event), a webhook delivery, an archive vouched for (GH Archive's own hours before
  * 2025-10-08, a file named on the command line), or a mirror (any other archive).
  */
 export const COMMIT_SOURCES = ['github', 'webhook', 'archive', 'mirror'] as const;
 export type CommitSource = (typeof COMMIT_SOURCES)[number];
 /**
- * Two pushes found claiming one event id (ADR 0122): `reused` (different eras: GitHub reused
+ * Two pushes found contending for one event id: `reused` (different eras: GitHub reused
  * the id, both keep it) or `disputed` (one era: one keeps it, the other is stored without).
  */
 export const EVENT_ID_CLASH_KINDS = ['reused', 'disputed'] as const;

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { AppError, ConfigError } from '../errors.ts';
 
 /**
- * The files of the embedded Postgres cluster (ADR 0002, 0030): its binaries, the user it
+ * The files of the embedded Postgres cluster (ADR 0002): its binaries, the user it
  * runs as, `initdb`, and what `postmaster.pid` says about a running server. No connection
  * is made here; src/platform/db/embedded.ts does the sharing.
  */

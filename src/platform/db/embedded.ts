@@ -18,11 +18,11 @@ import {
 import { LockSpace } from './locks.ts';
 
 /**
- * The zero-config database (ADR 0002), shared by every project process that uses it
- * (ADR 0030). Each process is a *holder*: one connection to the server's `postgres`
- * database holding a shared advisory lock for as long as the process runs. The lock dies
- * with the connection, so a SIGKILLed process stops holding at once and never strands
- * the others. Leaving gracefully, a holder gives its shared lock back and tries the lock
+ * The zero-config database (ADR 0002), shared by every project process that uses it.
+ * Each process is a *holder*: one connection to the server's `postgres` database holding a
+ * shared advisory lock for as long as the process runs. The lock dies with the connection,
+ * so a SIGKILLed process stops holding at once and never strands the others. Leaving
+ * gracefully, a holder gives its shared lock back and tries the lock
  * exclusively: only the last holder gets it, and it stops the server while still holding
  * it (a process joining meanwhile waits on its shared lock: the leaving holder leaves the
  * server to it, or, joining too late for that, it sees the server go and starts it again).

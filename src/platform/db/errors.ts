@@ -3,7 +3,7 @@
  * SQLSTATE classes 22 (data exception: bad encoding, out of range, bad jsonb), 23
  * (integrity constraint) and 54 (program limit: index row too large, stack depth) are
  * answers about the rows we sent — the same rows will be refused again, so they are
- * content to set aside. Anything else (connection lost, server shutting down, a
+ * content to reject. Anything else (connection lost, server shutting down, a
  * serialization failure) is about the database and is worth trying again later.
  */
 export function sqlState(err: unknown): string | null {

@@ -24,7 +24,7 @@ export const LockSpace = {
   /**
    * Embedded Postgres holders (objid 0), in its `postgres` database: every process using
    * it holds this shared for its lifetime; the last to leave takes it exclusively and stops
-   * the server (ADR 0030).
+   * the server.
    */
   embeddedHolders: 7306,
   /** One import of a (file, scope) at a time (objid = int4Key of both), held for the session. */

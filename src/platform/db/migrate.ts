@@ -70,7 +70,7 @@ export function createMigrator(db: Db, dir = MIGRATIONS_DIR): Migrator {
  * Indexes a migration needs that are built CONCURRENTLY just before it (writes go on
  * meanwhile), because Kysely's migrator runs all pending migrations in one transaction,
  * where CREATE INDEX CONCURRENTLY cannot run. The migration itself checks the index and
- * builds it in its transaction only if it is not there (ADR 0122).
+ * builds it in its transaction only if it is not there.
  */
 const ONLINE_INDEXES = [
   {
@@ -83,7 +83,7 @@ const ONLINE_INDEXES = [
     name: REF_CREATED_AT_INDEX,
     create: `CREATE INDEX CONCURRENTLY ${REF_CREATED_AT_INDEX} ON push_events ${REF_CREATED_AT_INDEX_COLUMNS}`,
   },
-  // The fetcher's partial indexes over 'unverified' too (ADR 0184): built under a second
+  // The fetcher's partial indexes over 'unverified' too: built under a second
   // name, which the migration gives the old one's.
   ...FETCHER_INDEXES.map((index) => ({
     migration: '2026-12-04T1050_commit_sources_and_unverified',

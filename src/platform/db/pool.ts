@@ -16,7 +16,7 @@ export interface PoolOptions {
  * What every session of ours runs first. No JIT: our statements are short, and a page's
  * merge (CTEs over parameter arrays, estimated blind) passes jit_above_cost once push_events
  * holds some tens of thousands of rows: compiling it took 2.5-4 s of a 5 ms statement, with
- * the credential's request gate held (ADR 0176). A SET, not a startup option: PgBouncer
+ * the credential's request gate held. A SET, not a startup option: PgBouncer
  * refuses startup options it does not know.
  */
 export const SESSION_SETUP = 'SET jit = off';

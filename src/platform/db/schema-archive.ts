@@ -9,7 +9,7 @@ import type {
 
 /** The archive's tables: gaps and their fills, file checkpoints, hourly coverage, mirrors. */
 
-/** A window a run could not read (ADR 0004) and how filling it from the archive went (ADR 0041). */
+/** A window a run could not read and how filling it from the archive went. */
 export interface GapsTable {
   id: Generated<BigId>;
   source_id: BigId;

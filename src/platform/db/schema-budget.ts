@@ -32,7 +32,7 @@ export interface GithubRequestsTable {
   entity_class: string | null;
   entity_id: BigId | null;
   /**
-   * GraphQL points this row spends (migration 2026-12-02T0100, ADR 0114): the estimate when
+   * GraphQL points this row spends (migration 2026-12-02T0100): the estimate when
    * reserved, the answer's rateLimit.cost once settled. NULL is 1: every REST row.
    */
   points: number | null;
@@ -64,7 +64,7 @@ export interface GithubEndpointPaceTable {
 
 /**
  * The ledger's spending rows (SPENDS_QUOTA) reserved in one UTC minute, per purpose: what the
- * budget window sums (ADR 0083). Written only by the triggers on github_requests; kept 2 h.
+ * budget window sums. Written only by the triggers on github_requests; kept 2 h.
  */
 export interface GithubRequestMinutesTable {
   credential: string;

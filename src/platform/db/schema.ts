@@ -61,7 +61,7 @@ export interface EventSourcesTable {
   commits_enabled: boolean;
   /**
    * Polls that died (run found `interrupted`) since the last completed one (migration
-   * 2026-12-01T1410, ADR 0120): the second sets the source aside for a day.
+   * 2026-12-01T1410): the second sets the source aside for a day.
    */
   poll_deaths: Generated<number>;
   created_at: Generated<Timestamp>;
@@ -82,7 +82,7 @@ export interface IngestionRunsTable {
   repositories_created: Generated<number>;
   requests_spent: Generated<number>;
   gap_detected: Generated<boolean>;
-  /** Events set aside in rejected_events by this run (migration 2026-11-30T1000). */
+  /** Events this run rejected (rejected_events) (migration 2026-11-30T1000). */
   events_rejected: Generated<number>;
   error: string | null;
   job_id: string | null;
@@ -90,9 +90,9 @@ export interface IngestionRunsTable {
 }
 
 /**
- * Runs with their outcome per source and UTC hour of started_at (migration 2026-12-02T0300,
- * ADR 0150): what the status surfaces sum for a source's last 24 hours. Written only by the
- * triggers on ingestion_runs; kept 2 days.
+ * Runs with their outcome per source and UTC hour of started_at (migration
+ * 2026-12-02T0300): what the status surfaces sum for a source's last 24 hours. Written only
+ * by the triggers on ingestion_runs; kept 2 days.
  */
 export interface IngestionRunHoursTable {
   source_id: BigId;
@@ -105,7 +105,7 @@ export interface IngestionRunHoursTable {
 
 /**
  * Pushes whose commits a GraphQL batch settled, per UTC minute, in 8 shards (repository_id
- * % 8) (migration 2026-12-02T0600, ADR 0171): "pushes a point" on the status surfaces.
+ * % 8) (migration 2026-12-02T0600): "pushes a point" on the status surfaces.
  * Written in the push's settling transaction; kept 2 hours.
  */
 export interface CommitsGraphqlMinutesTable {
@@ -224,7 +224,7 @@ export interface PushEventsTable {
   ingested_at: Generated<Timestamp>;
   /** archive_mirrors.id the event id came from (archive pushes and ids filled from one). */
   mirror_id: number | null;
-  // Commits (migration 2026-12-01T1000, ADR 0070).
+  // Commits (migration 2026-12-01T1000).
   /** How many commits the push has; NULL while unknown. */
   commit_count: number | null;
   commits_state: Generated<CommitsState>;
@@ -233,12 +233,12 @@ export interface PushEventsTable {
   commits_next_attempt_at: NullableTimestamp;
   commits_claimed_until: NullableTimestamp;
   commits_error: string | null;
-  /** Set while a fetch attempt is open (migration 2026-12-01T1410, ADR 0120); NULL once settled. */
+  /** Set while a fetch attempt is open (migration 2026-12-01T1410); NULL once settled. */
   commits_fetch_started_at: NullableTimestamp;
   /** Fetches of this push alone that died mid-request: the second sets it aside (`failed`). */
   commits_deaths: Generated<number>;
   /**
-   * Pushes the request in flight asks about (migration 2026-12-04T1030, ADR 0182): 1 alone,
+   * Pushes the request in flight asks about (migration 2026-12-04T1030): 1 alone,
    * more for a GraphQL batch's query; NULL while none is in flight.
    */
   commits_fetch_group: number | null;
@@ -251,7 +251,7 @@ export interface PushEventsTable {
   org_login: string | null;
 }
 
-/** One commit of a repository; a mirror's text is rewritten by a better source's (ADR 0184). */
+/** One commit of a repository; a mirror's text is rewritten by a better source's. */
 export interface CommitsTable {
   repository_id: BigId;
   sha: string;
@@ -268,7 +268,7 @@ export interface CommitsTable {
   authored_at: NullableTimestamp;
   parents: string[] | null;
   first_seen_at: Generated<Timestamp>;
-  /** Where the row's text came from (ADR 0184); NULL for a row written before 2026-12-04. */
+  /** Where the row's text came from; NULL for a row written before 2026-12-04. */
   source: CommitSource | null;
 }
 
@@ -284,15 +284,15 @@ export interface PushCommitsTable {
   distinct: boolean | null;
 }
 
-/** When the fetcher last served each repository (migration 2026-12-01T1010, ADR 0071). */
+/** When the fetcher last served each repository (migration 2026-12-01T1010). */
 export interface CommitFetchTurnsTable {
   repository_id: BigId;
   served_at: Timestamp;
 }
 
 /**
- * A background purpose told no while it waits for REST requests (migration 2026-12-04T1020,
- * ADR 0181): kept until its next grant, so enrichment leaves commits their floor.
+ * A background purpose told no while it waits for REST requests (migration
+ * 2026-12-04T1020): kept until its next grant, so enrichment leaves commits their floor.
  */
 export interface BudgetWaitsTable {
   purpose: Exclude<RequestPurpose, 'poll'>;
@@ -300,7 +300,7 @@ export interface BudgetWaitsTable {
   refused_at: Timestamp;
 }
 
-/** One row per GitHub webhook delivery (ADR 0008): the key that makes a redelivery a no-op. */
+/** One row per GitHub webhook delivery: the key that makes a redelivery a no-op. */
 export interface WebhookDeliveriesTable {
   delivery_id: string;
   event: string;
@@ -321,7 +321,7 @@ export interface WebhookDeliveriesTable {
 }
 
 /**
- * An event set aside instead of stored (ADR 0020): one row per (source, event key), however
+ * An event rejected instead of stored: one row per (source, event key), however
  * often it is read again (seen_count, last_seen_at). source_id / run_id are NULL for events
  * read outside a source's run.
  */
@@ -345,7 +345,7 @@ export interface RejectedEventsTable {
   seen_count: Generated<number>;
 }
 
-/** What shapes stored data, one configuration per database (ADR 0125, src/platform/config/stored-settings.ts). */
+/** What shapes stored data, one configuration per database (platform/config/stored-settings.ts). */
 export interface StoredSettingsTable {
   name: string;
   value: string;
@@ -366,7 +366,7 @@ interface ClashSide {
 }
 type Side<S extends 'kept' | 'other'> = { [K in keyof ClashSide as `${S}_${K}`]: ClashSide[K] };
 
-/** Two stored pushes claiming one event id (ADR 0122): `kept` holds it; `other` too if reused. */
+/** Two stored pushes contending for one event id: `kept` holds it; `other` too if reused. */
 export type EventIdClashesTable = Side<'kept'> &
   Side<'other'> & {
     id: Generated<BigId>;

@@ -6,7 +6,7 @@ import { isUtf8 } from 'node:buffer';
  * bytes become the same ref (the red team stored 1 of 2 such pushes). Here each byte that
  * does not begin a valid UTF-8 sequence becomes a lone low surrogate U+DC80–U+DCFF (the
  * "surrogateescape" of Python): distinct bytes stay distinct, and the existing rules see
- * it — a key field holding a lone surrogate is set aside (rules.ts keyText), free text is
+ * it — a key field holding a lone surrogate is rejected (rules.ts keyText), free text is
  * made storable and logged (walk.ts storableText). Valid UTF-8 decodes exactly as usual.
  */
 
