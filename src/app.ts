@@ -16,7 +16,7 @@ import {
   checkStoredSettings,
   logRecorded,
 } from './platform/config/stored-settings.ts';
-import { type ServerRoom, serverRoom } from './platform/db/connections.ts';
+import { type ConnectionHeadroom, connectionHeadroom } from './platform/db/connections.ts';
 import { acquireEmbeddedPostgres, type EmbeddedHandle } from './platform/db/embedded.ts';
 import { createDb, createPool, type Db } from './platform/db/pool.ts';
 import { assertSetUp } from './platform/db/setup-state.ts';
@@ -68,7 +68,7 @@ export interface CreateAppOptions {
    */
   writesStoredData?: boolean;
   /** What the server has for connections, when the caller knows it (tests): no probe then. */
-  serverRoom?: ServerRoom;
+  connectionHeadroom?: ConnectionHeadroom;
 }
 
 /** Services, whose log should say when the embedded server starts and stops with them. */
@@ -115,8 +115,8 @@ export async function createApp(opts: CreateAppOptions = {}): Promise<App> {
       }
     }
     if (planRole) {
-      const room = opts.serverRoom ?? (await serverRoom(db));
-      inFlight = planWithinServer(room, config, planRole, credentials, cap, logger);
+      const server = opts.connectionHeadroom ?? (await connectionHeadroom(db));
+      inFlight = planWithinServer(server, config, planRole, credentials, cap, logger);
       // pg's pool reads its max at every checkout; nothing has been checked out but the probe.
       pool.options.max = inFlight.dbPool;
     }
@@ -168,7 +168,7 @@ function minOf(a: number | undefined, b: number | undefined): number | undefined
  * fitToServer). Logged once, so an operator sees the numbers the process runs with.
  */
 function planWithinServer(
-  room: ServerRoom,
+  server: ConnectionHeadroom,
   config: Config,
   role: PlanRole,
   credentials: string[],
@@ -176,7 +176,7 @@ function planWithinServer(
   logger: Logger,
 ): InFlightPlan {
   const app = config.github.mode === 'live' && config.github.app !== null;
-  const { plan, roomCap } = fitToServer({ credentials, role, poolMax: cap, app }, room);
+  const { plan, headroomCap } = fitToServer({ credentials, role, poolMax: cap, app }, server);
   const fields = {
     event: 'app.in_flight_plan',
     role,
@@ -188,17 +188,17 @@ function planWithinServer(
     wanted_pool: plan.wantedPool,
     limited_by: plan.limitedBy,
     pool_cap: cap ?? null,
-    max_connections: room.maxConnections,
-    connections_in_use: room.inUse,
-    room: roomCap,
+    max_connections: server.maxConnections,
+    connections_in_use: server.inUse,
+    room: headroomCap,
   };
   const line = `${role}: ${plan.polls} poll(s) and ${plan.fetchers.rest + plan.fetchers.graphql} fetcher(s) in flight on ${plan.credentials.rest} credential(s), database pool ${plan.dbPool}`;
   if (plan.limitedBy === 'credentials') logger.debug(fields, line);
   else {
     const why =
-      cap !== undefined && cap < roomCap
+      cap !== undefined && cap < headroomCap
         ? `DATABASE_POOL_MAX=${cap}`
-        : `max_connections=${room.maxConnections} with ${room.inUse} open`;
+        : `max_connections=${server.maxConnections} with ${server.inUse} open`;
     logger.warn(
       fields,
       `${line} (the credentials ask for ${plan.wantedPool}; ${why} allows no more)`,

@@ -39,7 +39,7 @@ export function encodePath(p: string): string {
 }
 
 /**
- * The GraphQL policy of a pool (ADR 0110 §3): every credential GraphQL takes, under its
+ * The GraphQL policy of a pool: every credential GraphQL takes, under its
  * `#graphql` key, with the whole window as background allowance (share 1: no poll
  * allowance; only commits spend it).
  */
@@ -50,7 +50,7 @@ export function graphqlPolicyOf(pool: readonly Credential[]): BudgetPolicy | nul
   return credentials.length > 0 ? { credentials, share: 1 } : null;
 }
 
-/** The budget keys a 401 of this credential blocks: its REST key and its GraphQL key (ADR 0110 §1). */
+/** The budget keys a 401 of this credential blocks: its REST key and its GraphQL key. */
 export function keysOf(cred: Credential): string[] {
   return hasGraphQL(cred.kind) ? [cred.label, graphqlKey(cred.label)] : [cred.label];
 }

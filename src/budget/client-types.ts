@@ -9,6 +9,7 @@ import type { AuthBlock, GitHubAuthFailed } from '../github/errors.ts';
 import type { GraphQLAnswer } from '../github/graphql-answer.ts';
 import type { RequestPurpose } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
+import type { Logger } from '../platform/log.ts';
 import type {
   BudgetDecision,
   BudgetRefusal,
@@ -37,7 +38,7 @@ export interface GitHubRequest {
 }
 
 /**
- * One GraphQL query (ADR 0110, ADR 0114): POST /graphql on a credential's `#graphql` budget
+ * One GraphQL query: POST /graphql on a credential's `#graphql` budget
  * key, with `points` (its estimated cost, >= 1) reserved before it is sent. Commits only:
  * polls and enrichment are REST.
  */
@@ -51,7 +52,7 @@ export interface GraphQLRequest {
   runId?: number | null;
   /**
    * Run once the query is marked sent (its gate held), right before it goes out: what the
-   * caller records as in flight is in flight from here (a batch's pushes, ADR 0182). Not run
+   * caller records as in flight is in flight from here (a batch's pushes). Not run
    * when the query never leaves (the budget, the gate, no token).
    */
   beforeSend?: () => Promise<void>;
@@ -64,7 +65,7 @@ export type PoolDecision = Extract<BudgetDecision, { ok: true }> | PoolRefusal;
 
 /**
  * A request reserved in the caller's transaction whose credential's gate the caller's
- * session now holds, marked sent with its pacing slot in that same transaction (ADR 0082):
+ * session now holds, marked sent with its pacing slot in that same transaction:
  * once it commits, the request may leave at `slot`. Its answer is settled, and the gate
  * released, by a later transaction of the same session (settleHeld).
  */
@@ -94,10 +95,81 @@ export interface HeldAnswer<T = unknown> {
   readonly internal: unknown;
 }
 
-/** The session a held request's gate lives on: the keys it may hold (ADR 0082). */
+/** The session a held request's gate lives on, and the keys it holds (poll-session.ts owns it). */
 export interface GateHolder {
   db: Db;
   gates: Set<number>;
+}
+
+/** What a poll request's ledger row records. */
+export type PollRequestMeta = { path: string; jobId?: string | null; runId?: number | null };
+
+export interface PollSession {
+  /**
+   * Reserve one poll request in `trx` (a transaction on this session) and, when its
+   * credential's gate is free, take that gate on this session and mark the request sent with
+   * its pacing slot in the same transaction. `held: null`: every gate tried was busy; send()
+   * then goes through the gate as any request does.
+   */
+  reserveAndHold(trx: Db, meta: PollRequestMeta): Promise<HeldDecision>;
+  /**
+   * The opening transaction committed with a request held: from here the first time this
+   * session holds no gate (that answer settled) gives its pass ticket back.
+   */
+  watchGates(): void;
+  /**
+   * Send one request. Held: on the gate its reservation's transaction took; an answer
+   * `keep(status)` calls data is kept for this session's next transaction to write (settle),
+   * anything else is written at once in a transaction of its own and thrown (a 401 in a pool:
+   * the request goes to another credential, as request() does). Not held: request().
+   */
+  send(
+    req: GitHubRequest,
+    held: HeldRequest | null,
+    keep: (status: number) => boolean,
+  ): Promise<GitHubResponse>;
+  /**
+   * In a transaction of this session: write the kept answer (its gate released in the same
+   * statement), and release any other gate the session still holds — one a rolled-back
+   * transaction took for a request it never made. Returns the kept answer's error, if any.
+   * `tolerant` (a failing run's last transaction): an answer the database refuses is left
+   * `sent` for the sweep, in a savepoint, so the failure itself still commits.
+   */
+  settle(trx: Db, opts?: { tolerant?: boolean }): Promise<unknown>;
+  /** The transaction that settled committed: the kept answer is written, forget it. */
+  settled(): void;
+  /**
+   * The poll's end, outside any transaction: release every gate still held (a finalize that
+   * could not run). Throws when the session cannot: the caller then drops its connection,
+   * which ends the session and its locks with it.
+   */
+  release(): Promise<void>;
+}
+
+export interface PollSessionOptions {
+  /** Where a kept answer the database refused is reported (`github.settle_failed`). */
+  logger: Logger;
+  /** This poll's ticket of its pass (pollPass), given back once it no longer holds a gate. */
+  ticket?: (() => void) | null;
+}
+
+/** A pass of polls' places at the request gates: one a credential (src/budget/gate-tickets.ts). */
+export interface PollPass {
+  /** Waits for a place; the function returned gives it back (once, however often called). */
+  take(): Promise<() => void>;
+}
+
+/** Where a reservation's ledger row says it is from. */
+export interface ReserveMeta {
+  jobId?: string | null;
+  runId?: number | null;
+  entity?: { class: EntityClass; id: string | number };
+  path?: string;
+  /**
+   * Reserve inside this transaction of the caller's (it holds the budget lock until it
+   * commits, and the row is undone if it rolls back).
+   */
+  trx?: Db;
 }
 
 export interface GitHubClient {
@@ -108,35 +180,12 @@ export interface GitHubClient {
   readonly mode: 'live' | 'fixture';
   /**
    * Reserve budget for one request of `purpose` on the credential with the most of that
-   * purpose's allowance left. Returns null when every credential says no (purpose
-   * allowance spent, observed remaining exhausted, or blocked until a reset).
+   * purpose's allowance left; when every credential says no, the reason: which rule
+   * (allowance, remaining, blocked — and for a block, rate_limit or auth) and when the first
+   * credential frees (retryAt); when every credential is blocked by a 401, `rejected` says
+   * which, since when and until when.
    */
-  reserve(
-    purpose: RequestPurpose,
-    meta?: {
-      jobId?: string | null;
-      runId?: number | null;
-      entity?: { class: EntityClass; id: string | number };
-      path?: string;
-      /**
-       * Reserve inside this transaction of the caller's (it holds the budget lock until it
-       * commits, and the row is undone if it rolls back): a poll opens its run with it.
-       */
-      trx?: Db;
-    },
-  ): Promise<Reservation | null>;
-  /**
-   * reserve() with the reason when the pool says no: which rule (allowance, remaining,
-   * blocked — and for a block, rate_limit or auth) and when the first credential frees
-   * (retryAt); when every credential is blocked by a 401, `rejected` says which, since when
-   * and until when.
-   */
-  tryReserve(
-    purpose: RequestPurpose,
-    meta?: Parameters<GitHubClient['reserve']>[1],
-  ): Promise<PoolDecision>;
-  /** Give back a reservation that will not be used (claim released, shutdown). */
-  release(reservation: Reservation): Promise<void>;
+  tryReserve(purpose: RequestPurpose, meta?: ReserveMeta): Promise<PoolDecision>;
   /**
    * Send one request through the gate. Throws BudgetExhausted (no reservation and the
    * budget says no), GateTimeout, RateLimited (403/429 budget events, never data),
@@ -146,44 +195,12 @@ export interface GitHubClient {
    */
   request<T = unknown>(req: GitHubRequest): Promise<GitHubResponse<T>>;
   /**
-   * tryReserve() in `holder`'s transaction `trx` and, when the chosen credential's gate is
-   * free, take it on that session and mark the request sent with its pacing slot — so a poll's
-   * first transaction also carries its request's sent mark (ADR 0082). The gate is a session
-   * lock: it outlives the transaction, and `holder.gates` records it before it is taken.
-   * `held: null`: the gate was busy; send the reservation with request() as usual.
+   * A poll's requests on `db`, a connection the poll keeps for its whole run (its session):
+   * reserve-and-hold, send, settle and release, the gates owned by the session.
    */
-  reserveHeld(
-    purpose: RequestPurpose,
-    holder: GateHolder,
-    trx: Db,
-    meta: { path: string; jobId?: string | null; runId?: number | null },
-  ): Promise<HeldDecision>;
-  /**
-   * The second half of reserveHeld, for a reservation made earlier in the same transaction
-   * (a poll reserves, opens its run, then holds): null when the gate is busy, or when the
-   * holder already holds one.
-   */
-  hold(
-    holder: GateHolder,
-    trx: Db,
-    reservation: Reservation,
-    meta: { path: string; jobId?: string | null; runId?: number | null },
-  ): Promise<HeldRequest | null>;
-  /** Send a held request once its transaction committed: waits for its slot; writes nothing. */
-  sendHeld<T = unknown>(
-    held: HeldRequest,
-    req: { etag?: string | null; jobId?: string | null },
-  ): Promise<HeldAnswer<T>>;
-  /**
-   * Write a held request's answer in `trx` (a transaction of the holder's session): the ledger
-   * row, the rate-limit row, any block; and release its gate in the same statement. Nothing
-   * is thrown for the answer itself: `error` is what request() would have thrown.
-   */
-  settleHeld<T>(
-    holder: GateHolder,
-    trx: Db,
-    answer: HeldAnswer<T>,
-  ): Promise<{ response: GitHubResponse<T>; error: null } | { response: null; error: unknown }>;
+  pollSession(db: Db, opts: PollSessionOptions): PollSession;
+  /** A new pass of polls: one place at the request gates a credential of the pool. */
+  pollPass(): PollPass;
   /** True when the pool has a credential GraphQL accepts (a token, an installation, fixture). */
   readonly graphqlEnabled: boolean;
   /**

@@ -17,20 +17,21 @@ import { createRequestGate, type RequestGate } from './gate.ts';
 import { createGraphQL } from './graphql.ts';
 import { budgetWithGraphQL } from './graphql-window.ts';
 import { createHeld } from './held.ts';
-import { releaseReservation } from './ledger.ts';
+import { createPollSession, pollPass } from './poll-session.ts';
 import { createRequester } from './request.ts';
 import { createSender } from './send.ts';
 
 /**
- * The GitHub client over a pool of credentials (ADR 0003, ADR 0050): every request is
+ * The GitHub client over a pool of credentials (ADR 0003): every request is
  * reserved on one credential's budget (the one with the most of its purpose's allowance
  * left), sent through that credential's request gate with that credential's Authorization,
  * and settled on that credential's ledger row and rate-limit row. With one credential
  * (GITHUB_TOKEN, anonymous, fixture) this is exactly the single-credential client.
  *
- * A credential has two budget keys (ADR 0110, ADR 0114): REST under its label, GraphQL
+ * A credential has two budget keys: REST under its label, GraphQL
  * under `label#graphql`, each with its own window, gate and pacing. The parts: the pool loop
- * of REST requests (request.ts), held requests (held.ts), GraphQL (graphql.ts), all sending
+ * of REST requests (request.ts), a poll's session and its held requests (poll-session.ts,
+ * held.ts), GraphQL (graphql.ts), all sending
  * through send.ts; answers read by classify.ts and graphql-answer.ts.
  */
 
@@ -78,7 +79,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           apiUrl: config.github.apiUrl,
           userAgent: config.github.userAgent,
           fetch: httpFetch,
-          // The whole answer, decoded, within the connect and response timeouts (ADR 0120).
+          // The whole answer, decoded, within the connect and response timeouts.
           deadlineMs: config.github.connectTimeoutMs + config.github.responseTimeoutMs,
         }));
   // One gate per budget key (a credential's REST and GraphQL keys, and one per App for its
@@ -100,7 +101,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     }
     return gate;
   };
-  // App token requests go through the same GitHub fetch: API version, answer cap (ADR 0121).
+  // App token requests go through the same GitHub fetch: API version, answer cap.
   const pool = buildCredentials(config, {
     logger,
     fetch: gitHubFetch(httpFetch, config.github.apiUrl),
@@ -134,16 +135,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     credentials: ctx.labels,
     mode,
     graphqlEnabled: ctx.graphqlPolicy !== null,
-    async reserve(purpose, meta) {
-      const d = await requester.reserveOn(ctx.policy, purpose, meta);
-      return d.ok ? d.reservation : null;
-    },
     tryReserve: requester.tryReserve,
-    ...held,
-    async release(reservation) {
-      await releaseReservation(db, reservation.id, 'released unused', clock.now());
-    },
     request: requester.request,
+    pollSession: (session, o) => createPollSession(ctx, held, requester, session, o),
+    pollPass: () => pollPass(ctx.labels.length),
     graphql,
     budget: () => budgetWithGraphQL(db, ctx.policy, ctx.graphqlPolicy, clock.now()),
     async close() {

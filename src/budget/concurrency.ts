@@ -1,7 +1,7 @@
-import type { ServerRoom } from '../platform/db/connections.ts';
+import type { ConnectionHeadroom } from '../platform/db/connections.ts';
 
 /**
- * How much one process does at once, from the credentials it holds (ADR 0110 §7, ADR 0140):
+ * How much one process does at once, from the credentials it holds (ADR 0110 §7):
  * polls in flight, background fetchers in flight, and the database pool those need. The one
  * place that turns the pool of credentials into numbers; the runners and createApp read it
  * instead of constants. GitHub's limits are not enforced here: they bind through the request
@@ -26,7 +26,7 @@ export const POLLS_PER_CREDENTIAL = 2;
 /**
  * The fewest polls a process plans, whatever its credentials (a cap may still take it lower):
  * with one credential the work of a page — the store, the run's bookkeeping — is what a third
- * poll overlaps (ADR 0009 measured three as fast as six for one token).
+ * poll overlaps (measured: three polls as fast as six for one token).
  */
 export const MIN_POLLS = 3;
 
@@ -47,11 +47,11 @@ interface RoleWork {
   polls: boolean;
   /** Fetchers over REST (enrichment, commits' compare). */
   rest: boolean;
-  /** Fetchers over GraphQL (commits, ADR 0110 §3). */
+  /** Fetchers over GraphQL (commits). */
   graphql: boolean;
   /**
    * Connections beside polls and fetchers: a worker's reconcile and maintenance jobs and the
-   * poll round's own reads (the due sources, the deferral of the rest); bin/start's web
+   * poll pass's own reads (the due sources, the deferral of the rest); bin/start's web
    * server (status reads, webhook transactions) on the same pool.
    */
   spare: number;
@@ -60,7 +60,7 @@ interface RoleWork {
 }
 
 const WEB_CONNECTIONS = 4;
-/** pg-boss's pool in a worker (src/jobs/boss.ts) and the jobs' liveness session (ADR 0011). */
+/** pg-boss's pool in a worker (src/jobs/boss.ts) and the jobs' liveness session. */
 const WORKER_BESIDES = 4 + 1;
 /** bin/ingest's hint sender (src/jobs/dispatch.ts). */
 const HINT_SENDER = 2;
@@ -164,7 +164,7 @@ export function inFlightPlan(input: InFlightPlanInput): InFlightPlan {
   if (cap === undefined || wantedPool <= cap) {
     return { ...base, ...wanted, dbPool: wantedPool, limitedBy: 'credentials' };
   }
-  // Every count shrinks by the same factor, so the pool's room is shared as the credentials
+  // Every count shrinks by the same factor, so the pool's connections are shared as the credentials
   // would share it; what the floors leave goes to polls first (the feeds' freshness), then
   // to fetchers. A minimum of one keeps every kind of work going.
   const k = Math.max(0, cap - work.spare) / (wantedPool - work.spare);
@@ -221,17 +221,17 @@ export function connectionsBesidePool(plan: InFlightPlan, opts: { app?: boolean 
  * The plan that fits the server as this process finds it: its pool, beside its other
  * connections, within what max_connections leaves once the reserved slots, the sessions
  * already open and the headroom are set aside — and within DATABASE_POOL_MAX (`poolMax`).
- * `roomCap` is that room, for the log line that says why a plan is smaller.
+ * `headroomCap` is that number, for the log line that says why a plan is smaller.
  */
 export function fitToServer(
   input: InFlightPlanInput & { app?: boolean },
-  room: ServerRoom,
-): { plan: InFlightPlan; roomCap: number } {
+  server: ConnectionHeadroom,
+): { plan: InFlightPlan; headroomCap: number } {
   const unlimited = inFlightPlan({ credentials: input.credentials, role: input.role });
   // Our own first session (the one that asked) is counted in inUse, and is part of the pool.
   const free =
-    room.maxConnections - room.reserved - (room.inUse - 1) - headroom(room.maxConnections);
-  const roomCap = Math.max(1, free - connectionsBesidePool(unlimited, input));
-  const poolMax = Math.min(input.poolMax ?? Number.POSITIVE_INFINITY, roomCap);
-  return { plan: inFlightPlan({ ...input, poolMax }), roomCap };
+    server.maxConnections - server.reserved - (server.inUse - 1) - headroom(server.maxConnections);
+  const headroomCap = Math.max(1, free - connectionsBesidePool(unlimited, input));
+  const poolMax = Math.min(input.poolMax ?? Number.POSITIVE_INFINITY, headroomCap);
+  return { plan: inFlightPlan({ ...input, poolMax }), headroomCap };
 }

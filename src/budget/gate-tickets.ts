@@ -1,10 +1,11 @@
 /**
- * How many of a round's polls may be at a request gate at once in this process: one a
+ * How many of a pass's polls may be at a request gate at once in this process: one a
  * credential (ADR 0140). A poll takes a ticket before it opens and gives it back once it no
  * longer holds a gate — its first held answer settled (the gate is free again), or the poll
- * ended. The round's other polls wait for a ticket here, outside any transaction and holding
+ * ended. The pass's other polls wait for a ticket here, outside any transaction and holding
  * nothing, instead of opening, finding every gate held by this process's own polls, and
- * waiting on the gate's own connection (two commits more a poll: ADR 0082's fallback).
+ * waiting on the gate's own connection (the fallback of a request not held: two commits
+ * more a poll).
  * Another process's polls are not counted: a gate one of them holds is still tried past.
  */
 export class GateTickets {
@@ -36,9 +37,9 @@ export class GateTickets {
 }
 
 /**
- * A poll's set of held gate keys (SourceSession.gates) that says when it empties after
- * `arm()`: the first held request's settle, for the ticket. Before arming (the opening
- * transaction's tries at busy gates) it is a plain set.
+ * A poll session's set of held gate keys (src/budget/poll-session.ts) that says when it
+ * empties after `arm()`: the first held request's settle, for the ticket. Before arming (the
+ * opening transaction's tries at busy gates) it is a plain set.
  */
 export class WatchedGates extends Set<number> {
   #armed = false;

@@ -1,7 +1,7 @@
 import type { CredentialKind } from '../github/credentials.ts';
 
 /**
- * A credential's GraphQL budget key (ADR 0110 §1, ADR 0114): its label with `#graphql`
+ * A credential's GraphQL budget key (ADR 0110 §1): its label with `#graphql`
  * appended (`token:1a2b3c4d#graphql`, `installation:42#graphql`). Everything keyed by
  * credential — ledger rows, github_rate_limits, the minute counters, blocks, the gate's lock,
  * the pacing row — works unchanged per key, so GitHub's GraphQL points window is computed by

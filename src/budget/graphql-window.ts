@@ -5,7 +5,7 @@ import type { BudgetSnapshot, GraphQLBudget, PoolBudget } from './types.ts';
 import { type BudgetPolicy, budgetStateStatement } from './window.ts';
 
 /**
- * budget() with each credential's GraphQL window inside its entry (ADR 0110 §1, ADR 0114):
+ * budget() with each credential's GraphQL window inside its entry (ADR 0110 §1):
  * both keys' states in one statement (the same CTEs), the `#graphql` one shown as
  * `graphql: { quota, remaining, resetAt, blocked, spent }`, never as a credential of its own —
  * so everything that sums or picks credentials (the poll floor, COMMITS_SHARE, /status's

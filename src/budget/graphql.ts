@@ -13,7 +13,7 @@ import { isBlock, type Sender, type Sent, type Unauthorized } from './send.ts';
 import type { Reservation } from './types.ts';
 
 /**
- * GitHubClient.graphql() (ADR 0110, ADR 0114): one query on a credential's `#graphql` budget
+ * GitHubClient.graphql() (ADR 0110): one query on a credential's `#graphql` budget
  * key — reserved with its estimated points on the pool's GraphQL policy (the whole window is
  * commits'), sent through that key's own gate (a 10 s query never holds the credential's REST
  * gate), paced by points on the key's `/graphql` row, settled with the answer's

@@ -191,5 +191,8 @@ export function createHeld(ctx: ClientContext, sender: Sender, requester: Reques
       : { response: outcome.result as GitHubResponse<T>, error: null };
   }
 
-  return { reserveHeld, hold, sendHeld, settleHeld };
+  return { reserveHeld, sendHeld, settleHeld };
 }
+
+/** The held-request protocol, as poll-session.ts drives it. */
+export type Held = ReturnType<typeof createHeld>;

@@ -25,7 +25,7 @@ export interface ReservationRow {
   jobId?: string | null;
   runId?: number | null;
   entity?: { class: EntityClass; id: string | number };
-  /** A GraphQL query's estimated points (ADR 0114); none for a REST request (NULL: 1). */
+  /** A GraphQL query's estimated points; none for a REST request (NULL: 1). */
   points?: number;
   now: Date;
 }
@@ -113,7 +113,7 @@ export function settleAndUnlock(
       SELECT ${unlock} AS unlocked FROM (SELECT count(*) FROM settled) AS done`;
   }
   const rl = rateLimitUpsert(db, credential, s.rateLimit, s.now, accepted).returning('credential');
-  // An accepted answer clears the credential's other key's auth ladder too (ADR 0114).
+  // An accepted answer clears the credential's other key's auth ladder too.
   const sibling = accepted
     ? sql`, sibling AS (${siblingAuthCleared(db, credential).returning('credential')})`
     : sql``;
@@ -142,7 +142,7 @@ export function unsendAndUnlock(
 }
 
 /**
- * Bookkeeping writes of the ledger commit asynchronously (ADR 0010): other sessions see
+ * Bookkeeping writes of the ledger commit asynchronously: other sessions see
  * them at once; a crash of the Postgres server itself may lose the last ~200 ms of them,
  * which the next response's x-ratelimit-remaining corrects. Evaluate inside a transaction.
  */

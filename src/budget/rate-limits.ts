@@ -57,7 +57,7 @@ export function rateLimitUpsert(
 }
 
 /**
- * The other budget key of the same credential (REST's label ↔ `label#graphql`, ADR 0114): a
+ * The other budget key of the same credential (REST's label ↔ `label#graphql`): a
  * 401 on either blocks both, so an answer that accepts the credential on either clears both.
  */
 export function siblingKey(key: string): string {

@@ -6,7 +6,12 @@ import type { RequestPurpose } from '../platform/db/columns.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { authBlocks } from './auth-blocks.ts';
 import { type ClientContext, encodePath } from './client-context.ts';
-import type { GitHubClient, GitHubRequest, PoolDecision, PoolRefusal } from './client-types.ts';
+import type {
+  ReserveMeta as ClientReserveMeta,
+  GitHubRequest,
+  PoolDecision,
+  PoolRefusal,
+} from './client-types.ts';
 import { labelOf } from './graphql-key.ts';
 import { releaseReservation, settleAndUnlock, unsendAndUnlock } from './ledger.ts';
 import { clearAuthFailures } from './rate-limits.ts';
@@ -21,7 +26,7 @@ import type { BudgetPolicy } from './window.ts';
  * the same request goes to another, until one answers or none is left (PoolRejected).
  */
 
-type ReserveMeta = Parameters<GitHubClient['reserve']>[1] & { method?: string; points?: number };
+type ReserveMeta = ClientReserveMeta & { method?: string; points?: number };
 
 export type Requester = ReturnType<typeof createRequester>;
 

@@ -4,36 +4,25 @@ import type { RequestPurpose } from '../platform/db/columns.ts';
 import { int4Key, LockSpace } from '../platform/db/locks.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { GENERIC_PLANS, prepared } from '../platform/db/prepared.ts';
-import { AppError } from '../platform/errors.ts';
 import { ASYNC_COMMIT, type ReservationRow, SPENDS_QUOTA, UNSPECIFIED_PATH } from './ledger.ts';
+import { allowsSql, decide, roomSql } from './spend-rule.ts';
 import { type BudgetDecision, isBackground, type Refusal } from './types.ts';
 import {
-  allowsSql,
   type BudgetPolicy,
   type CredentialPolicy,
-  decide,
   POINTS,
-  roomSql,
   type StateRow,
   stateCtes,
-  toState,
   windowCtes,
   windowFloor,
 } from './window.ts';
 
 /**
- * Reservations against the pool of credentials (ADR 0003, ADR 0050). Each credential has
+ * Reservations against the pool of credentials (ADR 0003). Each credential has
  * its own window, allowance split and ledger rows; a request of a purpose goes to the
  * credential with the most of that purpose's allowance left, and the pool says no only
  * when every credential does — with the earliest time any of them frees.
  */
-
-/** Thrown when the statement's insert and decide() disagree: a bug, never a budget answer. */
-export class BudgetRuleMismatch extends AppError {
-  constructor(context: Record<string, unknown>) {
-    super('BUDGET_RULE_MISMATCH', 'the reservation statement and decide() disagree', context);
-  }
-}
 
 type Meta = Omit<ReservationRow, 'credential' | 'purpose'>;
 type Trx = Parameters<Parameters<ReturnType<Db['transaction']>['execute']>[0]>[0];
@@ -66,8 +55,9 @@ export function reservationStatement(
 }
 
 /**
- * ONE statement that reads the credential's state after its lock, applies the rules (the
- * same as decide(), which then explains a no) and inserts the row when they allow it.
+ * ONE statement that reads the credential's state after its lock, applies the spend rule and
+ * inserts the row when it allows it; decide() reads the same rule on the row to explain a no
+ * (src/budget/spend-rule.ts: the two are one table, so they cannot disagree).
  */
 async function reserveOn(
   trx: Trx,
@@ -76,20 +66,9 @@ async function reserveOn(
   purpose: RequestPurpose,
   meta: Meta,
 ): Promise<BudgetDecision> {
-  const now = meta.now;
-  const points = meta.points ?? 1;
   const r = await reservationStatement(cred, share, purpose, meta).execute(trx);
   const row = r.rows[0]!;
-  const no = decide(toState(row), share, purpose, now, points);
-  if ((no === null) !== (row.id !== null)) {
-    throw new BudgetRuleMismatch({
-      credential: cred.label,
-      purpose,
-      inserted: row.id !== null,
-      decision: no?.reason ?? 'ok',
-    });
-  }
-  if (no) return no;
+  if (row.id === null) return decide(row, share, purpose, meta.now, meta.points ?? 1)!;
   return { ok: true, reservation: { id: Number(row.id), purpose, credential: cred.label } };
 }
 
@@ -112,7 +91,7 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
  * order — fewest open requests, soonest pacing slot for the endpoint (a 304 leaves the room
  * unchanged: free requests must not all go to the credential with the most room while it waits
  * for its slot), most `room`, then chance — and the first of them whose budget lock nobody
- * holds (ADR 0082: another reservation in progress on a credential read from the same snapshot
+ * holds (another reservation in progress on a credential read from the same snapshot
  * would take its slot first), tried one at a time. None free: wait for the best one's, unless
  * `wait` is false (the transaction already holds a budget lock: waiting for another could
  * deadlock with a transaction doing the same the other way round).
@@ -193,13 +172,10 @@ async function pickAndLock(
       ${GENERIC_PLANS} AS generic_plans
     FROM st ORDER BY st.ord`).execute(trx);
   const picked = r.rows[0]?.picked ?? null;
-  const refusals = r.rows.map((row) => decide(toState(row), policy.share, purpose, now, points));
+  const refusals = r.rows.map((row) => decide(row, policy.share, purpose, now, points));
   const allRefuse = refusals.every((x) => x !== null);
   // Not waiting, every one with room may have its lock held elsewhere: contended, not a no.
   const contended = !wait && picked === null && !allRefuse;
-  if (!contended && (picked === null) !== allRefuse) {
-    throw new BudgetRuleMismatch({ purpose, picked, decisions: refusals.map((x) => x?.reason) });
-  }
   return {
     picked: candidates.find((c) => c.label === picked) ?? null,
     refusals: refusals.filter((x): x is Refusal => x !== null),
@@ -208,7 +184,7 @@ async function pickAndLock(
 }
 
 /**
- * The pick from what is cheap to read (ADR 0082): each candidate's whole-minute counters from
+ * The pick from what is cheap to read: each candidate's whole-minute counters from
  * the first minute its window touches, its open requests, its rate-limit row and its pacing
  * slot — not the exact window the reservation statement reads. It may err either way (a
  * minute too much; only the open requests taken off the observed remaining): a wrong choice
@@ -304,7 +280,7 @@ export async function reserve(
   purpose: RequestPurpose,
   meta: Meta,
   /**
-   * `db` is the caller's transaction (ADR 0080: a poll opens its run in the reservation's
+   * `db` is the caller's transaction (a poll opens its run in the reservation's
    * transaction): the budget locks are held, and the row committed, with it.
    */
   inTransaction = false,
@@ -317,7 +293,7 @@ export async function reserve(
   if (credentials.length === 1) {
     const cred = credentials[0]!;
     return within(async (trx) => {
-      // Asynchronous commit (ADR 0010): the row is visible to every other session the moment
+      // Asynchronous commit: the row is visible to every other session the moment
       // it commits; only a crash of the Postgres server itself within ~200 ms could lose it.
       await sql`SELECT pg_advisory_xact_lock(${LockSpace.budget}, ${int4Key(cred.label)}),
                        ${ASYNC_COMMIT}, ${GENERIC_PLANS}`.execute(trx);

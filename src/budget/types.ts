@@ -1,8 +1,8 @@
 /**
- * The budget's vocabulary (ADR 0080), read by every module of the GitHub layer and by the
- * layers above it. It imports nothing from src/github/, so no budget module imports one that
- * imports it back: types.ts, ledger.ts, rate-limit.ts, budget-state.ts and budget.ts all read
- * their shared types from here.
+ * The budget's vocabulary (ADR 0080), read by every module of the budget layer and by the
+ * layers above it. It imports no module of src/budget/, so none imports one that imports it
+ * back: the ledger, the rate-limit rows, the window and the reservations all read their
+ * shared types from here.
  */
 import type { BlockReason, RequestPurpose } from '../platform/db/columns.ts';
 
@@ -28,8 +28,8 @@ export interface Reservation {
 
 /**
  * The purposes that spend a credential's background allowance, floor(quota × ENRICH_SHARE):
- * enrichment and commit fetching share it (the agreement of issue 18/19); polls spend the rest
- * and are never starved by either.
+ * enrichment and commit fetching share it (a commits request counts exactly like an enrich
+ * one); polls spend the rest and are never starved by either.
  */
 export const BACKGROUND_PURPOSES = [
   'enrich',
@@ -59,7 +59,7 @@ export interface BudgetSnapshot {
   /** Why it is blocked: rate_limit (403/429) or auth (401). */
   blockReason: BlockReason | null;
   /**
-   * The credential's GraphQL window (its `#graphql` budget key, ADR 0114); null when it has
+   * The credential's GraphQL window (its `#graphql` budget key); null when it has
    * none (anonymous). Absent where only the REST budget was read.
    */
   graphql?: GraphQLBudget | null;

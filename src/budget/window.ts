@@ -1,12 +1,12 @@
 import { type RawBuilder, sql } from 'kysely';
 import { defaultQuota } from '../platform/config/credential-label.ts';
-import type { BlockReason, RequestPurpose } from '../platform/db/columns.ts';
+import type { BlockReason } from '../platform/db/columns.ts';
 import { int4Key } from '../platform/db/locks.ts';
 import { SPENDS_QUOTA } from './ledger.ts';
-import { isBackground, type Refusal, type StoredRateLimit } from './types.ts';
+import type { StoredRateLimit } from './types.ts';
 
 /**
- * The hourly budget of each credential (DESIGN §6), computed from the ledger every time so
+ * The hourly budget of each budget key, computed from the ledger every time so
  * that every process on every machine sees the same numbers:
  * - the window is GitHub's current rate-limit hour (reset_at − 1 h) when we know it,
  *   else the last 60 minutes;
@@ -22,7 +22,7 @@ export const HOUR_MS = 3600_000;
 
 /**
  * What a set of ledger rows `g` spent: each row its points (a GraphQL query's), NULL being 1
- * (every REST request) — so one window sums requests and points alike (ADR 0114).
+ * (every REST request) — so one window sums requests and points alike.
  */
 export const POINTS = sql<number>`COALESCE(sum(COALESCE(g.points, 1)), 0)::int`;
 /**
@@ -135,7 +135,7 @@ export function windowFloor(now: Date): Date {
  * - w: each one's stored rate-limit row and window: GitHub's current hour (reset_at − 1 h −
  *   slack) while the reset is ahead, else the last 60 minutes, starting no earlier than
  *   the last known reset;
- * - c: what each window spent, without reading the window's rows (ADR 0083): the whole
+ * - c: what each window spent, without reading the window's rows: the whole
  *   minutes from the counters in github_request_minutes (kept exact by triggers on the
  *   ledger), the first, partial minute counted from github_requests_spend; the oldest spend
  *   of each purpose by a probe of the first minute that has one; the requests still open from
@@ -265,43 +265,6 @@ export function budgetStateStatement(credentials: string | readonly CredentialPo
   return sql<StateRow>`WITH ${stateCtes(creds, now)} SELECT * FROM st ORDER BY ord`;
 }
 
-/**
- * The SQL twin of decide(): may `st` (a row of the CTEs above) spend one request of
- * `purpose` now — `points` of it (a GraphQL query's estimate; 1 for a REST request)? The
- * reservation inserts only where it holds; decide() explains a no.
- */
-export function allowsSql(purpose: RequestPurpose, share: number, now: Date, points = 1) {
-  const background = sql`floor(st.quota * ${share}::float8)`;
-  const cost = sql`${points}::int`;
-  const summed = isBackground(purpose)
-    ? sql`st.enrich + st.commits + ${cost} <= ${background}`
-    : sql`st.poll + ${cost} <= st.quota - ${background}`;
-  // A window wholly one purpose's (a #graphql key): GitHub's remaining, when known, is the
-  // only limit — a local sum that contradicts it (a lying cost) never closes it (decide()).
-  const room = wholeWindow(share) ? sql`(st.remaining IS NOT NULL OR ${summed})` : summed;
-  return sql`(st.blocked_until IS NULL OR st.blocked_until <= ${now}::timestamptz)
-    AND (st.remaining IS NULL OR st.remaining >= ${cost}) AND ${room}`;
-}
-
-/**
- * The whole window is the background's (share 1: a credential's GraphQL points, which only
- * commits spend): the allowance is the quota, so once GitHub has said what remains, that is
- * the test, and what the ledger sums is not (ADR 0182).
- */
-export function wholeWindow(share: number): boolean {
-  return share >= 1;
-}
-
-/** How many requests of `purpose` `st` may still make in its window (its allowance, within what GitHub has left). */
-export function roomSql(purpose: RequestPurpose, share: number) {
-  const background = sql`floor(st.quota * ${share}::float8)`;
-  const left = isBackground(purpose)
-    ? sql`(${background} - st.enrich - st.commits)`
-    : sql`(st.quota - ${background} - st.poll)`;
-  if (wholeWindow(share)) return sql`COALESCE(st.remaining, ${left})`;
-  return sql`LEAST(${left}, COALESCE(st.remaining, ${left}))`;
-}
-
 export function toState(row: StateRow): State {
   const rl: StoredRateLimit | null =
     row.rl_quota === null
@@ -329,52 +292,4 @@ export function toState(row: StateRow): State {
     },
     remaining: row.remaining,
   };
-}
-
-/**
- * When a spent budget frees. Within GitHub's known hour, at its reset. Past it (or before we
- * ever saw one) the window is the last 60 minutes, which frees when its oldest spend leaves
- * it — not "now", which made every refused source due again at once, tick after tick.
- */
-function freesAt(state: State, oldest: Date | null, now: Date): Date {
-  if (state.rl && state.rl.resetAt.getTime() > now.getTime()) return state.window.end;
-  const at = oldest ? oldest.getTime() + HOUR_MS : now.getTime();
-  return new Date(Math.max(at, now.getTime() + 1000));
-}
-
-/** Why `state` cannot spend a request of `purpose` now, or null when it can. */
-export function decide(
-  state: State,
-  share: number,
-  purpose: RequestPurpose,
-  now: Date,
-  /** What the request spends: a GraphQL query's estimated points, 1 for a REST request. */
-  points = 1,
-): Refusal | null {
-  const { rl, credential } = state;
-  if (rl?.blockedUntil && rl.blockedUntil.getTime() > now.getTime()) {
-    return {
-      ok: false,
-      reason: 'blocked',
-      retryAt: rl.blockedUntil,
-      blockReason: rl.blockReason,
-      credential,
-    };
-  }
-  if (state.remaining !== null && state.remaining < points) {
-    const retryAt = freesAt(state, state.spent.oldest.any, now);
-    return { ok: false, reason: 'remaining', retryAt, credential };
-  }
-  const allowance = allowanceFor(state.quota, share);
-  const { spent } = state;
-  const summedFull = isBackground(purpose)
-    ? spent.enrich + spent.commits + points > allowance.enrich
-    : spent.poll + points > allowance.poll;
-  const full = summedFull && !(wholeWindow(share) && state.remaining !== null);
-  if (full) {
-    const oldest = isBackground(purpose) ? spent.oldest.background : spent.oldest.poll;
-    const retryAt = freesAt(state, oldest, now);
-    return { ok: false, reason: 'allowance', retryAt, credential };
-  }
-  return null;
 }

@@ -71,10 +71,10 @@ export async function fetchCycle(
         lanes: graphqlLanes,
         stepMax: graphqlStepMax(opts.maxPushes, graphqlLanes),
         // Batches of pushes by GraphQL; what it cannot prove goes to REST inside.
-        step: async (room) => {
+        step: async (capacity) => {
           const b = await fetchGraphQLBatch(deps, {
             jobId: opts.jobId,
-            maxPushes: room,
+            maxPushes: capacity,
             onResult: opts.onResult,
           });
           for (const [k, n] of Object.entries(b.outcomes)) summary.outcomes[k as FetchOutcome] += n;

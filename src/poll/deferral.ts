@@ -8,7 +8,7 @@ import type { Logger } from '../platform/log.ts';
 import { untilText } from '../platform/time-text.ts';
 
 /**
- * A poll the budget refused before any request (issue 9). Nothing was sent, so nothing
+ * A poll the budget refused before any request. Nothing was sent, so nothing
  * failed: no run row, no failure counted, no warning per tick. The source simply waits
  * until the budget frees — `next_poll_at` = the refusal's retryAt (GitHub's reset, the
  * oldest spend leaving the window, or the end of a block) — so the refusal is met once per

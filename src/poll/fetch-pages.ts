@@ -1,7 +1,7 @@
-import type { GitHubRequest, HeldRequest, PoolRefusal } from '../budget/client-types.ts';
+import type { HeldRequest, PoolRefusal } from '../budget/client-types.ts';
 import type { Reservation } from '../budget/types.ts';
 import type { GitHubResponse } from '../github/classify.ts';
-import { BudgetExhausted, GitHubAuthFailed, GitHubRequestFailed } from '../github/errors.ts';
+import { BudgetExhausted, GitHubRequestFailed } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import type { EventSource } from '../platform/db/schema.ts';
 import { faultPoint } from '../platform/fault.ts';
@@ -11,16 +11,17 @@ import { logIdClashes } from '../store/event-ids.ts';
 import { mapEventsPage } from '../store/mapping.ts';
 import { logRejected } from '../store/rejected-events.ts';
 import { feedPath } from '../store/sources.ts';
-import { heldBefore, ringOf } from './horizon.ts';
+import { readBefore, ringOf } from './horizon.ts';
 import { storePage } from './page-store.ts';
 import { nextPollIfItDies, scheduleIfItDies } from './poll-deaths.ts';
 import { type RunState, runCounters } from './run-state.ts';
 import type { IngestionDeps, PollOptions } from './run-summary.ts';
-import { type Opened, type SourceSession, settlePending } from './source-session.ts';
+import type { Opened, SourceSession } from './source-session.ts';
 
 /**
- * A run's requests (DESIGN §3): page 1 conditionally, further pages only until they reach
- * the source's horizon, each page stored in one transaction with the run's counters.
+ * A run's requests: page 1 conditionally (a 304 costs no quota), further pages only until
+ * they reach the source's horizon (what lies behind it was read by an earlier run), each
+ * page stored in one transaction with the run's counters, so a counted page is a stored one.
  */
 
 export const PER_PAGE = 100;
@@ -34,38 +35,6 @@ export function pagePath(source: EventSource, page: number): string {
 /** A 422 past page 1: the feed's window ended (GitHub serves at most 300 events). */
 function isWindowEnd(page: number, status: number): boolean {
   return page > 1 && status === 422;
-}
-
-/**
- * One page's request. Held (ADR 0082): sent on the gate its reservation's transaction took;
- * an answer that is data (200, a 304, the feed's end) is written by the next transaction of
- * the poll's session — the page's store or the finalize — and anything else at once, in a
- * transaction of its own. Not held (the gate was busy, or a later page): request() as before.
- */
-async function requestPage(
-  deps: IngestionDeps,
-  lock: SourceSession,
-  req: GitHubRequest,
-  held: HeldRequest | null,
-  page: number,
-): Promise<GitHubResponse> {
-  if (!held) return deps.github.request(req);
-  const answer = await deps.github.sendHeld(held, req);
-  const status = answer.response?.status;
-  if (status === 200 || status === 304 || (status !== undefined && isWindowEnd(page, status))) {
-    lock.unsettled = answer;
-    return answer.response!;
-  }
-  const { response, error } = await lock.db
-    .transaction()
-    .execute((trx) => deps.github.settleHeld(lock, trx, answer));
-  faultPoint('github.after_settle');
-  if (error instanceof GitHubAuthFailed && deps.github.credentials.length > 1) {
-    // As request() does in a pool: that credential is blocked, the same page goes to another.
-    return deps.github.request({ ...req, reservation: undefined, rejected: error });
-  }
-  if (error) throw error;
-  return response!;
 }
 
 export async function fetchPages(
@@ -94,9 +63,11 @@ export async function fetchPages(
     const path = pagePath(source, page);
     let res: GitHubResponse;
     try {
-      res = await requestPage(
-        deps,
-        lock,
+      // Held: sent on the gate its reservation's transaction took; an answer that
+      // is data (200, a 304, the feed's end) is written by the next transaction of the poll's
+      // session — the page's store or the finalize — and anything else at once. Not held (the
+      // gate was busy): through the gate as any request.
+      res = await lock.requests.send(
         {
           purpose: 'poll',
           path,
@@ -106,7 +77,7 @@ export async function fetchPages(
           runId: state.runId,
         },
         next?.held ?? null,
-        page,
+        (status) => status === 200 || status === 304 || isWindowEnd(page, status),
       );
     } catch (err) {
       if (err instanceof GitHubRequestFailed && isWindowEnd(page, err.status)) {
@@ -132,21 +103,21 @@ export async function fetchPages(
     if (res.status !== 200)
       throw new GitHubRequestFailed(path, res.status, 'unexpected status for an events feed');
 
-    // Each event is judged on its own: poison is set aside, the rest stored (ADR 0020).
+    // Each event is judged on its own: one that breaks a rule is rejected, the rest stored.
     const mapped = mapEventsPage(res.data, path);
-    // A source with no horizon has no completed run whose pushes could be held.
-    const held = hasHorizon
-      ? await heldBefore(deps.db, Number(source.id), horizon, {
+    // A source with no horizon has no completed run whose pushes it could have read.
+    const alreadyRead = hasHorizon
+      ? await readBefore(deps.db, Number(source.id), horizon, {
           ids: mapped.eventIds,
           at: mapped.eventTimes,
         })
       : new Set<string>();
     // Known before the store: whether another page follows (its reservation rides in it).
-    const wantsNext = held.size === 0 && mapped.size >= PER_PAGE && page < MAX_PAGES;
+    const wantsNext = alreadyRead.size === 0 && mapped.size >= PER_PAGE && page < MAX_PAGES;
     let refused: PoolRefusal | null = null;
 
     // Counters advance only once the page is committed, so a failed page is not counted.
-    // On the poll's own session (ADR 0082): the page's answer is settled, its gate released,
+    // On the poll's own session: the page's answer is settled, its gate released,
     // and the next page reserved (and held) in the page's own transaction.
     const { stored, result: counted } = await storePage(
       lock.db,
@@ -159,7 +130,7 @@ export async function fetchPages(
         commitsOff: commitsOffReason(deps.config.github) !== null,
       },
       async (trx, stored) => {
-        await settlePending(deps, lock, trx);
+        await lock.requests.settle(trx);
         const after: RunState = {
           ...state,
           pagesFetched: state.pagesFetched + 1,
@@ -179,7 +150,7 @@ export async function fetchPages(
         if (page === 1) {
           // Page 1 is read and stored: its answer is not the suspect. Should the process die
           // from here, the source is due again at the interval this answer announced, not at
-          // the one the opening transaction knew (ADR 0180).
+          // the one the opening transaction knew.
           const now = (deps.clock ?? systemClock).now();
           const interval = state.pollInterval ?? source.poll_interval_seconds;
           await scheduleIfItDies(trx, Number(source.id), nextPollIfItDies(now, interval), now);
@@ -188,7 +159,7 @@ export async function fetchPages(
         refused = null;
         if (wantsNext) {
           // Last, so the credential's budget lock is held only from here to the commit.
-          const d = await deps.github.reserveHeld('poll', lock, trx, {
+          const d = await lock.requests.reserveAndHold(trx, {
             path: pagePath(source, page + 1),
             jobId: opts.jobId ?? null,
             runId: state.runId,
@@ -199,7 +170,7 @@ export async function fetchPages(
         return after;
       },
     );
-    lock.unsettled = null;
+    lock.requests.settled();
     faultPoint('github.after_settle');
     Object.assign(state, counted);
     state.eventIds.push(...mapped.eventIds);
@@ -224,7 +195,7 @@ export async function fetchPages(
     }
     faultPoint('ingest.after_page_commit');
 
-    if (held.size > 0) {
+    if (alreadyRead.size > 0) {
       reachedHorizon = true;
       break;
     }

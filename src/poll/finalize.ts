@@ -13,7 +13,7 @@ import { mergeRecentIds, ringOf } from './horizon.ts';
 import { type RunState, runCounters, summaryOf } from './run-state.ts';
 import type { IngestionDeps, RunSummary } from './run-summary.ts';
 import { type FleetCache, planSourcePoll } from './schedule.ts';
-import { type SourceSession, settlePending } from './source-session.ts';
+import type { SourceSession } from './source-session.ts';
 
 /**
  * The end of a run: the run row and the source's schedule, in one transaction on the
@@ -49,15 +49,15 @@ export async function finalizeSuccess(
 ): Promise<RunSummary> {
   const now = (deps.clock ?? systemClock).now();
   const interval = state.pollInterval ?? source.poll_interval_seconds;
-  // The next poll by this source's expected counted cost (ADR 0081): an idle feed at its
+  // The next poll by this source's expected counted cost: an idle feed at its
   // X-Poll-Interval, a busy one within its share of the poll allowance.
   const status = state.notModified ? 'not_modified' : 'completed';
-  // The ring, each id with its event's time (its era: ADR 0122).
+  // The ring, each id with its event's time (its era).
   const ring = state.notModified
     ? { ids: source.recent_event_ids, at: source.recent_event_at }
     : mergeRecentIds({ ids: state.eventIds, at: state.eventTimes }, ringOf(source));
   const { gap, plan } = await lock.db.transaction().execute(async (trx) => {
-    // A 304's finalize commits asynchronously (ADR 0140): it writes nothing a server crash
+    // A 304's finalize commits asynchronously: it writes nothing a server crash
     // could not give back — the run is then interrupted and the source polled again, its
     // ledger row stays sent and the sweep counts it — and so it holds the rows every poll of
     // its credential writes only until its commit is in the WAL buffers, not on disk.
@@ -97,7 +97,7 @@ export async function finalizeSuccess(
         recent_event_ids: ring.ids,
         recent_event_at: ring.at,
         consecutive_failures: 0,
-        // A completed run: polling this source does not kill the process (ADR 0120).
+        // A completed run: polling this source does not kill the process.
         poll_deaths: 0,
         last_error: null,
         last_polled_at: now,
@@ -105,7 +105,7 @@ export async function finalizeSuccess(
       })
       .where('id', '=', source.id);
     await prepared(sql`${finished}`).execute(trx);
-    // The window this run could not read, for the archive to fill (ADR 0041). In the same
+    // The window this run could not read, for the archive to fill. In the same
     // transaction as the run's completion: a completed run with a gap always has its row.
     const gap = state.gap
       ? await recordGap(trx, {
@@ -119,14 +119,14 @@ export async function finalizeSuccess(
         })
       : null;
     // A 304 (or the feed's end) of a held request is written here: its gate, ledger row and
-    // rate-limit row ride in the finalize's commit (ADR 0082). Last, so the rows every poll of
+    // rate-limit row ride in the finalize's commit. Last, so the rows every poll of
     // this credential writes (its rate-limit row, its minute's counters) are locked only for
-    // the commit, not for the plan and the writes before it (ADR 0140).
-    await settlePending(deps, lock, trx);
+    // the commit, not for the plan and the writes before it.
+    await lock.requests.settle(trx);
     return { gap, plan };
   });
   const nextPollAt = plan.nextPollAt;
-  lock.unsettled = null;
+  lock.requests.settled();
   faultPoint('ingest.after_finalize');
   if (gap) logGapsRecorded(log, gap, ids);
   const summary = summaryOf(source, state, status, nextPollAt);
@@ -165,7 +165,7 @@ export async function finalizeFailure(
   const failure = classifyFailure(err, source, now);
   await lock.db.transaction().execute(async (trx) => {
     await handOver(trx, lock);
-    await settlePending(deps, lock, trx, true);
+    await lock.requests.settle(trx, { tolerant: true });
     await trx
       .updateTable('ingestion_runs')
       .set({
@@ -187,7 +187,7 @@ export async function finalizeFailure(
       .where('id', '=', source.id)
       .execute();
   });
-  lock.unsettled = null;
+  lock.requests.settled();
   faultPoint('ingest.after_finalize');
   log.warn(
     {

@@ -7,9 +7,9 @@ import { eventIdEra } from '../store/event-ids.ts';
  * Paging stops at the first page that reaches the horizon (ADR 0004).
  *
  * Membership, not comparison: GitHub's feed is late and out of order (30 s to 6 h), so
- * an event with a LOWER id than the newest we hold can still be new to us. And membership
- * within an era (ADR 0122): GitHub reused the ids of 2016–2020 after 2025-10-08, so an id
- * held from another era is another event, never a horizon.
+ * an event with a LOWER id than the newest we have read can still be new to us. And membership
+ * within an era: GitHub reused the ids of 2016–2020 after 2025-10-08, so an id
+ * read in another era is another event, never a horizon.
  */
 
 /** GitHub's events feeds hold at most 300 events; that many ids cover the whole window. */
@@ -46,26 +46,26 @@ function byId(seen: SeenIds): Map<string, (Date | null | undefined)[]> {
 }
 
 /**
- * Which of the page's ids this source already held before the current run: its ring
+ * Which of the page's ids this source had already read before the current run: its ring
  * (recent_event_ids), plus pushes stored by its COMPLETED runs (a push is kept longer than
  * the ring of ids), each of the page event's era. Pushes stored by a run that failed or was
  * interrupted half-way do not count — the pages behind them were never read, so they are
  * not a horizon — and neither do pushes that arrived by webhook or through another source.
  */
-export async function heldBefore(
+export async function readBefore(
   db: Db,
   sourceId: number,
   ring: SeenIds,
   page: SeenIds,
 ): Promise<Set<string>> {
   const inRing = byId(ring);
-  const held = new Set<string>();
+  const read = new Set<string>();
   const unknown: { id: string; at: Date | null }[] = [];
   page.ids.forEach((id, i) => {
-    if (inRing.get(id)?.some((t) => sameEra(t, page.at[i]))) held.add(id);
+    if (inRing.get(id)?.some((t) => sameEra(t, page.at[i]))) read.add(id);
     else unknown.push({ id, at: page.at[i] ?? null });
   });
-  if (unknown.length === 0) return held;
+  if (unknown.length === 0) return read;
   const ids = unknown.map((u) => u.id);
   const r = await sql<{ id: string }>`
     SELECT DISTINCT p.id::text AS id
@@ -75,8 +75,8 @@ export async function heldBefore(
     JOIN ingestion_runs r ON r.id = p.run_id
     WHERE p.id = ANY(${ids}::bigint[])
       AND r.source_id = ${sourceId} AND r.status = 'completed'`.execute(db);
-  for (const row of r.rows) held.add(row.id);
-  return held;
+  for (const row of r.rows) read.add(row.id);
+  return read;
 }
 
 /**

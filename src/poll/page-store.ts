@@ -11,7 +11,7 @@ import { bulkStorePage } from '../store/pushes.ts';
 import { type QuarantineRow, quarantineEvents } from '../store/rejected-events.ts';
 
 /**
- * One page in ONE transaction (DESIGN §3): its good pushes stored, its rejected events set
+ * One page in ONE transaction: its good pushes stored, its rejected events set
  * aside, and whatever the caller adds (run counters) — all or nothing. Should the database
  * refuse the page for its content anyway (something the rules in src/store/rules.ts
  * did not foresee), the page is written again one push at a time, each in a savepoint, and
@@ -42,7 +42,7 @@ export interface PageContext {
    * its own: the cache is per Kysely instance, and a poll's session is a new one each run.
    */
   targetsFrom?: Db;
-  /** No credential in this process (commitsOffReason): covered pushes wait for one (ADR 0186). */
+  /** No credential in this process (commitsOffReason): covered pushes wait for one. */
   commitsOff?: boolean;
 }
 
@@ -81,11 +81,11 @@ export async function storePage<T>(
   const session = sessionOf(db);
   const opts = {
     origin: 'poll' as const,
-    // A poll's own session (ADR 0082): the merge is a prepared statement of it.
+    // A poll's own session: the merge is a prepared statement of it.
     ...(session ? { session: runOnClient(session) } : {}),
     sourceId: ctx.sourceId === null ? null : Number(ctx.sourceId),
     runId: ctx.runId,
-    // Who gets commits: read once per batch (cached), never per push (ADR 0070).
+    // Who gets commits: read once per batch (cached), never per push.
     commits: {
       targets: await commitsTargetsFor(ctx.commitsOff === true, ctx.targetsFrom ?? db),
       emails: ctx.commitEmails ?? 'hash',
@@ -97,7 +97,7 @@ export async function storePage<T>(
   try {
     return await untilNoRace(() =>
       db.transaction().execute(async (trx) => {
-        // The bulk merge (ADR 0040): one statement for actors, repositories and pushes.
+        // The bulk merge: one statement for actors, repositories and pushes.
         const s = await bulkStorePage(trx, page.pushes, opts);
         const q = await quarantineEvents(trx, rejected, opts.commits.emails);
         const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };

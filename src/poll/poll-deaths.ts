@@ -8,9 +8,9 @@ import { untilText } from '../platform/time-text.ts';
 import { getSource } from '../store/sources.ts';
 
 /**
- * Polls that killed their process (issue 27.1, ADR 0120), as gap fills' deaths (ADR 0061).
+ * Polls that killed their process (ADR 0120), counted as gap fills' deaths are.
  *
- * A poll that dies leaves its source due one poll interval on, never later (ADR 0180): the
+ * A poll that dies leaves its source due one poll interval on, never later: the
  * run's opening transaction moves the source's next poll to the run's start plus the interval
  * the feed last announced (scheduleIfItDies), and the commit of page 1 moves it to that
  * commit plus the interval page 1's answer announced — an answer read and stored is not the

@@ -1,5 +1,4 @@
 import { inFlightPlan } from '../budget/concurrency.ts';
-import { GateTickets } from '../budget/gate-tickets.ts';
 import { systemClock } from '../platform/clock.ts';
 import type { GithubMode } from '../platform/db/columns.ts';
 import { getSource } from '../store/sources.ts';
@@ -41,9 +40,9 @@ export function dueSourcesQuery(
 }
 
 /**
- * How many sources pollDueSources polls at once: the process's in-flight plan (ADR 0140:
- * about two a credential, so every credential's gate stays busy up to its pacing), or, for a
- * caller without one (tests, benches), the plan its client's credentials make within its
+ * How many sources pollDueSources polls at once: the process's in-flight plan (about two a
+ * credential, so every credential's gate stays busy up to its pacing), or, for a caller
+ * without one (tests, benches), the plan its client's credentials make within its
  * pool. Either way every poll has room for the two connections it may hold (its lock's
  * session, and a moment of a second one: concurrency.ts, CONNECTIONS_PER_POLL).
  */
@@ -72,7 +71,7 @@ export async function pollDueSources(
   const now = clock.now();
   const due = await dueSourcesQuery(deps.db, deps.config.github.mode, now, opts.force).execute();
   const summaries: RunSummary[] = new Array(due.length);
-  // Every plan of this round reads the fleet's sums once (ADR 0082).
+  // Every plan of this pass reads the fleet's sums once.
   const fleet = pollOpts.fleet ?? newFleetCache();
   let next = 0;
   let failure: { err: unknown } | null = null;
@@ -81,19 +80,19 @@ export async function pollDueSources(
   // asking it again for each.
   let deferral: Deferral | null = null;
   const putOff: number[] = [];
-  // One poll at a gate per credential from this round; the others wait for a ticket without
+  // One poll at a gate per credential from this pass; the others wait for a ticket without
   // opening (src/budget/gate-tickets.ts), and do the database work of polls past their gate.
-  const tickets = new GateTickets(deps.github.credentials.length);
+  const pass = deps.github.pollPass();
   const worker = async () => {
     while (failure === null && next < due.length) {
-      const gateFree = await tickets.take();
+      const ticket = await pass.take();
       if (failure !== null || next >= due.length) {
-        gateFree();
+        ticket();
         break;
       }
       const i = next++;
       if (deferral) {
-        gateFree();
+        ticket();
         putOff.push(i);
         continue;
       }
@@ -102,13 +101,13 @@ export async function pollDueSources(
           ...pollOpts,
           fleet,
           logDeferral: false,
-          gateFree,
+          ticket,
         });
         deferral ??= summaries[i]!.deferral ?? null;
       } catch (err) {
         failure ??= { err };
       } finally {
-        gateFree();
+        ticket();
       }
     }
   };

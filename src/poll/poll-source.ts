@@ -1,5 +1,4 @@
 import { sql } from 'kysely';
-import { WatchedGates } from '../budget/gate-tickets.ts';
 import { systemClock } from '../platform/clock.ts';
 import { LockSpace, unlockSession } from '../platform/db/locks.ts';
 import { GENERIC_PLANS } from '../platform/db/prepared.ts';
@@ -29,10 +28,10 @@ import { notDueReason } from './schedule.ts';
 import type { Opened, SourceSession } from './source-session.ts';
 
 /**
- * One poll of one source (DESIGN §3): under the source's advisory lock, re-read the row,
- * open a run, fetch page 1 conditionally and further pages only until they reach the
- * source's horizon, store each page in one transaction, finalize the run and the source,
- * release the lock — and only then tell the caller (post-commit hints).
+ * One poll of one source, one poller at a time: under the source's advisory lock, re-read
+ * the row, open a run, fetch page 1 conditionally and further pages only until they reach
+ * the source's horizon, store each page in one transaction, finalize the run and the
+ * source, release the lock — and only then tell the caller (post-commit hints).
  *
  * On the lock's own session, two transactions bracket the requests (ADR 0080): one takes
  * the lock, re-reads the source, reserves page 1 and opens the run; one finalizes the run
@@ -53,22 +52,21 @@ export async function pollSource(
   // The lock is a session lock: it needs its own connection for the whole run, and dies
   // with that session if this process does.
   const client = await deps.pool.connect();
-  const gates = new WatchedGates(opts.gateFree ?? null);
+  const db = kyselyOn(client);
   const lock: SourceSession = {
-    db: kyselyOn(client),
+    db,
     sourceId,
-    held: false,
+    lockTaken: false,
     handedOver: false,
-    gates,
-    unsettled: null,
+    requests: deps.github.pollSession(db, { logger: deps.logger, ticket: opts.ticket }),
   };
   let broken: Error | undefined;
   let summary: RunSummary;
   try {
     const opened = await openRun(deps, lock, opts, log);
-    // From here a gate leaves the set only when its answer is settled: the first such (or none
-    // held at all) frees this poll's place at the gates for the round's next poll.
-    if ('firstHeld' in opened && opened.firstHeld) gates.arm();
+    // From here the first answer settled frees this poll's place at the gates for the pass's
+    // next poll.
+    if ('firstHeld' in opened && opened.firstHeld) lock.requests.watchGates();
     summary = 'summary' in opened ? opened.summary : await runOpened(deps, lock, opened, opts, log);
   } catch (err) {
     broken ??= err as Error; // never hand a session in an unknown state back to the pool
@@ -76,20 +74,19 @@ export async function pollSource(
   } finally {
     // Handed over: the finalize's commit released it. Else (skipped, deferred, failed to
     // finalize) it is released here.
-    if (lock.held && !lock.handedOver && !broken) {
+    if (lock.lockTaken && !lock.handedOver && !broken) {
       await unlockSession(client, LockSpace.source, sourceId).catch((err: Error) => {
         broken = err; // destroy the connection: its session (and the lock) ends with it
       });
     }
     // A gate still held (a finalize that could not run): released, or with the session.
-    for (const key of lock.gates) {
-      if (broken) break;
-      await unlockSession(client, LockSpace.gate, key).catch((err: Error) => {
+    if (!broken) {
+      await lock.requests.release().catch((err: Error) => {
         broken = err;
       });
     }
     client.release(broken);
-    opts.gateFree?.();
+    opts.ticket?.();
   }
   faultPoint('ingest.after_lock_release');
   if (opts.afterRun) {
@@ -131,9 +128,9 @@ async function openRun(
       const described = await getSource(trx, sourceId);
       return { kind: 'busy', source: described } as const;
     }
-    lock.held = true;
+    lock.lockTaken = true;
     // A run of this source still `running` is its dead predecessor's (we hold the lock it
-    // would hold): interrupted, and counted as a failure and a death (ADR 0120).
+    // would hold): interrupted, and counted as a failure and a death.
     const found = await interruptPredecessors(trx, sourceId, clock.now());
     died = found.died;
     const { source } = found;
@@ -154,9 +151,9 @@ async function openRun(
       .executeTakeFirstOrThrow();
     const runId = Number(run.id);
     // Page 1 reserved, its gate taken on this session when free and its sent mark (with its
-    // pacing slot) written, all in this commit (ADR 0082): a 304 then costs only the
+    // pacing slot) written, all in this commit: a 304 then costs only the
     // finalize's commit more.
-    const decision = await deps.github.reserveHeld('poll', lock, trx, {
+    const decision = await lock.requests.reserveAndHold(trx, {
       path: pagePath(source, 1),
       jobId: opts.jobId ?? null,
       runId,
@@ -169,7 +166,7 @@ async function openRun(
     }
     const firstHeld = decision.held;
     // Committed with the run: should the process die from here, its source is due again one
-    // poll interval on (ADR 0180) — the feed's own pace, neither at once nor a failure's
+    // poll interval on — the feed's own pace, neither at once nor a failure's
     // backoff. A poison answer is stopped by the death count, not by this delay. Every end of
     // the run writes its own schedule over it.
     const ifItDies = nextPollIfItDies(startedAt, source.poll_interval_seconds);

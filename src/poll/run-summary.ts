@@ -47,14 +47,14 @@ export interface PollOptions {
   afterRun?: AfterRun;
   /** pollDueSources logs one line for every source a refusal put off, not one per source. */
   logDeferral?: boolean;
-  /** The round's fleet sums, read once for every poll of a pollDueSources round (ADR 0082). */
+  /** The pass's fleet sums, read once for every poll of a pollDueSources pass. */
   fleet?: FleetCache;
   /**
-   * Called once this poll no longer holds a request gate: its first held answer settled, or
-   * the poll ended (its ticket goes back to the round: src/budget/gate-tickets.ts). May be
-   * called more than once; the round's ticket counts the first.
+   * Gives this poll's ticket back to its pass (GitHubClient.pollPass): called by the budget's
+   * poll session once the poll no longer holds a request gate (its first held answer
+   * settled), or at the poll's end. May be called more than once; the pass counts the first.
    */
-  gateFree?: () => void;
+  ticket?: () => void;
 }
 
 export type IngestionDeps = Pick<

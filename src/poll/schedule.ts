@@ -40,7 +40,7 @@ export function notDueReason(
 }
 
 /**
- * The poll plan (issue 19 item 3, ADR 0081). A 304 is free of GitHub's quota, so a source is
+ * The poll plan. A 304 is free of GitHub's quota, so a source is
  * planned with its expected counted cost `c` — `poll_cost`, a weighted mean of the counted
  * requests its recent polls spent — not as if every poll cost one. A source polling every T
  * seconds spends c / T a second. The pool's poll allowance B (a second) is shared by
@@ -56,7 +56,7 @@ export function notDueReason(
 
 /**
  * How much a poll's outcome moves poll_cost: three 304s take a new source (cost 1) to 0.125,
- * so an imported fleet of idle feeds reaches its X-Poll-Interval within a few rounds. A busy
+ * so an imported fleet of idle feeds reaches its X-Poll-Interval within a few passes. A busy
  * source's estimate is noisy; the fleet's sum, which the quota level reads, is not.
  */
 export const POLL_COST_WEIGHT = 0.5;
@@ -81,7 +81,7 @@ export interface PollCostEstimate {
 }
 
 /**
- * What one successful poll teaches (ADR 0141). Only a conditional poll (it sent an ETag) is
+ * What one successful poll teaches. Only a conditional poll (it sent an ETag) is
  * evidence: an unconditional one is a 200 whatever the feed does. The first conditional
  * answer replaces the prior outright — a 304 is believed: the feed is idle until it says
  * otherwise — and every later one moves the weighted mean (nextPollCost), so a feed that turns
@@ -243,9 +243,9 @@ export async function fleetSums(
 }
 
 /**
- * The fleet's sums as one round of polls read them once (ADR 0082): fleetSums scans every
- * enabled source, which at 10,000 sources cost more than the poll itself. Within a round each
- * plan takes the round's sums and moves only its own source's term.
+ * The fleet's sums as one pass of polls read them once: fleetSums scans every
+ * enabled source, which at 10,000 sources cost more than the poll itself. Within a pass each
+ * plan takes the pass's sums and moves only its own source's term.
  */
 export interface FleetCache {
   entries: Map<string, FleetNow>;
@@ -270,7 +270,7 @@ function moveTerm(sums: FillSums, before: number, after: number): FillSums {
   return { ...sums, lowRate: Math.max(0, lowRate), lowN: Math.max(0, Math.min(sums.n, lowN)) };
 }
 
-/** What the fleet's sums are, for one (mode, kind), as a round read them. */
+/** What the fleet's sums are, for one (mode, kind), as a pass read them. */
 export interface FleetNow {
   quota: FillSums;
   requests: FillSums;
@@ -278,7 +278,7 @@ export interface FleetNow {
 
 /**
  * The plan itself, pure (planSourcePoll reads `fleetNow`; tests pass it): what the poll
- * teaches (learnPollCost), then the polled source's term moved in the round's sums from what
+ * teaches (learnPollCost), then the polled source's term moved in the pass's sums from what
  * is stored to what it learned, and the next poll within both water-filling levels.
  */
 export function planFromFleet(
@@ -339,7 +339,7 @@ export async function planSourcePoll(
     deps.config.github.endpointRatePerMinute,
   );
   const mode = deps.config.github.mode;
-  // Outside a round (bin/ingest --source) the cache is this plan's alone.
+  // Outside a pass (bin/ingest --source) the cache is this plan's alone.
   const cache = fleet ?? newFleetCache();
   const key = `${mode}:${source.kind}`;
   let fleetNow = cache.entries.get(key);

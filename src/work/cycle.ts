@@ -10,8 +10,8 @@
  * step claims under a lease with FOR UPDATE SKIP LOCKED and applies only while the lease is
  * still its own, and the request gates and the ledger bound what goes to GitHub whatever
  * the number of steps. Rules, the same for one lane or many:
- * - The cap is never overshot: a step takes its tickets (its room) before it starts, and
- *   gives back what it did not use when it ends.
+ * - The cap is never overshot: a step takes its capacity before it starts, and gives back
+ *   what it did not use when it ends.
  * - The first lane to see idle, budget_exhausted, rate_limited or a stop keeps every lane
  *   from starting another step; steps already in flight finish (a claimed entity is never
  *   interrupted) and are counted. A rate limit seen after another stop (a shutdown, the
@@ -38,10 +38,10 @@ export interface StepReport {
 
 export interface FetchCycleOptions {
   /**
-   * One step with room for at most `room` entities (1 ≤ room ≤ stepMax). It folds its own
+   * One step with capacity for at most `capacity` entities (1 ≤ capacity ≤ stepMax). It folds its own
    * domain counts into its caller's summary; the loop only needs its report.
    */
-  step: (room: number) => Promise<StepReport>;
+  step: (capacity: number) => Promise<StepReport>;
   /** Steps at once (at least 1). */
   lanes: number;
   /** Entities a cycle works on at most (default: no cap). */
@@ -82,8 +82,8 @@ export async function runFetchCycle(opts: FetchCycleOptions): Promise<FetchCycle
   const cap = opts.cap ?? Number.POSITIVE_INFINITY;
   const stepMax = Math.max(1, opts.stepMax ?? 1);
   const lanes = Math.max(1, Math.floor(opts.lanes) || 1);
-  // Tickets: entities worked on plus those in-flight steps may still take. Never above cap.
-  let tickets = 0;
+  // Entities worked on plus those in-flight steps may still take. Never above cap.
+  let capacityTaken = 0;
   let processed = 0;
   let steps = 0;
   let inFlight = 0;
@@ -104,30 +104,30 @@ export async function runFetchCycle(opts: FetchCycleOptions): Promise<FetchCycle
   const lane = async (): Promise<void> => {
     for (;;) {
       if (stop || failure) return;
-      const room = Math.min(stepMax, cap - tickets);
-      // No room: the cap is met by the steps done and in flight. A step in flight that
-      // gives tickets back takes them itself on its next turn.
-      if (room <= 0) return;
+      const capacity = Math.min(stepMax, cap - capacityTaken);
+      // No capacity: the cap is met by the steps done and in flight. A step in flight that
+      // gives capacity back takes it itself on its next turn.
+      if (capacity <= 0) return;
       if (opts.shouldStop?.() || opts.signal?.aborted) {
         halt('stopped');
         return;
       }
-      tickets += room;
+      capacityTaken += capacity;
       steps += 1;
       inFlight += 1;
       maxInFlight = Math.max(maxInFlight, inFlight);
       let report: StepReport;
       try {
-        report = await opts.step(room);
+        report = await opts.step(capacity);
       } catch (err) {
-        tickets -= room;
+        capacityTaken -= capacity;
         failure ??= { err };
         return;
       } finally {
         inFlight -= 1;
       }
-      const taken = Math.max(0, Math.min(room, report.taken));
-      tickets -= room - taken;
+      const taken = Math.max(0, Math.min(capacity, report.taken));
+      capacityTaken -= capacity - taken;
       processed += taken;
       if (report.stop) {
         halt(report.stop, report.retryAt);
@@ -138,7 +138,7 @@ export async function runFetchCycle(opts: FetchCycleOptions): Promise<FetchCycle
 
   await Promise.all(Array.from({ length: lanes }, lane));
   if (failure) throw (failure as { err: unknown }).err;
-  // Every lane ended without a stop: each found no room, so the cap is met.
+  // Every lane ended without a stop: each found no capacity, so the cap is met.
   const ended = (stop as { by: CycleStop; retryAt?: Date } | null) ?? { by: 'cap' as const };
   return {
     processed,

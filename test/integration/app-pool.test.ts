@@ -3,7 +3,7 @@ import { createApp } from '../../src/app.ts';
 import { type InFlightPlan, inFlightPlan } from '../../src/budget/concurrency.ts';
 import { credentialLabels } from '../../src/github/credentials.ts';
 import { loadConfig } from '../../src/platform/config/config.ts';
-import { serverRoom } from '../../src/platform/db/connections.ts';
+import { connectionHeadroom } from '../../src/platform/db/connections.ts';
 import { pollsInFlight } from '../../src/poll/poll-due.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -11,7 +11,7 @@ import { useTestDatabase } from '../support/db.ts';
 /**
  * ADR 0140: createApp sizes a polling or fetching process's pool from its credentials, within
  * DATABASE_POOL_MAX and what the server has free, and the poll runner takes its width from the
- * same plan. The server's room is injected where a figure depends on it (the shared test
+ * same plan. The server's connection headroom is injected where a figure depends on it (the shared test
  * server's other sessions come and go); one test reads the real one.
  */
 
@@ -42,7 +42,7 @@ describe('createApp: the pool follows the credentials', () => {
   it('a worker of 8 tokens polls 16 at once on the pool that plan needs', async () => {
     const cfg = config({ GITHUB_TOKENS: tokens(8) });
     const { logger, events } = captureLogger();
-    await withApp({ config: cfg, logger, role: 'worker', serverRoom: BIG }, (app) => {
+    await withApp({ config: cfg, logger, role: 'worker', connectionHeadroom: BIG }, (app) => {
       expect(app.inFlight).toEqual(
         inFlightPlan({ credentials: credentialLabels(cfg), role: 'worker' }),
       );
@@ -58,11 +58,14 @@ describe('createApp: the pool follows the credentials', () => {
   it('DATABASE_POOL_MAX caps it, the polls shrink to fit, and the log says why', async () => {
     const cfg = config({ GITHUB_TOKENS: tokens(8), DATABASE_POOL_MAX: '20' });
     const { logger, events } = captureLogger();
-    const plan = await withApp({ config: cfg, logger, role: 'worker', serverRoom: BIG }, (app) => {
-      expect(app.pool.options.max).toBe(app.inFlight!.dbPool);
-      expect(pollsInFlight(app)).toBe(app.inFlight!.polls);
-      return app.inFlight as InFlightPlan;
-    });
+    const plan = await withApp(
+      { config: cfg, logger, role: 'worker', connectionHeadroom: BIG },
+      (app) => {
+        expect(app.pool.options.max).toBe(app.inFlight!.dbPool);
+        expect(pollsInFlight(app)).toBe(app.inFlight!.polls);
+        return app.inFlight as InFlightPlan;
+      },
+    );
     expect(plan.dbPool).toBeLessThanOrEqual(20);
     expect(plan.polls).toBeGreaterThanOrEqual(1);
     expect(plan.polls).toBeLessThan(16);
@@ -75,10 +78,13 @@ describe('createApp: the pool follows the credentials', () => {
     const cfg = config({ GITHUB_TOKENS: tokens(16) });
     const { logger, events } = captureLogger();
     const room = { maxConnections: 100, reserved: 3, inUse: 41 };
-    const plan = await withApp({ config: cfg, logger, role: 'worker', serverRoom: room }, (app) => {
-      expect(app.pool.options.max).toBe(app.inFlight!.dbPool);
-      return app.inFlight as InFlightPlan;
-    });
+    const plan = await withApp(
+      { config: cfg, logger, role: 'worker', connectionHeadroom: room },
+      (app) => {
+        expect(app.pool.options.max).toBe(app.inFlight!.dbPool);
+        return app.inFlight as InFlightPlan;
+      },
+    );
     // 100 − 3 reserved − 40 others − 10 headroom − (32 gates + pg-boss 4 + liveness 1) = 10.
     expect(plan.dbPool).toBeLessThanOrEqual(10);
     expect(events('app.in_flight_plan')[0]!.msg).toMatch(/max_connections=100 with 41 open/);
@@ -87,7 +93,7 @@ describe('createApp: the pool follows the credentials', () => {
   it('reads the real server when it is not told, and stays within it', async () => {
     const cfg = config({ GITHUB_TOKENS: tokens(2) });
     await withApp({ config: cfg, role: 'ingest' }, async (app) => {
-      const room = await serverRoom(app.db);
+      const room = await connectionHeadroom(app.db);
       expect(app.pool.options.max).toBe(app.inFlight!.dbPool);
       expect(app.inFlight!.dbPool).toBeLessThanOrEqual(Math.max(room.maxConnections, 1));
       expect(pollsInFlight(app)).toBe(app.inFlight!.polls);

@@ -1,10 +1,10 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { settleAbandonedReservations } from '../../src/budget/ledger.ts';
+import { releaseReservation, settleAbandonedReservations } from '../../src/budget/ledger.ts';
 import { pollIntervalFloorSeconds } from '../../src/budget/snapshot.ts';
 import { allowanceFor } from '../../src/budget/window.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { clientFactory } from '../support/github-client.ts';
+import { clientFactory, reserve } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { spendRows } from '../support/ledger-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
@@ -42,10 +42,10 @@ describe('allowance split', () => {
     await spend(gh.credential, 'enrich', 5, { status: 304 }); // free
     await spend(gh.credential, 'enrich', 5, { outcome: 'abandoned', sent: false }); // never sent
 
-    const last = await gh.reserve('enrich', { path: '/users/x' });
+    const last = await reserve(gh, 'enrich', { path: '/users/x' });
     expect(last).not.toBeNull();
-    expect(await gh.reserve('enrich')).toBeNull();
-    expect(await gh.reserve('poll')).not.toBeNull();
+    expect(await reserve(gh, 'enrich')).toBeNull();
+    expect(await reserve(gh, 'poll')).not.toBeNull();
 
     const b = await gh.budget();
     expect(b).toMatchObject({
@@ -74,8 +74,8 @@ describe('allowance split', () => {
     expect(await gh.tryReserve('commits')).toMatchObject({ ok: false, reason: 'allowance' });
     expect(await gh.tryReserve('enrich')).toMatchObject({ ok: false, reason: 'allowance' });
     // Polls keep all of theirs.
-    for (let i = 0; i < 20; i++) expect(await gh.reserve('poll')).not.toBeNull();
-    expect(await gh.reserve('poll')).toBeNull();
+    for (let i = 0; i < 20; i++) expect(await reserve(gh, 'poll')).not.toBeNull();
+    expect(await reserve(gh, 'poll')).toBeNull();
     expect(await gh.budget()).toMatchObject({
       allowance: { enrich: 40, poll: 20 },
       spent: { enrich: 25, commits: 15, poll: 20 },
@@ -86,7 +86,7 @@ describe('allowance split', () => {
     const gh = clients.make({ apiUrl: fake.url, token: null });
     await spend(gh.credential, 'enrich', 40);
     expect(await gh.tryReserve('commits')).toMatchObject({ ok: false, reason: 'allowance' });
-    expect(await gh.reserve('poll')).not.toBeNull();
+    expect(await reserve(gh, 'poll')).not.toBeNull();
   });
 
   it('counts rows from the last hour only when no reset is known', async () => {
@@ -99,11 +99,11 @@ describe('allowance split', () => {
   it('a released reservation gives its request back', async () => {
     const gh = clients.make({ apiUrl: fake.url, token: null });
     await spend(gh.credential, 'poll', 19);
-    const r = await gh.reserve('poll');
+    const r = await reserve(gh, 'poll');
     expect(r).not.toBeNull();
-    expect(await gh.reserve('poll')).toBeNull();
-    await gh.release(r!);
-    const again = await gh.reserve('poll');
+    expect(await reserve(gh, 'poll')).toBeNull();
+    await releaseReservation(t.db, r!.id, 'released unused', new Date());
+    const again = await reserve(gh, 'poll');
     expect(again).not.toBeNull();
     const row = await t.db
       .selectFrom('github_requests')
@@ -116,7 +116,7 @@ describe('allowance split', () => {
   it('a request made with an earlier reservation uses that row, not a new one', async () => {
     const gh = clients.make({ apiUrl: fake.url });
     fake.setUser(userProfile({ id: 5, login: 'five' }));
-    const r = await gh.reserve('enrich', {
+    const r = await reserve(gh, 'enrich', {
       entity: { class: 'actor', id: 5 },
       path: '/users/five',
       jobId: 'j',
@@ -143,7 +143,7 @@ describe('allowance split', () => {
     await spend(a.credential, 'poll', 10);
     // Each client reserves on the shared app pool here; the advisory xact lock is what serializes.
     const results = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).reserve('poll')),
+      Array.from({ length: 20 }, (_, i) => reserve(i % 2 ? a : b, 'poll')),
     );
     expect(results.filter(Boolean)).toHaveLength(10);
   });
@@ -157,7 +157,7 @@ describe('rate-limit window', () => {
     fake.setRateLimit({ limit: 100, remaining: 10, resetAt }, { token: 'tok-window' });
 
     await gh.request({ purpose: 'poll', path: '/events' });
-    const open = await gh.reserve('poll');
+    const open = await reserve(gh, 'poll');
 
     const b = await gh.budget();
     expect(b.quota).toBe(100);

@@ -8,7 +8,7 @@ import {
   RateLimited,
 } from '../../src/github/errors.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { clientFactory, memoryLogger, randomToken } from '../support/github-client.ts';
+import { clientFactory, memoryLogger, randomToken, reserve } from '../support/github-client.ts';
 import { pushEvent, repoProfile, userProfile } from '../support/github-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
 
@@ -242,7 +242,7 @@ describe('rate limits', () => {
       .where('credential', '=', gh.credential)
       .executeTakeFirstOrThrow();
     expect(rl).toMatchObject({ remaining: 0, blocked_until: resetAt });
-    expect(await gh.reserve('enrich')).toBeNull();
+    expect(await reserve(gh, 'enrich')).toBeNull();
     expect((await gh.budget()).blockedUntil).toEqual(resetAt);
     expect(fake.requests).toHaveLength(1);
   });
@@ -278,7 +278,7 @@ describe('rate limits', () => {
 
     await gh.request({ purpose: 'enrich', path: '/users/a' });
     await gh.request({ purpose: 'enrich', path: '/users/a' });
-    expect(await gh.reserve('enrich')).toBeNull();
+    expect(await reserve(gh, 'enrich')).toBeNull();
     await expect(gh.request({ purpose: 'poll', path: '/users/a' })).rejects.toMatchObject({
       code: 'BUDGET_EXHAUSTED',
     });

@@ -12,7 +12,7 @@ import { pollDueSources } from '../../src/poll/poll-due.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';
+import { clientFactory, randomToken, reserve, testConfig } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { spendRows } from '../support/ledger-factories.ts';
 import { explain, indexReads, seqScans } from '../support/plans.ts';
@@ -97,8 +97,8 @@ describe('the pool', () => {
     await spend(a, 'enrich', 30);
     await spend(b, 'enrich', 10);
     await spend(b, 'poll', 25);
-    const enrich = await gh.reserve('enrich');
-    const poll = await gh.reserve('poll');
+    const enrich = await reserve(gh, 'enrich');
+    const poll = await reserve(gh, 'poll');
     expect(enrich!.credential).toBe(b);
     expect(poll!.credential).toBe(a);
   });
@@ -106,7 +106,7 @@ describe('the pool', () => {
   it('spreads a run of reservations evenly: open ones count as spent', async () => {
     const { gh, labels } = pool(2);
     const ids: number[] = [];
-    for (let i = 0; i < 20; i++) ids.push((await gh.reserve('enrich'))!.id);
+    for (let i = 0; i < 20; i++) ids.push((await reserve(gh, 'enrich'))!.id);
     expect(await reservedOn(ids)).toEqual({ [labels[0]!]: 10, [labels[1]!]: 10 });
   });
 
@@ -120,11 +120,11 @@ describe('the pool', () => {
       await other.query('BEGIN');
       await other.query('SELECT pg_advisory_xact_lock($1, $2)', [LockSpace.budget, int4Key(a)]);
       // a's lock is held by another transaction: the reservation goes to b at once.
-      expect((await gh.reserve('enrich'))!.credential).toBe(b);
+      expect((await reserve(gh, 'enrich'))!.credential).toBe(b);
       await other.query('SELECT pg_advisory_xact_lock($1, $2)', [LockSpace.budget, int4Key(b)]);
       // Both held: it waits (for the best one, a) until the other transaction ends.
       let done = false;
-      const waiting = gh.reserve('enrich').then((r) => {
+      const waiting = reserve(gh, 'enrich').then((r) => {
         done = true;
         return r;
       });
@@ -199,7 +199,7 @@ describe('the pool', () => {
     await observed(b, { quota: 60, resetInMinutes: 20 });
     await spend(a, 'enrich', 40);
     await spend(b, 'enrich', 39);
-    const last = await gh.reserve('enrich');
+    const last = await reserve(gh, 'enrich');
     expect(last!.credential).toBe(b);
 
     const d = await gh.tryReserve('enrich');
@@ -211,7 +211,7 @@ describe('the pool', () => {
     const bReset = (await gh.budget()).credentials.find((c) => c.credential === b)!.resetAt!;
     expect(d.retryAt).toEqual(bReset);
     // Polls still have room on both.
-    expect(await gh.reserve('poll')).not.toBeNull();
+    expect(await reserve(gh, 'poll')).not.toBeNull();
     const total = await gh.budget();
     expect(snapshotRefuses(total, 'enrich')).toBe(true);
     expect(snapshotRefuses(total, 'poll')).toBe(false);
@@ -222,7 +222,7 @@ describe('the pool', () => {
     const [a, b] = labels as [string, string];
     const block = await recordAuthFailure(t.db, a, new Date(), 5000);
     const ids: number[] = [];
-    for (let i = 0; i < 6; i++) ids.push((await gh.reserve('poll'))!.id);
+    for (let i = 0; i < 6; i++) ids.push((await reserve(gh, 'poll'))!.id);
     expect(await reservedOn(ids)).toEqual({ [b]: 6 });
 
     const total = await gh.budget();
@@ -278,7 +278,7 @@ describe('the pool', () => {
     await spend(a, 'enrich', 36); // 4 left of 40
     await spend(b, 'enrich', 33); // 7 left
     const results = await Promise.all(
-      Array.from({ length: 30 }, (_, i) => (i % 2 ? p1 : p2).reserve('enrich')),
+      Array.from({ length: 30 }, (_, i) => reserve(i % 2 ? p1 : p2, 'enrich')),
     );
     const granted = results.filter((r) => r !== null);
     expect(granted).toHaveLength(11);

@@ -8,7 +8,7 @@ import { addSource } from '../../src/store/sources.ts';
 import { captureLogger } from '../recovery/helpers.ts';
 import { runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';
+import { clientFactory, randomToken, reserve, testConfig } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { spendRows } from '../support/ledger-factories.ts';
 import { useFakeGitHub } from '../support/use-fake-github.ts';
@@ -126,7 +126,7 @@ describe('a request that gets a 401 in a pool', () => {
     const { env, revoked, good } = await revokedAndGood();
     const gh = clients.make({ apiUrl: fake.url, token: null, env });
     fake.setUser(userProfile({ id: 2, login: 'two' }));
-    const reservation = await gh.reserve('enrich', { path: '/users/two' });
+    const reservation = await reserve(gh, 'enrich', { path: '/users/two' });
     expect(reservation!.credential).toBe(revoked);
 
     const r = await gh.request({

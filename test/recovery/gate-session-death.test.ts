@@ -8,7 +8,7 @@ import type { RawResponse, Transport } from '../../src/github/transport.ts';
 import { int4Key, LockSpace } from '../../src/platform/db/locks.ts';
 import { createLogger } from '../../src/platform/log.ts';
 import { useTestDatabase } from '../support/db.ts';
-import { testConfig } from '../support/github-client.ts';
+import { reserve, testConfig } from '../support/github-client.ts';
 import { waitFor } from './helpers.ts';
 
 /**
@@ -72,7 +72,7 @@ describe('the gate session dies', () => {
         return answer304(req.path);
       },
     });
-    const reservation = (await gh.reserve('poll', { path: '/repos/o/r/events' }))!;
+    const reservation = (await reserve(gh, 'poll', { path: '/repos/o/r/events' }))!;
     const err = await gh
       .request({ purpose: 'poll', path: '/repos/o/r/events', reservation })
       .catch((e) => e);
@@ -109,7 +109,7 @@ describe('the gate session dies', () => {
         LockSpace.gate,
         int4Key(gh.credential),
       ]);
-      const reservation = (await gh.reserve('poll', { path: '/repos/o/r/events' }))!;
+      const reservation = (await reserve(gh, 'poll', { path: '/repos/o/r/events' }))!;
       const request = gh
         .request({ purpose: 'poll', path: '/repos/o/r/events', reservation })
         .catch((e: Error) => e);

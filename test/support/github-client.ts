@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { createGitHubClient } from '../../src/budget/client.ts';
-import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { GitHubClient, ReserveMeta } from '../../src/budget/client-types.ts';
+import type { Reservation } from '../../src/budget/types.ts';
 import type { Clock } from '../../src/platform/clock.ts';
 import { type Config, loadConfig } from '../../src/platform/config/config.ts';
+import type { RequestPurpose } from '../../src/platform/db/columns.ts';
 import { createLogger, type Logger } from '../../src/platform/log.ts';
 import type { TestDatabase } from './db.ts';
 
@@ -26,6 +28,16 @@ export interface TestClientOptions {
   env?: Record<string, string>;
   /** The client's time (its reservations, windows and budget): default the system clock. */
   clock?: Clock;
+}
+
+/** A reservation on `gh`'s pool, or null when the pool says no (tryReserve without its reason). */
+export async function reserve(
+  gh: GitHubClient,
+  purpose: RequestPurpose,
+  meta?: ReserveMeta,
+): Promise<Reservation | null> {
+  const d = await gh.tryReserve(purpose, meta);
+  return d.ok ? d.reservation : null;
 }
 
 export function randomToken(): string {

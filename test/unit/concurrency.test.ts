@@ -148,9 +148,9 @@ describe('inFlightPlan', () => {
       { credentials: c, role: 'worker' },
       { maxConnections: 100, reserved: 3, inUse: 21 },
     );
-    expect(small.roomCap).toBe(100 - 3 - 20 - headroom(100) - besides);
+    expect(small.headroomCap).toBe(100 - 3 - 20 - headroom(100) - besides);
     expect(small.plan.limitedBy).toBe('pool_cap');
-    expect(small.plan.dbPool).toBeLessThanOrEqual(small.roomCap);
+    expect(small.plan.dbPool).toBeLessThanOrEqual(small.headroomCap);
     expect(small.plan.dbPool + besides + 20 + 3 + headroom(100)).toBeLessThanOrEqual(100);
     // DATABASE_POOL_MAX below the room wins.
     const capped = fitToServer(

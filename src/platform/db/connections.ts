@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import type { Db } from './pool.ts';
 
-/** What the database server has for this process's connections. */
-export interface ServerRoom {
+/** What the database server has for this process's connections: its connection headroom. */
+export interface ConnectionHeadroom {
   /** max_connections. */
   maxConnections: number;
   /** superuser_reserved_connections + reserved_connections: never ours. */
@@ -17,7 +17,7 @@ export interface ServerRoom {
  * pg_use_reserved_connections), and the client sessions open now, of every database —
  * max_connections is the server's, not a database's.
  */
-export async function serverRoom(db: Db): Promise<ServerRoom> {
+export async function connectionHeadroom(db: Db): Promise<ConnectionHeadroom> {
   const r = await sql<{ max: number; reserved: number; in_use: number }>`
     SELECT current_setting('max_connections')::int AS max,
            current_setting('superuser_reserved_connections')::int
