@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import { ladderSeconds, MAX_DEATHS } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { backoffSeconds } from '../work/attempts.ts';
 import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**
@@ -29,9 +29,6 @@ import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts'
  * it sets aside; a fetcher that gives a claim back without an answer (the budget said no
  * after all, the gate stayed busy) calls abandonFetchAttempt.
  */
-
-/** A push whose fetch died this many times mid-request is not fetched again. */
-export const MAX_FETCH_DEATHS = 2;
 
 export type OpenedFetch =
   /** The attempt is open and committed: send the request. */
@@ -70,7 +67,7 @@ export async function openFetchAttempt(
   o: { now: Date; maxAttempts: number },
 ): Promise<OpenedFetch> {
   const attempts = claim.attempts + 1;
-  const nextAt = new Date(o.now.getTime() + backoffSeconds(attempts) * 1000);
+  const nextAt = new Date(o.now.getTime() + ladderSeconds('commits', attempts) * 1000);
   const r = await sql<Row>`
     WITH cur AS (
       SELECT commits_deaths + ${aloneDeath}::int AS deaths,
@@ -81,7 +78,7 @@ export async function openFetchAttempt(
     ),
     verdict AS (
       SELECT deaths, batch_deaths, died_at, attempts,
-             deaths >= ${MAX_FETCH_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
+             deaths >= ${MAX_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
                AS set_aside
       FROM cur
     )
@@ -90,7 +87,7 @@ export async function openFetchAttempt(
       commits_batch_deaths = v.batch_deaths,
       commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
       commits_error = CASE
-        WHEN v.deaths >= ${MAX_FETCH_DEATHS} THEN format(
+        WHEN v.deaths >= ${MAX_DEATHS} THEN format(
           'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
           v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
         WHEN v.set_aside THEN format(
@@ -188,7 +185,7 @@ export async function chargeDeaths(
       FOR UPDATE OF p
     ),
     verdict AS (
-      SELECT *, deaths >= ${MAX_FETCH_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
+      SELECT *, deaths >= ${MAX_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
                AS set_aside
       FROM cur
     )
@@ -197,7 +194,7 @@ export async function chargeDeaths(
       commits_batch_deaths = v.batch_deaths,
       commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
       commits_error = CASE
-        WHEN v.deaths >= ${MAX_FETCH_DEATHS} THEN format(
+        WHEN v.deaths >= ${MAX_DEATHS} THEN format(
           'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
           v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
         WHEN v.set_aside THEN format(
@@ -240,7 +237,9 @@ export async function openQueryAttempts(
   const a = claimArrays(claims);
   const counted = claims.length === 1 ? 1 : 0;
   const attempts = claims.map((c) => c.attempts + counted);
-  const nextAt = claims.map((c) => new Date(now.getTime() + backoffSeconds(c.attempts + 1) * 1000));
+  const nextAt = claims.map(
+    (c) => new Date(now.getTime() + ladderSeconds('commits', c.attempts + 1) * 1000),
+  );
   const r = await sql<{ repository_id: string; ref: string; before: string; head: string }>`
     UPDATE push_events p SET
       commits_fetch_started_at = ${now}::timestamptz,

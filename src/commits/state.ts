@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
+import { failedAttempt } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { failedAttempt } from '../work/attempts.ts';
 import { type CommitsClaim, stillOurs } from './claim.ts';
 
 /**
@@ -73,7 +73,12 @@ export async function markFailedAttempt(
   now: Date,
   maxAttempts: number,
 ): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
-  const { attempts, terminal, nextAttemptAt } = failedAttempt(claim.attempts, now, maxAttempts);
+  const { attempts, terminal, nextAttemptAt } = failedAttempt(
+    'commits',
+    claim.attempts,
+    now,
+    maxAttempts,
+  );
   const applied = await transition(
     db,
     claim,

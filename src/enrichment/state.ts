@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { EntityClass } from '../budget/types.ts';
+import { failedAttempt } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { failedAttempt } from '../work/attempts.ts';
 import { ENTITY_TABLES } from '../work/entity.ts';
 import { type Claim, stillOurs } from './claim.ts';
 
@@ -112,7 +112,12 @@ export async function markFailedAttempt(
   now: Date,
   maxAttempts: number,
 ): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
-  const { attempts, terminal, nextAttemptAt } = failedAttempt(claim.attempts, now, maxAttempts);
+  const { attempts, terminal, nextAttemptAt } = failedAttempt(
+    'entity',
+    claim.attempts,
+    now,
+    maxAttempts,
+  );
   const applied = await transition(
     db,
     claim,

@@ -8,17 +8,9 @@ import type { Deps } from '../work/deps.ts';
 
 /**
  * When a source is polled next: after a success, planNextPoll (below: X-Poll-Interval, the
- * quota its expected cost allows, the secondary limit); after a failure, a doubling ladder.
+ * quota its expected cost allows, the secondary limit); after a failure, the poll ladder
+ * (src/platform/attempts.ts).
  */
-
-export const BACKOFF_BASE_SECONDS = 60;
-export const BACKOFF_CAP_SECONDS = 3600;
-
-/** 60 s, 120 s, 240 s … capped at 1 h, for the n-th consecutive failure (n >= 1). */
-export function failureBackoffSeconds(failures: number): number {
-  const n = Math.max(1, failures);
-  return Math.min(BACKOFF_BASE_SECONDS * 2 ** (n - 1), BACKOFF_CAP_SECONDS);
-}
 
 export function addSeconds(at: Date, seconds: number): Date {
   return new Date(at.getTime() + seconds * 1000);
@@ -40,7 +32,7 @@ export function notDueReason(
 }
 
 /**
- * The poll plan (issue 19 item 3, ADR 0081). A 304 is free of GitHub's quota, so a source is
+ * The poll plan (ADR 0081). A 304 is free of GitHub's quota, so a source is
  * planned with its expected counted cost `c` — `poll_cost`, a weighted mean of the counted
  * requests its recent polls spent — not as if every poll cost one. A source polling every T
  * seconds spends c / T a second. The pool's poll allowance B (a second) is shared by
