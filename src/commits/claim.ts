@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { EnrichmentState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { dueSql } from '../work/commits-due.ts';
+import { writeIfOurs } from '../work/leased-rows.ts';
 
 /**
  * Claiming the next pending push to fetch commits for, under a lease (ADR 0071), like an
@@ -185,11 +186,13 @@ export function stillOurs(claim: CommitsClaim) {
 }
 
 /** Gives a claim back untouched (the budget said no). False when the lease was no longer ours. */
-export async function releasePush(db: Db, claim: CommitsClaim): Promise<boolean> {
-  const r = await sql`
-    UPDATE push_events SET commits_claimed_until = ${claim.previousLease}::timestamptz
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+export function releasePush(db: Db, claim: CommitsClaim): Promise<boolean> {
+  return writeIfOurs(
+    db,
+    'push_events',
+    stillOurs(claim),
+    sql`commits_claimed_until = ${claim.previousLease}::timestamptz`,
+  );
 }
 
 /** The claims as parallel arrays, for statements over a batch's pushes (unnest). */

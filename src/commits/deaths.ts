@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { ladderSeconds, MAX_DEATHS } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { writeIfOurs } from '../work/leased-rows.ts';
 import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**
@@ -56,6 +57,24 @@ const aloneDeath = sql<boolean>`(commits_fetch_started_at IS NOT NULL
 const batchDeath = sql<boolean>`(commits_fetch_started_at IS NOT NULL
   AND coalesce(commits_fetch_group, 1) > 1)`;
 
+/** The verdict on a push whose death `cur` counted: set aside, or not yet. */
+const setAside = (maxAttempts: number) =>
+  sql<boolean>`deaths >= ${MAX_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${maxAttempts})`;
+
+/** The counted deaths written to the push (alias p) from its verdict (alias v). */
+const deathsCounted = sql`
+      commits_deaths = v.deaths,
+      commits_batch_deaths = v.batch_deaths,
+      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
+      commits_error = CASE
+        WHEN v.deaths >= ${MAX_DEATHS} THEN format(
+          'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
+          v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
+        WHEN v.set_aside THEN format(
+          'the last of %s attempts died before it ended (killed, or out of memory); not retried',
+          v.attempts)
+        ELSE p.commits_error END`;
+
 /**
  * Before the first request for a claimed push: count the death an open attempt stands for,
  * then either set the push aside or open this attempt — one statement, committed before any
@@ -77,23 +96,11 @@ export async function openFetchAttempt(
       FROM push_events WHERE ${stillOurs(claim)} FOR UPDATE
     ),
     verdict AS (
-      SELECT deaths, batch_deaths, died_at, attempts,
-             deaths >= ${MAX_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
-               AS set_aside
+      SELECT deaths, batch_deaths, died_at, attempts, ${setAside(o.maxAttempts)} AS set_aside
       FROM cur
     )
     UPDATE push_events p SET
-      commits_deaths = v.deaths,
-      commits_batch_deaths = v.batch_deaths,
-      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
-      commits_error = CASE
-        WHEN v.deaths >= ${MAX_DEATHS} THEN format(
-          'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
-          v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
-        WHEN v.set_aside THEN format(
-          'the last of %s attempts died before it ended (killed, or out of memory); not retried',
-          v.attempts)
-        ELSE p.commits_error END,
+      ${deathsCounted},
       commits_attempts = CASE WHEN v.set_aside THEN p.commits_attempts ELSE ${attempts}::int END,
       commits_next_attempt_at = CASE WHEN v.set_aside THEN p.commits_next_attempt_at
         ELSE ${nextAt}::timestamptz END,
@@ -117,20 +124,17 @@ export async function openFetchAttempt(
  * budget or the share said no after all, the gate stayed busy, a failure that is not the
  * push's): its count and backoff undone, the push due again, the lease as before the claim.
  */
-export async function abandonFetchAttempt(
-  db: Db,
-  claim: CommitsClaim,
-  now: Date,
-): Promise<boolean> {
-  const r = await sql`
-    UPDATE push_events SET
-      commits_attempts = ${claim.attempts},
+export function abandonFetchAttempt(db: Db, claim: CommitsClaim, now: Date): Promise<boolean> {
+  return writeIfOurs(
+    db,
+    'push_events',
+    stillOurs(claim),
+    sql`commits_attempts = ${claim.attempts},
       commits_fetch_started_at = NULL,
       commits_fetch_group = NULL,
       commits_next_attempt_at = LEAST(commits_next_attempt_at, ${now}::timestamptz),
-      commits_claimed_until = ${claim.previousLease}::timestamptz
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+      commits_claimed_until = ${claim.previousLease}::timestamptz`,
+  );
 }
 
 /** stillOurs on the alias `p` (the UPDATE … FROM above). */
@@ -185,22 +189,11 @@ export async function chargeDeaths(
       FOR UPDATE OF p
     ),
     verdict AS (
-      SELECT *, deaths >= ${MAX_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
-               AS set_aside
+      SELECT *, ${setAside(o.maxAttempts)} AS set_aside
       FROM cur
     )
     UPDATE push_events p SET
-      commits_deaths = v.deaths,
-      commits_batch_deaths = v.batch_deaths,
-      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
-      commits_error = CASE
-        WHEN v.deaths >= ${MAX_DEATHS} THEN format(
-          'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
-          v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
-        WHEN v.set_aside THEN format(
-          'the last of %s attempts died before it ended (killed, or out of memory); not retried',
-          v.attempts)
-        ELSE p.commits_error END,
+      ${deathsCounted},
       commits_fetch_started_at = NULL,
       commits_fetch_group = NULL,
       commits_claimed_until = CASE WHEN v.set_aside THEN NULL ELSE p.commits_claimed_until END
