@@ -206,6 +206,14 @@ export function claimArrays(claims: readonly CommitsClaim[]) {
   };
 }
 
+/**
+ * stillOurs for a batch's statements: the push `p` is the claim `v` (a row of claimArrays,
+ * unnested), still waiting for the fetcher, under that claim's lease.
+ */
+export const batchStillOurs = sql`p.repository_id = v.repository_id AND p.ref = v.ref
+  AND p.before = v.before AND p.head = v.head AND p.commits_state IN ('pending', 'unverified')
+  AND p.commits_claimed_until = v.lease`;
+
 /** The key a batch's statements return a push by. */
 export const claimKey = (c: PushKey) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
 
@@ -236,8 +244,7 @@ export async function renewClaims(
           + make_interval(secs => floor(random() * 1000) / 1000000.0)
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[]) AS v(repository_id, ref, before, head, lease)
-    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+    WHERE ${batchStillOurs}
     RETURNING p.repository_id::text AS repository_id, p.ref, p.before, p.head,
       p.commits_claimed_until::text AS lease`.execute(db);
   const renewed = new Map(

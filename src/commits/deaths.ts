@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { ladderSeconds, MAX_DEATHS } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { writeIfOurs } from '../work/leased-rows.ts';
-import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
+import { batchStillOurs, type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**
  * Commit fetches that killed their process (ADR 0120, ADR 0182), as gap fills'
@@ -184,8 +184,7 @@ export async function chargeDeaths(
       FROM push_events p
       JOIN unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                   ${a.leases}::timestamptz[]) AS v(repository_id, ref, before, head, lease)
-        ON p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-       AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+        ON ${batchStillOurs}
       FOR UPDATE OF p
     ),
     verdict AS (
@@ -242,8 +241,7 @@ export async function openQueryAttempts(
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[], ${attempts}::int[], ${nextAt}::timestamptz[])
       AS v(repository_id, ref, before, head, lease, attempts, next_at)
-    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+    WHERE ${batchStillOurs}
     RETURNING p.repository_id::text AS repository_id, p.ref, p.before, p.head`.execute(db);
   const ours = new Set(r.rows.map((row) => claimKey({ ...row, repositoryId: row.repository_id })));
   return claims.filter((c) => !ours.has(claimKey(c)));
@@ -271,8 +269,5 @@ export async function closeQueryAttempts(
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[], ${attempts}::int[])
       AS v(repository_id, ref, before, head, lease, attempts)
-    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease`.execute(
-    db,
-  );
+    WHERE ${batchStillOurs}`.execute(db);
 }
