@@ -132,7 +132,7 @@ export class WorkerService extends BackgroundService {
       liveness: this.liveness,
     });
     if (this.#opts.schedule ?? true) {
-      this.scheduler.start();
+      await this.scheduler.start();
       // The first poll now, not at the next tick (up to TICK_SECONDS away). Unthrottled: a
       // stately queue keeps at most one waiting, so this never doubles a queued poll.
       await this.boss.send(QUEUES.pollSources, { reason: 'start' });
