@@ -93,7 +93,7 @@ async function runner(deps: BenchDeps, until: number): Promise<number> {
   while (stop === 'cap' && performance.now() < until) {
     const s = await fetchCycle(deps, {
       maxPushes: 50,
-      shouldStop: () => performance.now() >= until,
+      signal: AbortSignal.timeout(Math.max(0, until - performance.now())),
     });
     processed += s.processed;
     stop = s.stoppedBy;

@@ -96,7 +96,7 @@ async function runner(deps: BenchDeps, until: number, cap = 50): Promise<RunnerT
     for (const cls of ENTITY_CLASSES) {
       const s = await enrichCycle(deps, cls, {
         maxEntities: cap,
-        shouldStop: () => performance.now() >= until,
+        signal: AbortSignal.timeout(Math.max(0, until - performance.now())),
       });
       totals.processed += s.processed;
       totals.stops.push(s.stoppedBy);

@@ -283,9 +283,6 @@ export async function failCheckpoint(
   );
 }
 
-/** Imports die at most this often before a file is not read again unforced. */
-export const MAX_IMPORT_DEATHS = 2;
-
 // What a died import's checkpoint says, around its lines_done (set in SQL, where it is read).
 const DIED_HEAD = 'interrupted: the process importing it died (killed, or out of memory) at line ';
 const DIED_TAIL = '; the next import resumes there';

@@ -1,3 +1,4 @@
+import { ladderSeconds, MAX_DEATHS } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { Gap } from '../platform/db/schema.ts';
 import type { Logger } from '../platform/log.ts';
@@ -12,12 +13,9 @@ import { getGap, openAttempt, pushesRecovered, settleGap } from './gaps.ts';
  * mid-fill leaves a gap that is not due at once.
  */
 
-/** A gap whose fill's process died this many times mid-fill is not tried again. */
-export const MAX_FILL_DEATHS = 2;
-
-/** Minutes before another try: 1, 2, 4 … capped at an hour. */
+/** Before another try after `attempts` attempts: the fill ladder (1, 2, 4 … minutes, at most an hour). */
 export function retryDelayMs(attempts: number): number {
-  return Math.min(3_600_000, 60_000 * 2 ** Math.max(0, attempts - 1));
+  return ladderSeconds('fill', attempts) * 1000;
 }
 
 export type BeforeFill =
@@ -92,9 +90,9 @@ export async function beforeFill(c: Ctx, found: Gap): Promise<BeforeFill> {
         hour,
         attempt_started_at: gap.fill_started_at.toISOString(),
       },
-      `gap ${gapId}: the fill started ${gap.fill_started_at.toISOString()} died before it ended${hour ? ` (importing ${hour})` : ''}: ${deaths} of ${MAX_FILL_DEATHS} deaths`,
+      `gap ${gapId}: the fill started ${gap.fill_started_at.toISOString()} died before it ended${hour ? ` (importing ${hour})` : ''}: ${deaths} of ${MAX_DEATHS} deaths`,
     );
-    if (deaths >= MAX_FILL_DEATHS) {
+    if (deaths >= MAX_DEATHS) {
       return giveUp(
         c,
         gap,

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { ladderIntervalSql } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
 import { RETRY_WINDOW_MS } from '../store/archive-hours.ts';
@@ -53,8 +54,7 @@ export interface LateMirrorHour {
 /**
  * Hours of filled gaps that a configured mirror lacked (missing, failed) or served while it
  * said they were still open, and may still publish or finish: inside their retry window,
- * their backoff over (1, 2, 4 … minutes by attempts, capped at an hour, as a gap's). Oldest
- * first.
+ * their wait on the fill ladder over (as a gap's, by attempts). Oldest first.
  */
 export async function lateMirrorHours(
   db: Db,
@@ -71,7 +71,7 @@ export async function lateMirrorHours(
     WHERE g.state = 'filled' AND b.state IN ('missing', 'failed', 'open')
       AND b.mirror = ANY(${[...configured.keys()]}::text[])
       AND b.hour + interval '1 hour' + make_interval(secs => ${RETRY_WINDOW_MS / 1000}) > ${now}
-      AND b.updated_at + least(interval '1 hour', interval '1 minute' * 2 ^ greatest(0, b.attempts - 1)) <= ${now}
+      AND b.updated_at + ${ladderIntervalSql('fill', sql`b.attempts`)} <= ${now}
     ORDER BY b.updated_at, b.id
     LIMIT ${limit}`.execute(db);
   return r.rows.map((row) => ({

@@ -1,5 +1,6 @@
 import { type QueryCreator, sql } from 'kysely';
 import type { RateLimitState } from '../github/answer-headers.ts';
+import { ladderIntervalSql, ladderSeconds } from '../platform/attempts.ts';
 import type { BlockReason } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
 import type { Database } from '../platform/db/schema.ts';
@@ -117,23 +118,11 @@ export async function recordBlock(
     .execute();
 }
 
-/**
- * How long the n-th 401 in a row blocks a credential: 1, 5, 15, then 60 minutes. A token
- * GitHub rejected once by a glitch is tried again in a minute; a revoked one costs four
- * requests in the first hour and one an hour after that.
- */
-export const AUTH_LADDER_SECONDS = [60, 300, 900, 3600] as const;
-
-export function authBlockSeconds(failures: number): number {
-  const i = Math.min(Math.max(1, failures), AUTH_LADDER_SECONDS.length) - 1;
-  return AUTH_LADDER_SECONDS[i]!;
-}
-
 /** The most of GitHub's words kept with an auth block (its messages are a sentence). */
 const AUTH_ERROR_MAX = 200;
 
 /**
- * A 401: one more step up the auth ladder, and the credential blocked for that long for
+ * A 401: one more step up the auth ladder (src/platform/attempts.ts), and the credential blocked for that long for
  * every process. `reason` (what GitHub said) and the start of this run of 401s are kept
  * beside the block, for /status and for the message when the whole pool is rejected.
  * Returns when it may be tried again, how many 401s in a row it got, and since when.
@@ -149,7 +138,6 @@ export async function recordAuthFailure(
   const error = Array.from(reason.replace(/\p{Cc}+/gu, ' '))
     .slice(0, AUTH_ERROR_MAX)
     .join('');
-  const ladder = sql`(ARRAY[${sql.join(AUTH_LADDER_SECONDS.map((s) => sql`${s}::int`))}])`;
   const row = await db
     .insertInto('github_rate_limits')
     .values({
@@ -157,7 +145,7 @@ export async function recordAuthFailure(
       quota: fallbackQuota,
       remaining: fallbackQuota,
       reset_at: now,
-      blocked_until: new Date(now.getTime() + authBlockSeconds(1) * 1000),
+      blocked_until: new Date(now.getTime() + ladderSeconds('auth', 1) * 1000),
       block_reason: 'auth',
       auth_failures: 1,
       auth_failed_since: now,
@@ -167,7 +155,7 @@ export async function recordAuthFailure(
       oc.column('credential').doUpdateSet({
         auth_failures: sql<number>`github_rate_limits.auth_failures + 1`,
         blocked_until: sql<Date>`GREATEST(github_rate_limits.blocked_until,
-          ${now}::timestamptz + make_interval(secs => ${ladder}[LEAST(github_rate_limits.auth_failures + 1, ${AUTH_LADDER_SECONDS.length})]))`,
+          ${now}::timestamptz + ${ladderIntervalSql('auth', sql`github_rate_limits.auth_failures + 1`)})`,
         block_reason: 'auth',
         auth_failed_since: sql<Date>`CASE WHEN github_rate_limits.auth_failures > 0
           THEN COALESCE(github_rate_limits.auth_failed_since, ${now}::timestamptz)

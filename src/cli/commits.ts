@@ -97,7 +97,8 @@ export interface CommitsRunSummary {
 
 export interface RunOptions {
   limit: number;
-  shouldStop?: () => boolean;
+  /** Aborted (SIGINT, SIGTERM) → stops between entities. */
+  signal?: AbortSignal;
   onPush?: (r: FetchResult, summary: CommitsRunSummary) => void | Promise<void>;
 }
 
@@ -162,7 +163,7 @@ export async function runCommits(app: App, opts: RunOptions): Promise<CommitsRun
   // plan's lanes, the share rule before every REST request), capped at the limit.
   const run = await fetchCycle(app, {
     maxPushes: opts.limit,
-    shouldStop: opts.shouldStop,
+    signal: opts.signal,
     onResult: record,
   });
   summary.requests = run.requests;
@@ -244,10 +245,8 @@ export async function main(argv: string[]): Promise<number> {
   if (limit === undefined) throw new UsageError(`--limit N is required\n\n${USAGE}`);
 
   const app = await createApp({ role: 'commits', writesStoredData: true });
-  let interrupted = false;
-  const onSignal = () => {
-    interrupted = true;
-  };
+  const interrupted = new AbortController();
+  const onSignal = () => interrupted.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   // Progress on stderr's last line (a TTY only); results on stdout above it.
@@ -255,7 +254,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     const summary = await runCommits(app, {
       limit,
-      shouldStop: () => interrupted,
+      signal: interrupted.signal,
       onPush: (r, s) => {
         if (parsed.values.json) return;
         terminal.write(process.stdout, `${formatPush(r)}\n`);

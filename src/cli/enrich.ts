@@ -87,7 +87,8 @@ export async function budgetLeft(app: App): Promise<number> {
 export interface RunOptions {
   limit: number;
   classes: readonly EntityClass[];
-  shouldStop?: () => boolean;
+  /** Aborted (SIGINT, SIGTERM) → stops between entities. */
+  signal?: AbortSignal;
   onEntity?: (r: EnrichResult, summary: EnrichRunSummary) => void | Promise<void>;
 }
 
@@ -111,7 +112,7 @@ export async function runEnrich(app: App, opts: RunOptions): Promise<EnrichRunSu
   try {
     const run = await enrichClasses(app, opts.classes, {
       maxEntities: opts.limit,
-      shouldStop: opts.shouldStop,
+      signal: opts.signal,
       onResult: async (r) => {
         if (r.outcome === 'idle' || r.outcome === 'budget_exhausted') return;
         summary.done += 1;
@@ -216,10 +217,8 @@ export async function main(argv: string[]): Promise<number> {
   }
 
   const app = await createApp({ role: 'enrich' });
-  let interrupted = false;
-  const onSignal = () => {
-    interrupted = true;
-  };
+  const interrupted = new AbortController();
+  const onSignal = () => interrupted.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   // The bar is progress, not a result: it lives on stderr's last line (a TTY only), the
@@ -229,7 +228,7 @@ export async function main(argv: string[]): Promise<number> {
     const summary = await runEnrich(app, {
       limit,
       classes: only ? [only] : ENTITY_CLASSES,
-      shouldStop: () => interrupted,
+      signal: interrupted.signal,
       onEntity: async (r, s) => {
         if (parsed.values.json) return;
         terminal.write(process.stdout, `${formatEntity(r)}\n`);

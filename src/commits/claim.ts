@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { EnrichmentState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { dueSql } from '../work/commits-due.ts';
+import { writeIfOurs } from '../work/leased-rows.ts';
 
 /**
  * Claiming the next pending push to fetch commits for, under a lease (ADR 0071), like an
@@ -185,11 +186,13 @@ export function stillOurs(claim: CommitsClaim) {
 }
 
 /** Gives a claim back untouched (the budget said no). False when the lease was no longer ours. */
-export async function releasePush(db: Db, claim: CommitsClaim): Promise<boolean> {
-  const r = await sql`
-    UPDATE push_events SET commits_claimed_until = ${claim.previousLease}::timestamptz
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+export function releasePush(db: Db, claim: CommitsClaim): Promise<boolean> {
+  return writeIfOurs(
+    db,
+    'push_events',
+    stillOurs(claim),
+    sql`commits_claimed_until = ${claim.previousLease}::timestamptz`,
+  );
 }
 
 /** The claims as parallel arrays, for statements over a batch's pushes (unnest). */
@@ -202,6 +205,14 @@ export function claimArrays(claims: readonly CommitsClaim[]) {
     leases: claims.map((c) => c.lease),
   };
 }
+
+/**
+ * stillOurs for a batch's statements: the push `p` is the claim `v` (a row of claimArrays,
+ * unnested), still waiting for the fetcher, under that claim's lease.
+ */
+export const batchStillOurs = sql`p.repository_id = v.repository_id AND p.ref = v.ref
+  AND p.before = v.before AND p.head = v.head AND p.commits_state IN ('pending', 'unverified')
+  AND p.commits_claimed_until = v.lease`;
 
 /** The key a batch's statements return a push by. */
 export const claimKey = (c: PushKey) => `${c.repositoryId}|${c.ref}|${c.before}|${c.head}`;
@@ -233,8 +244,7 @@ export async function renewClaims(
           + make_interval(secs => floor(random() * 1000) / 1000000.0)
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[]) AS v(repository_id, ref, before, head, lease)
-    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+    WHERE ${batchStillOurs}
     RETURNING p.repository_id::text AS repository_id, p.ref, p.before, p.head,
       p.commits_claimed_until::text AS lease`.execute(db);
   const renewed = new Map(

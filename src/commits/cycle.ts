@@ -25,7 +25,7 @@ export interface CommitsCycleOptions {
   jobId?: string | null;
   /** Pushes the cycle works on at most (bin/commits --limit; the worker's REST cycles). */
   maxPushes?: number;
-  shouldStop?: () => boolean;
+  /** Aborted → the cycle stops between steps, never mid-request (a stop, the job's time). */
   signal?: AbortSignal;
   /** Each push's result as it is settled (bin/commits prints a line a push). */
   onResult?: (r: FetchResult) => void | Promise<void>;
@@ -63,7 +63,7 @@ export async function fetchCycle(
     stoppedBy: 'idle',
   };
   const graphql = commitsByGraphQL(deps);
-  const loop = { cap: opts.maxPushes, shouldStop: opts.shouldStop, signal: opts.signal };
+  const loop = { cap: opts.maxPushes, signal: opts.signal };
   const graphqlLanes = graphql ? fetchLanes(deps, 'graphql', 'commits') : 1;
   const run = graphql
     ? await runFetchCycle({
@@ -89,7 +89,7 @@ export async function fetchCycle(
         ...loop,
         lanes: fetchLanes(deps, 'rest', 'commits'),
         step: async () => {
-          const r = await fetchOnce(deps, { jobId: opts.jobId, signal: opts.signal });
+          const r = await fetchOnce(deps, { jobId: opts.jobId });
           await opts.onResult?.(r);
           summary.outcomes[r.outcome] += 1;
           summary.requests += r.requests;

@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
+import { ladderSeconds, MAX_DEATHS } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { backoffSeconds } from '../work/attempts.ts';
-import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
+import { writeIfOurs } from '../work/leased-rows.ts';
+import { batchStillOurs, type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts';
 
 /**
  * Commit fetches that killed their process (ADR 0120), as gap fills'.
@@ -29,9 +30,6 @@ import { type CommitsClaim, claimArrays, claimKey, stillOurs } from './claim.ts'
  * after all, the gate stayed busy) calls abandonFetchAttempt.
  */
 
-/** A push whose fetch died this many times mid-request is not fetched again. */
-export const MAX_FETCH_DEATHS = 2;
-
 export type OpenedFetch =
   /** The attempt is open and committed: send the request. */
   | { kind: 'opened'; attempts: number; deaths: number; nextAttemptAt: Date }
@@ -58,6 +56,24 @@ const aloneDeath = sql<boolean>`(commits_fetch_started_at IS NOT NULL
 const batchDeath = sql<boolean>`(commits_fetch_started_at IS NOT NULL
   AND coalesce(commits_fetch_group, 1) > 1)`;
 
+/** The verdict on a push whose death `cur` counted: set aside, or not yet. */
+const setAside = (maxAttempts: number) =>
+  sql<boolean>`deaths >= ${MAX_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${maxAttempts})`;
+
+/** The counted deaths written to the push (alias p) from its verdict (alias v). */
+const deathsCounted = sql`
+      commits_deaths = v.deaths,
+      commits_batch_deaths = v.batch_deaths,
+      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
+      commits_error = CASE
+        WHEN v.deaths >= ${MAX_DEATHS} THEN format(
+          'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
+          v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
+        WHEN v.set_aside THEN format(
+          'the last of %s attempts died before it ended (killed, or out of memory); not retried',
+          v.attempts)
+        ELSE p.commits_error END`;
+
 /**
  * Before the first request for a claimed push: count the death an open attempt stands for,
  * then either set the push aside or open this attempt — one statement, committed before any
@@ -69,7 +85,7 @@ export async function openFetchAttempt(
   o: { now: Date; maxAttempts: number },
 ): Promise<OpenedFetch> {
   const attempts = claim.attempts + 1;
-  const nextAt = new Date(o.now.getTime() + backoffSeconds(attempts) * 1000);
+  const nextAt = new Date(o.now.getTime() + ladderSeconds('commits', attempts) * 1000);
   const r = await sql<Row>`
     WITH cur AS (
       SELECT commits_deaths + ${aloneDeath}::int AS deaths,
@@ -79,23 +95,11 @@ export async function openFetchAttempt(
       FROM push_events WHERE ${stillOurs(claim)} FOR UPDATE
     ),
     verdict AS (
-      SELECT deaths, batch_deaths, died_at, attempts,
-             deaths >= ${MAX_FETCH_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
-               AS set_aside
+      SELECT deaths, batch_deaths, died_at, attempts, ${setAside(o.maxAttempts)} AS set_aside
       FROM cur
     )
     UPDATE push_events p SET
-      commits_deaths = v.deaths,
-      commits_batch_deaths = v.batch_deaths,
-      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
-      commits_error = CASE
-        WHEN v.deaths >= ${MAX_FETCH_DEATHS} THEN format(
-          'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
-          v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
-        WHEN v.set_aside THEN format(
-          'the last of %s attempts died before it ended (killed, or out of memory); not retried',
-          v.attempts)
-        ELSE p.commits_error END,
+      ${deathsCounted},
       commits_attempts = CASE WHEN v.set_aside THEN p.commits_attempts ELSE ${attempts}::int END,
       commits_next_attempt_at = CASE WHEN v.set_aside THEN p.commits_next_attempt_at
         ELSE ${nextAt}::timestamptz END,
@@ -119,20 +123,17 @@ export async function openFetchAttempt(
  * budget or the share said no after all, the gate stayed busy, a failure that is not the
  * push's): its count and backoff undone, the push due again, the lease as before the claim.
  */
-export async function abandonFetchAttempt(
-  db: Db,
-  claim: CommitsClaim,
-  now: Date,
-): Promise<boolean> {
-  const r = await sql`
-    UPDATE push_events SET
-      commits_attempts = ${claim.attempts},
+export function abandonFetchAttempt(db: Db, claim: CommitsClaim, now: Date): Promise<boolean> {
+  return writeIfOurs(
+    db,
+    'push_events',
+    stillOurs(claim),
+    sql`commits_attempts = ${claim.attempts},
       commits_fetch_started_at = NULL,
       commits_fetch_group = NULL,
       commits_next_attempt_at = LEAST(commits_next_attempt_at, ${now}::timestamptz),
-      commits_claimed_until = ${claim.previousLease}::timestamptz
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+      commits_claimed_until = ${claim.previousLease}::timestamptz`,
+  );
 }
 
 /** stillOurs on the alias `p` (the UPDATE … FROM above). */
@@ -182,27 +183,15 @@ export async function chargeDeaths(
       FROM push_events p
       JOIN unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                   ${a.leases}::timestamptz[]) AS v(repository_id, ref, before, head, lease)
-        ON p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-       AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+        ON ${batchStillOurs}
       FOR UPDATE OF p
     ),
     verdict AS (
-      SELECT *, deaths >= ${MAX_FETCH_DEATHS} OR (died_at IS NOT NULL AND attempts >= ${o.maxAttempts})
-               AS set_aside
+      SELECT *, ${setAside(o.maxAttempts)} AS set_aside
       FROM cur
     )
     UPDATE push_events p SET
-      commits_deaths = v.deaths,
-      commits_batch_deaths = v.batch_deaths,
-      commits_state = CASE WHEN v.set_aside THEN 'failed' ELSE p.commits_state END,
-      commits_error = CASE
-        WHEN v.deaths >= ${MAX_FETCH_DEATHS} THEN format(
-          'the fetch of this push killed its process %s times (killed, or out of memory; last attempt started %s); not retried',
-          v.deaths, to_char(v.died_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'))
-        WHEN v.set_aside THEN format(
-          'the last of %s attempts died before it ended (killed, or out of memory); not retried',
-          v.attempts)
-        ELSE p.commits_error END,
+      ${deathsCounted},
       commits_fetch_started_at = NULL,
       commits_fetch_group = NULL,
       commits_claimed_until = CASE WHEN v.set_aside THEN NULL ELSE p.commits_claimed_until END
@@ -239,7 +228,9 @@ export async function openQueryAttempts(
   const a = claimArrays(claims);
   const counted = claims.length === 1 ? 1 : 0;
   const attempts = claims.map((c) => c.attempts + counted);
-  const nextAt = claims.map((c) => new Date(now.getTime() + backoffSeconds(c.attempts + 1) * 1000));
+  const nextAt = claims.map(
+    (c) => new Date(now.getTime() + ladderSeconds('commits', c.attempts + 1) * 1000),
+  );
   const r = await sql<{ repository_id: string; ref: string; before: string; head: string }>`
     UPDATE push_events p SET
       commits_fetch_started_at = ${now}::timestamptz,
@@ -249,8 +240,7 @@ export async function openQueryAttempts(
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[], ${attempts}::int[], ${nextAt}::timestamptz[])
       AS v(repository_id, ref, before, head, lease, attempts, next_at)
-    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease
+    WHERE ${batchStillOurs}
     RETURNING p.repository_id::text AS repository_id, p.ref, p.before, p.head`.execute(db);
   const ours = new Set(r.rows.map((row) => claimKey({ ...row, repositoryId: row.repository_id })));
   return claims.filter((c) => !ours.has(claimKey(c)));
@@ -278,8 +268,5 @@ export async function closeQueryAttempts(
     FROM unnest(${a.ids}::bigint[], ${a.refs}::text[], ${a.befores}::text[], ${a.heads}::text[],
                 ${a.leases}::timestamptz[], ${attempts}::int[])
       AS v(repository_id, ref, before, head, lease, attempts)
-    WHERE p.repository_id = v.repository_id AND p.ref = v.ref AND p.before = v.before
-      AND p.head = v.head AND p.commits_state IN ('pending', 'unverified') AND p.commits_claimed_until = v.lease`.execute(
-    db,
-  );
+    WHERE ${batchStillOurs}`.execute(db);
 }

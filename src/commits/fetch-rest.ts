@@ -1,15 +1,13 @@
 import {
   BudgetExhausted,
-  FixtureMiss,
   GateTimeout,
   GitHubRequestFailed,
-  GitHubUnavailable,
-  MalformedResponse,
   RateLimited,
 } from '../github/errors.ts';
 import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { redact } from '../platform/redact.ts';
+import { errorStatus, isTransientFailure } from '../work/leased-rows.ts';
 import { type CommitsClaim, claimNextPush, type PushKey } from './claim.ts';
 import { CompareInvalid, ZERO_SHA } from './compare.ts';
 import {
@@ -55,20 +53,7 @@ const DEFAULT_BRANCH_404 = 'the default branch answered 404';
 /** A new branch waits this long for its repository's profile before it is tried again. */
 export const WAIT_FOR_REPOSITORY_SECONDS = 60;
 
-function isTransient(err: unknown): err is Error {
-  return (
-    err instanceof GitHubUnavailable ||
-    err instanceof MalformedResponse ||
-    err instanceof GitHubRequestFailed ||
-    err instanceof CompareInvalid ||
-    err instanceof FixtureMiss
-  );
-}
-
-function errorStatus(err: unknown): number | null {
-  const status = (err as { status?: unknown }).status;
-  return typeof status === 'number' ? status : null;
-}
+const isTransient = (err: unknown): err is Error => isTransientFailure(err, CompareInvalid);
 
 /** The base of the comparison: the push's `before`, or for a new branch the default branch. */
 async function baseOf(deps: FetchDeps, claim: CommitsClaim): Promise<string | FetchResult> {

@@ -1,4 +1,4 @@
-import type { Deps } from '../work/deps.ts';
+import type { WorkDeps } from '../work/deps.ts';
 import type { PushKey } from './claim.ts';
 
 /**
@@ -8,7 +8,7 @@ import type { PushKey } from './claim.ts';
  * (fetch-rest → fetch-graphql → cycle).
  */
 
-export type FetchDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;
+export type FetchDeps = WorkDeps;
 
 export type FetchOutcome =
   | 'idle'

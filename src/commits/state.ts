@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
-import { failedAttempt } from '../work/attempts.ts';
+import { failLeasedAttempt, LEASED_ROWS, settleLeased } from '../work/leased-rows.ts';
 import { type CommitsClaim, stillOurs } from './claim.ts';
 
 /**
@@ -18,13 +18,9 @@ import { type CommitsClaim, stillOurs } from './claim.ts';
  *   pending ──the fetch died twice mid-request──► failed (deaths.ts)
  */
 
-async function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
-  // Every settle also closes the attempt openFetchAttempt opened (deaths.ts).
-  const r = await sql`
-    UPDATE push_events SET ${set}, commits_claimed_until = NULL, commits_fetch_started_at = NULL,
-      commits_fetch_group = NULL
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+/** Every settle also closes the attempt openFetchAttempt opened (deaths.ts). */
+function transition(db: Db, claim: CommitsClaim, set: ReturnType<typeof sql>) {
+  return settleLeased(db, LEASED_ROWS.commits, stillOurs(claim), set);
 }
 
 /**
@@ -66,22 +62,20 @@ export function markGone(db: Db, claim: CommitsClaim, detail: string): Promise<b
  * backoff ladder, at the limit it is `failed` (terminal: a broken range costs at most
  * maxAttempts requests, never a loop).
  */
-export async function markFailedAttempt(
+export function markFailedAttempt(
   db: Db,
   claim: CommitsClaim,
   detail: string,
   now: Date,
   maxAttempts: number,
 ): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
-  const { attempts, terminal, nextAttemptAt } = failedAttempt(claim.attempts, now, maxAttempts);
-  const applied = await transition(
-    db,
-    claim,
-    // An unverified push stays so on the ladder: its mirror's commits are still unproven.
-    sql`commits_state = ${terminal ? sql`'failed'` : sql`commits_state`}, commits_attempts = ${attempts},
-        commits_error = ${detail}, commits_next_attempt_at = ${nextAttemptAt}`,
-  );
-  return { applied, terminal, nextAttemptAt };
+  // An unverified push stays so on the ladder: its mirror's commits are still unproven.
+  return failLeasedAttempt(db, LEASED_ROWS.commits, stillOurs(claim), {
+    attempts: claim.attempts,
+    detail,
+    now,
+    maxAttempts,
+  });
 }
 
 /**

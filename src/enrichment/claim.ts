@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { EntityClass } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { ENTITY_TABLES } from '../work/entity.ts';
+import { writeIfOurs } from '../work/leased-rows.ts';
 
 /**
  * Claiming the next due entity of a class under a lease (ADR 0006).
@@ -119,12 +120,12 @@ export function stillOurs(claim: Claim) {
  * the row is byte-for-byte what it was (used when the budget says no). Returns false
  * when the lease was no longer ours (it expired and someone else took the row).
  */
-export async function releaseClaim(db: Db, claim: Claim): Promise<boolean> {
-  const { table } = ENTITY_TABLES[claim.class];
-  const r = await sql`
-    UPDATE ${sql.table(table)}
-    SET claimed_until = ${claim.previous.claimedUntil}::timestamptz,
-        claimed_by = ${claim.previous.claimedBy}
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+export function releaseClaim(db: Db, claim: Claim): Promise<boolean> {
+  return writeIfOurs(
+    db,
+    ENTITY_TABLES[claim.class].table,
+    stillOurs(claim),
+    sql`claimed_until = ${claim.previous.claimedUntil}::timestamptz,
+        claimed_by = ${claim.previous.claimedBy}`,
+  );
 }

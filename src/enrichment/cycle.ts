@@ -13,8 +13,7 @@ export interface CycleOptions {
   jobId?: string | null;
   /** Stop after this many entities (default: until idle or told no). */
   maxEntities?: number;
-  /** Checked before each entity: a job being shut down stops between entities, never mid-request. */
-  shouldStop?: () => boolean;
+  /** Aborted → the cycle stops between entities, never mid-request (a stop, the job's time). */
   signal?: AbortSignal;
   /** Each entity worked on, as it is settled (bin/enrich prints a line an entity). */
   onResult?: (r: EnrichResult) => void | Promise<void>;
@@ -95,14 +94,13 @@ export async function enrichClasses(
   const run = await runFetchCycle({
     lanes: fetchLanes(deps, 'rest', 'enrich'),
     cap: opts.maxEntities,
-    shouldStop: opts.shouldStop,
     signal: opts.signal,
     step: async () => {
       for (;;) {
         const cls = turns.next();
         if (cls === null)
           return { taken: 0, stop: turns.anyParked() ? 'budget_exhausted' : 'idle' };
-        const r = await enrichOnce(deps, cls, { jobId: opts.jobId, signal: opts.signal });
+        const r = await enrichOnce(deps, cls, { jobId: opts.jobId });
         outcomes[r.outcome] += 1;
         if (r.outcome === 'idle') {
           turns.idle(cls);

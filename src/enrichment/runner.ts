@@ -3,11 +3,8 @@ import type { GitHubResponse } from '../github/classify.ts';
 import {
   BudgetExhausted,
   describeRejected,
-  FixtureMiss,
   GateTimeout,
   GitHubRequestFailed,
-  GitHubUnavailable,
-  MalformedResponse,
   PoolRejected,
   RateLimited,
 } from '../github/errors.ts';
@@ -15,8 +12,9 @@ import { systemClock } from '../platform/clock.ts';
 import { faultPoint } from '../platform/fault.ts';
 import { redact } from '../platform/redact.ts';
 import { jsonUnderPolicy } from '../store/commit-emails.ts';
-import type { Deps } from '../work/deps.ts';
+import type { WorkDeps } from '../work/deps.ts';
 import { ENTITY_TABLES } from '../work/entity.ts';
+import { errorStatus, isTransientFailure } from '../work/leased-rows.ts';
 import { shareRule } from '../work/split.ts';
 import { fairShare } from '../work/split-classes.ts';
 import { actorProfile } from './apply-actor.ts';
@@ -40,7 +38,7 @@ import {
  * ledger) is the only coordinator. See ADR 0006.
  */
 
-export type EnrichDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;
+export type EnrichDeps = WorkDeps;
 
 export type EnrichOutcome =
   | 'idle'
@@ -86,20 +84,7 @@ const GONE_STATUSES = new Set([404, 410, 451]);
 
 // Failures of this one attempt that may heal: counted against the entity, retried on
 // the backoff ladder, terminal after ENRICH_MAX_ATTEMPTS.
-function isTransient(err: unknown): err is Error {
-  return (
-    err instanceof GitHubUnavailable ||
-    err instanceof MalformedResponse ||
-    err instanceof GitHubRequestFailed ||
-    err instanceof ProfileInvalid ||
-    err instanceof FixtureMiss
-  );
-}
-
-function errorStatus(err: unknown): number | null {
-  const status = (err as { status?: unknown }).status;
-  return typeof status === 'number' ? status : null;
-}
+const isTransient = (err: unknown): err is Error => isTransientFailure(err, ProfileInvalid);
 
 export async function enrichOnce(
   deps: EnrichDeps,

@@ -1,14 +1,15 @@
 import { sql } from 'kysely';
 import type { EntityClass } from '../budget/types.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { failedAttempt } from '../work/attempts.ts';
 import { ENTITY_TABLES } from '../work/entity.ts';
+import { failLeasedAttempt, LEASED_ROWS, settleLeased } from '../work/leased-rows.ts';
 import { type Claim, stillOurs } from './claim.ts';
 
 /**
  * The entity state machine (docs/sources-and-budget.md "Enrichment", ADR 0006). Every transition that ends
  * an attempt also clears the lease, and only applies while the lease is still ours: a
- * worker whose lease expired mid-request must not overwrite the row's next owner.
+ * worker whose lease expired mid-request must not overwrite the row's next owner
+ * (src/work/leased-rows.ts, shared with commit fetching).
  *
  *   pending ──200──► enriched ──TTL (age-out sweep)──► pending (refresh, etag kept)
  *   pending ──304──► enriched (enriched_at moved)
@@ -48,13 +49,8 @@ export async function ageOut(
 /** Column values a 200 writes (name column, profile fields, raw profile). */
 export type ProfileColumns = Record<string, unknown>;
 
-async function transition(db: Db, claim: Claim, set: ReturnType<typeof sql>): Promise<boolean> {
-  const { table } = ENTITY_TABLES[claim.class];
-  const r = await sql`
-    UPDATE ${sql.table(table)}
-    SET ${set}, claimed_until = NULL, claimed_by = NULL
-    WHERE ${stillOurs(claim)}`.execute(db);
-  return Number(r.numAffectedRows ?? 0) === 1;
+function transition(db: Db, claim: Claim, set: ReturnType<typeof sql>): Promise<boolean> {
+  return settleLeased(db, LEASED_ROWS[claim.class], stillOurs(claim), set);
 }
 
 /** 200: store the profile; the entity is enriched and its failure count cleared. */
@@ -105,21 +101,19 @@ export function markGone(db: Db, claim: Claim, detail: string, now: Date): Promi
  * limit the row waits on the backoff ladder; at the limit it is `failed` — terminal, so
  * a permanently broken entity costs at most maxAttempts requests, never a loop.
  */
-export async function markFailedAttempt(
+export function markFailedAttempt(
   db: Db,
   claim: Claim,
   detail: string,
   now: Date,
   maxAttempts: number,
 ): Promise<{ applied: boolean; terminal: boolean; nextAttemptAt: Date }> {
-  const { attempts, terminal, nextAttemptAt } = failedAttempt(claim.attempts, now, maxAttempts);
-  const applied = await transition(
-    db,
-    claim,
-    sql`enrichment_state = ${terminal ? 'failed' : 'pending'}, attempts = ${attempts},
-        last_error = ${detail}, next_attempt_at = ${nextAttemptAt}, updated_at = ${now}`,
-  );
-  return { applied, terminal, nextAttemptAt };
+  return failLeasedAttempt(db, LEASED_ROWS[claim.class], stillOurs(claim), {
+    attempts: claim.attempts,
+    detail,
+    now,
+    maxAttempts,
+  });
 }
 
 /** 403/429: a budget event, not the entity's fault: no attempt is counted against it. */

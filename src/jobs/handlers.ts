@@ -5,6 +5,7 @@ import { type CommitsCycleSummary, commitsByGraphQL, fetchCycle } from '../commi
 import { type CycleSummary, enrichCycle } from '../enrichment/cycle.ts';
 import { jobFaultPoint } from '../platform/fault.ts';
 import { jobLogger, type Logger } from '../platform/log.ts';
+import { type StopSignal, stopSignal } from '../platform/service.ts';
 import { pollDueSources } from '../poll/poll-due.ts';
 import type { RunSummary } from '../poll/run-summary.ts';
 import type { Deps } from '../work/deps.ts';
@@ -31,8 +32,8 @@ import { reconcile } from './reconciler.ts';
 export interface JobContext {
   deps: Deps;
   boss: PgBoss;
-  /** True once the worker is shutting down: cycles stop between entities. */
-  isStopping: () => boolean;
+  /** Aborted once the worker is shutting down: cycles stop between entities. */
+  signal?: AbortSignal;
   limits?: Partial<JobLimits>;
   /** How gap fills run (default inline; bin/worker: a child process). */
   fill?: FillRunner;
@@ -68,6 +69,15 @@ export interface JobResult {
 export const IDLE_OUTCOMES: ReadonlySet<string> = new Set(['nothing_due', 'nothing_to_do']);
 
 type Handler<R extends JobResult> = (log: Logger, domain: Deps) => Promise<R>;
+
+/**
+ * What stops a job's work: the worker stopping, pg-boss giving up on the job, or the job's
+ * own time (`seconds`). timedOut() tells a cycle cut by its time (its successor is sent)
+ * from one cut by a stop.
+ */
+function jobStop(ctx: JobContext, job: JobLike, seconds: number): StopSignal {
+  return stopSignal([ctx.signal, job.signal], Date.now() + seconds * 1000);
+}
 
 /**
  * Runs one job with its logger. Domain runners add job_id to their own lines (they are
@@ -164,21 +174,15 @@ export function handleEnrichCycle(
 ): Promise<CycleJobResult> {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, enrichQueue(cls), job, async (log, domain) => {
-    const deadline = Date.now() + limits.cycleMaxSeconds * 1000;
-    let timedOut = false;
+    const stop = jobStop(ctx, job, limits.cycleMaxSeconds);
     const summary = await enrichCycle(domain, cls, {
       jobId: job.id,
       maxEntities: limits.cycleMaxEntities,
-      signal: job.signal,
-      shouldStop: () => {
-        if (ctx.isStopping()) return true;
-        timedOut = Date.now() >= deadline;
-        return timedOut;
-      },
-    });
+      signal: stop.signal,
+    }).finally(stop.dispose);
     const shortByCap =
       summary.stoppedBy === 'cap' ||
-      (summary.stoppedBy === 'stopped' && timedOut && !ctx.isStopping());
+      (summary.stoppedBy === 'stopped' && stop.timedOut() && !ctx.signal?.aborted);
     let continued = false;
     if (shortByCap && !job.signal?.aborted) {
       const sent = await sendCycle(ctx.boss, cls, { reason: 'continue' });
@@ -222,21 +226,15 @@ export interface CommitsJobResult extends JobResult {
 export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<CommitsJobResult> {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, QUEUES.fetchCommits, job, async (log, domain) => {
-    const deadline = Date.now() + limits.cycleMaxSeconds * 1000;
-    let timedOut = false;
+    const stop = jobStop(ctx, job, limits.cycleMaxSeconds);
     const summary = await fetchCycle(domain, {
       jobId: job.id,
       // REST fetches a push a step: the cap bounds the job. A GraphQL batch takes what is
       // due, sized by the points left and the lease: a cap would cut it to 50
       // pushes and make every round's last query the cost; the job's time bounds it.
       maxPushes: commitsByGraphQL(domain) ? undefined : limits.cycleMaxEntities,
-      signal: job.signal,
-      shouldStop: () => {
-        if (ctx.isStopping()) return true;
-        timedOut = Date.now() >= deadline;
-        return timedOut;
-      },
-    });
+      signal: stop.signal,
+    }).finally(stop.dispose);
     if (summary.newActors > 0) {
       const sent = await sendCycle(ctx.boss, 'actor', { reason: 'hint' });
       log.info(
@@ -266,7 +264,7 @@ export function handleFetchCommits(ctx: JobContext, job: JobLike): Promise<Commi
     }
     const shortByCap =
       summary.stoppedBy === 'cap' ||
-      (summary.stoppedBy === 'stopped' && timedOut && !ctx.isStopping());
+      (summary.stoppedBy === 'stopped' && stop.timedOut() && !ctx.signal?.aborted);
     let continued = false;
     if (shortByCap && !job.signal?.aborted) {
       const sent = await sendCommitsCycle(ctx.boss, { reason: 'continue' });
@@ -321,11 +319,11 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, QUEUES.maintenance, job, async () => {
-    const deadline = Date.now() + limits.maintenanceMaxSeconds * 1000;
+    const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
     const report = await pruneLedgers(ctx.deps.db, {
       retentionDays: ctx.deps.config.retentionDays,
-      shouldStop: () => ctx.isStopping() || Date.now() >= deadline,
-    });
+      shouldStop: () => stop.signal.aborted,
+    }).finally(stop.dispose);
     return {
       outcome: report.complete ? 'pruned' : 'partial',
       cutoff: report.cutoff.toISOString(),
@@ -345,12 +343,8 @@ export function handleBackfill(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, QUEUES.backfill, job, async (log, domain) => {
     const deadline = Date.now() + limits.backfillMaxSeconds * 1000;
-    const stop = new AbortController();
-    const onAbort = () => stop.abort();
-    job.signal?.addEventListener('abort', onAbort);
-    const watch = setInterval(() => {
-      if (ctx.isStopping()) stop.abort();
-    }, 250);
+    // The fill keeps its own deadline (it ends a gap's hour cleanly); a stop aborts its download.
+    const stop = stopSignal([ctx.signal, job.signal]);
     try {
       const run = await (ctx.fill ?? inlineFill)(domain, {
         jobId: job.id,
@@ -365,8 +359,7 @@ export function handleBackfill(ctx: JobContext, job: JobLike) {
       }
       return { ...backfillOutcome(run.results, run.died !== null), ...diedFields(run.died) };
     } finally {
-      clearInterval(watch);
-      job.signal?.removeEventListener('abort', onAbort);
+      stop.dispose();
     }
   });
 }

@@ -1,6 +1,7 @@
 import { Cron } from 'croner';
 import type { PgBoss } from 'pg-boss';
 import type { Logger } from '../platform/log.ts';
+import { BackgroundService } from '../platform/service.ts';
 import { QUEUES, type QueueName } from './queue-names.ts';
 
 /**
@@ -47,7 +48,7 @@ export interface SchedulerOptions {
   beforeTick?: () => Promise<unknown>;
 }
 
-export class Scheduler {
+export class Scheduler extends BackgroundService {
   readonly #boss: PgBoss;
   readonly #log: Logger;
   readonly #tickSeconds: number;
@@ -55,6 +56,7 @@ export class Scheduler {
   #crons: Cron[] = [];
 
   constructor(opts: SchedulerOptions) {
+    super();
     if (!Number.isInteger(opts.tickSeconds) || opts.tickSeconds < 1)
       throw new RangeError(`tickSeconds must be a positive integer (got ${opts.tickSeconds})`);
     this.#boss = opts.boss;
@@ -67,8 +69,7 @@ export class Scheduler {
     return this.#crons.length > 0;
   }
 
-  start(): void {
-    if (this.running) return;
+  protected onStart(): void {
     const onError = (err: unknown) =>
       this.#log.warn(
         { event: 'scheduler.tick_failed', err },
@@ -103,9 +104,14 @@ export class Scheduler {
   }
 
   /** Stops firing. Jobs already enqueued stay queued for whoever works them. */
-  stop(): void {
+  protected onStop(): void {
     for (const cron of this.#crons) cron.stop();
     this.#crons = [];
+  }
+
+  /** One tick, as the croner fires it (tests call it without starting the clock). */
+  runOnce(): Promise<TickResult[]> {
+    return this.tick();
   }
 
   /** One tick: poll-sources and reconcile, throttled to one job per slot across schedulers. */

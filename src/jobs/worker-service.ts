@@ -3,6 +3,7 @@ import type { FillRunner } from '../backfill/fill-run.ts';
 import { deploymentCommits } from '../commits/deployment.ts';
 import type { Config } from '../platform/config/config.ts';
 import type { Logger } from '../platform/log.ts';
+import { BackgroundService } from '../platform/service.ts';
 import { commitsOffReason } from '../store/commits-targets.ts';
 import type { Deps } from '../work/deps.ts';
 import { type BossHost, createBoss } from './boss.ts';
@@ -80,20 +81,20 @@ export interface WorkerServiceOptions {
   fill?: FillRunner;
 }
 
-type State = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
-
-export class WorkerService {
+export class WorkerService extends BackgroundService {
   readonly boss: PgBoss;
   readonly scheduler: Scheduler;
   readonly liveness: JobLiveness;
   readonly #app: WorkerHost;
   readonly #log: Logger;
   readonly #opts: WorkerServiceOptions;
-  #state: State = 'new';
-  #stopped: Promise<void> | undefined;
   #recheck: NodeJS.Timeout | undefined;
 
   constructor(app: WorkerHost, opts: WorkerServiceOptions = {}) {
+    super();
+    const timeout = opts.shutdownTimeoutMs;
+    if (timeout !== undefined && !(Number.isFinite(timeout) && timeout >= 0))
+      throw new RangeError(`shutdownTimeoutMs must be a number of ms >= 0 (got ${timeout})`);
     this.#app = app;
     this.#opts = opts;
     this.#log = app.logger.child({ component: 'worker' });
@@ -109,41 +110,34 @@ export class WorkerService {
     });
   }
 
-  get state(): State {
-    return this.#state;
-  }
-
   /** The context handlers run with; tests use it to call handlers directly. */
   get jobContext(): JobContext {
     return {
       deps: this.#app,
       boss: this.boss,
-      isStopping: () => this.#state === 'stopping' || this.#state === 'stopped',
+      signal: this.signal,
       limits: this.#opts.limits,
       fill: this.#opts.fill,
     };
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'new') throw new Error(`worker already ${this.#state}`);
-    this.#state = 'starting';
+  protected async onStart(signal: AbortSignal): Promise<void> {
     // Before the first fetch: every job this worker runs must start after its session did.
     await this.liveness.start();
     await this.boss.start();
-    const report = await this.runReconcile();
+    const report = await this.runOnce();
     this.#scheduleRecheck(report.recheckAt);
-    if (this.#state !== 'starting') return; // stopped while starting
+    if (signal.aborted) return; // stopped while starting
     await registerHandlers(this.boss, this.jobContext, {
       pollingIntervalSeconds: this.#opts.pollingIntervalSeconds,
       liveness: this.liveness,
     });
     if (this.#opts.schedule ?? true) {
-      this.scheduler.start();
+      await this.scheduler.start();
       // The first poll now, not at the next tick (up to TICK_SECONDS away). Unthrottled: a
       // stately queue keeps at most one waiting, so this never doubles a queued poll.
       await this.boss.send(QUEUES.pollSources, { reason: 'start' });
     }
-    this.#state = 'running';
     const { mode, apiUrl } = this.#app.config.github;
     this.#log.info(
       { event: 'worker.started', worker: this.#app.workerId, mode, api_url: apiUrl },
@@ -153,7 +147,7 @@ export class WorkerService {
   }
 
   /** One reconcile pass outside any job (worker start, bin/reconcile). */
-  runReconcile(): Promise<ReconcileReport> {
+  runOnce(): Promise<ReconcileReport> {
     return reconcile({
       ...this.#app,
       logger: this.#app.logger.child({ component: 'reconcile' }),
@@ -176,11 +170,11 @@ export class WorkerService {
    * the moment it can be judged, rather than a whole tick later.
    */
   #scheduleRecheck(at: Date | null): void {
-    if (!at || this.#recheck || this.#state === 'stopping' || this.#state === 'stopped') return;
+    if (!at || this.#recheck || this.signal.aborted) return;
     const delay = Math.min(Math.max(0, at.getTime() - Date.now()) + 250, 60_000);
     this.#recheck = setTimeout(() => {
       this.#recheck = undefined;
-      if (this.#state === 'stopping' || this.#state === 'stopped') return;
+      if (this.signal.aborted) return;
       this.#sweep().catch((err: unknown) =>
         this.#log.warn(
           { event: 'scheduler.sweep_failed', err },
@@ -192,20 +186,14 @@ export class WorkerService {
   }
 
   /**
-   * Stops the scheduler, stops fetching jobs, lets running ones finish within the
-   * shutdown timeout (cycles stop between entities), then stops pg-boss and its pool. The
-   * App's own pool is the caller's to close. Idempotent.
+   * After stop() aborted the signal (running cycles stop between entities): stops the
+   * scheduler, stops fetching jobs, lets running ones finish within the shutdown timeout,
+   * then stops pg-boss and its pool. The App's own pool is the caller's to close.
    */
-  stop(): Promise<void> {
-    this.#stopped ??= this.#stop();
-    return this.#stopped;
-  }
-
-  async #stop(): Promise<void> {
+  protected async onStop(): Promise<void> {
     const timeout = this.#opts.shutdownTimeoutMs ?? shutdownTimeoutMs(this.#app.config);
     const started = Date.now();
-    this.#state = 'stopping';
-    this.scheduler.stop();
+    await this.scheduler.stop();
     clearTimeout(this.#recheck);
     this.#log.info(
       { event: 'worker.stopping', timeout_ms: timeout },
@@ -216,7 +204,6 @@ export class WorkerService {
     await this.boss.stop({ graceful: true, timeout, close: true });
     // Last: a job still running until boss.stop returned kept its lock until now.
     await this.liveness.stop();
-    this.#state = 'stopped';
     this.#log.info(
       { event: 'worker.stopped', duration_ms: Date.now() - started },
       'worker stopped',

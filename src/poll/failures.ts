@@ -1,8 +1,9 @@
 import { BudgetExhausted, GateTimeout, GitHubAuthFailed, RateLimited } from '../github/errors.ts';
+import { ladderSeconds } from '../platform/attempts.ts';
 import type { EventSource } from '../platform/db/schema.ts';
 import { AppError } from '../platform/errors.ts';
 import { withoutUserinfo } from '../platform/redact.ts';
-import { addSeconds, BACKOFF_BASE_SECONDS, failureBackoffSeconds } from './schedule.ts';
+import { addSeconds } from './schedule.ts';
 
 /**
  * What a failed run means for its source's schedule and for `last_error`.
@@ -64,7 +65,7 @@ export function classifyFailure(err: unknown, source: SourceState, now: Date): F
     return {
       ...unchanged,
       lastError: isAuthBlock(err) ? error : source.last_error,
-      nextPollAt: err.retryAt ?? addSeconds(now, BACKOFF_BASE_SECONDS),
+      nextPollAt: err.retryAt ?? addSeconds(now, ladderSeconds('poll', 1)),
     };
   }
   if (err instanceof GateTimeout) {
@@ -73,7 +74,7 @@ export function classifyFailure(err: unknown, source: SourceState, now: Date): F
     return { ...unchanged, nextPollAt: next };
   }
   const failures = source.consecutive_failures + 1;
-  const backoff = addSeconds(now, failureBackoffSeconds(failures));
+  const backoff = addSeconds(now, ladderSeconds('poll', failures));
   const nextPollAt =
     err instanceof GitHubAuthFailed && err.retryAt && err.retryAt > backoff ? err.retryAt : backoff;
   return {

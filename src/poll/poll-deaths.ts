@@ -1,5 +1,6 @@
 import { type RawBuilder, sql } from 'kysely';
 import { SPENDS_QUOTA } from '../budget/ledger.ts';
+import { MAX_DEATHS } from '../platform/attempts.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { prepared } from '../platform/db/prepared.ts';
 import type { EventSource } from '../platform/db/schema.ts';
@@ -19,14 +20,13 @@ import { getSource } from '../store/sources.ts';
  * the delay: a run left `running` is found dead later (the reconciler, or the next poll of
  * the source under its lock): it becomes `interrupted` and, in the same statement, a failure
  * of its source (consecutive_failures + 1) and — when a request of its own was sent and never
- * answered — a death (poll_deaths + 1). The second death since the source's last completed run
+ * answered — a death (poll_deaths + 1). The MAX_DEATHS-th death since the source's last completed run
  * sets it aside for SET_ASIDE_SECONDS, with a last_error that says why and until when; a
  * completed run clears the count (a committed page does not: a poison page 2 behind a good
  * page 1 would loop forever), `bin/sources enable ID` clears it and polls at once. After the
  * day, one more try: a third death sets it aside again.
  */
 
-export const MAX_POLL_DEATHS = 2;
 /** How long a source whose polls died twice in a row waits: a day, then one more try. */
 export const SET_ASIDE_SECONDS = 86_400;
 
@@ -86,20 +86,20 @@ export async function interruptDeadRuns(
       UPDATE event_sources AS s SET
         poll_deaths = s.poll_deaths + per.died,
         consecutive_failures = s.consecutive_failures + per.n,
-        next_poll_at = CASE WHEN per.died > 0 AND s.poll_deaths + per.died >= ${MAX_POLL_DEATHS}
+        next_poll_at = CASE WHEN per.died > 0 AND s.poll_deaths + per.died >= ${MAX_DEATHS}
           THEN ${until}::timestamptz ELSE s.next_poll_at END,
         last_error = CASE
           WHEN per.died = 0 THEN format('POLL_INTERRUPTED: run %s ended with its process while no request of it was in flight (not counted as a death)',
             per.last_run)
-          WHEN s.poll_deaths + per.died >= ${MAX_POLL_DEATHS}
+          WHEN s.poll_deaths + per.died >= ${MAX_DEATHS}
           THEN format('POLL_DIED: polling this source killed the process %s times in a row (killed, or out of memory, on its answer; last run %s); set aside until %s: bin/sources enable %s polls it again now',
             s.poll_deaths + per.died, per.last_run, ${untilText(until, now)}::text, s.id)
           ELSE format('POLL_DIED: run %s died on its answer (killed, or out of memory): %s of %s deaths in a row before the source is set aside',
-            per.last_run, s.poll_deaths + per.died, ${MAX_POLL_DEATHS}::int) END,
+            per.last_run, s.poll_deaths + per.died, ${MAX_DEATHS}::int) END,
         updated_at = ${now}
       FROM per WHERE s.id = per.source_id
       RETURNING s.id, s.poll_deaths,
-        per.died > 0 AND s.poll_deaths >= ${MAX_POLL_DEATHS} AS set_aside
+        per.died > 0 AND s.poll_deaths >= ${MAX_DEATHS} AS set_aside
     )
     SELECT dead.id::text AS id, dead.source_id::text AS source_id, dead.on_answer,
       coalesce(counted.poll_deaths, 0) AS deaths, coalesce(counted.set_aside, false) AS set_aside
@@ -192,13 +192,13 @@ export function logDeadRuns(
       source_id: run.sourceId,
       on_answer: run.onAnswer,
       deaths: run.deaths,
-      max_deaths: MAX_POLL_DEATHS,
+      max_deaths: MAX_DEATHS,
     };
     log.warn(
       foundBy === 'reconcile'
         ? { event: 'reconcile.run_interrupted', ...fields }
         : { event: 'ingestion.run_interrupted', ...fields },
-      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended (killed, or out of memory); marked interrupted: a failure of the source${run.onAnswer ? `, died on its answer: ${run.deaths} of ${MAX_POLL_DEATHS} deaths in a row` : ' (no request in flight: not a death)'}`,
+      `run ${run.runId} of source ${run.sourceId} was left running by a process that ended (killed, or out of memory); marked interrupted: a failure of the source${run.onAnswer ? `, died on its answer: ${run.deaths} of ${MAX_DEATHS} deaths in a row` : ' (no request in flight: not a death)'}`,
     );
     if (run.setAsideUntil) {
       log.warn(

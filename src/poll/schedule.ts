@@ -8,17 +8,9 @@ import type { Deps } from '../work/deps.ts';
 
 /**
  * When a source is polled next: after a success, planNextPoll (below: X-Poll-Interval, the
- * quota its expected cost allows, the secondary limit); after a failure, a doubling ladder.
+ * quota its expected cost allows, the secondary limit); after a failure, the poll ladder
+ * (src/platform/attempts.ts).
  */
-
-export const BACKOFF_BASE_SECONDS = 60;
-export const BACKOFF_CAP_SECONDS = 3600;
-
-/** 60 s, 120 s, 240 s … capped at 1 h, for the n-th consecutive failure (n >= 1). */
-export function failureBackoffSeconds(failures: number): number {
-  const n = Math.max(1, failures);
-  return Math.min(BACKOFF_BASE_SECONDS * 2 ** (n - 1), BACKOFF_CAP_SECONDS);
-}
 
 export function addSeconds(at: Date, seconds: number): Date {
   return new Date(at.getTime() + seconds * 1000);

@@ -25,3 +25,6 @@ export interface Deps {
    */
   inFlight?: InFlightPlan | null;
 }
+
+/** What a step of leased work (an entity's enrichment, a push's commits) is given. */
+export type WorkDeps = Pick<Deps, 'config' | 'db' | 'github' | 'logger' | 'workerId' | 'clock'>;

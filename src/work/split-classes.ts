@@ -7,8 +7,8 @@ import { commitsWait, enrichmentShare, type ShareRule } from './split.ts';
 
 /**
  * The split of enrichment's part of the background allowance between the two classes
- * (DESIGN §6, ADR 0006), under the rule between enrichment and commits (src/work/split.ts,
- * ADR 0181).
+ * (docs/architecture.md, "share, floor, split"), under the rule between enrichment and commits
+ * (src/work/split.ts, ADR 0181).
  *
  * The GitHub layer enforces the hard limit (the background purposes may spend
  * floor(quota × ENRICH_SHARE) an hour of each credential). The share rule says whether

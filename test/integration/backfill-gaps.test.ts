@@ -365,7 +365,7 @@ describe('filling a gap from the archive', () => {
     });
     const { logger, lines } = memoryLogger('info');
     const result = await handleBackfill(
-      { deps: deps({ logger }), boss: undefined as never, isStopping: () => false },
+      { deps: deps({ logger }), boss: undefined as never },
       { id: 'job-1' },
     );
     expect(result).toMatchObject({ outcome: 'filled', gaps: 2, filled: 2, events_recovered: 40 });
@@ -376,10 +376,7 @@ describe('filling a gap from the archive', () => {
     const filled = lines.map((l) => JSON.parse(l)).filter((l) => l.event === 'gap.filled');
     expect(filled.map((l) => l.job_id)).toEqual(['job-1', 'job-1']);
     // Nothing left: the next job finds nothing due.
-    const again = await handleBackfill(
-      { deps: deps(), boss: undefined as never, isStopping: () => false },
-      { id: 'job-2' },
-    );
+    const again = await handleBackfill({ deps: deps(), boss: undefined as never }, { id: 'job-2' });
     expect(again).toMatchObject({ outcome: 'nothing_due', gaps: 0 });
   });
 });

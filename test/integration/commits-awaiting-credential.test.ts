@@ -143,7 +143,7 @@ describe('a deployment without a credential', () => {
     const first = await reconcile({ ...token, boss, github: token.github });
     expect(first.commits).toMatchObject({ due: true, action: 'dispatched' });
     expect(await stateOf(heads[0]!)).toBe('skipped (waiting)');
-    const ctx = { deps: token, boss, isStopping: () => false };
+    const ctx = { deps: token, boss };
     expect(await handleFetchCommits(ctx, { id: 'job-a' })).toMatchObject({ processed: 2 });
     expect(await stateOf(heads[1]!)).toBe('complete');
     expect(await stateOf(heads[2]!)).toBe('complete');

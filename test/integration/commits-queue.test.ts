@@ -82,7 +82,7 @@ describe('the fetch-commits job', () => {
     await insertRepository(t.db, 40, 'job/repo');
     const shas = chain(fake, 'job/repo', 3);
     await insertPushes(t.db, [{ repositoryId: 40, before: shas[0]!, head: shas[2]! }]);
-    const ctx: JobContext = { deps, boss, isStopping: () => false };
+    const ctx: JobContext = { deps, boss };
     const r = await handleFetchCommits(ctx, { id: 'job-1' });
     // by GraphQL (COMMITS_TRANSPORT=graphql, the default): one query of 1 point, no REST request
     expect(r).toMatchObject({
@@ -120,7 +120,6 @@ describe('the fetch-commits job', () => {
       const ctx: JobContext = {
         deps: rest,
         boss,
-        isStopping: () => false,
         limits: { cycleMaxEntities: 2 },
       };
       const r = await handleFetchCommits(ctx, { id: 'job-2' });
@@ -139,7 +138,7 @@ describe('the fetch-commits job', () => {
       const shas = chain(fake, `job/gql-${r}`, 2);
       await insertPushes(t.db, [{ repositoryId: 500 + r, before: shas[0]!, head: shas[1]! }]);
     }
-    const ctx: JobContext = { deps, boss, isStopping: () => false };
+    const ctx: JobContext = { deps, boss };
     const r = await handleFetchCommits(ctx, { id: 'job-gql' });
     expect(r).toMatchObject({ outcome: 'idle', processed: 60, continued: false });
     expect(r.outcomes).toMatchObject({ complete: 60, retry: 0, failed: 0 });
@@ -192,7 +191,7 @@ describe('reconciling commits', () => {
     expect(report.commits).toMatchObject({ due: true, action: 'dispatched' });
     expect(await queued()).toBe(1);
     // and the cycle really does settle it on the GraphQL window, no REST request
-    const r = await handleFetchCommits({ deps, boss, isStopping: () => false }, { id: 'job-3' });
+    const r = await handleFetchCommits({ deps, boss }, { id: 'job-3' });
     expect(r).toMatchObject({ processed: 1, requests: 0, points: 1 });
     expect((await pushState(t.db, shas[2]!)).commits_state).toBe('complete');
   });

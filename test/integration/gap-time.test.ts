@@ -314,7 +314,7 @@ describe('the backfill job', () => {
     const { logger, lines } = memoryLogger('info');
     const stop = new AbortController();
     const job = handleBackfill(
-      { deps: deps({ logger }), boss: undefined as never, isStopping: () => false },
+      { deps: deps({ logger }), boss: undefined as never },
       { id: 'job-interrupted', signal: stop.signal },
     );
     await waitFor(async () => (await row(gap.id)).fill_hour);

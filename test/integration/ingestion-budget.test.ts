@@ -2,8 +2,8 @@ import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
-import { AUTH_LADDER_SECONDS } from '../../src/budget/rate-limits.ts';
 import { GitHubAuthFailed, GitHubUnreachable } from '../../src/github/errors.ts';
+import { LADDERS } from '../../src/platform/attempts.ts';
 import type { Logger } from '../../src/platform/log.ts';
 import { pollDueSources } from '../../src/poll/poll-due.ts';
 import { pollSource } from '../../src/poll/poll-source.ts';
@@ -16,6 +16,8 @@ import { useTestDatabase } from '../support/db.ts';
 import { type FakeGitHub, startFakeGitHub } from '../support/fake-github.ts';
 import { clientFactory, randomToken, testConfig } from '../support/github-client.ts';
 import { pushEvent } from '../support/github-factories.ts';
+
+const AUTH_LADDER_SECONDS = LADDERS.auth;
 
 /**
  * A budget refusal does not spin, only requests that reached GitHub are

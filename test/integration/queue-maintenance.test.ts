@@ -114,7 +114,6 @@ describe('maintenance', () => {
     const ctx = {
       deps: { config: testConfig(), db: t.db, pool: t.pool, logger, workerId: 'test:1' },
       boss: undefined,
-      isStopping: () => false,
     } as unknown as JobContext;
     const done = await handleMaintenance(ctx, { id: 'maintenance-1' });
     expect(done).toMatchObject({
@@ -140,7 +139,6 @@ describe('job.completed', () => {
       const ctx = {
         deps: { config: testConfig(), db: t.db, pool: t.pool, logger, workerId: 'test:1' },
         boss: undefined,
-        isStopping: () => false,
       } as unknown as JobContext;
       // No gap recorded: the backfill job finds nothing due.
       expect(await handleBackfill(ctx, { id: `backfill-${level}` })).toMatchObject({

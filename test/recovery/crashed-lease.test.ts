@@ -64,7 +64,7 @@ describe("crashed worker's lease", () => {
     expect(lease.claimed_until!.getTime()).toBeGreaterThan(Date.now());
     expect(fake.requests).toHaveLength(0);
 
-    const ctx: JobContext = { deps, boss, isStopping: () => false };
+    const ctx: JobContext = { deps, boss };
     const whileLeased = await handleEnrichCycle(ctx, 'actor', { id: 'during-lease' });
     expect(whileLeased).toMatchObject({ outcome: 'idle', processed: 0 });
     expect(fake.requests).toHaveLength(0);

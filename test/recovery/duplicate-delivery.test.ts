@@ -57,7 +57,7 @@ afterAll(async () => {
 });
 
 describe('duplicate delivery', () => {
-  const ctx = (): JobContext => ({ deps, boss, isStopping: () => false });
+  const ctx = (): JobContext => ({ deps, boss });
 
   it.each([
     ['actor', 'actors', ACTOR.id, `/users/${ACTOR.login}`],

@@ -1,12 +1,11 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createGitHubClient } from '../../src/budget/client.ts';
-import { AUTH_LADDER_SECONDS } from '../../src/budget/rate-limits.ts';
 import { enrichOnce } from '../../src/enrichment/runner.ts';
 import { GitHubAuthFailed } from '../../src/github/errors.ts';
+import { LADDERS, ladderSeconds } from '../../src/platform/attempts.ts';
 import { sourceSpec } from '../../src/platform/config/source-spec.ts';
 import { pollDueSources } from '../../src/poll/poll-due.ts';
-import { BACKOFF_BASE_SECONDS } from '../../src/poll/schedule.ts';
 import { addSource } from '../../src/store/sources.ts';
 import type { Deps } from '../../src/work/deps.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -15,6 +14,9 @@ import { memoryLogger, testConfig } from '../support/github-client.ts';
 import { pushEvent, userProfile } from '../support/github-factories.ts';
 import { waitFor } from './helpers.ts';
 import { type Child, killAll, spawnBin } from './world.ts';
+
+const AUTH_LADDER_SECONDS = LADDERS.auth;
+const BACKOFF_BASE_SECONDS = ladderSeconds('poll', 1);
 
 /**
  * GitHub's faults, from the fake, through the real runners and the real client:

@@ -38,7 +38,7 @@ async function entitySnapshot(): Promise<string[]> {
 }
 
 function ctx(): JobContext {
-  return { deps: { ...deps, logger: log.logger }, boss, isStopping: () => false };
+  return { deps: { ...deps, logger: log.logger }, boss };
 }
 
 beforeAll(async () => {

@@ -106,7 +106,7 @@ describe('advisory-lock release on session death', () => {
 
   it('the request gate: a cycle is told no while the session lives, enriches once it is killed', async () => {
     const gate = await doomedSession(LockSpace.gate, int4Key(deps.github.credential));
-    const ctx: JobContext = { deps, boss, isStopping: () => false };
+    const ctx: JobContext = { deps, boss };
     const requestsBefore = fake.requests.length;
 
     const blocked = await handleEnrichCycle(ctx, 'actor', { id: 'gate-held' });

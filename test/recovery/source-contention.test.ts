@@ -54,7 +54,7 @@ describe('source contention', () => {
     const other = await t.newPool(1).connect();
     try {
       expect(await tryLockSession(other, LockSpace.source, Number(held.id))).toBe(true);
-      const ctx: JobContext = { deps, boss, isStopping: () => false };
+      const ctx: JobContext = { deps, boss };
       const result = await handlePollSources(ctx, { id: 'tick-under-contention' });
 
       expect(result).toMatchObject({

@@ -2,9 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { actorProfile } from '../../src/enrichment/apply-actor.ts';
 import { repositoryProfile } from '../../src/enrichment/apply-repository.ts';
 import { ProfileInvalid } from '../../src/enrichment/profile.ts';
+import { ladderSeconds } from '../../src/platform/attempts.ts';
 import { redact } from '../../src/platform/redact.ts';
-import { backoffSeconds } from '../../src/work/attempts.ts';
 import { ENTITY_TABLES } from '../../src/work/entity.ts';
+
+const backoffSeconds = (n: number) => ladderSeconds('entity', n);
 
 describe('profile paths', () => {
   it('encodes [bot] logins and odd characters, never changing the resource asked for', () => {

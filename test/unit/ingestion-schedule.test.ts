@@ -6,13 +6,15 @@ import {
   GitHubUnavailable,
   RateLimited,
 } from '../../src/github/errors.ts';
+import { ladderSeconds } from '../../src/platform/attempts.ts';
 import { classifyFailure } from '../../src/poll/failures.ts';
 import { mergeRecentIds, RECENT_IDS_KEPT } from '../../src/poll/horizon.ts';
-import { failureBackoffSeconds, notDueReason } from '../../src/poll/schedule.ts';
+import { notDueReason } from '../../src/poll/schedule.ts';
 import { MalformedEvent } from '../../src/store/mapping.ts';
 
 const now = new Date('2026-11-29T08:00:00Z');
 const later = (s: number) => new Date(now.getTime() + s * 1000);
+const failureBackoffSeconds = (n: number) => ladderSeconds('poll', n);
 
 describe('failure ladder', () => {
   it('doubles from one minute and caps at one hour', () => {
