@@ -9,10 +9,16 @@ import { startTestWeb, type TestWeb } from '../support/web.ts';
 const t = useTestDatabase();
 let web: TestWeb;
 let sourceIds: number[];
+/**
+ * /readyz here is asked what its checks find, so its deadline is only a hang guard: the
+ * default 2 s is a deadline a loaded test machine reaches (then every answer is "no answer
+ * within 2000 ms"). That the deadline holds is test/integration/web-readiness.test.ts's.
+ */
+const readinessTimeoutMs = 60_000;
 
 beforeAll(async () => {
   ({ sourceIds } = await seedActivity(t.db));
-  web = await startTestWeb(t);
+  web = await startTestWeb(t, { readinessTimeoutMs });
 });
 afterAll(async () => {
   await web?.close();
@@ -35,7 +41,10 @@ describe('GET /healthz and /readyz', () => {
   });
 
   it('readyz answers 503 naming the missing pg-boss schema', async () => {
-    const other = await startTestWeb(t, { env: { PGBOSS_SCHEMA: 'not_installed' } });
+    const other = await startTestWeb(t, {
+      env: { PGBOSS_SCHEMA: 'not_installed' },
+      readinessTimeoutMs,
+    });
     try {
       const res = await get('/readyz', other.url);
       expect(res.status).toBe(503);
