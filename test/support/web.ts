@@ -1,6 +1,7 @@
 import { sign } from '@octokit/webhooks-methods';
 import { createGitHubClient } from '../../src/budget/client.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { Clock } from '../../src/platform/clock.ts';
 import type { Config } from '../../src/platform/config/config.ts';
 import type { Db } from '../../src/platform/db/pool.ts';
 import { createWebPools } from '../../src/web/pools.ts';
@@ -42,6 +43,8 @@ export interface TestWebOptions {
    * answer was the deadline's 503 instead of the checks'.
    */
   readinessTimeoutMs?: number;
+  /** The server's now (the status page's and /status's "ago" and "due"); the system's by default. */
+  clock?: Clock;
 }
 
 export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Promise<TestWeb> {
@@ -68,6 +71,7 @@ export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Pro
     databaseUrl: t.url,
     pools,
     readinessTimeoutMs: o.readinessTimeoutMs,
+    clock: o.clock,
   };
   let server: WebServer;
   try {
