@@ -174,7 +174,19 @@ export class JobLiveness {
       connectionTimeoutMillis: LIVENESS_CONNECT_TIMEOUT_MS,
     });
     const session: Session = { client, locked: new Set(), tail: Promise.resolve() };
+    const lost = () => {
+      if (this.#session !== session) return;
+      this.#session = null;
+      // The running jobs' locks went with the session: take them again as soon as the
+      // database answers, not at the next job start.
+      if (!this.#closed && this.#held.size > 0) this.#scheduleReconnect(1000);
+    };
+    // The session is gone at its 'error', not only at its 'end': pg refuses every query
+    // after an 'error', and the server's FATAL (a terminated backend) comes before its
+    // socket closes, as far apart as the server is slow. A job marked between the two would
+    // be given the dead session, and run unmarked until the reconnect.
     client.on('error', (err) => {
+      lost();
       if (!this.#closed) {
         this.#log.warn(
           { event: 'worker.liveness_lost', err: brief(err) },
@@ -182,13 +194,7 @@ export class JobLiveness {
         );
       }
     });
-    client.on('end', () => {
-      if (this.#session !== session) return;
-      this.#session = null;
-      // The running jobs' locks went with the session: take them again as soon as the
-      // database answers, not at the next job start.
-      if (!this.#closed && this.#held.size > 0) this.#scheduleReconnect(1000);
-    });
+    client.on('end', lost);
     await client.connect();
     try {
       await query(

@@ -14,6 +14,8 @@ export type WebDeps = Pick<Deps, 'config' | 'db' | 'logger' | 'github' | 'clock'
   boss?: PgBoss;
   /** /readyz opens its own bounded connection on this URL (src/web/readiness.ts). */
   databaseUrl?: string;
+  /** How long /readyz waits for its checks before it says 503 (default READINESS_TIMEOUT_MS). */
+  readinessTimeoutMs?: number;
   /**
    * Pools of their own for webhook intake and /archive (src/web/pools.ts); without them
    * both use `db`.

@@ -49,6 +49,7 @@ export function createRoutes(deps: WebDeps): Map<string, Map<string, Handler>> {
     config: deps.config,
     db: deps.db,
     databaseUrl: deps.databaseUrl,
+    timeoutMs: deps.readinessTimeoutMs,
     intake,
   });
   route('GET', '/readyz', async (_req, res) => {

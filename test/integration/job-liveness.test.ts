@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { JobLiveness, jobLockKey, LIVENESS_APPLICATION_NAME } from '../../src/jobs/liveness.ts';
 import { LockSpace } from '../../src/platform/db/locks.ts';
@@ -16,16 +17,81 @@ const t = useTestDatabase();
 const { logger, events } = captureLogger();
 const sessions: JobLiveness[] = [];
 
-function liveness(): JobLiveness {
-  const l = new JobLiveness(t.url, logger);
+function liveness(url = t.url): JobLiveness {
+  const l = new JobLiveness(url, logger);
   sessions.push(l);
   return l;
 }
 
+const proxies: ClosingProxy[] = [];
+
 afterEach(async () => {
   await allowConnections(true);
   await Promise.all(sessions.splice(0).map((s) => s.stop()));
+  await Promise.all(proxies.splice(0).map((p) => p.close()));
 });
+
+interface ClosingProxy {
+  /** The test database's URL, through the proxy. */
+  url: string;
+  /** Server closes held back so far (each a connection the server has ended). */
+  readonly held: number;
+  /** Passes the held closes on, and every later one at once. */
+  release(): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A TCP proxy to this file's database that passes on everything the server sends but holds
+ * back its close of a connection until release(): the window a terminated backend opens
+ * between its FATAL message and its socket's close (its exit's clean-up runs between them,
+ * pg_stat_activity's entry removed first), held open as long as a slow server might.
+ */
+async function closeHoldingProxy(): Promise<ClosingProxy> {
+  const target = new URL(t.url);
+  const heldCloses: (() => void)[] = [];
+  let holding = true;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => {
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.on('data', (d) => upstream.write(d));
+    client.on('end', () => upstream.end());
+    upstream.on('data', (d) => client.write(d));
+    upstream.on('end', () => {
+      if (holding) heldCloses.push(() => client.end());
+      else client.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(t.url);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as net.AddressInfo).port);
+  const proxy: ClosingProxy = {
+    url: url.toString(),
+    get held() {
+      return heldCloses.length;
+    },
+    release() {
+      holding = false;
+      for (const end of heldCloses.splice(0)) end();
+    },
+    async close() {
+      proxy.release();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  proxies.push(proxy);
+  return proxy;
+}
 
 /**
  * Rows in pg_locks for this job's liveness lock in this file's database (0 or 1: a lock
@@ -101,7 +167,7 @@ describe('job liveness session reconnect', () => {
       what: 'the job lock to be taken by the reconnect',
     });
     await waitFor(async () => (await livenessBackends()) === 1, {
-      timeoutMs: 2_000,
+      timeoutMs: 30_000,
       what: 'the reconnected session to be named',
     });
 
@@ -121,6 +187,32 @@ describe('job liveness session reconnect', () => {
     expect(await lockRows(job)).toBe(0);
 
     // And the session still works as before for the next job.
+    const next = randomUUID();
+    await worker.hold(next);
+    expect(await lockRows(next)).toBe(1);
+    await worker.release(next);
+    expect(await lockRows(next)).toBe(0);
+  });
+
+  it('a job marked after the session failed but before its socket closed opens the new session too', async () => {
+    // The race the test above can lose on a loaded machine, made certain: the worker has
+    // seen the FATAL of its terminated backend (its 'error'), the backend is gone from
+    // pg_stat_activity, and the socket's close has not reached the worker yet.
+    const proxy = await closeHoldingProxy();
+    const worker = liveness(proxy.url);
+    await worker.start();
+    await cutSession();
+    await waitFor(() => proxy.held >= 1, { what: 'the server to close the cut session' });
+
+    const job = randomUUID();
+    await worker.hold(job);
+    expect(await lockRows(job)).toBe(1);
+    expect(events('worker.liveness_lost').filter((e) => e.job_id === job)).toEqual([]);
+
+    // The old socket's close, when it comes, takes nothing from the new session.
+    proxy.release();
+    await worker.release(job);
+    expect(await lockRows(job)).toBe(0);
     const next = randomUUID();
     await worker.hold(next);
     expect(await lockRows(next)).toBe(1);

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fixedClock } from '../../src/platform/clock.ts';
 import { installViews } from '../../src/status/views.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { parsePrometheusText, sampleValue } from '../support/prometheus.ts';
@@ -9,10 +10,22 @@ import { startTestWeb, type TestWeb } from '../support/web.ts';
 const t = useTestDatabase();
 let web: TestWeb;
 let sourceIds: number[];
+/**
+ * /readyz here is asked what its checks find, so its deadline is only a hang guard: the
+ * default 2 s is a deadline a loaded test machine reaches (then every answer is "no answer
+ * within 2000 ms"). That the deadline holds is test/integration/web-readiness.test.ts's.
+ */
+const readinessTimeoutMs = 60_000;
+/**
+ * The instant the activity is seeded "ago" from, and the server's now: the page's "1h ago"
+ * and the metrics' timestamps are read against it, not against the test's now, which a
+ * loaded machine puts a minute or more after the seeding (the page said "1h01m ago").
+ */
+const seededAt = new Date();
 
 beforeAll(async () => {
-  ({ sourceIds } = await seedActivity(t.db));
-  web = await startTestWeb(t);
+  ({ sourceIds } = await seedActivity(t.db, { now: seededAt }));
+  web = await startTestWeb(t, { readinessTimeoutMs, clock: fixedClock(seededAt) });
 });
 afterAll(async () => {
   await web?.close();
@@ -35,7 +48,10 @@ describe('GET /healthz and /readyz', () => {
   });
 
   it('readyz answers 503 naming the missing pg-boss schema', async () => {
-    const other = await startTestWeb(t, { env: { PGBOSS_SCHEMA: 'not_installed' } });
+    const other = await startTestWeb(t, {
+      env: { PGBOSS_SCHEMA: 'not_installed' },
+      readinessTimeoutMs,
+    });
     try {
       const res = await get('/readyz', other.url);
       expect(res.status).toBe(503);
@@ -112,7 +128,7 @@ describe('GET /status', () => {
       oldestOpen: { sourceId: pub.id, lastError: null },
       lastBackfill: { file: '2026-11-29-3', state: 'completed', pushesCreated: 20 },
     });
-    expect(Date.parse(s.gaps.nextFillAt)).toBeGreaterThan(Date.now());
+    expect(Date.parse(s.gaps.nextFillAt)).toBeGreaterThan(seededAt.getTime());
 
     expect(s.budget).toMatchObject({
       credential: 'fixture',
@@ -199,8 +215,8 @@ describe('GET /metrics', () => {
     expect(sampleValue(m, 'gpi_backfill_files', { state: 'completed' })).toBe(1);
     expect(sampleValue(m, 'gpi_backfill_pushes_stored_total')).toBe(20);
     expect(sampleValue(m, 'gpi_backfill_last_activity_timestamp_seconds')).toBeCloseTo(
-      Date.now() / 1000 - 3600,
-      -2,
+      seededAt.getTime() / 1000 - 3600,
+      3,
     );
     expect(sampleValue(m, 'gpi_ingestion_runs_total', { outcome: 'completed' })).toBe(12);
     expect(sampleValue(m, 'gpi_ingestion_runs_total', { outcome: 'failed' })).toBe(1);

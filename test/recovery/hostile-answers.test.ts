@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ANSWER_MAX_BYTES } from '../../src/github/answer-limits.ts';
 import { LockSpace, lockHeldSql } from '../../src/platform/db/locks.ts';
 import { addSource } from '../../src/store/sources.ts';
@@ -39,15 +39,25 @@ const MB = 1024 * 1024;
 const PEAK_HOOK = `--import=${path.join(ROOT, 'test/support/peak-rss.mjs')}`;
 /** A worker's resident set with a 128 MB heap and 8 MB answers; the 110 MB string needed more. */
 const PEAK_BOUND = 320 * MB;
+/**
+ * Each wait's bound: a hang guard, not a claim. Beside busy loops at load 50 on 2 cores a
+ * bin/worker took over a minute to log its start, and a test of three worker lives over 200 s.
+ */
+const WAIT = 300_000;
+const TEST_TIMEOUT = 900_000;
 
 beforeAll(async () => {
   fake = await startFakeGitHub();
   dir = mkdtempSync(path.join(tmpdir(), 'gpi-hostile-'));
 });
 afterAll(async () => {
-  await killAll(children);
   await fake?.close();
   rmSync(dir, { recursive: true, force: true });
+});
+// Each test's processes end with it: a worker left by a failed test would poll the next
+// test's feeds, and the fake kills whichever process asks for a bad one.
+afterEach(async () => {
+  await killAll(children.splice(0));
 });
 beforeEach(async () => {
   fake.reset();
@@ -76,7 +86,7 @@ async function source(target: string): Promise<{ id: number; feed: string; path:
 async function row(id: number) {
   return t.db
     .selectFrom('event_sources')
-    .select(['consecutive_failures', 'poll_deaths', 'next_poll_at', 'last_error'])
+    .select(['consecutive_failures', 'poll_deaths', 'next_poll_at', 'last_error', 'updated_at'])
     .where('id', '=', String(id))
     .executeTakeFirstOrThrow();
 }
@@ -99,7 +109,7 @@ async function freshPushes(goods: { id: number; feed: string }[], seq: number): 
           AND ${lockHeldSql(LockSpace.source, sql`r.source_id`)}`.execute(t.db);
       return r.rows[0]!.n === 0;
     },
-    { timeoutMs: 60_000, what: 'the good feeds’ runs to finish' },
+    { timeoutMs: WAIT, what: 'the good feeds’ runs to finish' },
   );
   const ids: string[] = [];
   for (const [i, g] of goods.entries()) {
@@ -116,7 +126,7 @@ const requestsFor = (p: string) => fake.requests.filter((r) => r.path === p);
 
 describe('a feed answering 110 MB', () => {
   it('a worker with a 128 MB heap refuses it at 8 MB and lives: the feed backs off, the others are polled, peak RSS bounded', {
-    timeout: 180_000,
+    timeout: TEST_TIMEOUT,
   }, async () => {
     const bad = await source('hostile/huge');
     const goods = [await source('kind/one'), await source('kind/two')];
@@ -126,21 +136,22 @@ describe('a feed answering 110 MB', () => {
       NODE_OPTIONS: `--max-old-space-size=128 ${PEAK_HOOK}`,
       GPI_PEAK_RSS_FILE: rssFile,
     });
-    await w.waitForLine((l) => l.event === 'worker.started', 'the worker to start', 60_000);
+    await w.waitForLine((l) => l.event === 'worker.started', 'the worker to start', WAIT);
 
     for (let round = 1; round <= 3; round++) {
       const ids = await freshPushes(goods, round);
       await sql`UPDATE event_sources SET next_poll_at = now() WHERE id = ${bad.id}`.execute(t.db);
       await waitFor(
         async () => (await stored(ids)) && (await row(bad.id)).consecutive_failures === round,
-        { timeoutMs: 60_000, what: `round ${round}: good pushes stored, the bad feed failed` },
+        { timeoutMs: WAIT, what: `round ${round}: good pushes stored, the bad feed failed` },
       );
       const r = await row(bad.id);
       expect(r.last_error).toMatch(/^GITHUB_ANSWER_TOO_LARGE: .*8 MB cap for events answers/);
-      // Backed off on the failure ladder: 1, 2, 4 minutes.
-      expect(r.next_poll_at.getTime()).toBeGreaterThan(
-        Date.now() + (60_000 * 2 ** (round - 1) - 15_000),
-      );
+      // Backed off on the failure ladder: 1, 2, 4 minutes from the failure (the instant the
+      // worker wrote it, the row's updated_at; not the test's now, which a loaded machine
+      // makes later by any amount).
+      expect(r.updated_at.getTime()).toBeLessThanOrEqual(Date.now());
+      expect(r.next_poll_at.getTime() - r.updated_at.getTime()).toBe(60_000 * 2 ** (round - 1));
       expect(w.process.exitCode, 'the worker is alive').toBeNull();
     }
     // Each answer was read to the cap and hung up on, not to its end.
@@ -162,10 +173,17 @@ describe('a feed answering 110 MB', () => {
 
 describe('a feed whose answer kills the worker', () => {
   it('each restart polls the other feeds, not the bad one; the second death sets it aside; enable polls it again', {
-    timeout: 240_000,
+    timeout: TEST_TIMEOUT,
   }, async () => {
     const bad = await source('hostile/killer');
     const goods = [await source('kind/three'), await source('kind/four')];
+    // The bad feed last announced an hour (the longest interval a row takes): the restart
+    // below must not poll it "before its interval has passed", and that must not depend on
+    // how fast a loaded machine starts a worker (with the fake's 60 s, one start of over a
+    // minute made the restart poll it, rightly, and die).
+    const interval = 3600;
+    await sql`UPDATE event_sources SET poll_interval_seconds = ${interval}
+      WHERE id = ${bad.id}`.execute(t.db);
     let victim: Child | null = null;
     let killing = true;
     // A real death mid-answer: the worker asking for the bad feed is SIGKILLed, its request
@@ -178,12 +196,19 @@ describe('a feed whose answer kills the worker', () => {
     const ids1 = await freshPushes(goods, 11);
     victim = worker();
     expect(await victim.exited).toEqual({ code: null, signal: 'SIGKILL' });
-    const killedAt = Date.now();
     const afterDeath1 = await row(bad.id);
-    // Scheduled before the request: the bad feed is due one poll interval (the fake's 60 s)
-    // after the dead run began, no later.
-    expect(afterDeath1.next_poll_at.getTime()).toBeGreaterThan(killedAt + 30_000);
-    expect(afterDeath1.next_poll_at.getTime()).toBeLessThanOrEqual(killedAt + 60_000);
+    // Scheduled before the request: the bad feed is due one poll interval after the dead run
+    // began, no later.
+    const dead = await t.db
+      .selectFrom('ingestion_runs')
+      .select(['status', 'started_at'])
+      .where('source_id', '=', String(bad.id))
+      .execute();
+    expect(dead).toHaveLength(1);
+    expect(dead[0]!.status).toBe('running');
+    expect(afterDeath1.next_poll_at.getTime()).toBe(
+      dead[0]!.started_at.getTime() + interval * 1000,
+    );
 
     // Restart: the death is counted, the good feeds are polled, the bad one is not.
     const ids2 = [...ids1, ...(await freshPushes(goods, 12))];
@@ -191,9 +216,9 @@ describe('a feed whose answer kills the worker', () => {
     await victim.waitForLine(
       (l) => l.event === 'reconcile.run_interrupted' && l.source_id === bad.id,
       'the restarted worker to count the death',
-      60_000,
+      WAIT,
     );
-    await waitFor(() => stored(ids2), { timeoutMs: 60_000, what: 'the good feeds polled' });
+    await waitFor(() => stored(ids2), { timeoutMs: WAIT, what: 'the good feeds polled' });
     expect(await row(bad.id)).toMatchObject({ consecutive_failures: 1, poll_deaths: 1 });
     expect((await row(bad.id)).last_error).toMatch(/^POLL_DIED: run \d+ died on its answer/);
     expect(requestsFor(bad.path)).toHaveLength(1);
@@ -209,10 +234,10 @@ describe('a feed whose answer kills the worker', () => {
     const aside = await victim.waitForLine(
       (l) => l.event === 'source.set_aside' && l.source_id === bad.id,
       'the bad feed set aside',
-      60_000,
+      WAIT,
     );
     expect(aside.deaths).toBe(2);
-    await waitFor(() => stored(ids3), { timeoutMs: 60_000, what: 'the good feeds polled again' });
+    await waitFor(() => stored(ids3), { timeoutMs: WAIT, what: 'the good feeds polled again' });
     const setAside = await row(bad.id);
     expect(setAside.poll_deaths).toBe(2);
     expect(setAside.next_poll_at.getTime()).toBeGreaterThan(Date.now() + 23 * 3600_000);
@@ -223,7 +248,7 @@ describe('a feed whose answer kills the worker', () => {
     );
     // More rounds of the good feeds: the bad one is never asked again.
     const ids4 = await freshPushes(goods, 14);
-    await waitFor(() => stored(ids4), { timeoutMs: 60_000, what: 'the good feeds, once more' });
+    await waitFor(() => stored(ids4), { timeoutMs: WAIT, what: 'the good feeds, once more' });
     expect(requestsFor(bad.path)).toHaveLength(2);
     expect(victim.process.exitCode).toBeNull();
 
@@ -239,7 +264,7 @@ describe('a feed whose answer kills the worker', () => {
     expect(await enable.exited).toEqual({ code: 0, signal: null });
     await waitFor(
       async () => (await stored([String(ev.id)])) && (await row(bad.id)).last_error === null,
-      { timeoutMs: 60_000, what: 'the bad feed polled to the end' },
+      { timeoutMs: WAIT, what: 'the bad feed polled to the end' },
     );
     expect(await row(bad.id)).toMatchObject({
       consecutive_failures: 0,
@@ -257,7 +282,7 @@ describe('a feed whose answer kills the worker', () => {
     });
   });
   it('a feed announcing X-Poll-Interval 1 s: the restart dies on it once more, the next sets it aside; nothing moved by the test', {
-    timeout: 240_000,
+    timeout: TEST_TIMEOUT,
   }, async () => {
     const bad = await source('hostile/fast-killer');
     const goods = [await source('kind/five'), await source('kind/six')];
@@ -287,7 +312,7 @@ describe('a feed whose answer kills the worker', () => {
             .where('id', '=', String(bad.id))
             .executeTakeFirstOrThrow()
         ).poll_interval_seconds === 1,
-      { timeoutMs: 60_000, what: 'every feed polled, the bad one’s interval learned' },
+      { timeoutMs: WAIT, what: 'every feed polled, the bad one’s interval learned' },
     );
 
     // Death 1: its answer now kills whoever asks (the running worker polls it within a second).
@@ -309,12 +334,12 @@ describe('a feed whose answer kills the worker', () => {
     const aside = await victim.waitForLine(
       (l) => l.event === 'source.set_aside' && l.source_id === bad.id,
       'the bad feed set aside',
-      60_000,
+      WAIT,
     );
     expect(aside.deaths).toBe(2);
-    await waitFor(() => stored(ids3), { timeoutMs: 60_000, what: 'the good feeds polled' });
+    await waitFor(() => stored(ids3), { timeoutMs: WAIT, what: 'the good feeds polled' });
     const ids4 = await freshPushes(goods, 24);
-    await waitFor(() => stored(ids4), { timeoutMs: 60_000, what: 'the good feeds, once more' });
+    await waitFor(() => stored(ids4), { timeoutMs: WAIT, what: 'the good feeds, once more' });
     expect(killed).toHaveLength(2);
     expect(victim.process.exitCode, 'the third worker is alive').toBeNull();
     expect((await row(bad.id)).next_poll_at.getTime()).toBeGreaterThan(Date.now() + 23 * 3600_000);

@@ -1,6 +1,7 @@
 import { sign } from '@octokit/webhooks-methods';
 import { createGitHubClient } from '../../src/budget/client.ts';
 import type { GitHubClient } from '../../src/budget/client-types.ts';
+import type { Clock } from '../../src/platform/clock.ts';
 import type { Config } from '../../src/platform/config/config.ts';
 import type { Db } from '../../src/platform/db/pool.ts';
 import { createWebPools } from '../../src/web/pools.ts';
@@ -35,6 +36,15 @@ export interface TestWebOptions {
   mode?: 'live' | 'fixture';
   /** Pools of their own for webhook intake and /archive, of these sizes, as bin/web has. */
   pools?: { intake: number; archive: number };
+  /**
+   * /readyz's deadline (default READINESS_TIMEOUT_MS, 2 s). A test that asserts what the
+   * checks find, not that they end in time, sets one no loaded machine reaches: at load 25 on
+   * 2 cores the checks (a connection of their own and three queries) took over 2 s, and the
+   * answer was the deadline's 503 instead of the checks'.
+   */
+  readinessTimeoutMs?: number;
+  /** The server's now (the status page's and /status's "ago" and "due"); the system's by default. */
+  clock?: Clock;
 }
 
 export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Promise<TestWeb> {
@@ -60,6 +70,8 @@ export async function startTestWeb(t: TestDatabase, o: TestWebOptions = {}): Pro
     boss: o.boss,
     databaseUrl: t.url,
     pools,
+    readinessTimeoutMs: o.readinessTimeoutMs,
+    clock: o.clock,
   };
   let server: WebServer;
   try {
