@@ -42,7 +42,7 @@ export class ArchiveUnavailable extends AppError {
 
 /**
  * The mirror (another instance's /archive) answered 503: an import is writing into the hour
- * now (ADR 0185). Not a failure of the mirror: the hour is read again later.
+ * now. Not a failure of the mirror: the hour is read again later.
  */
 export class ArchiveHourOpen extends AppError {
   constructor(url: string, reasons: string[], retryAfterSeconds: number | null) {
@@ -163,10 +163,10 @@ export interface ByteSource {
 const GH_ARCHIVE_HOST = 'data.gharchive.org';
 
 /**
- * Who vouches for the commits a source's lines carry inline (ADR 0184): GH Archive's own
- * mirror (over HTTPS) and a file the operator named on the command line are `archive`;
- * every other mirror — another instance's /archive, a copy, a file:// directory anyone may
- * write into — is a `mirror`, whose commits are kept unverified until GitHub proves them.
+ * Who vouches for the commits a source's lines carry inline: GH Archive's own mirror (over
+ * HTTPS) and a file the operator named on the command line are `archive`; every other
+ * mirror — another instance's /archive, a copy, a file:// directory anyone may write into —
+ * is a `mirror`, whose commits are kept unverified until GitHub proves them.
  */
 export function inlineSourceOf(mirror: string): CommitSource {
   if (mirror === '') return 'archive';

@@ -125,8 +125,8 @@ export async function readCheckpoint(
 
 /**
  * True when another mirror's copy of the same file was read for the same scope and kept
- * pushes: this copy will mostly hold pushes stored already (ADR 0090), so its import merges
- * with conflict handling from the start instead of finding out on its first chunk.
+ * pushes: this copy will mostly hold pushes stored already, so its import merges with
+ * conflict handling from the start instead of finding out on its first chunk.
  */
 export async function readFromAnotherMirror(
   client: pg.ClientBase,
@@ -190,7 +190,7 @@ export async function startCheckpoint(
   return fromRow(r.rows[0]!);
 }
 
-/** The created_at range an import's pushes fall in, both ends included (ADR 0185). */
+/** The created_at range an import's pushes fall in, both ends included. */
 export interface WriteRange {
   from: Date;
   to: Date;
@@ -362,9 +362,9 @@ export function checkpointKeyFor(
 const HOUR_MS = 3_600_000;
 
 /**
- * The hours an import will write into, announced at its start (ADR 0185): a gap's window; an
- * archive hour's own hour and the one before it (crawl-time filing puts an hour's late events
- * in the next file); nothing for a local file, whose hours its chunks announce as they store.
+ * The hours an import will write into, announced at its start: a gap's window; an archive
+ * hour's own hour and the one before it (crawl-time filing puts an hour's late events in
+ * the next file); nothing for a local file, whose hours its chunks announce as they store.
  */
 export function expectedWrites(
   source: { hour: Date | null },

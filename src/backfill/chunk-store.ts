@@ -22,7 +22,7 @@ interface ChunkOutcome {
 export interface ChunkMode {
   expectNew: boolean;
   emails: CommitEmailMode;
-  /** The mirror the file is read from (ADR 0122). */
+  /** The mirror the file is read from, ranked in GHARCHIVE_URL for an event id in dispute. */
   contender: Partial<Contender>;
 }
 

@@ -105,7 +105,7 @@ export function classifyLine(raw: Line): LineVerdict {
     }
     return { kind: 'other' };
   }
-  // Measured before it is parsed: a line over the limits is never built (ADR 0060).
+  // Measured before it is parsed: a line over the limits is never built.
   const over = jsonBytesExcess(line);
   if (over) {
     return {
@@ -273,8 +273,8 @@ export function mapArchivePush(
     }
     // The rules judge the event as parsed exactly: no id or payload number rounded.
     const exact = parseJson(text) as Record<string, unknown>;
-    // `"id": null`: another instance's line of a push it knows only by webhook (ADR 0130),
-    // stored as a webhook copy is, without an event id. A missing or bad id is still refused.
+    // `"id": null`: another instance's line of a push it knows only by webhook, stored as a
+    // webhook copy is, without an event id. A missing or bad id is still refused.
     return mapPushEvent(exact, exact.id === null ? null : idField(exact.id, 'id')).push;
   } catch (caught) {
     // classifyLine measured the line already; the parser's own verdicts are rejections too.

@@ -5,8 +5,8 @@ import type { EventSource, Gap } from '../platform/db/schema.ts';
 import { FUTURE_SLACK_MS } from '../store/gaps.ts';
 
 /**
- * Gap records as the fill (src/backfill/fill.ts) reads and settles them (ADRs 0041,
- * 0061); the poll runner writes them through src/store/gaps.ts:
+ * Gap records as the fill (src/backfill/fill.ts) reads and settles them (ADR 0041); the
+ * poll runner writes them through src/store/gaps.ts:
  *
  *   open ──(every hour read)──► filled
  *     ├──(an hour still missing 48 h after it ended)──► unavailable

@@ -30,7 +30,7 @@ export interface ImportOptions {
 
 /**
  * `open`: read (its lines stored) or refused (503) while its mirror said the hour was still
- * open: not completed, read again later (ADR 0185).
+ * open: not completed, read again later.
  */
 export type ImportOutcome =
   | 'completed'
@@ -73,8 +73,8 @@ export interface ImportResult {
    */
   quarantined: number;
   /**
-   * Event id clashes this attempt recorded (event_id_clashes, ADR 0122): ids its pushes
-   * share with other pushes, of other eras (reused) or of the same (disputed).
+   * Event id clashes this attempt recorded (event_id_clashes): ids its pushes share with
+   * other pushes, of other eras (reused) or of the same (disputed).
    */
   idClashes: number;
   bytes: number;

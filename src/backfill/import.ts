@@ -16,12 +16,12 @@ import type {
 import { readAndStore } from './read-and-store.ts';
 
 /**
- * Importing one archive file (ADR 0040, ADR 0041): stream → gunzip → NDJSON lines →
- * PushEvents in scope → chunks of CHUNK_ROWS pushes → the bulk store, one transaction per
- * chunk, the checkpoint advanced in the same transaction. While a chunk is being stored the
- * next one is parsed (one store in flight, so memory holds at most two chunks). A killed
- * import resumes after its last committed line; the natural key makes any re-read line a
- * no-op, so a push is stored once however often its file is read.
+ * Importing one archive file (ADR 0040): stream → gunzip → NDJSON lines → PushEvents in
+ * scope → chunks of CHUNK_ROWS pushes → the bulk store, one transaction per chunk, the
+ * checkpoint advanced in the same transaction. While a chunk is being stored the next one
+ * is parsed (one store in flight, so memory holds at most two chunks). A killed import
+ * resumes after its last committed line; the natural key makes any re-read line a no-op, so
+ * a push is stored once however often its file is read.
  */
 
 /**

@@ -196,7 +196,7 @@ export async function readAndStore(
   // Malformed lines are counted and rejected (rejected_events) with the chunk they belong
   // to (same transaction as its pushes and checkpoint: once per event, never lost). Only
   // the file's first QUARANTINE_SAMPLE are kept raw: a million bad lines are a count, not a
-  // million rows (ADR 0060). The checkpoint's count says how many came before this attempt.
+  // million rows. The checkpoint's count says how many came before this attempt.
   let rejectedLines: QuarantineRow[] = [];
   let malformedInFile = checkpoint.counts.malformed;
   const malformed = (
@@ -227,10 +227,10 @@ export async function readAndStore(
 
   // One chunk's transaction: the rows, then the checkpoint, committed together.
   const known = new KnownEntities();
-  // A file nothing was stored from yet is expected to hold only new pushes (ADR 0040); the
-  // first push already stored switches the import to merging with conflict handling.
-  // Another mirror's copy of the file read already: most pushes are stored (ADR 0090).
-  // The file's mirror ranks its pushes against other mirrors' for an event id (ADR 0122).
+  // A file nothing was stored from yet is expected to hold only new pushes; the first push
+  // already stored switches the import to merging with conflict handling.
+  // Another mirror's copy of the file read already: most pushes are stored.
+  // The file's mirror ranks its pushes against other mirrors' for an event id.
   const mirrors = deps.config?.archive.mirrors ?? [];
   const mode: ChunkMode = {
     expectNew:
@@ -251,16 +251,16 @@ export async function readAndStore(
     loggedClashes += Math.min(room, clashes.length);
     logIdClashes(log, clashes.slice(0, room));
   };
-  // Who gets commits, read once for the file (ADR 0070, ADR 0112): a pre-2025-10 line's
-  // inline commits are stored, a covered push without them is left pending for the fetcher
-  // (or, in a process without a credential, skipped awaiting one: ADR 0186).
+  // Who gets commits, read once for the file: a pre-2025-10 line's inline commits are
+  // stored, a covered push without them is left pending for the fetcher (or, in a process
+  // without a credential, skipped awaiting one).
   const off =
     !deps.db || (deps.config !== undefined && commitsOffReason(deps.config.github) !== null);
   const targets = deps.db ? await commitsTargetsFor(off, deps.db) : NO_TARGETS;
-  // Who vouches for the file's inline commits (ADR 0184), and COMMIT_EMAILS for its payloads.
+  // Who vouches for the file's inline commits, and COMMIT_EMAILS for its payloads.
   const inline = { source: inlineSourceOf(source.mirror), emails: mode.emails };
   // The chunk's pushes and its checkpoint, one transaction; its actors and repositories were
-  // inserted just before, on the second connection (ADR 0040).
+  // inserted just before, on the second connection.
   const store = async (
     batch: StageBatch,
     upTo: number,
@@ -278,7 +278,7 @@ export async function readAndStore(
       // Asynchronous commit: the chunk and its checkpoint commit together, so a database
       // crash that loses the last commits loses both, and the import re-reads those lines.
       // No JIT: the merge's estimates on a small or unanalysed table can pass jit_above_cost,
-      // and compiling its expressions cost ~0.7 s a chunk for no gain (ADR 0122).
+      // and compiling its expressions cost ~0.7 s a chunk for no gain.
       await client.query('SET LOCAL synchronous_commit = off; SET LOCAL jit = off');
       const outcome = await storeIsolating(client, batch, 0, batch.length, target, mode, false);
       for (const { index, reason } of outcome.refused) {

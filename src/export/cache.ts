@@ -22,12 +22,12 @@ import { sweepTemporaryFiles } from './temporary-files.ts';
 import { FORMAT_VERSION, inHourSnapshot, writeHourFile } from './write.ts';
 
 /**
- * The hour files /archive serves (ADR 0130, ADR 0185), built once per state of the hour and
- * kept on disk. What an hour looks like now is read from two short rows, never from its
- * pushes (src/export/hour-state.ts): its count of changing writes, and the file recorded
- * for it — the count and snapshot it was built at and its SHA-256. When the counts agree
- * the recorded file is the hour as it is now; its SHA-256 is the ETag, so a 304 and a hit
- * cost those rows and, for a hit, an open of the file named by it.
+ * The hour files /archive serves (ADR 0130), built once per state of the hour and kept on
+ * disk. What an hour looks like now is read from two short rows, never from its pushes
+ * (src/export/hour-state.ts): its count of changing writes, and the file recorded for it —
+ * the count and snapshot it was built at and its SHA-256. When the counts agree the
+ * recorded file is the hour as it is now; its SHA-256 is the ETag, so a 304 and a hit cost
+ * those rows and, for a hit, an open of the file named by it.
  *
  * A miss builds the file in the very snapshot the count was read in (one build at a time
  * per process: a build is a full read of the hour), into a temporary file renamed to its

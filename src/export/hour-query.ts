@@ -141,13 +141,13 @@ const LISTED: ReadonlySet<CommitsState> = new Set(['complete', 'partial', 'none'
 const UNSAID: ReadonlySet<CommitsState> = new Set(['pending', 'unverified']);
 
 /**
- * A row → what its line says (ADR 0130). A pending push says nothing of its commits (no
- * `size`, no `commits`) rather than something wrong, and neither does an unverified one:
- * what a mirror claimed is not passed on as this store's (ADR 0184). A push whose count is
- * unknown has no `size`; `commits` are listed only when what is stored is the push's list
- * (complete, partial: the ones we hold, none: an empty one). `distinct_size` is the
- * source's when it gave one no larger than the count, else counted from push_commits when
- * every commit is stored and says whether it is distinct, else left out.
+ * A row → what its line says. A pending push says nothing of its commits (no `size`, no
+ * `commits`) rather than something wrong, and neither does an unverified one: what a mirror
+ * claimed is not passed on as this store's. A push whose count is unknown has no `size`;
+ * `commits` are listed only when what is stored is the push's list (complete, partial: the
+ * ones we hold, none: an empty one). `distinct_size` is the source's when it gave one no
+ * larger than the count, else counted from push_commits when every commit is stored and
+ * says whether it is distinct, else left out.
  */
 export function toExportRow(r: HourRow): ExportRow {
   const size = UNSAID.has(r.commits_state) ? null : r.commit_count;

@@ -8,7 +8,7 @@
  * as JSON numbers with every digit, as GitHub writes them.
  */
 
-/** At most this many commits in a line: the Events API's cap (GitHub's docs, ADR 0130). */
+/** At most this many commits in a line: the Events API's cap (GitHub's docs). */
 export const MAX_LINE_COMMITS = 20;
 
 const API = 'https://api.github.com';

@@ -36,8 +36,8 @@ export function addressUnderPolicy(
   if (address === null || address === undefined || mode === 'drop') return null;
   if (mode === 'keep') return address;
   if (mode === 'gharchive') return HASHED.test(address) ? address : gharchiveAddress(address);
-  // Hashed already (another instance's hour file, ADR 0130): hashing it again would join
-  // it to nothing, where as it is it joins the same address hashed here.
+  // Hashed already (another instance's hour file): hashing it again would join it to
+  // nothing, where as it is it joins the same address hashed here.
   if (HASHED.test(address)) return address;
   const normal = address.trim().toLowerCase();
   if (normal === '') return null;

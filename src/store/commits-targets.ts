@@ -3,11 +3,11 @@ import type { Config } from '../platform/config/config.ts';
 import type { Db } from '../platform/db/pool.ts';
 
 /**
- * Who gets commits (ADR 0070, ADR 0112): a push is targeted when an enabled source whose
- * commits are on covers it — whichever way the push arrived (poll, webhook, bin/backfill,
- * gap fill, another instance's archive). A `repo`, `org` or `user` source covers the pushes
- * to its repository, to its organisation's repositories (the repository's owner) or by its
- * actor (login); the `public` source covers every public push. Read once per batch from
+ * Who gets commits (ADR 0070): a push is targeted when an enabled source whose commits are
+ * on covers it — whichever way the push arrived (poll, webhook, bin/backfill, gap fill,
+ * another instance's archive). A `repo`, `org` or `user` source covers the pushes to its
+ * repository, to its organisation's repositories (the repository's owner) or by its actor
+ * (login); the `public` source covers every public push. Read once per batch from
  * event_sources into three sets and a flag (names compared without case, as GitHub does),
  * so deciding for a push is at most three set probes, never a query.
  */
@@ -52,10 +52,9 @@ export function isTargeted(targets: CommitsTargets, push: TargetedPush): boolean
 }
 
 /**
- * Why nobody gets commits in this process, or null when a source may turn them on
- * (ADR 0112): fetching commits needs a credential (GitHub's GraphQL API refuses an
- * anonymous caller, and 60 REST requests an hour fetch next to nothing). Fixture mode
- * answers as a credential would.
+ * Why nobody gets commits in this process, or null when a source may turn them on: fetching
+ * commits needs a credential (GitHub's GraphQL API refuses an anonymous caller, and 60 REST
+ * requests an hour fetch next to nothing). Fixture mode answers as a credential would.
  */
 export function commitsOffReason(github: Pick<Config['github'], 'mode' | 'tokens' | 'app'>) {
   if (github.mode === 'fixture' || github.tokens.length > 0 || github.app) return null;
@@ -128,7 +127,7 @@ export function commitsTargets(db: Db): Promise<CommitsTargets> {
 /**
  * The targets a batch stores with: the cached read of event_sources, marked `credential:
  * false` when this process has none (`off`: commitsOffReason said why) — its covered pushes
- * then wait for a credential instead of being fetched (ADR 0186).
+ * then wait for a credential instead of being fetched.
  */
 export async function commitsTargetsFor(off: boolean, db: Db): Promise<CommitsTargets> {
   const targets = await commitsTargets(db);

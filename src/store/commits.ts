@@ -13,13 +13,13 @@ import { addressUnderPolicy, textUnderPolicy } from './commit-emails.ts';
  * go in by (repository_id, sha) and push_commits by key (the lock order of every writer),
  * and commit authors or committers GitHub names by id become actors pending enrichment.
  *
- * A commit's content never changes, but who told it does (ADR 0184): each row records its
- * `source`, and a better source rewrites a row a lesser one wrote — GitHub's answer
- * (`github`) over a webhook's, a webhook's over an archive's, any of them over a mirror's or
- * a row of unknown source (written before sources were recorded). A row held from a source
- * as good is not rewritten, but columns it still lacks (an inline commit knows no author
- * id, parents or dates) are filled from a richer answer. Addresses, and addresses inside
- * names and messages, are stored under COMMIT_EMAILS (src/store/commit-emails.ts).
+ * A commit's content never changes, but who told it does: each row records its `source`,
+ * and a better source rewrites a row a lesser one wrote — GitHub's answer (`github`) over a
+ * webhook's, a webhook's over an archive's, any of them over a mirror's or a row of unknown
+ * source (written before sources were recorded). A row held from a source as good is not
+ * rewritten, but columns it still lacks (an inline commit knows no author id, parents or
+ * dates) are filled from a richer answer. Addresses, and addresses inside names and
+ * messages, are stored under COMMIT_EMAILS (src/store/commit-emails.ts).
  *
  * push_commits rows are written only for pushes that are stored (joined on push_events'
  * natural key) — inline ones only while the push is in the state their plan gave it — ON

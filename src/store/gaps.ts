@@ -5,10 +5,10 @@ import type { Logger } from '../platform/log.ts';
 import { gapReadyAt } from './archive-hours.ts';
 
 /**
- * Recording gaps (ADRs 0004, 0041, 0061): the write side, which the poll
- * runner reaches in its finalizing transaction. The fill (src/backfill/) reads the rows
- * back; this module imports nothing above the database, so ingestion never imports the
- * layer that fills what it records.
+ * Recording gaps (ADR 0004): the write side, which the poll runner reaches in its
+ * finalizing transaction. The fill (src/backfill/) reads the rows back; this module imports
+ * nothing above the database, so ingestion never imports the layer that fills what it
+ * records.
  *
  * A run that reads three full pages without reaching its source's horizon may have missed
  * events; the window they were created in runs from the newest `created_at` the source held
@@ -104,7 +104,7 @@ export function gapPieces(from: Date, to: Date, now: Date): Piece[] {
 
 /**
  * The created_at of the pushes stored under `seen`'s ids, each in its event's era: an id
- * GitHub reused names another push in another era (ADR 0122), never one of these.
+ * GitHub reused names another push in another era, never one of these.
  */
 function pushesOf(seen: SeenIds) {
   const at = seen.ids.map((_, i) => seen.at[i] ?? null);

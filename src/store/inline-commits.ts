@@ -15,7 +15,7 @@ import { type CommitsTargets, isTargeted, NO_TARGETS } from './commits-targets.t
  * (the push is then `partial`); free text beyond its cap is cut or, for addresses, dropped.
  * A list that breaks the rules a compare answer is held to (src/store/commit-list.ts) is
  * not stored at all, and its `size` not believed. A list from an archive nobody vouches for
- * is stored `unverified` until GitHub's answer proves it (ADR 0184).
+ * is stored `unverified` until GitHub's answer proves it.
  */
 
 /** GitHub puts at most 2,048 commits in a push delivery (20 in an event). */
@@ -44,7 +44,7 @@ export interface InlineCommit {
 /**
  * How a plan's state travels to the merge (a staging row's or a parameter's commits_state)
  * when a covered push waits for a credential: the merge stores it `skipped` with
- * commits_next_attempt_at set (ADR 0186). Never stored as such.
+ * commits_next_attempt_at set. Never stored as such.
  */
 export const AWAITING_CREDENTIAL = 'awaiting';
 
@@ -159,8 +159,8 @@ function distinctOf(push: PlannedPush, count: number | null): number | null {
  * - every commit carried: `complete`, whoever targets it;
  * - targeted and not all carried: `pending` (the fetcher stores the whole list, so no
  *   partial inline rows whose positions it would have to reconcile); without a credential
- *   in the process and none carried, `skipped` awaiting one (ADR 0186), and with some
- *   carried, `partial` with them (what is there now beats a later fetch of the rest);
+ *   in the process and none carried, `skipped` awaiting one, and with some carried,
+ *   `partial` with them (what is there now beats a later fetch of the rest);
  * - not targeted, some carried: `partial` with what was carried;
  * - not targeted, none carried (a post-2025-10 event): `skipped`;
  * - a timeline-format push (no full `before`): `complete` when it carries every commit,
@@ -208,7 +208,7 @@ export function planCommits(
     );
   }
   // A timeline push has no full `before` to ask GitHub about: what its line carries is all
-  // there will be, whoever covers it and whoever served the line (ADR 0194).
+  // there will be, whoever covers it and whoever served the line.
   if (push.timeline) {
     if (refused !== null) return plan('partial', null, [], `inline commits refused: ${refused}`);
     const all =
@@ -242,9 +242,9 @@ export function stagedState(plan: CommitsPlan): string {
 }
 
 /**
- * Who gets commits and what their addresses become (ADR 0070), read once per batch by the
- * caller. Absent: nobody is targeted (inline commits are still stored) and addresses are
- * hashed, the defaults.
+ * Who gets commits and what their addresses become, read once per batch by the caller.
+ * Absent: nobody is targeted (inline commits are still stored) and addresses are hashed,
+ * the defaults.
  */
 export interface CommitsContext {
   targets: CommitsTargets;

@@ -54,7 +54,7 @@ export interface PushRow {
   /**
    * True when the push is known to be a private repository's (an event's `public: false`, a
    * delivery's `repository.private`); absent otherwise. Only who gets commits reads it: the
-   * public source covers public pushes (ADR 0112). Not stored.
+   * public source covers public pushes. Not stored.
    */
   private?: true;
   /**
@@ -243,7 +243,7 @@ export function mapEventsPage(data: unknown, path: string): MappedPage {
       const id = idField(ev.id, 'id');
       // Known by id from here on: the horizon counts it whether it is stored or rejected.
       page.eventIds.push(id);
-      // Its era scopes the id (ADR 0122): GitHub reuses ids across eras.
+      // Its era scopes the id: GitHub reuses ids across eras.
       page.eventTimes.push(
         typeof ev.created_at === 'string' ? parseTimestamp(ev.created_at) : null,
       );

@@ -39,10 +39,10 @@ import type { StageBatch } from './stage-batch.ts';
  * them into actors, repositories and push_events:
  *
  * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
- *   alone, so a push stored already (by any origin) or repeated within the batch is one row,
- *   and no push is ever skipped for its event id, which is an attribute unique per era
- *   (src/store/event-ids.ts, ADR 0122): a push contending for an id another push
- *   holds is  *   recorded, and settled by rank when both are of one era;
+ *   alone, so a push stored already (by any origin) or repeated within the batch is one
+ *   row, and no push is ever skipped for its event id, which is an attribute unique per era
+ *   (src/store/event-ids.ts): a push contending for an id another push holds is recorded,
+ *   and settled by rank when both are of one era;
  * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
  *   another push contends for that id in the same era (then the dispute settles it);
  * - rows are written in key order (actors by id, then repositories by id, then pushes by
@@ -67,9 +67,9 @@ export interface StoreOptions {
   origin: 'poll' | 'webhook';
   sourceId?: number | null;
   runId?: number | null;
-  /** Who gets commits and what addresses become (ADR 0070); absent: nobody, hashed. */
+  /** Who gets commits and what addresses become; absent: nobody, hashed. */
   commits?: CommitsContext;
-  /** Who contends for the pushes' event ids (ADR 0122); default GitHub's own answer. */
+  /** Who contends for the pushes' event ids; default GitHub's own answer. */
   contender?: Partial<Contender>;
 }
 
@@ -89,11 +89,11 @@ export interface StoreResult {
 }
 
 /**
- * Stores pushes with their actors and repositories. A push is identified by its natural
- * key (repository_id, ref, before, head) — the same push polled twice, polled by two
- * sources, or delivered by webhook and polled, is ONE row. Its event id is an attribute
- * (unique per era, ADR 0122); a webhook copy gets the id when the poll brings it. The one
- * statement of the bulk store (ADR 0040) does it all: this is its name for a delivery.
+ * Stores pushes with their actors and repositories. A push is identified by its natural key
+ * (repository_id, ref, before, head) — the same push polled twice, polled by two sources,
+ * or delivered by webhook and polled, is ONE row. Its event id is an attribute (unique per
+ * era); a webhook copy gets the id when the poll brings it. The one statement of the bulk
+ * store does it all: this is its name for a delivery.
  */
 export async function storePushes(
   trx: Db,
@@ -111,11 +111,11 @@ export interface BulkStoreOptions {
   sourceId?: number | null;
   runId?: number | null;
   commits?: CommitsContext;
-  /** Who contends for the batch's ids (ADR 0122); default: GitHub's own answer (a poll). */
+  /** Who contends for the batch's ids; default: GitHub's own answer (a poll). */
   contender?: Partial<Contender>;
   /**
-   * Where the pushes' inline commits come from (ADR 0184); default by origin: a poll's are
-   * GitHub's, a delivery's the webhook's, an archive's a mirror's.
+   * Where the pushes' inline commits come from; default by origin: a poll's are GitHub's, a
+   * delivery's the webhook's, an archive's a mirror's.
    */
   inlineSource?: CommitSource;
   /**
@@ -136,7 +136,7 @@ export interface StagedStoreOptions {
   expectNew?: boolean;
   /** Addresses of inline commits (the targets were applied when the batch was staged). */
   emails?: CommitEmailMode;
-  /** The mirror the batch was read from, ranked in GHARCHIVE_URL (ADR 0122). */
+  /** The mirror the batch was read from, ranked in GHARCHIVE_URL. */
   contender?: Partial<Contender>;
 }
 
@@ -259,7 +259,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
         $1::text, $2::bigint, $3::bigint, s.commit_count,
         -- a covered push stored without a credential: skipped, its next attempt marking it
-        -- as waiting for one (ADR 0186)
+        -- as waiting for one
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
         s.commits_error, $4::smallint, s.actor_login, s.repo_name, s.org_id, s.org_login
@@ -485,7 +485,7 @@ export async function bulkStorePage(
   return result;
 }
 
-/** Whose inline commits a push of each origin carries, unless the caller says (ADR 0184). */
+/** Whose inline commits a push of each origin carries, unless the caller says. */
 const INLINE_SOURCE_OF: Record<PushOrigin, CommitSource> = {
   poll: 'github',
   webhook: 'webhook',

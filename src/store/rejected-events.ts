@@ -10,14 +10,14 @@ import { jsonUnderPolicy, textUnderPolicy } from './commit-emails.ts';
 import { parseTimestamp } from './rules.ts';
 
 /**
- * rejected_events: events rejected instead of stored (ADR 0020). Any path that reads
- * events (a polled page, an archive file) calls quarantineEvents inside the transaction
- * that stores the good events beside them, so the page commits whole: good rows stored,
- * bad ones rejected, exactly once per (source, event) — a re-read bumps seen_count. An
- * event is its id in its era (ADR 0122): the same id of another year is another event.
- * What is kept of an event (raw, message) holds COMMIT_EMAILS like every stored push
- * (src/store/commit-emails.ts, ADR 0184): an address in a rejected event is no more in clear
- * than a stored one, and neither is the log line that reports it.
+ * rejected_events: events rejected instead of stored (ADR 0020). Any path that reads events
+ * (a polled page, an archive file) calls quarantineEvents inside the transaction that
+ * stores the good events beside them, so the page commits whole: good rows stored, bad ones
+ * rejected, exactly once per (source, event) — a re-read bumps seen_count. An event is its
+ * id in its era: the same id of another year is another event. What is kept of an event
+ * (raw, message) holds COMMIT_EMAILS like every stored push (src/store/commit-emails.ts):
+ * an address in a rejected event is no more in clear than a stored one, and neither is the
+ * log line that reports it.
  */
 
 export interface QuarantineRow {
@@ -69,8 +69,8 @@ function storableRaw(raw: unknown): { json: string; exact: boolean; hashOf: stri
 }
 
 /**
- * The era of the event (the UTC year of its created_at, ADR 0122) when it has a valid one.
- * GitHub reuses event ids across eras, so an id alone does not name one event.
+ * The era of the event (the UTC year of its created_at) when it has a valid one. GitHub
+ * reuses event ids across eras, so an id alone does not name one event.
  */
 function eraOf(raw: unknown): number | null {
   if (raw === null || typeof raw !== 'object' || raw instanceof TooDeepJson) return null;

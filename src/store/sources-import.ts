@@ -284,7 +284,7 @@ export async function importSources(
       const inserted = await sql<Row>`
         WITH i AS (${input})
         INSERT INTO event_sources (kind, target, mode, commits_enabled, next_poll_at)
-        -- Commit fetching is on for every kind (commitsEnabledFor, ADR 0112);
+        -- Commit fetching is on for every kind (commitsEnabledFor);
         -- due at once, to the millisecond (as addSource).
         SELECT i.kind, i.target, ${mode}, true, date_trunc('milliseconds', now()) FROM i WHERE i.idx = ANY(${fresh}::int[]) ORDER BY i.idx
         ON CONFLICT DO NOTHING

@@ -132,7 +132,7 @@ export async function setSourceEnabled(db: Db, id: number, enabled: boolean): Pr
         ? {
             enabled,
             consecutive_failures: 0,
-            // A source set aside after its polls died (ADR 0120) is the operator's to retry.
+            // A source set aside after its polls died is the operator's to retry.
             poll_deaths: 0,
             next_poll_at: sql`now()`,
             updated_at: sql`now()`,
@@ -148,8 +148,8 @@ export async function setSourceEnabled(db: Db, id: number, enabled: boolean): Pr
 }
 
 /**
- * Turns commits on or off for a source (ADR 0070): from now on, pushes it targets are
- * stored `pending` (fetched) or `skipped`. Pushes already stored keep their state.
+ * Turns commits on or off for a source: from now on, pushes it targets are stored `pending`
+ * (fetched) or `skipped`. Pushes already stored keep their state.
  */
 export async function setSourceCommits(db: Db, id: number, on: boolean): Promise<EventSource> {
   const updated = await db

@@ -70,12 +70,12 @@ export class StageBatch {
   }
 
   /**
-   * Appends one push in the stage's column order. With `known`, an entity known to exist
-   * is left out of newActors / newRepositories, so insertStagedEntities does not even
-   * probe it; `known` may lag what is committed (a chunk in flight), never lead it.
-   * `inline` says who vouches for the file's inline commits (ADR 0184): `archive` (GH
-   * Archive's own, a file named on the command line) or `mirror`; `emails` is COMMIT_EMAILS,
-   * which holds in the stored payload as in the commits.
+   * Appends one push in the stage's column order. With `known`, an entity known to exist is
+   * left out of newActors / newRepositories, so insertStagedEntities does not even probe
+   * it; `known` may lag what is committed (a chunk in flight), never lead it. `inline` says
+   * who vouches for the file's inline commits: `archive` (GH Archive's own, a file named on
+   * the command line) or `mirror`; `emails` is COMMIT_EMAILS, which holds in the stored
+   * payload as in the commits.
    */
   add(
     p: PushRow,

@@ -3,10 +3,10 @@ import type { Db } from '../platform/db/pool.ts';
 
 /**
  * webhook_deliveries: one row per X-GitHub-Delivery, inserted first in the delivery's
- * transaction. The primary key does the deduplication: a redelivery's INSERT finds the
- * row (or waits for a concurrent first attempt to commit and then finds it), counts itself
- * as a redelivery — apart, when its body differs from the first one's — and stops there
- * (ADR 0008, ADR 0021).
+ * transaction (ADR 0008). The primary key does the deduplication: a redelivery's INSERT
+ * finds the row (or waits for a concurrent first attempt to commit and then finds it),
+ * counts itself as a redelivery — apart, when its body differs from the first one's — and
+ * stops there.
  */
 
 export interface NewDelivery {

@@ -24,9 +24,9 @@ import { mapPushDelivery } from './push.ts';
 import { verifySignature } from './signature.ts';
 
 /**
- * GitHub webhook intake, persist-then-ack (ADR 0008, ADR 0021): verify the signature over
- * the raw bytes, then ONE transaction records the delivery id and whatever the delivery
- * stores; only after COMMIT are enrichment hints sent and GitHub answered.
+ * GitHub webhook intake, persist-then-ack (ADR 0008): verify the signature over the raw
+ * bytes, then ONE transaction records the delivery id and whatever the delivery stores;
+ * only after COMMIT are enrichment hints sent and GitHub answered.
  *
  * Answers: content never earns a 5xx. A signed, parseable delivery whose push cannot be
  * stored is recorded as `rejected:<reason>` and answered 422 (a 2xx would tell GitHub we
@@ -58,7 +58,7 @@ export type IntakeDeps = Pick<Deps, 'db' | 'logger' | 'clock'> & {
   boss?: PgBoss;
   /** COMMIT_EMAILS for the delivery's commits (default hash). */
   commitEmails?: CommitEmailMode;
-  /** No credential in this process (commitsOffReason): covered pushes wait for one (ADR 0186). */
+  /** No credential in this process (commitsOffReason): covered pushes wait for one. */
   commitsOff?: boolean;
 };
 

@@ -12,7 +12,7 @@ import { ENTITY_CLASSES } from './entity.ts';
 
 /**
  * The background allowance between enrichment and commit fetching: shares are floors, not
- * fences (ADR 0181, after ADR 0071).
+ * fences (ADR 0181).
  *
  * The GitHub layer enforces the hard rule: enrich and commits TOGETHER spend at most
  * floor(quota × ENRICH_SHARE) of each credential's hour (the background allowance); polls

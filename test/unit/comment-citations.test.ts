@@ -9,23 +9,11 @@ import { readCheckedFiles } from '../support/layers.ts';
  * proof on a tree in memory: test/support/citations.ts).
  */
 
-/**
- * TODO: folders not yet swept, whose branches were being merged when the rule came in. The
- * lead empties this list after merging them and running /work/wt/tools/adr-sweep.py --all.
- */
-const NOT_YET_SWEPT = [
-  'src/work/',
-  'src/export/',
-  'src/backfill/',
-  'src/store/',
-  'src/webhooks/',
-];
-
 describe('what comments cite', () => {
   const files = readCheckedFiles(ROOT);
 
   it('holds in src/ and bin/: no DESIGN §, no issue number, one ADR at most, in the header', () => {
-    const violations = checkCitations(files, NOT_YET_SWEPT);
+    const violations = checkCitations(files);
     expect(formatCitations(violations), 'test/support/citations.ts').toBe('');
   });
 
@@ -44,7 +32,7 @@ describe('what comments cite', () => {
       'src/commits/new-file.ts',
       "import x from 'y';\n\n/** One cycle (ADR 0071). */\n/**\n * the bulk store path (ADR\n * 0040).\n */\n",
     );
-    const found = checkCitations(broken, NOT_YET_SWEPT)
+    const found = checkCitations(broken)
       .map((v) => `${v.kind} ${v.path}`)
       .sort();
     expect(found).toEqual([
@@ -58,9 +46,9 @@ describe('what comments cite', () => {
     ]);
     // A folder skipped is not read.
     broken.set('src/skipped/x.ts', '// DESIGN §3, issue 9 (ADR 0001, ADR 0002).\n');
-    expect(checkCitations(broken, [...NOT_YET_SWEPT, 'src/skipped/'])).toHaveLength(found.length);
+    expect(checkCitations(broken, ['src/skipped/'])).toHaveLength(found.length);
     // Read, it breaks three rules: DESIGN §, an issue, two ADRs (both in its header).
-    expect(checkCitations(broken, NOT_YET_SWEPT)).toHaveLength(found.length + 3);
+    expect(checkCitations(broken)).toHaveLength(found.length + 3);
   });
 
   it('finds the header after a shebang and imports, and not past code', () => {
