@@ -69,7 +69,7 @@ export interface ImportResult {
   totals: CheckpointCounts;
   /**
    * Lines of this attempt rejected and kept raw in rejected_events: the file's first
-   * QUARANTINE_SAMPLE; the rest of `counts.malformed` are counted only.
+   * REJECTED_SAMPLE; the rest of `counts.malformed` are counted only.
    */
   quarantined: number;
   /**

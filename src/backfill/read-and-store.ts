@@ -14,9 +14,9 @@ import { pushesFinal } from '../store/open-hours.ts';
 import { dropStage, insertStagedEntities, prepareStage } from '../store/pushes.ts';
 import {
   logRejected,
-  QUARANTINE_SAMPLE,
-  type QuarantineRow,
-  quarantineEvents,
+  REJECTED_SAMPLE,
+  type RejectionRow,
+  storeRejectedEvents,
 } from '../store/rejected-events.ts';
 import type { RejectionReason } from '../store/rules.ts';
 import { KnownEntities, StageBatch } from '../store/stage-batch.ts';
@@ -195,9 +195,9 @@ export async function readAndStore(
 
   // Malformed lines are counted and rejected (rejected_events) with the chunk they belong
   // to (same transaction as its pushes and checkpoint: once per event, never lost). Only
-  // the file's first QUARANTINE_SAMPLE are kept raw: a million bad lines are a count, not a
+  // the file's first REJECTED_SAMPLE are kept raw: a million bad lines are a count, not a
   // million rows. The checkpoint's count says how many came before this attempt.
-  let rejectedLines: QuarantineRow[] = [];
+  let rejectedLines: RejectionRow[] = [];
   let malformedInFile = checkpoint.counts.malformed;
   const malformed = (
     reason: RejectionReason,
@@ -207,7 +207,7 @@ export async function readAndStore(
     raw: unknown,
   ) => {
     delta.malformed++;
-    if (++malformedInFile > QUARANTINE_SAMPLE) return;
+    if (++malformedInFile > REJECTED_SAMPLE) return;
     rejectedLines.push({
       sourceId: target.sourceId,
       runId: null,
@@ -219,7 +219,7 @@ export async function readAndStore(
     });
   };
   // The first few are logged one by one, as the poll path logs them; the rest are counted.
-  const logFirstRejected = (rows: QuarantineRow[]) => {
+  const logFirstRejected = (rows: RejectionRow[]) => {
     const room = Math.max(0, LOGGED_MALFORMED - loggedMalformed);
     loggedMalformed += Math.min(room, rows.length);
     logRejected(log, rows.slice(0, room));
@@ -267,11 +267,11 @@ export async function readAndStore(
     counts: CheckpointCounts,
     last: boolean,
     entities: { newActors: number; newRepositories: number },
-    rejected: QuarantineRow[],
+    rejected: RejectionRow[],
     range: { from: number; to: number } | null,
   ) => {
     await client.query('BEGIN');
-    let firstSeen: QuarantineRow[] = [];
+    let firstSeen: RejectionRow[] = [];
     let clashes: IdClash[] = [];
     let pendingCommits = 0;
     try {
@@ -295,7 +295,7 @@ export async function readAndStore(
         });
       }
       if (rejected.length > 0)
-        firstSeen = (await quarantineEvents(session, rejected, mode.emails)).firstSeen;
+        firstSeen = (await storeRejectedEvents(session, rejected, mode.emails)).firstSeen;
       counts.created += outcome.stored.created;
       pendingCommits = outcome.stored.commitsPending;
       clashes = outcome.stored.clashes;

@@ -2,13 +2,13 @@ import { sql } from 'kysely';
 import type { Db } from '../platform/db/pool.ts';
 
 /**
- * Retention for the three append-only ledgers and the quarantine (RETENTION_DAYS, default
+ * Retention for the three append-only ledgers and the rejected events (RETENTION_DAYS, default
  * 30). Rows go in
  * batches, each its own short statement, so pruning a large backlog never holds a long
  * transaction or a lock a poll or a cycle would queue behind. Rows still in flight (a
  * `running` run, an open reservation, an unfinished attempt) are never pruned, whatever
  * their age: the reconciler settles them first. A rejected event goes when it has not been
- * seen for RETENTION_DAYS (poison still being served stays, its seen_count moving; a
+ * seen for RETENTION_DAYS (one still being served stays, its seen_count moving; a
  * trigger keeps gpi_events_rejected_total from going down, migration 2026-11-30T1000).
  *
  * Each batch walks the primary key from the oldest id, which is also the oldest row, so it

@@ -8,7 +8,7 @@ import { EventIdRace, RACE_RETRIES, runOnClient } from '../store/event-ids.ts';
 import type { MappedPage, PushRow } from '../store/mapping.ts';
 import type { StoreResult } from '../store/pushes.ts';
 import { bulkStorePage } from '../store/pushes.ts';
-import { type QuarantineRow, quarantineEvents } from '../store/rejected-events.ts';
+import { type RejectionRow, storeRejectedEvents } from '../store/rejected-events.ts';
 
 /**
  * One page in ONE transaction: its good pushes stored, its rejected events set
@@ -50,13 +50,10 @@ export interface StoredPage extends StoreResult {
   /** Events of this page set aside (first time or again). */
   rejected: number;
   /** Set aside for the first time: log each once, after COMMIT. */
-  firstSeen: QuarantineRow[];
+  firstSeen: RejectionRow[];
 }
 
-function quarantineRow(
-  ctx: PageContext,
-  r: Omit<QuarantineRow, 'sourceId' | 'runId'>,
-): QuarantineRow {
+function rejectionRow(ctx: PageContext, r: Omit<RejectionRow, 'sourceId' | 'runId'>): RejectionRow {
   return { sourceId: ctx.sourceId, runId: ctx.runId, ...r };
 }
 
@@ -92,14 +89,14 @@ export async function storePage<T>(
     },
   };
   const rejected = page.rejected.map(({ eventId, eventType, reason, message, raw }) =>
-    quarantineRow(ctx, { eventId, eventType, reason, message, raw }),
+    rejectionRow(ctx, { eventId, eventType, reason, message, raw }),
   );
   try {
     return await untilNoRace(() =>
       db.transaction().execute(async (trx) => {
         // The bulk merge: one statement for actors, repositories and pushes.
         const s = await bulkStorePage(trx, page.pushes, opts);
-        const q = await quarantineEvents(trx, rejected, opts.commits.emails);
+        const q = await storeRejectedEvents(trx, rejected, opts.commits.emails);
         const stored = { ...s, rejected: rejected.length, firstSeen: q.firstSeen };
         return { stored, result: await within(trx, stored) };
       }),
@@ -116,7 +113,7 @@ function storeOneByOne<T>(
   page: MappedPage,
   ctx: PageContext,
   opts: Parameters<typeof bulkStorePage>[2],
-  rejected: QuarantineRow[],
+  rejected: RejectionRow[],
   within: (trx: Db, stored: StoredPage) => Promise<T>,
 ): Promise<{ stored: StoredPage; result: T }> {
   const emails = opts.commits?.emails ?? 'hash';
@@ -141,7 +138,7 @@ function storeOneByOne<T>(
         stored.clashes.push(...r.ok.clashes);
       } else {
         refusedRows.push(
-          quarantineRow(ctx, {
+          rejectionRow(ctx, {
             eventId: push.id,
             eventType: 'PushEvent',
             reason: 'store_failed',
@@ -152,7 +149,7 @@ function storeOneByOne<T>(
       }
     }
     for (const row of refusedRows) {
-      let q = await inSavepoint(trx, () => quarantineEvents(trx, [row], emails));
+      let q = await inSavepoint(trx, () => storeRejectedEvents(trx, [row], emails));
       // Even the record of it was refused: keep the fact and the reason, without the event.
       if ('refused' in q) {
         const bare = {
@@ -160,7 +157,7 @@ function storeOneByOne<T>(
           raw: null,
           message: `${row.message} (event not storable: kept without raw)`,
         };
-        q = { ok: await quarantineEvents(trx, [bare], emails) };
+        q = { ok: await storeRejectedEvents(trx, [bare], emails) };
       }
       stored.rejected++;
       stored.firstSeen.push(...q.ok.firstSeen);

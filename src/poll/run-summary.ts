@@ -19,7 +19,7 @@ export interface RunSummary {
   eventsSeen: number;
   /** push_events rows created. */
   eventsCreated: number;
-  /** Events set aside in rejected_events (poison: the run still completes). */
+  /** Events rejected into rejected_events (the run still completes). */
   eventsRejected: number;
   pagesFetched: number;
   /** Requests that spent quota (a 304 spends none). */

@@ -11,7 +11,7 @@ import { parseTimestamp } from './rules.ts';
 
 /**
  * rejected_events: events rejected instead of stored (ADR 0020). Any path that reads events
- * (a polled page, an archive file) calls quarantineEvents inside the transaction that
+ * (a polled page, an archive file) calls storeRejectedEvents inside the transaction that
  * stores the good events beside them, so the page commits whole: good rows stored, bad ones
  * rejected, exactly once per (source, event) — a re-read bumps seen_count. An event is its
  * id in its era: the same id of another year is another event. What is kept of an event
@@ -20,7 +20,7 @@ import { parseTimestamp } from './rules.ts';
  * log line that reports it.
  */
 
-export interface QuarantineRow {
+export interface RejectionRow {
   /** NULL when the event was not read by a source (e.g. an archive file). */
   sourceId: string | number | null;
   runId: string | number | null;
@@ -34,9 +34,9 @@ export interface QuarantineRow {
   raw: unknown;
 }
 
-export interface QuarantineResult {
+export interface RejectionResult {
   /** Rows recorded for the first time: log these (event.rejected), once each. */
-  firstSeen: QuarantineRow[];
+  firstSeen: RejectionRow[];
   /** Rows already recorded (seen again): their seen_count moved. */
   seenAgain: number;
 }
@@ -46,7 +46,7 @@ export interface QuarantineResult {
  * on the file's checkpoint only, so a file of a million bad lines costs a count, not a
  * million rows. (A poll run reads at most a few hundred events; a webhook delivery is one.)
  */
-export const QUARANTINE_SAMPLE = 1_000;
+export const REJECTED_SAMPLE = 1_000;
 
 /** Text kept of an event too deep to parse: enough to find it, bounded. */
 const MAX_RAW_TEXT = 64 * 1024;
@@ -63,7 +63,7 @@ function storableRaw(raw: unknown): { json: string; exact: boolean; hashOf: stri
     return { json, exact: true, hashOf: json };
   }
   // The hash is of the input (JSON.stringify escapes what jsonb refuses; depth is bounded
-  // by JSON.parse having read it), so the same poison maps to the same key every time.
+  // by JSON.parse having read it), so the same rejected event maps to the same key every time.
   const json = JSON.stringify(storableCopy(raw, MAX_JSON_DEPTH)) ?? 'null';
   return { json, exact: false, hashOf: json };
 }
@@ -81,7 +81,7 @@ function eraOf(raw: unknown): number | null {
 
 /**
  * The dedupe key: the event's id and era (`<id>@<year>`) when both are valid, else a hash
- * of the event (the same poison read again maps to the same key either way).
+ * of the event (the same rejected event read again maps to the same key either way).
  */
 function eventKey(eventId: string | null, raw: unknown, hashOf: string): string {
   const id = eventId === null ? null : exactId(eventId);
@@ -96,7 +96,7 @@ function clip(s: string | null, max: number): string | null {
 }
 
 /** A row as it may be kept and logged: its raw event and its message under `emails`. */
-function underPolicy(row: QuarantineRow, emails: CommitEmailMode): QuarantineRow {
+function underPolicy(row: RejectionRow, emails: CommitEmailMode): RejectionRow {
   if (emails === 'keep') return row;
   const raw =
     row.raw instanceof TooDeepJson
@@ -111,21 +111,21 @@ function underPolicy(row: QuarantineRow, emails: CommitEmailMode): QuarantineRow
 }
 
 /**
- * Records rejected events once per (source, key). Idempotent: the same poison read again
+ * Records rejected events once per (source, key). Idempotent: the same rejected event read again
  * (this run or a later one) moves last_seen_at, last_run_id and seen_count, nothing else
  * but the reason (the current rules' verdict). `emails` (COMMIT_EMAILS) shapes what is
  * kept; the key is of the event as read, so it does not depend on the setting. The rows
  * returned to log are the ones kept.
  */
-export async function quarantineEvents(
+export async function storeRejectedEvents(
   trx: Db,
-  given: QuarantineRow[],
+  given: RejectionRow[],
   emails: CommitEmailMode = 'hash',
   now: Date = new Date(),
-): Promise<QuarantineResult> {
+): Promise<RejectionResult> {
   if (given.length === 0) return { firstSeen: [], seenAgain: 0 };
   // One entry per key: a page listing the same poison twice must not update a row twice.
-  const byKey = new Map<string, { row: QuarantineRow; values: Record<string, unknown> }>();
+  const byKey = new Map<string, { row: RejectionRow; values: Record<string, unknown> }>();
   for (const original of given) {
     const asRead = storableRaw(original.raw);
     const key = eventKey(original.eventId, original.raw, asRead.hashOf);
@@ -177,7 +177,7 @@ export async function quarantineEvents(
       sql<boolean>`xmax = 0`.as('inserted'),
     ])
     .execute();
-  const firstSeen: QuarantineRow[] = [];
+  const firstSeen: RejectionRow[] = [];
   let seenAgain = 0;
   for (const r of result) {
     const entry = byKey.get(`${r.source_key}/${r.event_key}`);
@@ -190,7 +190,7 @@ export async function quarantineEvents(
 /** event.rejected, once per event rejected for the first time (call after COMMIT). */
 export function logRejected(
   log: Logger,
-  rows: QuarantineRow[],
+  rows: RejectionRow[],
   context: Record<string, unknown> = {},
 ): void {
   for (const r of rows) {

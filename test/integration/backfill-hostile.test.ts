@@ -8,7 +8,7 @@ import { localFileSource } from '../../src/backfill/archive.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import type { ImportTarget } from '../../src/backfill/import-types.ts';
 import { pruneLedgers } from '../../src/jobs/prune.ts';
-import { QUARANTINE_SAMPLE } from '../../src/store/rejected-events.ts';
+import { REJECTED_SAMPLE } from '../../src/store/rejected-events.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { memoryLogger } from '../support/github-client.ts';
 import { type GitHubEvent, otherEvent, pushEvent } from '../support/github-factories.ts';
@@ -141,9 +141,9 @@ describe('hostile archive lines', () => {
     ]);
   });
 
-  it('a file of thousands of bad lines keeps the first QUARANTINE_SAMPLE raw and counts every one', async () => {
+  it('a file of thousands of bad lines keeps the first REJECTED_SAMPLE raw and counts every one', async () => {
     await sql`TRUNCATE rejected_events`.execute(t.db);
-    const bad = QUARANTINE_SAMPLE * 2 + 500;
+    const bad = REJECTED_SAMPLE * 2 + 500;
     const pushes = [push(), push(), push()];
     const lines = [
       JSON.stringify(pushes[0]),
@@ -157,12 +157,12 @@ describe('hostile archive lines', () => {
     expect(r).toMatchObject({
       outcome: 'completed',
       counts: { pushes: 3, created: 3, malformed: bad + 1 },
-      quarantined: QUARANTINE_SAMPLE,
+      quarantined: REJECTED_SAMPLE,
     });
     const rows = await sql<{ n: string }>`SELECT count(*)::text AS n FROM rejected_events`.execute(
       t.db,
     );
-    expect(rows.rows[0]!.n).toBe(String(QUARANTINE_SAMPLE));
+    expect(rows.rows[0]!.n).toBe(String(REJECTED_SAMPLE));
     const cp = await sql<{ malformed: string }>`
       SELECT malformed::text FROM backfill_files WHERE file = ${file}`.execute(t.db);
     expect(cp.rows[0]!.malformed).toBe(String(bad + 1));
@@ -172,7 +172,7 @@ describe('hostile archive lines', () => {
     expect(again.counts.malformed).toBe(bad + 1);
     const after = await sql<{ n: string; seen: string }>`
       SELECT count(*)::text AS n, min(seen_count)::text AS seen FROM rejected_events`.execute(t.db);
-    expect(after.rows[0]).toEqual({ n: String(QUARANTINE_SAMPLE), seen: '2' });
+    expect(after.rows[0]).toEqual({ n: String(REJECTED_SAMPLE), seen: '2' });
   });
 
   it('rejected_events not seen for RETENTION_DAYS are pruned; the metric tally keeps their count', async () => {

@@ -10,7 +10,7 @@ import { hourOf, parseHour } from '../../src/store/archive-hours.ts';
 import { recordGap } from '../../src/store/gaps.ts';
 import { mapEventsPage } from '../../src/store/mapping.ts';
 import { bulkStorePage } from '../../src/store/pushes.ts';
-import { quarantineEvents } from '../../src/store/rejected-events.ts';
+import { storeRejectedEvents } from '../../src/store/rejected-events.ts';
 import { addSource } from '../../src/store/sources.ts';
 import { createMetrics } from '../../src/web/metrics.ts';
 import { type ArchiveServer, startArchiveServer } from '../support/archive-server.ts';
@@ -474,9 +474,9 @@ describe('horizons and records scoped by era', () => {
       message: 'payload.ref is missing',
       raw: { id: '994000', type: 'PushEvent', created_at: `${year}-03-01T00:00:00Z` },
     });
-    const a = await quarantineEvents(t.db, [bad(2019)]);
-    const b = await quarantineEvents(t.db, [bad(2026)]);
-    const again = await quarantineEvents(t.db, [bad(2026)]);
+    const a = await storeRejectedEvents(t.db, [bad(2019)]);
+    const b = await storeRejectedEvents(t.db, [bad(2026)]);
+    const again = await storeRejectedEvents(t.db, [bad(2026)]);
     expect([a.firstSeen.length, b.firstSeen.length, again.seenAgain]).toEqual([1, 1, 1]);
     const keys = await t.db
       .selectFrom('rejected_events')

@@ -6,7 +6,7 @@ import type { Database } from './schema.ts';
 /**
  * A Kysely instance bound to one session the caller holds (its transaction, its advisory
  * locks): statements written with Kysely run where the caller's raw pg statements run, e.g.
- * quarantineEvents inside an archive chunk's transaction. It never begins, commits or
+ * storeRejectedEvents inside an archive chunk's transaction. It never begins, commits or
  * releases anything: the session stays the caller's.
  */
 export function kyselyOn(client: pg.ClientBase): Db {
