@@ -307,25 +307,29 @@ export function renderPage(
     commitsCard(report),
     graphqlCard(report),
     b
-      ? card('Request budget', `${b.remaining ?? '?'} / ${b.quota}`, [
-          ['resets', relative(b.resetAt, now)],
-          ['poll spent', spendParts(b).poll],
-          ['enrich spent', count(b.spent.enrich)],
-          ['commits spent', count(b.spent.commits)],
-          ['enrich + commits', spendParts(b).background],
+      ? card(
+          'Request budget',
+          `${b.remaining === null ? '?' : count(b.remaining)} / ${count(b.quota)}`,
           [
-            'GraphQL points',
-            b.graphql
-              ? `${count(b.graphql.spent)} of ${count(b.graphql.quota)}${b.graphql.blocked ? ', blocked' : ''}`
-              : 'none (anonymous)',
+            ['resets', relative(b.resetAt, now)],
+            ['poll spent', spendParts(b).poll],
+            ['enrich spent', count(b.spent.enrich)],
+            ['commits spent', count(b.spent.commits)],
+            ['enrich + commits', spendParts(b).background],
+            [
+              'GraphQL points',
+              b.graphql
+                ? `${count(b.graphql.spent)} of ${count(b.graphql.quota)}${b.graphql.blocked ? ', blocked' : ''}`
+                : 'none (anonymous)',
+            ],
+            [
+              'blocked',
+              b.blockedUntil && b.blockedUntil > now
+                ? `${b.blockReason === 'auth' ? '401, ' : ''}until ${relative(b.blockedUntil, now).replace('in ', '')}`
+                : 'no',
+            ],
           ],
-          [
-            'blocked',
-            b.blockedUntil && b.blockedUntil > now
-              ? `${b.blockReason === 'auth' ? '401, ' : ''}until ${relative(b.blockedUntil, now).replace('in ', '')}`
-              : 'no',
-          ],
-        ])
+        )
       : card('Request budget', 'unavailable', [['reason', report.budgetError ?? 'unknown']]),
     ...(report.background ? [backgroundCard(report.background)] : []),
     ...Object.entries(report.enrichment).map(([cls, x]) =>
