@@ -5,7 +5,7 @@ import { QUEUES } from '../../src/jobs/queue-names.ts';
 import { ENV_VARS } from '../../src/platform/config/config.ts';
 import { commitsEnabledFor } from '../../src/platform/config/source-spec.ts';
 import { SOURCE_KINDS } from '../../src/platform/db/columns.ts';
-import { ROOT, runBin } from '../support/cli.ts';
+import { type Exit, ROOT, runBin } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { docPage } from '../support/docs.ts';
 import { seedActivity } from '../support/status-factories.ts';
@@ -27,18 +27,39 @@ const executables = readdirSync(join(ROOT, 'bin')).filter((f) =>
 /** Sub-commands with a --help of their own, read with the command's. */
 const SUBCOMMAND_HELP: Record<string, string[][]> = { sources: [['import', '--help']] };
 
-const helps = new Map<string, string>();
-async function help(name: string): Promise<string> {
-  if (!helps.has(name)) {
-    const texts: string[] = [];
-    for (const argv of [['--help'], ...(SUBCOMMAND_HELP[name] ?? [])]) {
-      const r = await runBin(name, argv, {});
-      expect(r.code, `bin/${name} ${argv.join(' ')}`).toBe(0);
-      texts.push(r.out);
-    }
-    helps.set(name, texts.join('\n'));
-  }
-  return helps.get(name)!;
+/**
+ * Every command's --help, read once for all tests, at most HELP_SPAWNS at a time: fifteen
+ * Node processes, a second of CPU each, took over two minutes one after the other on a
+ * loaded machine.
+ */
+const HELP_SPAWNS = 4;
+const helpRuns = new Map<string, { argv: string[]; exit: Exit }[]>();
+beforeAll(async () => {
+  const queue = executables.flatMap((name) =>
+    [['--help'], ...(SUBCOMMAND_HELP[name] ?? [])].map((argv) => ({ name, argv })),
+  );
+  const runs = queue.map(() => undefined as Exit | undefined);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: HELP_SPAWNS }, async () => {
+      while (next < queue.length) {
+        const i = next++;
+        runs[i] = await runBin(queue[i]!.name, queue[i]!.argv, {});
+      }
+    }),
+  );
+  queue.forEach(({ name, argv }, i) => {
+    if (!helpRuns.has(name)) helpRuns.set(name, []);
+    helpRuns.get(name)!.push({ argv, exit: runs[i]! });
+  });
+  // A hang guard: the work is some fifteen CPU-seconds, minutes only on a loaded machine.
+}, 300_000);
+
+function help(name: string): string {
+  const runs = helpRuns.get(name) ?? [];
+  expect(runs.length, `bin/${name} --help was run`).toBeGreaterThan(0);
+  for (const { argv, exit } of runs) expect(exit.code, `bin/${name} ${argv.join(' ')}`).toBe(0);
+  return runs.map((r) => r.exit.out).join('\n');
 }
 
 /** docs/cli.md's table rows whose first cell names bin/<name> (npm start's names bin/start). */
@@ -62,14 +83,14 @@ describe('every --help against docs/cli.md', () => {
   it('has a row for every command, and each row names the same flags as its --help', async () => {
     const differ: string[] = [];
     for (const name of executables) {
-      const inHelp = flags(await help(name));
+      const inHelp = flags(help(name));
       const inRow = flags(cliRows(name));
       if (JSON.stringify(inHelp) !== JSON.stringify(inRow)) {
         differ.push(`bin/${name}: --help ${inHelp.join(' ')} | docs/cli.md ${inRow.join(' ')}`);
       }
     }
     expect(differ).toEqual([]);
-  }, 120_000);
+  });
 
   it('names only environment variables the configuration reads', async () => {
     const known = new Set<string>(ENV_VARS);
@@ -77,12 +98,12 @@ describe('every --help against docs/cli.md', () => {
     const foreign = new Set(['NODE_OPTIONS', 'PATH', 'GITHUB_AUTH_FAILED']);
     const unknown: string[] = [];
     for (const name of executables) {
-      for (const m of (await help(name)).matchAll(/\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b/g)) {
+      for (const m of help(name).matchAll(/\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b/g)) {
         if (!known.has(m[0]) && !foreign.has(m[0])) unknown.push(`bin/${name}: ${m[0]}`);
       }
     }
     expect([...new Set(unknown)]).toEqual([]);
-  }, 120_000);
+  });
 
   it('bin/web: every route the server serves is in its --help and its row', async () => {
     const server = readFileSync(join(ROOT, 'src/web/server.ts'), 'utf8');
@@ -90,7 +111,7 @@ describe('every --help against docs/cli.md', () => {
     // `/archive` answers as `/archive/` does: one route to name.
     const routes = served.filter((r) => !served.includes(`${r}/`));
     expect(routes).toEqual(expect.arrayContaining(['/status', '/archive/', '/webhooks/github']));
-    const text = await help('web');
+    const text = help('web');
     const row = cliRows('web');
     for (const r of routes) {
       expect(text, `bin/web --help: ${r}`).toMatch(new RegExp(`(GET|POST) +${r}(\\s|$)`));
@@ -106,7 +127,7 @@ describe('every --help against docs/cli.md', () => {
     expect(everyTick).toEqual(
       expect.arrayContaining([QUEUES.pollSources, QUEUES.reconcile, QUEUES.backfill]),
     );
-    const text = plain(await help('worker'));
+    const text = plain(help('worker'));
     const row = plain(cliRows('worker'));
     for (const [what, said] of [
       ['--help', text],
@@ -120,7 +141,7 @@ describe('every --help against docs/cli.md', () => {
   it('bin/sources: the commits default it states is the one sources are added with', async () => {
     const everyKind = SOURCE_KINDS.every((k) => commitsEnabledFor(k));
     expect(everyKind).toBe(true);
-    const text = plain(await help('sources'));
+    const text = plain(help('sources'));
     const row = plain(cliRows('sources'));
     for (const said of [text, row]) {
       expect(said).toContain('on by default for every kind');
@@ -152,7 +173,7 @@ describe('every --help against docs/cli.md', () => {
       expect(sections).toEqual(
         expect.arrayContaining(['pushes', 'sources', 'commits', 'queues', 'webhooks']),
       );
-      const text = plain(await help('status'));
+      const text = plain(help('status'));
       const row = plain(cliRows('status'));
       expect(sections.filter((s) => !text.includes(s))).toEqual([]);
       expect(sections.filter((s) => !row.includes(s))).toEqual([]);

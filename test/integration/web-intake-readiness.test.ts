@@ -21,7 +21,10 @@ const t = useTestDatabase();
 let web: TestWeb;
 
 beforeAll(async () => {
-  web = await startTestWeb(t, { pools: { intake: 1, archive: 1 } });
+  // What the checks find is asked here, not that they end by the 2 s deadline (that is
+  // web-readiness.test.ts's): on a loaded machine the first check, which also loads every
+  // migration's module to list them, took longer, and /readyz said 'no answer within 2000 ms'.
+  web = await startTestWeb(t, { pools: { intake: 1, archive: 1 }, readinessTimeoutMs: 60_000 });
 });
 afterAll(async () => {
   await sql`DROP TRIGGER IF EXISTS refuse_deliveries ON webhook_deliveries`.execute(t.db);
@@ -44,6 +47,12 @@ describe('/readyz and webhook intake', () => {
       deliveries = Array.from({ length: 3 }, () =>
         deliver(web.url, { body: JSON.stringify(pushPayload()) }),
       );
+      // Every delivery has reached intake's pool: one holds its connection (waiting on the
+      // lock), two wait for it. Asked before, the check would wait for a connection itself.
+      const intake = web.deps.pools!.intake.pool;
+      await waitFor(() => intake.totalCount === 1 && intake.waitingCount === 2, {
+        what: "one delivery on intake's connection and two waiting for it",
+      });
       const stuck = await waitFor(
         async () => {
           const r = await readyz();

@@ -166,33 +166,44 @@ describe('bin/commits killed mid-query', () => {
 describe('a query that hangs longer than the lease', () => {
   it('a second fetcher started meanwhile takes none of the batch’s pushes, and charges no death', async () => {
     await onePushes(20, 900);
-    // Under GitHub's 10 s and the client's 15 s: an answer, late; the lease is 1 s.
-    fake.graphql.configure({ queryDelayMs: 8_000 });
-    const first = commitsRun({ ENRICH_LEASE_SECONDS: '1' }, 20);
-    const out = await waitFor(queryInFlight, {
-      timeoutMs: 60_000,
-      what: 'the first query in flight',
+    // The first query is answered once the second fetcher has exited, not after a fixed
+    // delay: an answer 8 s late was, on a loaded machine, sometimes there before the second
+    // (a Node process of its own) had finished. Late all the same: past the 1 s lease.
+    let secondDone!: () => void;
+    const secondExited = new Promise<void>((resolve) => {
+      secondDone = resolve;
     });
-    // The query has been out longer than the lease the pushes were claimed for.
-    await waitFor(() => Date.now() - out.startedAt.getTime() > 1_500, {
-      what: 'the query out longer than the 1 s lease',
-    });
-    const second = commitsRun({ ENRICH_LEASE_SECONDS: '1' }, 20);
-    expect(await second.exited).toEqual({ code: 0, signal: null });
-    expect(JSON.parse(second.stdout.join(''))).toMatchObject({
-      fetched: 0,
-      stoppedBy: 'nothing_due',
-    });
-    // The second ended while the first's query was still out.
-    expect(out.endedAt).toBeNull();
-    expect(await first.exited).toEqual({ code: 0, signal: null });
-    expect(JSON.parse(first.stdout.join(''))).toMatchObject({
-      fetched: 20,
-      outcomes: { complete: 20, failed: 0, retry: 0 },
-    });
-    const rows = await pushRows();
-    expect(rows.every((r) => r.state === 'complete')).toBe(true);
-    expect(rows.every((r) => r.deaths === 0 && r.batchDeaths === 0)).toBe(true);
-    expect(fake.graphql.queries).toHaveLength(1);
+    fake.graphql.configure({ answerAfter: secondExited });
+    try {
+      const first = commitsRun({ ENRICH_LEASE_SECONDS: '1' }, 20);
+      const out = await waitFor(queryInFlight, {
+        timeoutMs: 60_000,
+        what: 'the first query in flight',
+      });
+      // The query has been out longer than the lease the pushes were claimed for.
+      await waitFor(() => Date.now() - out.startedAt.getTime() > 1_500, {
+        what: 'the query out longer than the 1 s lease',
+      });
+      const second = commitsRun({ ENRICH_LEASE_SECONDS: '1' }, 20);
+      expect(await second.exited).toEqual({ code: 0, signal: null });
+      expect(JSON.parse(second.stdout.join(''))).toMatchObject({
+        fetched: 0,
+        stoppedBy: 'nothing_due',
+      });
+      // The second ended while the first's query was still out.
+      expect(out.endedAt).toBeNull();
+      secondDone();
+      expect(await first.exited).toEqual({ code: 0, signal: null });
+      expect(JSON.parse(first.stdout.join(''))).toMatchObject({
+        fetched: 20,
+        outcomes: { complete: 20, failed: 0, retry: 0 },
+      });
+      const rows = await pushRows();
+      expect(rows.every((r) => r.state === 'complete')).toBe(true);
+      expect(rows.every((r) => r.deaths === 0 && r.batchDeaths === 0)).toBe(true);
+      expect(fake.graphql.queries).toHaveLength(1);
+    } finally {
+      secondDone();
+    }
   });
 });

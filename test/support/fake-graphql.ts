@@ -49,7 +49,11 @@ export interface GraphQLKnobs {
    */
   padAnswerTo: number;
   /** A hostile proxy's `rateLimit.cost` in place of the query's true cost (null: the truth). */
-  claimedCost: number | null;
+  claimedCost: number | null /**
+   * A test's signal: every query is answered only once this settles (after its delay), so
+   * a test can order what happens while a query is out without racing a fixed delay.
+   */;
+  answerAfter: Promise<unknown> | null;
 }
 
 export const DEFAULT_KNOBS: GraphQLKnobs = {
@@ -61,6 +65,7 @@ export const DEFAULT_KNOBS: GraphQLKnobs = {
   rateLimitedType: 'RATE_LIMIT',
   padAnswerTo: 0,
   claimedCost: null,
+  answerAfter: null,
 };
 
 export interface GraphQLFault {
@@ -318,6 +323,7 @@ export function fakeGraphQL(o: { limitFor: (credential: string) => number }) {
       return answer(502, somethingWentWrong(r.requestId));
     }
     if (delay > 0) await r.sleep(delay);
+    if (knobs.answerAfter) await knobs.answerAfter;
     charge();
 
     const { failKeys, failDeep } = plan(a);
