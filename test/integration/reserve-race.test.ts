@@ -58,7 +58,10 @@ describe('a pool reservation racing another on the credential it picked', () => 
       // its snapshot (all three idle) and waits for the lock of the best of them.
       await other.query('BEGIN');
       for (const label of labels) {
-        await other.query('SELECT pg_advisory_xact_lock($1, $2)', [LockSpace.budget, int4Key(label)]);
+        await other.query('SELECT pg_advisory_xact_lock($1, $2)', [
+          LockSpace.budget,
+          int4Key(label),
+        ]);
       }
       const decision = reserve(laneDb, policy, 'enrich', { now: new Date(), path: '/users/x' });
       const key = await waitedKey(pid);
