@@ -11,7 +11,7 @@ import { useTestDatabase } from '../support/db.ts';
  * chosen credential's budget lock. A reservation committed on that credential in between (its
  * lock released with the commit) is not in that snapshot: the pick must not put a second
  * request on a credential that now has one while others are idle — that lane would wait at
- * the credential's gate instead of using an idle one.
+ * the credential's gate instead of using an idle one (ADR 0198).
  */
 
 const t = useTestDatabase();
