@@ -46,47 +46,56 @@ async function openOn(): Promise<Record<string, number>> {
 }
 
 describe('a pool reservation racing another on the credential it picked', () => {
-  it('a reservation committed on the pick between the snapshot and the lock: the next one goes to an idle credential', async () => {
-    const lane = t.newPool(1);
-    const laneDb = createDb(lane);
-    const laneClient = await lane.connect();
-    const pid = Number((await laneClient.query('SELECT pg_backend_pid() AS p')).rows[0].p);
-    laneClient.release();
-    const other = await t.pool.connect();
-    try {
-      // Three reservations in progress elsewhere: every budget lock held, so the lane reads
-      // its snapshot (all three idle) and waits for the lock of the best of them.
-      await other.query('BEGIN');
-      for (const label of labels) {
-        await other.query('SELECT pg_advisory_xact_lock($1, $2)', [
-          LockSpace.budget,
-          int4Key(label),
-        ]);
-      }
-      const decision = reserve(laneDb, policy, 'enrich', { now: new Date(), path: '/users/x' });
-      const key = await waitedKey(pid);
-      const waitedFor = labels.find((l) => int4Key(l) === key)!;
-      expect(waitedFor).toBeDefined();
-      // The one in progress on that credential reserves and commits; the others reserve nothing.
-      await other.query(
-        `INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at)
+  it.each([
+    ['its own transaction', false],
+    ["the caller's transaction (a poll's)", true],
+  ])(
+    'a reservation committed on the pick between the snapshot and the lock: the next one goes to an idle credential (%s)',
+    async (_, inTransaction) => {
+      const lane = t.newPool(1);
+      const laneDb = createDb(lane);
+      const laneClient = await lane.connect();
+      const pid = Number((await laneClient.query('SELECT pg_backend_pid() AS p')).rows[0].p);
+      laneClient.release();
+      const other = await t.pool.connect();
+      try {
+        // Three reservations in progress elsewhere: every budget lock held, so the lane reads
+        // its snapshot (all three idle) and waits for the lock of the best of them.
+        await other.query('BEGIN');
+        for (const label of labels) {
+          await other.query('SELECT pg_advisory_xact_lock($1, $2)', [
+            LockSpace.budget,
+            int4Key(label),
+          ]);
+        }
+        const meta = { now: new Date(), path: '/users/x' };
+        const decision = inTransaction
+          ? laneDb.transaction().execute((trx) => reserve(trx, policy, 'poll', meta, true))
+          : reserve(laneDb, policy, 'enrich', meta);
+        const key = await waitedKey(pid);
+        const waitedFor = labels.find((l) => int4Key(l) === key)!;
+        expect(waitedFor).toBeDefined();
+        // The one in progress on that credential reserves and commits; the others reserve nothing.
+        await other.query(
+          `INSERT INTO github_requests (credential, purpose, method, path, outcome, reserved_at)
          VALUES ($1, 'enrich', 'GET', '/users/y', 'reserved', now())`,
-        [waitedFor],
-      );
-      await other.query('COMMIT');
-      const d = await decision;
-      expect(d.ok).toBe(true);
-      const picked = d.ok ? d.reservation.credential : null;
-      // Two idle credentials were there for it: not a second request on the busy one.
-      expect(picked).not.toBe(waitedFor);
-      const open = await openOn();
-      expect(open[waitedFor]).toBe(1);
-      expect(Object.values(open).every((n) => n === 1)).toBe(true);
-    } finally {
-      other.release();
-      await laneDb.destroy();
-    }
-  });
+          [waitedFor],
+        );
+        await other.query('COMMIT');
+        const d = await decision;
+        expect(d.ok).toBe(true);
+        const picked = d.ok ? d.reservation.credential : null;
+        // Two idle credentials were there for it: not a second request on the busy one.
+        expect(picked).not.toBe(waitedFor);
+        const open = await openOn();
+        expect(open[waitedFor]).toBe(1);
+        expect(Object.values(open).every((n) => n === 1)).toBe(true);
+      } finally {
+        other.release();
+        await laneDb.destroy();
+      }
+    },
+  );
 
   it('three reservations at once on three idle credentials, many rounds: one a credential each time', async () => {
     const lanes = [0, 1, 2].map(() => createDb(t.newPool(1)));
