@@ -36,6 +36,8 @@ export function reservationStatement(
   share: number,
   purpose: RequestPurpose,
   meta: Meta,
+  /** The open requests the pick saw on `cred` (NULL: no pick to check). */
+  seen: number | null = null,
 ) {
   const now = meta.now;
   const points = meta.points ?? 1;
@@ -49,6 +51,7 @@ export function reservationStatement(
         ${meta.entity?.class ?? null}::text, ${meta.entity?.id ?? null}::bigint,
         ${meta.points ?? null}::int
       FROM st WHERE ${allowsSql(purpose, share, now, points)}
+        AND (${seen}::int IS NULL OR st.open <= ${seen}::int)
       RETURNING id
     )
     SELECT st.*, (SELECT id FROM ins) AS id FROM st`);
@@ -58,16 +61,36 @@ export function reservationStatement(
  * ONE statement that reads the credential's state after its lock, applies the spend rule and
  * inserts the row when it allows it; decide() reads the same rule on the row to explain a no
  * (src/budget/spend-rule.ts: the two are one table, so they cannot disagree).
+ * `seen`, from a pool's pick: the open requests its snapshot showed on `cred`. More now, under
+ * the lock, is a reservation committed there after that snapshot (its lock released with
+ * it): the pick read a credential as idle that is not — 'raced', nothing inserted, pick again.
  */
+function reserveOn(
+  trx: Trx,
+  cred: CredentialPolicy,
+  share: number,
+  purpose: RequestPurpose,
+  meta: Meta,
+): Promise<BudgetDecision>;
+function reserveOn(
+  trx: Trx,
+  cred: CredentialPolicy,
+  share: number,
+  purpose: RequestPurpose,
+  meta: Meta,
+  seen: number | null,
+): Promise<BudgetDecision | 'raced'>;
 async function reserveOn(
   trx: Trx,
   cred: CredentialPolicy,
   share: number,
   purpose: RequestPurpose,
   meta: Meta,
-): Promise<BudgetDecision> {
-  const r = await reservationStatement(cred, share, purpose, meta).execute(trx);
+  seen: number | null = null,
+): Promise<BudgetDecision | 'raced'> {
+  const r = await reservationStatement(cred, share, purpose, meta, seen).execute(trx);
   const row = r.rows[0]!;
+  if (row.id === null && seen !== null && row.open > seen) return 'raced';
   if (row.id === null) return decide(row, share, purpose, meta.now, meta.points ?? 1)!;
   return { ok: true, reservation: { id: Number(row.id), purpose, credential: cred.label } };
 }
@@ -95,7 +118,9 @@ export function poolRefusal(refusals: readonly Refusal[]): Refusal {
  * would take its slot first), tried one at a time. None free: wait for the best one's, unless
  * `wait` is false (the transaction already holds a budget lock: waiting for another could
  * deadlock with a transaction doing the same the other way round).
- * CTEs `ordered` and `free` (and `waited`); `picked` is the chosen credential, or NULL.
+ * CTEs `ordered` and `free` (and `waited`); `picked` is the chosen credential, or NULL, and
+ * `seen` its open requests in this statement's snapshot — taken before the lock, so the
+ * reservation checks them again under it (reserveOn).
  */
 function lockInOrder(o: {
   from: 'st' | 'ap';
@@ -109,7 +134,7 @@ function lockInOrder(o: {
   const endpoint = o.path && o.path !== UNSPECIFIED_PATH ? routeTemplate(o.path) : null;
   const from = sql.table(o.from);
   const ctes = sql`ordered AS (
-      SELECT ${from}.credential, ${from}.lock_key, row_number() OVER (
+      SELECT ${from}.credential, ${from}.lock_key, ${o.open} AS open, row_number() OVER (
         ORDER BY ${o.open}, GREATEST(pace.next_at, ${o.now}::timestamptz), ${o.room} DESC, random()
       ) AS rank
       FROM ${from}
@@ -132,7 +157,8 @@ function lockInOrder(o: {
   const picked = o.wait
     ? sql`COALESCE((SELECT credential FROM free), (SELECT credential FROM waited))`
     : sql`(SELECT credential FROM free)`;
-  return { ctes, picked };
+  const seen = sql`(SELECT ordered.open FROM ordered WHERE ordered.credential = ${picked})`;
+  return { ctes, picked, seen };
 }
 
 /**
@@ -166,18 +192,20 @@ async function pickAndLock(
     wait,
   });
   // The reservation after it planned once a session (GENERIC_PLANS; src/platform/db/prepared.ts).
-  const r = await prepared(sql<StateRow & { picked: string | null }>`
+  const r = await prepared(sql<StateRow & { picked: string | null; seen: number | null }>`
     WITH ${stateCtes(candidates, now)}, ${order.ctes}
-    SELECT st.*, ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit,
+    SELECT st.*, ${order.picked} AS picked, ${order.seen} AS seen, ${ASYNC_COMMIT} AS async_commit,
       ${GENERIC_PLANS} AS generic_plans
     FROM st ORDER BY st.ord`).execute(trx);
   const picked = r.rows[0]?.picked ?? null;
+  const seen = r.rows[0]?.seen ?? null;
   const refusals = r.rows.map((row) => decide(row, policy.share, purpose, now, points));
   const allRefuse = refusals.every((x) => x !== null);
   // Not waiting, every one with room may have its lock held elsewhere: contended, not a no.
   const contended = !wait && picked === null && !allRefuse;
   return {
     picked: candidates.find((c) => c.label === picked) ?? null,
+    seen,
     refusals: refusals.filter((x): x is Refusal => x !== null),
     contended,
   };
@@ -201,7 +229,7 @@ async function quickPickAndLock(
   path: string | undefined,
   wait: boolean,
   points = 1,
-): Promise<CredentialPolicy | null> {
+): Promise<{ picked: CredentialPolicy; seen: number | null } | null> {
   const candidates = policy.credentials.filter((c) => !exclude.has(c.label));
   if (candidates.length === 0) return null;
   const r = await quickPickStatement(
@@ -212,8 +240,9 @@ async function quickPickAndLock(
     wait,
     points,
   ).execute(trx);
-  const picked = r.rows[0]?.picked ?? null;
-  return candidates.find((c) => c.label === picked) ?? null;
+  const label = r.rows[0]?.picked ?? null;
+  const picked = candidates.find((c) => c.label === label);
+  return picked ? { picked, seen: r.rows[0]!.seen } : null;
 }
 
 /** The statement of quickPickAndLock over `policy`'s credentials (a test plans it generically). */
@@ -243,7 +272,7 @@ export function quickPickStatement(
     now,
     wait,
   });
-  return prepared(sql<{ picked: string | null }>`
+  return prepared(sql<{ picked: string | null; seen: number | null }>`
     WITH ${windowCtes(policy.credentials, now)},
     ap AS (
       SELECT w.*, m.poll, m.background, o.open FROM w
@@ -261,7 +290,7 @@ export function quickPickStatement(
       ) o
     ),
     ${order.ctes}
-    SELECT ${order.picked} AS picked, ${ASYNC_COMMIT} AS async_commit,
+    SELECT ${order.picked} AS picked, ${order.seen} AS seen, ${ASYNC_COMMIT} AS async_commit,
       ${GENERIC_PLANS} AS generic_plans`);
 }
 
@@ -271,8 +300,10 @@ export function quickPickStatement(
  * count in the statement that waited for the lock could miss the reservation committed by
  * the lock's previous holder), then the reservation statement — four round trips (BEGIN,
  * lock, statement, COMMIT). Several: the choice takes the chosen credential's lock, then the
- * same reservation statement — also four. If another process took that credential's last
- * request between the choice and the lock, the next best is tried.
+ * same reservation statement — also four. The choice's snapshot predates its lock, so the
+ * reservation statement (a new snapshot, under the lock) checks it: if another process took
+ * that credential's last request meanwhile, the next best is tried; if it only put a request
+ * there (the credential is no longer as idle as the choice read it), the choice is made again.
  */
 export async function reserve(
   db: Db,
@@ -330,6 +361,13 @@ function contendedRefusal(policy: BudgetPolicy, now: Date): Refusal {
   };
 }
 
+/**
+ * How many times a pool reservation picks again after finding, under the lock, that the
+ * credential it picked got a request after its snapshot. Each costs a statement (within the
+ * caller's transaction) or a transaction, and only happens when reservations cross.
+ */
+const MAX_REPICKS = 3;
+
 async function reservePool(
   within: <T>(fn: (trx: Trx) => Promise<T>) => Promise<T>,
   policy: BudgetPolicy,
@@ -342,9 +380,11 @@ async function reservePool(
   const { credentials, share } = policy;
   const lost = new Set<string>(skip);
   const refused: Refusal[] = [];
+  let repicks = 0;
   for (;;) {
-    // A later try within one transaction holds the lock of the credential that refused.
-    const wait = !noWait && !(inTransaction && refused.length > 0);
+    // A later try within one transaction holds the lock of the credential that refused (or
+    // that another reservation reached first).
+    const wait = !noWait && !(inTransaction && (refused.length > 0 || repicks > 0));
     const out = await within(async (trx) => {
       // The cheap choice first; the exact one only when it sees no room anywhere.
       const pts = meta.points ?? 1;
@@ -359,15 +399,23 @@ async function reservePool(
         pts,
       );
       const exact = quick
-        ? { picked: quick, refusals: [], contended: false }
+        ? { ...quick, refusals: [], contended: false }
         : await pickAndLock(trx, policy, purpose, meta.now, lost, meta.path, wait, pts);
       if (exact.contended) return { contended: true } as const;
       if (!exact.picked) {
         return { final: true, d: poolRefusal([...refused, ...exact.refusals]) } as const;
       }
-      const d = await reserveOn(trx, exact.picked, share, purpose, meta);
+      // Past MAX_REPICKS the pick stands: others keep reaching the pool first, it is busy.
+      const seen = repicks < MAX_REPICKS ? exact.seen : null;
+      const d = await reserveOn(trx, exact.picked, share, purpose, meta, seen);
+      if (d === 'raced') return { raced: true } as const;
       return { final: d.ok, d } as const;
     });
+    if ('raced' in out) {
+      // A fresh snapshot orders the credentials again, that one's new request counted.
+      repicks += 1;
+      continue;
+    }
     if ('contended' in out)
       return refused.length
         ? { ...poolRefusal(refused), retryAt: new Date(meta.now.getTime() + 1000) }
