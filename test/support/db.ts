@@ -41,14 +41,15 @@ export function useTestDatabase(): TestDatabase {
     await Promise.all(extraPools.map((p) => p.end().catch(() => {})));
     await handle.db?.destroy();
     // A pool's end() resolves when its sockets close; the server-side backend may still be
-    // listed for a moment after that, so a connection only counts as leaked if it stays.
+    // listed for a moment after that, so a connection only counts as leaked if it stays. Only
+    // client backends count: an autovacuum worker in the database is the server's, not ours.
     const deadline = Date.now() + 2_000;
     let open: Awaited<ReturnType<typeof adminQuery>>;
     for (;;) {
       open = await adminQuery(
         adminUrl,
         `SELECT application_name, state, left(query, 120) AS query FROM pg_stat_activity
-         WHERE datname = $1 AND pid <> pg_backend_pid()`,
+         WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'`,
         [name],
       );
       if (!open.rowCount || Date.now() > deadline) break;
