@@ -137,12 +137,19 @@ async function keyTriggers(db: Kysely<unknown>): Promise<void> {
   // A statement's new pushes without a key get one. The store writes each push's key itself,
   // first, in the same statement (ON CONFLICT on it is how copies racing from two writers
   // meet, src/store/pushes.ts); this catches every other insert (a hand-written one, a
-  // test's), so no push is ever stored without its key. A push whose event id another push
-  // holds in its era fails the statement on push_events_event_id.
+  // test's), so no push is ever stored without its key, and refuses a second copy of a
+  // push in another month as the primary key of one table would. A push whose event id
+  // another push holds in its era fails the statement on push_events_event_id.
   await sql
     .raw(`
     CREATE FUNCTION push_keys_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
+      IF EXISTS (SELECT 1 FROM new_rows n JOIN push_keys k
+                   ON (k.repository_id, k.digest) = (n.repository_id, ${digestOf('n')})
+                 WHERE k.created_at <> n.created_at) THEN
+        RAISE EXCEPTION 'a push is stored once: another copy of it is held in another month'
+          USING ERRCODE = 'unique_violation', CONSTRAINT = 'push_events_natural_key';
+      END IF;
       INSERT INTO push_keys (repository_id, digest, created_at, event_id, era)
       SELECT n.repository_id, n.digest, n.created_at, n.id,
         CASE WHEN n.id IS NOT NULL THEN ${eraOf('n')} END
@@ -194,7 +201,8 @@ async function keyTriggers(db: Kysely<unknown>): Promise<void> {
     CREATE FUNCTION push_keys_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       DELETE FROM push_keys k USING old_rows o
-      WHERE k.repository_id = o.repository_id AND k.digest = ${digestOf('o')};
+      WHERE k.repository_id = o.repository_id AND k.digest = ${digestOf('o')}
+        AND k.created_at = o.created_at;
       RETURN NULL;
     END $$`)
     .execute(db);
