@@ -64,7 +64,7 @@ export async function ensurePushMonthsOn(
 }
 
 /** Months the maintenance job keeps made ahead of this one. */
-export const MONTHS_AHEAD = 2;
+export const MONTHS_AHEAD = 1;
 
 /** This month and the `ahead` after it: the maintenance job's, so no writer waits on one. */
 export function monthsAhead(now: Date, ahead: number): Date[] {
