@@ -177,7 +177,7 @@ const STAGE_COLUMNS = `
   push_id bigint, ref text, head text, before text, created_at timestamptz,
   payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
   commits_due boolean, commits_error text,
-  actor_login text, repo_name text, org_id bigint, org_login text`;
+  actor_login text, repo_name text, org_id bigint, org_login text, payload_held smallint`;
 
 /** Creates this session's staging table (idempotent; call outside or inside a transaction). */
 export async function prepareStage(client: pg.ClientBase): Promise<void> {
@@ -225,14 +225,14 @@ type MergeSource = 'stage' | 'values';
 const VALUES_CTE = `v AS MATERIALIZED (
       SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
         head, before, created_at, payload, size, distinct_size, commit_count, commits_state,
-        commits_due, commits_error, org_id, org_login
+        commits_due, commits_error, org_id, org_login, payload_held
       FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
         $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
         $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[], $23::bigint[],
-        $24::text[])
+        $24::text[], $25::smallint[])
         AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
           created_at, payload, size, distinct_size, commit_count, commits_state, commits_due,
-          commits_error, org_id, org_login)
+          commits_error, org_id, org_login, payload_held)
     ),`;
 
 const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
@@ -276,12 +276,12 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
     ),`;
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
-        created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
-        commits_state, commits_next_attempt_at, commits_error, mirror_id, actor_login,
-        repo_name, org_id, org_login)
+        created_at, payload, payload_held, size, distinct_size, origin, source_id, run_id,
+        commit_count, commits_state, commits_next_attempt_at, commits_error, mirror_id,
+        actor_login, repo_name, org_id, org_login)
       SELECT s.kept_id, s.actor_id, s.repository_id, s.push_id,
-        s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
-        $1::text, $2::bigint, $3::bigint, s.commit_count,
+        s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.payload_held, s.size,
+        s.distinct_size, $1::text, $2::bigint, $3::bigint, s.commit_count,
         -- a covered push stored without a credential: skipped, its next attempt marking it
         -- as waiting for one
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
@@ -468,6 +468,7 @@ export async function bulkStorePage(
   const ctx = opts.commits ?? DEFAULT_COMMITS;
   const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
   const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
+  const splits = pushes.map((p, i) => payloadRest(p, plans[i]!));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
   const contender = contenderOf(opts.origin, opts.contender);
   const params = [
@@ -487,10 +488,7 @@ export async function bulkStorePage(
     col((p) => p.before),
     col((p) => p.createdAt),
     // What the columns do not hold, under COMMIT_EMAILS (its commits' addresses, any other).
-    pushes.map((p, i) => {
-      const rest = payloadRest(p, plans[i]!);
-      return rest === null ? null : jsonTextUnderPolicy(rest, ctx.emails);
-    }),
+    splits.map(({ rest }) => (rest === null ? null : jsonTextUnderPolicy(rest, ctx.emails))),
     col((p) => p.size),
     plans.map((c) => c.distinctSize),
     plans.map((c) => c.count),
@@ -499,6 +497,7 @@ export async function bulkStorePage(
     plans.map((c) => c.refused),
     col((p) => p.org?.id ?? null),
     col((p) => p.org?.login ?? null),
+    splits.map(({ held }) => held),
   ];
   await ensurePushMonths(
     db,

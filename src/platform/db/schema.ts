@@ -231,6 +231,8 @@ export interface PushEventsTable {
   created_at: Timestamp;
   /** What the columns do not hold of the event's payload; NULL when nothing (ADR 0199). */
   payload: ColumnType<unknown | null, string | null, string | null>;
+  /** Which payload keys the columns hold (bits: migration 2026-12-05T1100 PAYLOAD_HELD). */
+  payload_held: Generated<number>;
   size: number | null;
   distinct_size: number | null;
   origin: Generated<PushOrigin>;
