@@ -301,7 +301,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     BEGIN
       IF to_regclass(name) IS NOT NULL THEN RETURN false; END IF;
       PERFORM pg_advisory_xact_lock(hashtext('${ENSURE_MONTH_FUNCTION}'));
-      IF to_regclass(name) IS NOT NULL THEN RETURN false; END IF;
+      -- Read from the catalog in this statement's snapshot: to_regclass's cache may not yet
+      -- know the table another writer made and committed while this one waited for the lock.
+      IF EXISTS (SELECT 1 FROM pg_class
+                 WHERE relname = name AND relnamespace = current_schema()::regnamespace) THEN
+        RETURN false;
+      END IF;
       BEGIN
         EXECUTE format('CREATE TABLE %I (LIKE push_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
           name);
@@ -309,7 +314,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
             AND created_at < %L RETURNING *) INSERT INTO %I SELECT * FROM moved', lo, hi, name);
         EXECUTE format('ALTER TABLE push_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
           name, lo, hi);
-      EXCEPTION WHEN lock_not_available THEN
+      EXCEPTION WHEN lock_not_available OR duplicate_table THEN
         RETURN false;
       END;
       RETURN true;
