@@ -3,6 +3,7 @@ import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
 import type { EntityClass } from '../budget/types.ts';
 import { type CommitsCycleSummary, commitsByGraphQL, fetchCycle } from '../commits/cycle.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/cycle.ts';
+import { systemClock } from '../platform/clock.ts';
 import { jobFaultPoint } from '../platform/fault.ts';
 import { jobLogger, type Logger } from '../platform/log.ts';
 import { type StopSignal, stopSignal } from '../platform/service.ts';
@@ -17,6 +18,7 @@ import {
 } from './boss.ts';
 import { hintCommits } from './commits-hint.ts';
 import { dispatchHints, sendCommitsCycle, sendCycle } from './dispatch.ts';
+import { runRetention } from './month-retention.ts';
 import { pruneLedgers } from './prune.ts';
 import { enrichQueue, QUEUES, type QueueName } from './queue-names.ts';
 import { reconcile } from './reconciler.ts';
@@ -315,20 +317,36 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
   });
 }
 
-/** maintenance: prune the ledgers past RETENTION_DAYS, time-boxed; the next hour carries on. */
+/**
+ * maintenance: prune the ledgers past RETENTION_DAYS, then, with HISTORY_MONTHS, retention of
+ * push history (jobs/month-retention.ts); both time-boxed, the next hour carries on.
+ */
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, QUEUES.maintenance, job, async () => {
     const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
-    const report = await pruneLedgers(ctx.deps.db, {
-      retentionDays: ctx.deps.config.retentionDays,
-      shouldStop: () => stop.signal.aborted,
-    }).finally(stop.dispose);
-    return {
-      outcome: report.complete ? 'pruned' : 'partial',
-      cutoff: report.cutoff.toISOString(),
-      deleted: report.deleted,
-    };
+    try {
+      const report = await pruneLedgers(ctx.deps.db, {
+        retentionDays: ctx.deps.config.retentionDays,
+        shouldStop: () => stop.signal.aborted,
+      });
+      // HISTORY_MONTHS: the months past the kept window, exported, verified, then dropped.
+      const history = await runRetention(ctx.deps, {
+        now: (ctx.deps.clock ?? systemClock).now(),
+        signal: stop.signal,
+      });
+      const months = (a: string) => history.months.filter((m) => m.action === a).length;
+      return {
+        outcome: report.complete ? 'pruned' : 'partial',
+        cutoff: report.cutoff.toISOString(),
+        deleted: report.deleted,
+        ...(history.historyMonths === null
+          ? {}
+          : { months_dropped: months('dropped'), months_kept: months('kept') }),
+      };
+    } finally {
+      stop.dispose();
+    }
   });
 }
 
