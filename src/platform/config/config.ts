@@ -259,7 +259,7 @@ export const envSchema = z.object({
   COMMITS_SHARE: fraction.default(0.5),
   // Batched GraphQL (REST compare where GraphQL cannot prove a push), or REST only.
   COMMITS_TRANSPORT: z.enum(['graphql', 'rest']).default('graphql'),
-  // History (docs/operations.md#history-months): months of pushes kept in Postgres, and
+  // History (docs/configuration.md#history_months): months of pushes kept in Postgres, and
   // where an older month must be exported, and verified, before it is dropped.
   HISTORY_MONTHS: positiveInt(1200).optional(),
   ARCHIVE_DIR: z.string().optional(),
