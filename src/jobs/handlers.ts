@@ -9,6 +9,12 @@ import { jobLogger, type Logger } from '../platform/log.ts';
 import { type StopSignal, stopSignal } from '../platform/service.ts';
 import { pollDueSources } from '../poll/poll-due.ts';
 import type { RunSummary } from '../poll/run-summary.ts';
+import {
+  ensurePushMonths,
+  MONTHS_AHEAD,
+  monthsAhead,
+  monthsInDefault,
+} from '../store/push-months.ts';
 import type { Deps } from '../work/deps.ts';
 import {
   BACKFILL_MAX_SECONDS,
@@ -318,12 +324,19 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
 }
 
 /**
- * maintenance: prune the ledgers past RETENTION_DAYS, then, with HISTORY_MONTHS, retention of
- * push history (jobs/month-retention.ts); both time-boxed, the next hour carries on.
+ * maintenance: makes push_events' partitions of this month and the next MONTHS_AHEAD (no
+ * writer then makes one) and of the months whose pushes the default partition holds (moving
+ * them in), prunes the ledgers past RETENTION_DAYS, then, with HISTORY_MONTHS, runs retention
+ * of push history (jobs/month-retention.ts); time-boxed, the next hour carries on.
  */
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, QUEUES.maintenance, job, async () => {
+    const now = (ctx.deps.clock ?? systemClock).now();
+    const monthsMade = await ensurePushMonths(ctx.deps.db, [
+      ...monthsAhead(now, MONTHS_AHEAD),
+      ...(await monthsInDefault(ctx.deps.db)),
+    ]);
     const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
     try {
       const report = await pruneLedgers(ctx.deps.db, {
@@ -331,15 +344,13 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
         shouldStop: () => stop.signal.aborted,
       });
       // HISTORY_MONTHS: the months past the kept window, exported, verified, then dropped.
-      const history = await runRetention(ctx.deps, {
-        now: (ctx.deps.clock ?? systemClock).now(),
-        signal: stop.signal,
-      });
+      const history = await runRetention(ctx.deps, { now, signal: stop.signal });
       const months = (a: string) => history.months.filter((m) => m.action === a).length;
       return {
         outcome: report.complete ? 'pruned' : 'partial',
         cutoff: report.cutoff.toISOString(),
         deleted: report.deleted,
+        months_made: monthsMade,
         ...(history.historyMonths === null
           ? {}
           : { months_dropped: months('dropped'), months_kept: months('kept') }),

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { KEY_DIGEST_FUNCTION } from '../../db/migrations/2026-12-05T1100_push_events_by_month.ts';
 import type { CommitEmailMode } from '../platform/config/config.ts';
 import type { CommitSource, PushOrigin } from '../platform/db/columns.ts';
 import { copyFrom } from '../platform/db/copy.ts';
@@ -29,6 +30,8 @@ import {
   stagedState,
 } from './inline-commits.ts';
 import type { PushRow } from './mapping.ts';
+import { payloadRest } from './payload-rest.ts';
+import { ensurePushMonths, ensurePushMonthsOn } from './push-months.ts';
 import type { StageBatch } from './stage-batch.ts';
 
 /**
@@ -250,12 +253,33 @@ const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, 
 function mergeStatement(from: MergeSource, expectNew = false): string {
   const src = from === 'stage' ? STAGE_TABLE : 'v';
   const entities = from === 'values';
+  // One row a natural key (a batch may repeat a push), the contested ones without their id.
+  const batch = `
+      SELECT DISTINCT ON (s.repository_id, s.ref, s.before, s.head) s.*,
+        CASE WHEN c.id IS NULL THEN s.id END AS kept_id,
+        ${KEY_DIGEST_FUNCTION}(s.repository_id, s.ref, s.before, s.head) AS digest
+      FROM ${src} s
+      LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
+      ORDER BY s.repository_id, s.ref, s.before, s.head`;
+  // push_keys decides what is new, whichever month a copy is in: a key held already (or
+  // taken by a writer racing this one, which it waits for) is not inserted again. Its event
+  // id is the push's, so two pushes claiming one id in an era meet at push_events_event_id.
+  const keys = `
+    b AS MATERIALIZED (${batch}),
+    pk AS (
+      INSERT INTO push_keys (repository_id, digest, created_at, event_id, era)
+      SELECT b.repository_id, b.digest, b.created_at, b.kept_id,
+        CASE WHEN b.kept_id IS NOT NULL THEN event_id_era(b.created_at) END
+      FROM b ORDER BY b.repository_id, b.digest
+      ${expectNew ? '' : 'ON CONFLICT (repository_id, digest) DO NOTHING'}
+      RETURNING repository_id, digest
+    ),`;
   const insert = `
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
         commits_state, commits_next_attempt_at, commits_error, mirror_id, actor_login,
         repo_name, org_id, org_login)
-      SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
+      SELECT s.kept_id, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
         $1::text, $2::bigint, $3::bigint, s.commit_count,
         -- a covered push stored without a credential: skipped, its next attempt marking it
@@ -263,22 +287,24 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
         s.commits_error, $4::smallint, s.actor_login, s.repo_name, s.org_id, s.org_login
-      FROM ${src} s
-      LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
+      FROM b s
+      ${expectNew ? '' : 'WHERE (s.repository_id, s.digest) IN (SELECT repository_id, digest FROM pk)'}
       ORDER BY s.repository_id, s.ref, s.before, s.head`;
   const pushes = expectNew
-    ? `p AS (${insert}
+    ? `${keys}
+    p AS (${insert}
       RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
     )`
-    : `p AS (${insert}
-      ON CONFLICT (repository_id, ref, before, head) DO NOTHING
+    : `${keys}
+    p AS (${insert}
       RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
     ), f AS (
       UPDATE push_events t SET id = s.id, mirror_id = $4::smallint
-      FROM ${src} s
+      FROM b s JOIN push_keys h ON (h.repository_id, h.digest) = (s.repository_id, s.digest)
       WHERE s.id IS NOT NULL AND t.id IS NULL
+        AND t.created_at = h.created_at AND t.head = s.head
         AND ${NATURAL_KEY('t')} = ${NATURAL_KEY('s')}
-        AND NOT EXISTS (SELECT 1 FROM p WHERE ${NATURAL_KEY('p')} = ${NATURAL_KEY('s')})
+        AND NOT EXISTS (SELECT 1 FROM pk WHERE (pk.repository_id, pk.digest) = (s.repository_id, s.digest))
         AND NOT EXISTS (
           SELECT 1 FROM c WHERE c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')})
       RETURNING t.repository_id, t.ref, t.before, t.head
@@ -394,6 +420,7 @@ export async function bulkStoreStaged(
   to = batch.length,
 ): Promise<BulkStoreResult> {
   if (to <= from) return emptyStoreResult();
+  await ensurePushMonthsOn(client, batch.months.values());
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
   const commits = batch.commitsOf(from, to);
@@ -459,8 +486,11 @@ export async function bulkStorePage(
     col((p) => p.head),
     col((p) => p.before),
     col((p) => p.createdAt),
-    // COMMIT_EMAILS holds in the payload too: its commits' addresses, any address in it.
-    col((p) => jsonTextUnderPolicy(p.payload, ctx.emails)),
+    // What the columns do not hold, under COMMIT_EMAILS (its commits' addresses, any other).
+    pushes.map((p, i) => {
+      const rest = payloadRest(p, plans[i]!);
+      return rest === null ? null : jsonTextUnderPolicy(rest, ctx.emails);
+    }),
     col((p) => p.size),
     plans.map((c) => c.distinctSize),
     plans.map((c) => c.count),
@@ -470,6 +500,10 @@ export async function bulkStorePage(
     col((p) => p.org?.id ?? null),
     col((p) => p.org?.login ?? null),
   ];
+  await ensurePushMonths(
+    db,
+    col((p) => p.createdAt),
+  );
   const run = opts.session ?? runOnDb(db);
   const [row] = await run<MergeCounts>(
     MERGE_VALUES_RENAMING.text,
