@@ -1,4 +1,5 @@
 import { CompiledQuery } from 'kysely';
+import { KEY_DIGEST_FUNCTION } from '../../db/migrations/2026-12-05T1100_push_events_by_month.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { type ArchiveHour, hourOf } from './archive-hours.ts';
 
@@ -223,9 +224,8 @@ export async function dropMonth(db: Db, plan: DropPlan): Promise<DropOutcome> {
       // month, never a scan of every key.
       await q(
         `DELETE FROM push_keys k USING ${partition} p
-         WHERE k.digest = push_key_digest(p.repository_id, p.ref, p.before, p.head)
-           AND k.created_at >= $1 AND k.created_at < $2`,
-        [plan.month.start, monthEnd(plan.month)],
+         WHERE (k.repository_id, k.digest, k.created_at)
+           = (p.repository_id, ${KEY_DIGEST_FUNCTION}(p.repository_id, p.ref, p.before, p.head), p.created_at)`,
       );
       await q(`ALTER TABLE push_events DETACH PARTITION ${partition}`);
       await q(`DROP TABLE ${partition}`);
