@@ -189,6 +189,15 @@ export async function runRetention(
         outcome.action = 'would_drop';
         continue;
       }
+      // Verified: said so before the drop, so that a drop that fails or dies leaves the
+      // month recorded as what it is.
+      await recordHeldMonth(q, month, {
+        state: 'exported',
+        reason: null,
+        pushes: check.pushes,
+        exportedTo,
+        verifiedAt: check.verifiedAt,
+      });
       const dropped = await dropMonth(db, {
         month,
         pushes: check.pushes,

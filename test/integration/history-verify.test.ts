@@ -1,20 +1,26 @@
 import { createHash } from 'node:crypto';
 import {
   copyFileSync,
+  existsSync,
   mkdtempSync,
   readFileSync,
   renameSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main as exportMain } from '../../src/cli/export.ts';
 import { archivePlace } from '../../src/export/archive-place.ts';
 import { checkMonth } from '../../src/export/month-check.ts';
+import { handleMaintenance, type JobContext } from '../../src/jobs/handlers.ts';
 import { type Month, parseMonth } from '../../src/store/history-months.ts';
+import { captureLogger, testConfig } from '../recovery/helpers.ts';
 import { captureMain } from '../support/cli.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { pushEvent, sha } from '../support/github-factories.ts';
@@ -70,6 +76,72 @@ describe('checkMonth', () => {
     expect(c.problem).toBeNull();
     expect(c.hours).toBe(31 * 24);
     expect(c.pushes).toBe(6);
+  });
+
+  it('reads an http(s) mirror the same way, file by file', { timeout: 300_000 }, async () => {
+    const server = createServer((req, res) => {
+      const rel = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname).slice(1);
+      const file = path.join(dir, rel);
+      if (rel.includes('..') || !existsSync(file)) {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.end(readFileSync(file));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    // A userinfo is the request's, never the label's.
+    const mirror = archivePlace(`http://reader:secret@127.0.0.1:${port}`);
+    expect(mirror.label).toBe(`http://127.0.0.1:${port}`);
+    try {
+      const ok = await checkMonth(t.db, march, [mirror], { now });
+      expect(ok.problem).toBeNull();
+      expect(ok.hours).toBe(31 * 24);
+      const rel = `pushes/${w.hours[1]!.name}.parquet`;
+      const gone = await withChanged(
+        rel,
+        (p) => rmSync(p),
+        () => checkMonth(t.db, march, [mirror], { now }),
+      );
+      expect(gone.problem).toMatchObject({ hour: w.hours[1]!.name, problem: 'missing' });
+      expect(gone.problem!.place).toBe(mirror.label);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('the maintenance job keeps every old month not verified in RETENTION_MIRROR, and says why', {
+    timeout: 300_000,
+  }, async () => {
+    const empty = mkdtempSync(path.join(tmpdir(), 'gpi-history-empty-'));
+    try {
+      const mirror = pathToFileURL(empty).href;
+      const { logger, events } = captureLogger('info');
+      const ctx = {
+        deps: {
+          config: testConfig({
+            HISTORY_MONTHS: '1',
+            GHARCHIVE_URL: mirror,
+            RETENTION_MIRROR: mirror,
+          }),
+          db: t.db,
+          pool: t.pool,
+          logger,
+          workerId: 'test:1',
+        },
+        boss: undefined,
+      } as unknown as JobContext;
+      const done = await handleMaintenance(ctx, { id: 'maintenance-history' });
+      expect(done).toMatchObject({ outcome: 'pruned', months_dropped: 0, months_kept: 2 });
+      expect(events('retention.kept_unexported').map((e) => [e.month, e.hour, e.problem])).toEqual([
+        ['2015-03', '2015-03-01-0', 'missing'],
+        ['2015-04', '2015-04-01-0', 'missing'],
+      ]);
+      expect(events('retention.kept_unexported')[0]!.place).toBe(empty);
+    } finally {
+      rmSync(empty, { recursive: true, force: true });
+    }
   });
 
   it('keeps a month with a file missing', { timeout: 300_000 }, async () => {
