@@ -66,15 +66,32 @@ const COLUMNS = [
   'org_login',
 ] as const;
 
-/** Payload keys a column holds: dropped from the payload when the column says the same. */
-const HELD_BY_COLUMN: Record<string, string> = {
-  repository_id: 'repository_id',
-  push_id: 'push_id',
-  size: 'size',
-  distinct_size: 'distinct_size',
-  ref: 'ref',
-  head: 'head',
-  before: 'before',
+/**
+ * The bits of `payload_held`: which keys of the event's payload the columns hold (left out of
+ * `payload`, put back by push_payload). `commits`: the payload's commits are the push's
+ * stored ones, in an event's shape; `commit_urls`: each with its API url.
+ */
+export const PAYLOAD_HELD = {
+  repository_id: 1,
+  push_id: 2,
+  size: 4,
+  distinct_size: 8,
+  ref: 16,
+  head: 32,
+  before: 64,
+  commits: 128,
+  commit_urls: 256,
+} as const;
+
+/** Payload keys a column holds (the column of that name), with the JSON type it gives back. */
+const HELD_BY_COLUMN: Record<string, 'number' | 'string'> = {
+  repository_id: 'number',
+  push_id: 'number',
+  size: 'number',
+  distinct_size: 'number',
+  ref: 'string',
+  head: 'string',
+  before: 'string',
 };
 
 const ERA = "date_part('year', created_at AT TIME ZONE 'UTC')::smallint";
@@ -82,19 +99,30 @@ const eraOf = (t: string) => `date_part('year', ${t}.created_at AT TIME ZONE 'UT
 const digestOf = (t: string) =>
   `${KEY_DIGEST_FUNCTION}(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
 
-/** The payload of `o` (an old row) without what its columns and push_commits hold. */
-function restOf(o: string): string {
-  const keys = Object.entries(HELD_BY_COLUMN).map(
-    ([key, column]) =>
-      `CASE WHEN ${o}.payload->'${key}' = to_jsonb(${o}.${column}) THEN '${key}' END`,
+const commitsJson = (o: string, withUrl: boolean) =>
+  `push_commits_json(${o}.repository_id, ${o}.ref, ${o}.before, ${o}.head, ${o}.repo_name, ${withUrl})`;
+
+/** The PAYLOAD_HELD bits of `o` (an old row): what its columns and push_commits hold as given. */
+function heldOf(o: string): string {
+  const scalars = Object.entries(HELD_BY_COLUMN).map(
+    ([key, type]) => `CASE WHEN jsonb_typeof(${o}.payload->'${key}') = '${type}'
+      AND ${o}.payload->'${key}' = to_jsonb(${o}.${key}) THEN ${PAYLOAD_HELD[key as keyof typeof PAYLOAD_HELD]} ELSE 0 END`,
   );
-  const commitsHeld = `CASE WHEN jsonb_typeof(${o}.payload->'commits') = 'array'
-      AND (SELECT count(*) FROM push_commits pc
-           WHERE (pc.repository_id, pc.ref, pc.before, pc.head)
-               = (${o}.repository_id, ${o}.ref, ${o}.before, ${o}.head))
-          >= jsonb_array_length(${o}.payload->'commits') THEN 'commits' END`;
-  return `nullif(${o}.payload - array_remove(ARRAY[${[...keys, commitsHeld].join(', ')}]::text[], NULL),
-    '{}'::jsonb)`;
+  const commits = `CASE WHEN jsonb_typeof(${o}.payload->'commits') <> 'array'
+        OR jsonb_array_length(${o}.payload->'commits') = 0 THEN 0
+      WHEN ${o}.payload->'commits' = ${commitsJson(o, true)}
+        THEN ${PAYLOAD_HELD.commits | PAYLOAD_HELD.commit_urls}
+      WHEN ${o}.payload->'commits' = ${commitsJson(o, false)} THEN ${PAYLOAD_HELD.commits}
+      ELSE 0 END`;
+  return `(${[...scalars, commits].join(' + ')})::smallint`;
+}
+
+/** The payload without the keys `held` (SQL of its bits) says the columns hold. */
+function restOf(o: string, held: string): string {
+  const keys = Object.entries(PAYLOAD_HELD)
+    .filter(([key]) => key !== 'commit_urls')
+    .map(([key, bit]) => `CASE WHEN ${held} & ${bit} <> 0 THEN '${key}' END`);
+  return `nullif(${o}.payload - array_remove(ARRAY[${keys.join(', ')}]::text[], NULL), '{}'::jsonb)`;
 }
 
 /** The partitioned indexes of push_events (each partition gets its own, named by Postgres). */
@@ -273,7 +301,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     BEGIN
       IF to_regclass(name) IS NOT NULL THEN RETURN false; END IF;
       PERFORM pg_advisory_xact_lock(hashtext('${ENSURE_MONTH_FUNCTION}'));
-      IF to_regclass(name) IS NOT NULL THEN RETURN false; END IF;
+      -- Read from the catalog in this statement's snapshot: to_regclass's cache may not yet
+      -- know the table another writer made and committed while this one waited for the lock.
+      IF EXISTS (SELECT 1 FROM pg_class
+                 WHERE relname = name AND relnamespace = current_schema()::regnamespace) THEN
+        RETURN false;
+      END IF;
       BEGIN
         EXECUTE format('CREATE TABLE %I (LIKE push_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
           name);
@@ -281,12 +314,30 @@ export async function up(db: Kysely<unknown>): Promise<void> {
             AND created_at < %L RETURNING *) INSERT INTO %I SELECT * FROM moved', lo, hi, name);
         EXECUTE format('ALTER TABLE push_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
           name, lo, hi);
-      EXCEPTION WHEN lock_not_available THEN
+      EXCEPTION WHEN lock_not_available OR duplicate_table THEN
         RETURN false;
       END;
       RETURN true;
     END $$`)
     .execute(db);
+
+  // A push's stored commits in an event's shape, oldest first: what push_payload gives back
+  // as `commits`, and what a payload's commits are compared with to leave them out.
+  await sql`
+    CREATE FUNCTION push_commits_json(repository_id_ bigint, ref_ text, before_ text, head_ text,
+      repo_name_ text, with_url boolean) RETURNS jsonb LANGUAGE sql STABLE AS $$
+      SELECT jsonb_agg(jsonb_build_object('sha', pc.sha,
+          'author', jsonb_build_object('email', c.author_email, 'name', c.author_name),
+          'message', c.message, 'distinct', pc."distinct")
+        || CASE WHEN with_url THEN jsonb_build_object('url',
+             'https://api.github.com/repos/' || repo_name_ || '/commits/' || pc.sha)
+           ELSE '{}'::jsonb END
+        ORDER BY pc.position)
+      FROM push_commits pc
+      LEFT JOIN commits c ON (c.repository_id, c.sha) = (pc.repository_id, pc.sha)
+      WHERE (pc.repository_id, pc.ref, pc.before, pc.head)
+        = (repository_id_, ref_, before_, head_)
+    $$`.execute(db);
 
   // The old table steps aside: its name, its indexes' names and its triggers go.
   await sql`ALTER TABLE push_events RENAME TO push_events_unpartitioned`.execute(db);
@@ -306,6 +357,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     CREATE TABLE push_events (LIKE push_events_unpartitioned INCLUDING DEFAULTS
       INCLUDING CONSTRAINTS) PARTITION BY RANGE (created_at)`.execute(db);
   await sql`ALTER TABLE push_events ALTER COLUMN payload DROP NOT NULL`.execute(db);
+  await sql`
+    ALTER TABLE push_events ADD COLUMN payload_held smallint NOT NULL DEFAULT 0`.execute(db);
   // Checks the old table held NOT VALID (rows from before them may break them) are held
   // the same way here: added back NOT VALID after the copy.
   for (const name of Object.keys(UNCHECKED_OF_OLD)) {
@@ -326,11 +379,36 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   }
 
   // Time order, so that each month's BRIN on created_at is as tight as a live store's.
-  const cols = COLUMNS.map((c) => (c === 'payload' ? restOf('o') : `o.${c}`)).join(', ');
+  const cols = COLUMNS.map((c) => (c === 'payload' ? restOf('o', 'o.held') : `o.${c}`)).join(', ');
   await sql
     .raw(`
-    INSERT INTO push_events (${COLUMNS.join(', ')})
-    SELECT ${cols} FROM push_events_unpartitioned o ORDER BY o.created_at`)
+    INSERT INTO push_events (${COLUMNS.join(', ')}, payload_held)
+    SELECT ${cols}, o.held
+    -- OFFSET 0: the subquery stays one, so each row's bits are worked out once, not once
+    -- for every use of them
+    FROM (SELECT u.*, ${heldOf('u')} AS held FROM push_events_unpartitioned u OFFSET 0) o
+    ORDER BY o.created_at`)
+    .execute(db);
+
+  // The event's payload whole again: what is left of it, the keys its columns hold, and its
+  // commits as stored (a better source's text, once GitHub's answer replaced a line's).
+  const scalarsBack = Object.keys(HELD_BY_COLUMN)
+    .map(
+      (key) => `|| CASE WHEN p.payload_held & ${PAYLOAD_HELD[key as keyof typeof PAYLOAD_HELD]} <> 0
+        THEN jsonb_build_object('${key}', p.${key}) ELSE '{}'::jsonb END`,
+    )
+    .join('\n');
+  await sql
+    .raw(`
+    CREATE FUNCTION push_payload(p push_events) RETURNS jsonb LANGUAGE sql STABLE AS $$
+      SELECT coalesce(p.payload, '{}'::jsonb)
+        ${scalarsBack}
+        || CASE WHEN p.payload_held & ${PAYLOAD_HELD.commits} <> 0
+             THEN jsonb_build_object('commits', coalesce(push_commits_json(p.repository_id, p.ref,
+               p.before, p.head, p.repo_name, p.payload_held & ${PAYLOAD_HELD.commit_urls} <> 0),
+               '[]'::jsonb))
+           ELSE '{}'::jsonb END
+    $$`)
     .execute(db);
 
   for (const [name, check] of Object.entries(UNCHECKED_OF_OLD)) {
@@ -370,23 +448,21 @@ export async function up(db: Kysely<unknown>): Promise<void> {
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
-  // Back to one table. Payload keys a column held come back from the column; commits the
-  // payload gave up stay in push_commits (the export never read them from the payload).
+  // Back to one table, each payload whole again (push_payload).
   await sql`ALTER TABLE push_events RENAME TO push_events_partitioned`.execute(db);
   await sql`
     CREATE TABLE push_events (LIKE push_events_partitioned INCLUDING DEFAULTS
       INCLUDING CONSTRAINTS)`.execute(db);
-  const back = `coalesce(p.payload, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object(
-    ${Object.entries(HELD_BY_COLUMN)
-      .map(([k, c]) => `'${k}', p.${c}`)
-      .join(', ')}))`;
+  const back = 'push_payload(p)';
   const cols = COLUMNS.map((c) => (c === 'payload' ? back : `p.${c}`)).join(', ');
   await sql
     .raw(
       `INSERT INTO push_events (${COLUMNS.join(', ')}) SELECT ${cols} FROM push_events_partitioned p`,
     )
     .execute(db);
+  await sql`DROP FUNCTION IF EXISTS push_payload(push_events_partitioned)`.execute(db);
   await sql`DROP TABLE push_events_partitioned CASCADE`.execute(db);
+  await sql`ALTER TABLE push_events DROP COLUMN payload_held`.execute(db);
   await sql`DROP TABLE push_keys`.execute(db);
   await sql`ALTER TABLE push_events ALTER COLUMN payload SET NOT NULL`.execute(db);
   await sql`
@@ -411,6 +487,7 @@ export async function down(db: Kysely<unknown>): Promise<void> {
     'push_keys_truncated()',
     `${ENSURE_MONTH_FUNCTION}(timestamptz)`,
     `${KEY_DIGEST_FUNCTION}(bigint, text, text, text)`,
+    'push_commits_json(bigint, text, text, text, text, boolean)',
   ]) {
     await sql.raw(`DROP FUNCTION IF EXISTS ${fn}`).execute(db);
   }

@@ -30,28 +30,40 @@ async function bytes(): Promise<number> {
 describe(`migrating push_events of ${PUSHES.toLocaleString('en-US')} pushes to monthly partitions`, () => {
   it('moves every push into its month once, keys each, keeps only what columns lack', async () => {
     // Pushes over 14 months of 2025–2026, one in 50 with an event id of the era before (a
-    // reused id, legal across eras), every tenth with two commits in its payload that
-    // push_commits holds, every hundredth with one it does not (refused: kept).
+    // reused id, legal across eras), every tenth with two commits in its payload (an event's
+    // shape) that push_commits and commits hold, every hundredth with one they do not (a
+    // refused list: kept), and one in a thousand whose `size` is text (kept: the column
+    // would give back a number).
     await sql`
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before, created_at,
-        payload, size, distinct_size, commits_state, commit_count)
+        payload, size, distinct_size, commits_state, commit_count, repo_name)
       SELECT CASE WHEN g % 50 = 0 THEN g / 50 ELSE 1000000000 + g END, g % 5000, g % 70000,
         g, 'refs/heads/b' || (g % 7), lpad(to_hex(g), 40, 'a'), lpad(to_hex(g), 40, 'b'),
         timestamptz '2025-01-01' + (g % 420) * interval '1 day' + (g % 86400) * interval '1 second',
         jsonb_build_object('repository_id', g % 70000, 'push_id', g, 'ref', 'refs/heads/b' || (g % 7),
-          'head', lpad(to_hex(g), 40, 'a'), 'before', lpad(to_hex(g), 40, 'b'), 'size', 2)
-          || CASE WHEN g % 10 = 0 THEN jsonb_build_object('commits', jsonb_build_array(
-                 jsonb_build_object('sha', 'c1', 'message', 'm'), jsonb_build_object('sha', 'c2')))
+          'head', lpad(to_hex(g), 40, 'a'), 'before', lpad(to_hex(g), 40, 'b'),
+          'size', CASE WHEN g % 1000 = 3 THEN to_jsonb('2'::text) ELSE to_jsonb(2) END)
+          || CASE WHEN g % 10 = 0 THEN jsonb_build_object('commits', (
+                 SELECT jsonb_agg(jsonb_build_object('sha', 'c' || k,
+                   'author', jsonb_build_object('email', 'a' || k || '@example.com', 'name', 'A'),
+                   'message', 'm' || k, 'distinct', true,
+                   'url', 'https://api.github.com/repos/o/r' || (g % 70000) || '/commits/c' || k))
+                 FROM generate_series(1, 2) k))
                WHEN g % 100 = 1 THEN jsonb_build_object('commits', jsonb_build_array(
                  jsonb_build_object('sha', 'r1')), 'extra', 'kept')
                ELSE '{}'::jsonb END,
         2, 2, CASE WHEN g % 10 = 0 THEN 'complete' ELSE 'skipped' END,
-        CASE WHEN g % 10 = 0 THEN 2 END
+        CASE WHEN g % 10 = 0 THEN 2 END, 'o/r' || (g % 70000)
       FROM generate_series(1, ${PUSHES}) g`.execute(s.db);
     await sql`
       INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct")
       SELECT p.repository_id, p.ref, p.before, p.head, k, 'c' || (k + 1), true
       FROM push_events p, generate_series(0, 1) k WHERE p.commits_state = 'complete'`.execute(s.db);
+    await sql`
+      INSERT INTO commits (repository_id, sha, author_name, author_email, message, source)
+      SELECT DISTINCT repository_id, sha, 'A', 'a' || substr(sha, 2) || '@example.com',
+        'm' || substr(sha, 2), 'archive'
+      FROM push_commits`.execute(s.db);
     await sql`VACUUM ANALYZE push_events`.execute(s.db);
     const before = await sql<{ n: string; b: string; months: string }>`
       SELECT count(*)::text AS n, pg_total_relation_size('push_events')::text AS b,
@@ -81,8 +93,25 @@ describe(`migrating push_events of ${PUSHES.toLocaleString('en-US')} pushes to m
     );
 
     expect(after.rows[0]).toMatchObject({ n: String(PUSHES), keys: String(PUSHES) });
-    // Only the pushes whose payload held something else (one in a hundred) keep one.
-    expect(Number(after.rows[0]!.with_payload)).toBe(Math.floor((PUSHES - 1) / 100) + 1);
+    // Only the pushes whose payload held something else keep one: a refused list (one in a
+    // hundred), a `size` of another type (one in a thousand).
+    const odd = (m: number, r: number) => Math.floor((PUSHES - r) / m) + 1;
+    expect(Number(after.rows[0]!.with_payload)).toBe(odd(100, 1) + odd(1000, 3));
+    // Every payload comes back whole.
+    const whole = await sql<{ n: string }>`
+      SELECT count(*)::text AS n FROM push_events p
+      WHERE push_payload(p) <> jsonb_build_object('repository_id', p.repository_id,
+          'push_id', p.push_id, 'ref', p.ref, 'head', p.head, 'before', p.before,
+          'size', CASE WHEN p.push_id % 1000 = 3 THEN to_jsonb('2'::text) ELSE to_jsonb(2) END)
+        || CASE WHEN p.push_id % 10 = 0 THEN jsonb_build_object('commits', (
+             SELECT jsonb_agg(jsonb_build_object('sha', 'c' || k,
+               'author', jsonb_build_object('email', 'a' || k || '@example.com', 'name', 'A'),
+               'message', 'm' || k, 'distinct', true,
+               'url', 'https://api.github.com/repos/o/r' || (p.push_id % 70000) || '/commits/c' || k))
+             FROM generate_series(1, 2) k))
+           WHEN p.push_id % 100 = 1 THEN '{"commits": [{"sha": "r1"}], "extra": "kept"}'::jsonb
+           ELSE '{}'::jsonb END`.execute(s.db);
+    expect(whole.rows[0]!.n).toBe('0');
     const kept = await sql<{ payload: unknown }>`
       SELECT payload FROM push_events WHERE push_id = 101`.execute(s.db);
     expect(kept.rows[0]!.payload).toEqual({ commits: [{ sha: 'r1' }], extra: 'kept' });

@@ -95,6 +95,23 @@ describe('monthly partitions of push_events', () => {
     ]);
   });
 
+  it('twenty deliveries at once into a month that has no partition yet all store', async () => {
+    const pushes = Array.from({ length: 20 }, () =>
+      pushRow({ id: null, createdAt: new Date('2008-02-10T10:00:00Z') }),
+    );
+    const results = await Promise.allSettled(
+      pushes.map((p) =>
+        t.db.transaction().execute((trx) => storePushes(trx, [p], { origin: 'webhook' })),
+      ),
+    );
+    expect(
+      results.filter((r) => r.status === 'rejected').map((r) => String(r.reason)),
+    ).toEqual([]);
+    for (const p of pushes) {
+      expect((await placed(p.repository.id))[0]!.part).toBe('push_events_2008_02');
+    }
+  });
+
   it('two writers storing one push in two months at once store it once', async () => {
     for (let round = 0; round < 5; round++) {
       const event = pushRow({ createdAt: new Date('2026-03-01T00:00:00Z') });

@@ -203,8 +203,8 @@ export interface EnrichmentAttemptsTable {
 }
 
 /**
- * One row a stored push, whichever month's partition of push_events holds it (ADR 0199): the
- * arbiter of "stored once" and of "one push per event id and era".
+ * One row a stored push, whichever month's partition of push_events holds it (migration
+ * 2026-12-05T1100_push_events_by_month): the arbiter of "stored once" and of "one push per event id and era".
  */
 export interface PushKeysTable {
   repository_id: BigId;
@@ -229,8 +229,10 @@ export interface PushEventsTable {
   head: string;
   before: string;
   created_at: Timestamp;
-  /** What the columns do not hold of the event's payload; NULL when nothing (ADR 0199). */
+  /** What the columns do not hold of the event's payload; NULL when nothing (see payload_held). */
   payload: ColumnType<unknown | null, string | null, string | null>;
+  /** Which payload keys the columns hold (bits: migration 2026-12-05T1100 PAYLOAD_HELD). */
+  payload_held: Generated<number>;
   size: number | null;
   distinct_size: number | null;
   origin: Generated<PushOrigin>;
