@@ -11,14 +11,17 @@ import { hourKnown, hourLines } from '../export/hour-query.ts';
 import { parquetName, TABLES } from '../export/parquet.ts';
 import { sweepTemporaryFiles } from '../export/temporary-files.ts';
 import { inHourSnapshot } from '../export/write.ts';
+import { loadConfig } from '../platform/config/config.ts';
 import { UsageError } from '../platform/errors.ts';
 import { bar, terminal } from '../platform/terminal.ts';
 import { type ArchiveHour, hourEnd, hourFileName, parseHour } from '../store/archive-hours.ts';
+import { monthHours, parseMonth } from '../store/history-months.ts';
 import { hourOpenReasons, type OpenReason, withPending } from '../store/open-hours.ts';
 import { parseCli } from './args.ts';
 
 const USAGE = `
 Usage: bin/export HOUR|DAY... [--format json,parquet] [--out DIR] [--json]
+       bin/export --month YYYY-MM [--out DIR] [--json]
 
 Writes each HOUR as GH Archive writes hours, from this store: one line per stored push
 created in that hour (UTC), in the Events API's PushEvent shape with payload.size,
@@ -35,7 +38,11 @@ and by commits state, and the gaps open over it (docs/export.md).
                    json     DIR/YYYY-MM-DD-H.json.gz
                    parquet  DIR/pushes/YYYY-MM-DD-H.parquet and
                             DIR/push_commits/YYYY-MM-DD-H.parquet
-  --out DIR      the directory to write into (default: the current one; made if missing)
+  --month M      every hour of the month M (YYYY-MM, UTC; those begun yet) in both formats,
+                 what retention needs to verify before it drops the month from Postgres
+                 (HISTORY_MONTHS); files already there are written again
+  --out DIR      the directory to write into (default: the current one, or ARCHIVE_DIR
+                 with --month; made if missing)
   --json         print the results as JSON only
 
 The same stored hour is the same bytes every time, and the bytes /archive serves. A push
@@ -84,6 +91,21 @@ export function parseHours(args: string[], now: Date): ArchiveHour[] {
     hours.set(hour.name, hour);
   }
   return [...hours.values()];
+}
+
+/** `--month YYYY-MM`: its hours begun by `now`; a UsageError for a month not begun or not one. */
+export function parseMonthHours(raw: string, now: Date): ArchiveHour[] {
+  const month = parseMonth(raw);
+  if (!month) {
+    throw new UsageError(
+      `--month ${JSON.stringify(raw.slice(0, 40))} is not a month: YYYY-MM (UTC)\n${USAGE}`,
+    );
+  }
+  const hours = monthHours(month).filter((h) => h.start <= now);
+  if (hours.length === 0) {
+    throw new UsageError(`month ${month.name} has not begun; nothing written\n${USAGE}`);
+  }
+  return hours;
 }
 
 interface Outcome {
@@ -220,16 +242,36 @@ export async function main(argv: string[]): Promise<number> {
   const parsed = parseCli(
     argv,
     USAGE,
-    { out: { type: 'string' }, json: { type: 'boolean' }, format: { type: 'string' } },
+    {
+      out: { type: 'string' },
+      json: { type: 'boolean' },
+      format: { type: 'string' },
+      month: { type: 'string' },
+    },
     { allowPositionals: true },
   );
   if (!parsed) return 0;
   const { values, positionals } = parsed;
-  if (positionals.length === 0) throw new UsageError(`give at least one HOUR\n${USAGE}`);
-  const formats = parseFormats(values.format);
   const now = new Date();
-  const hours = parseHours(positionals, now);
-  const out = path.resolve(values.out ?? '.');
+  let hours: ArchiveHour[];
+  let formats: Set<ExportFormat>;
+  if (values.month !== undefined) {
+    if (positionals.length > 0 || values.format !== undefined) {
+      throw new UsageError(`--month takes no HOUR and no --format (it writes both)\n${USAGE}`);
+    }
+    hours = parseMonthHours(values.month, now);
+    formats = new Set(EXPORT_FORMATS);
+  } else {
+    if (positionals.length === 0) throw new UsageError(`give at least one HOUR\n${USAGE}`);
+    formats = parseFormats(values.format);
+    hours = parseHours(positionals, now);
+  }
+  // --month's default directory is the configuration's: read it before any file is touched.
+  const archiveDir = values.month !== undefined ? loadConfig().history.archiveDir : null;
+  if (values.month !== undefined && values.out === undefined && archiveDir === null) {
+    throw new UsageError(`--month writes into --out DIR or ARCHIVE_DIR: neither is set\n${USAGE}`);
+  }
+  const out = path.resolve(values.out ?? archiveDir ?? '.');
   await mkdir(out, { recursive: true });
   // What an export killed here before left behind (never a running export's file).
   let swept = { files: 0, bytes: 0 };

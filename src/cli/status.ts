@@ -16,7 +16,8 @@ Prints what the status page shows, read from the database, so it shows the whole
 deployment whichever machine you run it on:
   pushes held (by origin), and pushed and arrived in the last 24 hours; runs and gaps of
   the last 24 hours; rejected events (set aside, by reason); gaps (open, filled,
-  unavailable, the open ones listed) and the last backfill; the archive mirrors;
+  unavailable, the open ones listed) and the last backfill; the archive mirrors; the
+  months of history (kept, exported, dropped under HISTORY_MONTHS, with their bytes);
   sources counted by state and kind, the most failing, the most overdue, the latest
   polled, and one page of them; commits (pushes by state, the fetch backlog and rate,
   the backlog by origin, GraphQL's points and pushes a point, whether commits are off and

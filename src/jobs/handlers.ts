@@ -24,6 +24,7 @@ import {
 } from './boss.ts';
 import { hintCommits } from './commits-hint.ts';
 import { dispatchHints, sendCommitsCycle, sendCycle } from './dispatch.ts';
+import { runRetention } from './month-retention.ts';
 import { pruneLedgers } from './prune.ts';
 import { enrichQueue, QUEUES, type QueueName } from './queue-names.ts';
 import { reconcile } from './reconciler.ts';
@@ -325,8 +326,8 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
 /**
  * maintenance: makes push_events' partitions of this month and the next MONTHS_AHEAD (no
  * writer then makes one) and of the months whose pushes the default partition holds (moving
- * them in), and prunes the ledgers past RETENTION_DAYS, time-boxed; the next
- * hour carries on.
+ * them in), prunes the ledgers past RETENTION_DAYS, then, with HISTORY_MONTHS, runs retention
+ * of push history (jobs/month-retention.ts); time-boxed, the next hour carries on.
  */
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
@@ -337,16 +338,26 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
       ...(await monthsInDefault(ctx.deps.db)),
     ]);
     const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
-    const report = await pruneLedgers(ctx.deps.db, {
-      retentionDays: ctx.deps.config.retentionDays,
-      shouldStop: () => stop.signal.aborted,
-    }).finally(stop.dispose);
-    return {
-      outcome: report.complete ? 'pruned' : 'partial',
-      cutoff: report.cutoff.toISOString(),
-      deleted: report.deleted,
-      months_made: monthsMade,
-    };
+    try {
+      const report = await pruneLedgers(ctx.deps.db, {
+        retentionDays: ctx.deps.config.retentionDays,
+        shouldStop: () => stop.signal.aborted,
+      });
+      // HISTORY_MONTHS: the months past the kept window, exported, verified, then dropped.
+      const history = await runRetention(ctx.deps, { now, signal: stop.signal });
+      const months = (a: string) => history.months.filter((m) => m.action === a).length;
+      return {
+        outcome: report.complete ? 'pruned' : 'partial',
+        cutoff: report.cutoff.toISOString(),
+        deleted: report.deleted,
+        months_made: monthsMade,
+        ...(history.historyMonths === null
+          ? {}
+          : { months_dropped: months('dropped'), months_kept: months('kept') }),
+      };
+    } finally {
+      stop.dispose();
+    }
   });
 }
 

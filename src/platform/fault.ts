@@ -19,6 +19,7 @@ export const FAULT_POINTS = [
   'commits.after_claim',
   'commits.after_response',
   'commits.after_store',
+  'retention.before_commit',
 ] as const;
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];

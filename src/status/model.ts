@@ -10,6 +10,7 @@ import { type IngestActivity, ingestActivity } from './activity.ts';
 import { type CommitsStatus, commitsStatus } from './commits.ts';
 import { deploymentBackground, deploymentBudget, deploymentPolicy } from './credentials.ts';
 import { type GapStatus, gapStatus } from './gaps.ts';
+import { type HistoryStatus, historyStatus } from './history.ts';
 import { type MirrorStatus, mirrorStatuses } from './mirrors.ts';
 import { type LastReconcile, lastReconcile, type QueueStatus, queueStatuses } from './queues.ts';
 import {
@@ -40,6 +41,8 @@ export interface StatusReport {
   gaps: GapStatus;
   /** The archive mirrors configured here or read by any process, and what each added. */
   mirrors: MirrorStatus[];
+  /** Months of pushes held, exported and dropped (HISTORY_MONTHS), with their bytes. */
+  history: HistoryStatus;
   enrichment: Backlog;
   /** Pushes by commits_state, the fetch backlog and rate, commits stored. */
   commits: CommitsStatus;
@@ -129,6 +132,7 @@ export async function readStatus(
     activity: await ingestActivity(db, now),
     gaps: await gapStatus(db),
     mirrors: await mirrorStatuses(db, config.archive.mirrors),
+    history: await historyStatus(db, config, now),
     enrichment: await backlog(db, now, config.enrichment.ttlSeconds),
     commits: await commitsStatus(db, now),
     budget: null,

@@ -67,6 +67,41 @@ function mirrorsLines(report: StatusReport): string[] {
 }
 
 /** "Last backfill: 2026-11-20-10 (gap:3) completed 5m ago: 1,000 pushes stored". */
+/** `1.5 GiB`, `12.0 MiB`, `800 kB`: a partition's size. */
+export function bytesText(n: number | null): string {
+  if (n === null) return '?';
+  if (n >= 1024 ** 3) return `${(n / 1024 ** 3).toFixed(1)} GiB`;
+  if (n >= 1024 ** 2) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  return `${Math.round(n / 1024)} kB`;
+}
+
+/** Months held, exported and dropped (HISTORY_MONTHS), each with its bytes. */
+function historyLines(report: StatusReport): string[] {
+  const h = report.history;
+  const t = h.totals;
+  const policy =
+    h.historyMonths === null
+      ? 'every month kept (HISTORY_MONTHS unset)'
+      : `keeping ${h.firstKept} and later (HISTORY_MONTHS=${h.historyMonths}), older months verified in ${h.places.join(', ')} before they are dropped`;
+  const lines = [
+    `History: ${policy}; ${t.kept.months} months kept (${bytesText(t.kept.bytes)}), ${t.exported.months} exported and held (${bytesText(t.exported.bytes)}), ${t.dropped.months} dropped (${bytesText(t.dropped.bytes)} freed)`,
+  ];
+  if (h.months.length === 0) return lines;
+  lines.push(
+    ...table(
+      ['month', 'state', 'bytes', 'pushes', 'where / why'],
+      h.months.map((m) => [
+        m.month,
+        m.state,
+        bytesText(m.bytes),
+        m.pushes === null ? '-' : count(m.pushes),
+        m.state === 'kept' ? (m.reason ?? '') : (m.exportedTo ?? ''),
+      ]),
+    ),
+  );
+  return lines;
+}
+
 function lastBackfillLine(report: StatusReport): string {
   const b = report.gaps.lastBackfill;
   if (!b) return 'Last backfill: never';
@@ -281,6 +316,7 @@ export function renderText(report: StatusReport): string {
     ...openGapsLines(report),
     lastBackfillLine(report),
     ...mirrorsLines(report),
+    ...historyLines(report),
     '',
     ...sourcesText(report),
   );

@@ -1,5 +1,6 @@
 import { count, relative, spendParts, windowParts } from '../status/format.ts';
 import type { CredentialStatus, StatusReport } from '../status/model.ts';
+import { bytesText } from '../status/render-text.ts';
 import { sourceLabel } from '../status/sources.ts';
 import { dateTick } from './chart.ts';
 import { escapeHtml as e } from './html.ts';
@@ -71,4 +72,24 @@ export function openGapsSection(report: StatusReport): string {
   return `<h3>Open gaps <span class="muted">(${count(g.byState.open)})</span></h3>
 <div class="scroll"><table id="open-gaps"><thead><tr><th class="num">gap</th><th>source</th><th>window (UTC)</th><th class="num">attempts</th><th>next fill</th><th>last error</th></tr></thead>
 <tbody>${rows || '<tr><td colspan="6" class="muted">none: every recorded gap is filled or unavailable</td></tr>'}</tbody></table></div>${more}`;
+}
+
+/** Months of pushes held, exported and dropped (HISTORY_MONTHS), each with its bytes. */
+export function historySection(report: StatusReport): string {
+  const h = report.history;
+  const t = h.totals;
+  const rows = h.months
+    .map(
+      (m) =>
+        `<tr><td>${e(m.month)}</td><td><span class="pill ${m.state === 'dropped' ? 'muted' : m.state === 'exported' ? 'ok' : ''}">${e(m.state)}</span></td><td class="num">${e(bytesText(m.bytes))}</td><td class="num">${m.pushes === null ? '-' : count(m.pushes)}</td><td>${e(m.state === 'kept' ? (m.reason ?? '') : (m.exportedTo ?? ''))}</td></tr>`,
+    )
+    .join('\n');
+  const policy =
+    h.historyMonths === null
+      ? 'every month kept: HISTORY_MONTHS is unset'
+      : `keeping ${e(h.firstKept ?? '')} and later; older months are dropped once verified in ${e(h.places.join(', '))}`;
+  return `<h3>History <span class="muted">(${policy})</span></h3>
+<p class="muted">${t.kept.months} kept (${e(bytesText(t.kept.bytes))}), ${t.exported.months} exported and held (${e(bytesText(t.exported.bytes))}), ${t.dropped.months} dropped (${e(bytesText(t.dropped.bytes))} freed)</p>
+<div class="scroll"><table id="history"><thead><tr><th>month</th><th>state</th><th class="num">bytes</th><th class="num">pushes</th><th>where exported / why kept</th></tr></thead>
+<tbody>${rows || '<tr><td colspan="5" class="muted">no month partition yet</td></tr>'}</tbody></table></div>`;
 }

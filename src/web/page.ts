@@ -13,7 +13,12 @@ import type { MinuteSeries } from '../status/series.ts';
 import type { BackgroundReading } from '../work/split.ts';
 import { barChart } from './chart.ts';
 import { escapeHtml as e } from './html.ts';
-import { credentialsSection, mirrorsSection, openGapsSection } from './page-sections.ts';
+import {
+  credentialsSection,
+  historySection,
+  mirrorsSection,
+  openGapsSection,
+} from './page-sections.ts';
 import { sourcesSections } from './page-sources.ts';
 
 /**
@@ -386,7 +391,8 @@ ${barChart(
 </div>`;
   const coverageSection = `<section id="coverage"><h2>Coverage <span class="muted">(bin/status --coverage, view hourly_coverage)</span></h2>${coverage.length ? `<div class="charts">${coverageChart(coverage)}</div>` : ''}
 ${mirrorsSection(report)}
-${openGapsSection(report)}</section>`;
+${openGapsSection(report)}
+${historySection(report)}</section>`;
 
   return `<!doctype html>
 <html lang="en">

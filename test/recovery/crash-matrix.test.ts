@@ -211,9 +211,13 @@ async function expectPushesOnce(db: Db, world: World): Promise<void> {
 }
 
 // The commits fetcher's windows need targeted pushes, which a public source never makes:
-// test/recovery/commits-crash.test.ts kills bin/commits in each of them.
+// test/recovery/commits-crash.test.ts kills bin/commits in each of them; retention's,
+// test/recovery/retention-crash.test.ts kills bin/retention in.
 const WORKER_POINTS = FAULT_POINTS.filter(
-  (p) => p !== 'webhook.after_delivery_insert' && !p.startsWith('commits.'),
+  (p) =>
+    p !== 'webhook.after_delivery_insert' &&
+    !p.startsWith('commits.') &&
+    !p.startsWith('retention.'),
 );
 
 describe('crash-window matrix', () => {
@@ -232,6 +236,7 @@ describe('crash-window matrix', () => {
       'commits.after_claim',
       'commits.after_response',
       'commits.after_store',
+      'retention.before_commit',
     ]);
   });
 

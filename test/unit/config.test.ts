@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ENV_VARS, loadConfig, parseDurationSeconds } from '../../src/platform/config/config.ts';
 import { parseSourcesList } from '../../src/platform/config/source-spec.ts';
@@ -70,6 +71,12 @@ const BAD_VALUES: [variable: string, value: string, says: RegExp][] = [
   ['COMMITS_SHARE', '-0.1', /number from 0 to 1/],
   ['COMMITS_SHARE', 'half', /number from 0 to 1/],
   ['COMMITS_TRANSPORT', 'soap', /one of graphql, rest.*"soap"/],
+  ['HISTORY_MONTHS', '0', /integer from 1 to 1200/],
+  ['HISTORY_MONTHS', 'twelve', /integer from 1 to 1200/],
+  ['HISTORY_MONTHS', '1201', /integer from 1 to 1200/],
+  // Nowhere to verify a month in: nothing could ever be dropped.
+  ['HISTORY_MONTHS', '12', /needs ARCHIVE_DIR or RETENTION_MIRROR/],
+  ['RETENTION_MIRROR', 'https://elsewhere.example', /one of the mirrors in GHARCHIVE_URL/],
 ];
 
 // Free-form variables: any non-empty string is a valid value (an empty one means unset).
@@ -79,6 +86,7 @@ const FREE_FORM = [
   'HTTP_HOST',
   'WEBHOOK_SECRET',
   'DATA_DIR',
+  'ARCHIVE_DIR',
 ];
 
 // The credential pool's variables: their values and combinations are checked in
@@ -302,5 +310,24 @@ describe('config: a bad value stops a real command with exit 2', () => {
     expect(r.err).toMatch(/DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
     expect(r.err.trim().split('\n')).toHaveLength(1);
     expect(r.err + r.out).not.toContain('hunter2-sentinel');
+  });
+});
+
+describe('config: history', () => {
+  it('keeps everything unless HISTORY_MONTHS is set', () => {
+    expect(loadConfig({}).history).toEqual({ months: null, archiveDir: null, mirror: null });
+  });
+
+  it('takes ARCHIVE_DIR as an absolute path, and RETENTION_MIRROR as GHARCHIVE_URL lists it', () => {
+    const c = loadConfig({
+      HISTORY_MONTHS: '12',
+      ARCHIVE_DIR: 'archive',
+      GHARCHIVE_URL: 'https://data.gharchive.org,https://u:secret@mirror.example/gh/',
+      RETENTION_MIRROR: 'https://mirror.example/gh',
+    });
+    expect(c.history.months).toBe(12);
+    expect(c.history.archiveDir).toBe(path.resolve('archive'));
+    // Read with the listed mirror's userinfo; named without it.
+    expect(c.history.mirror).toBe('https://u:secret@mirror.example/gh');
   });
 });

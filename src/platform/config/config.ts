@@ -3,6 +3,7 @@ import { ConfigError } from '../errors.ts';
 import { quoted } from '../quote.ts';
 import { hasUserinfo, withoutUserinfo } from '../redact.ts';
 import { type AppCredentials, parseCredentials } from './credential-config.ts';
+import { type HistoryConfig, parseHistory } from './history-config.ts';
 import { parseSourcesList } from './source-spec.ts';
 
 /**
@@ -258,6 +259,11 @@ export const envSchema = z.object({
   COMMITS_SHARE: fraction.default(0.5),
   // Batched GraphQL (REST compare where GraphQL cannot prove a push), or REST only.
   COMMITS_TRANSPORT: z.enum(['graphql', 'rest']).default('graphql'),
+  // History (docs/configuration.md#history_months): months of pushes kept in Postgres, and
+  // where an older month must be exported, and verified, before it is dropped.
+  HISTORY_MONTHS: positiveInt(1200).optional(),
+  ARCHIVE_DIR: z.string().optional(),
+  RETENTION_MIRROR: z.string().optional(),
 });
 
 /** Names of every variable the config knows (the docs drift test and the compose check use this). */
@@ -336,6 +342,8 @@ export interface Config {
     /** COMMITS_TRANSPORT: GraphQL batches (with a credential) or REST compare only. */
     readonly transport: 'graphql' | 'rest';
   };
+  /** HISTORY_MONTHS, ARCHIVE_DIR, RETENTION_MIRROR (src/platform/config/history-config.ts). */
+  readonly history: HistoryConfig;
 }
 
 function deepFreeze<T>(o: T): T {
@@ -399,6 +407,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   parseSourcesList(e.SOURCES);
   checkGraphQLPacing(e.GRAPHQL_POINTS_PER_MINUTE, e.ENRICH_LEASE_SECONDS);
   const credentials = parseCredentials(e);
+  const history = parseHistory(
+    e.HISTORY_MONTHS,
+    e.ARCHIVE_DIR,
+    e.RETENTION_MIRROR,
+    e.GHARCHIVE_URL,
+  );
   return deepFreeze({
     databaseUrl: e.DATABASE_URL,
     databasePoolMax: e.DATABASE_POOL_MAX,
@@ -449,5 +463,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       share: e.COMMITS_SHARE,
       transport: e.COMMITS_TRANSPORT,
     },
+    history,
   });
 }
