@@ -342,7 +342,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
         RETURN OLD;
       END IF;
       IF NEW.position IS NULL OR NEW.position < 0 THEN
-        RAISE EXCEPTION 'push_commits: position % is not a position', NEW.position
+        RAISE EXCEPTION 'new row for relation "push_commits" violates check constraint "push_commits_position_check"'
           USING ERRCODE = 'check_violation', CONSTRAINT = 'push_commits_position_check';
       END IF;
       IF NEW.sha IS NULL THEN
@@ -388,9 +388,10 @@ export async function up(db: Kysely<unknown>): Promise<void> {
         GROUP BY e.repository_id, e.ref, e.before, e.head, e.position HAVING count(*) > 1 LIMIT 1;
       IF FOUND THEN
         DELETE FROM pg_temp.push_commits_queued;
-        RAISE EXCEPTION 'push_commits: position % of (%, %, %, %) is held already', bad.position,
-          bad.repository_id, bad.ref, bad.before, bad.head
-          USING ERRCODE = 'unique_violation', CONSTRAINT = 'push_commits_pkey';
+        RAISE EXCEPTION 'duplicate key value violates unique constraint "push_commits_pkey"'
+          USING DETAIL = format('Key (repository_id, ref, before, head, position)=(%s, %s, %s, %s, %s) already exists.',
+            bad.repository_id, bad.ref, bad.before, bad.head, bad.position),
+          ERRCODE = 'unique_violation', CONSTRAINT = 'push_commits_pkey';
       END IF;
       UPDATE push_events p SET commit_flags = x.flags, commit_first_position = x.first_position,
         commit_shas = x.sha_bytes, commit_sha_texts = x.sha_texts
