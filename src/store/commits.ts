@@ -174,16 +174,11 @@ function statement(replace: boolean): string {
     (c) => `(commits.${c} IS NULL AND excluded.${c} IS NOT NULL)`,
   ).join('\n         OR ');
   // A fetched answer is the push's list; an inline list only adds the positions not held.
-  const kept = replace
-    ? ''
-    : `UNION ALL
-      SELECT t.repository_id, t.ref, t.before, t.head, l.position, l.sha, l."distinct"
-      FROM t CROSS JOIN LATERAL push_commit_list(${LIST_OF('t')}) l`;
+  const kept = replace ? '' : 'UNION ALL SELECT * FROM held';
   const given = replace
     ? 'e'
-    : `(SELECT * FROM e WHERE NOT EXISTS (SELECT 1 FROM t
-        CROSS JOIN LATERAL push_commit_list(${LIST_OF('t')}) l
-        WHERE ${KEY('t')} = ${KEY('e')} AND l.position = e.position))`;
+    : `(SELECT * FROM e WHERE NOT EXISTS (SELECT 1 FROM held h
+        WHERE ${KEY('h')} = ${KEY('e')} AND h.position = e.position))`;
   return `
   WITH c AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
@@ -222,11 +217,14 @@ function statement(replace: boolean): string {
     -- plan's state), locked in key order, the lock order of every writer.
     SELECT p.repository_id, p.ref, p.before, p.head, p.ingested_at, ${LIST_OF('p')},
       ARRAY(SELECT l.sha FROM push_commit_list(${LIST_OF('p')}) l) AS held_shas
-    FROM push_events p
-    WHERE ${KEY('p')} IN (SELECT DISTINCT repository_id, ref, before, head FROM pc
-      WHERE pc.state IS NULL OR pc.state = p.commits_state)
+    FROM (SELECT DISTINCT repository_id, ref, before, head, state FROM pc) k
+    JOIN push_events p ON ${KEY('p')} = ${KEY('k')}
+    WHERE k.state IS NULL OR k.state = p.commits_state
     ORDER BY p.repository_id, p.ref, p.before, p.head
     FOR NO KEY UPDATE OF p
+  ), held AS MATERIALIZED (
+    SELECT t.repository_id, t.ref, t.before, t.head, l.position, l.sha, l."distinct"
+    FROM t CROSS JOIN LATERAL push_commit_list(${LIST_OF('t')}) l
   ), e AS MATERIALIZED (
     -- This statement's entries, a position once a push (the first given), distinct decided.
     SELECT DISTINCT ON (pc.repository_id, pc.ref, pc.before, pc.head, pc.position)
@@ -245,9 +243,8 @@ function statement(replace: boolean): string {
   )
   SELECT (SELECT count(*) FILTER (WHERE inserted) FROM ins) AS commits,
          (SELECT count(*) FROM ${given} w WHERE EXISTS (SELECT 1 FROM pi) AND NOT EXISTS (
-            SELECT 1 FROM t CROSS JOIN LATERAL push_commit_list(${LIST_OF('t')}) l
-            WHERE ${KEY('t')} = ${KEY('w')} AND (l.position, l.sha, l."distinct")
-              IS NOT DISTINCT FROM (w.position, w.sha, w."distinct"))) AS push_commits,
+            SELECT 1 FROM held h WHERE ${KEY('h')} = ${KEY('w')} AND h.position = w.position
+              AND h.sha = w.sha AND h."distinct" IS NOT DISTINCT FROM w."distinct")) AS push_commits,
          (SELECT count(*) FROM a) AS actors`;
 }
 
