@@ -21,7 +21,7 @@ import { addressUnderPolicy, textUnderPolicy } from './commit-emails.ts';
  * dates) are filled from a richer answer. Addresses, and addresses inside names and
  * messages, are stored under COMMIT_EMAILS (src/store/commit-emails.ts).
  *
- * A push's list is held in its own row (ADR 0200: push_events.commit_flags and the columns
+ * A push's list is held in its own row (push_events.commit_flags and the columns
  * beside it; push_commits is a view of them). It is written only for pushes that are stored
  * (joined on push_events' natural key) — inline ones only while the push is in the state
  * their plan gave it — and an inline list only adds the positions the push does not hold, so
@@ -111,7 +111,7 @@ const FILLED_COLUMNS = [
 /**
  * A commit's `distinct` when its source did not say (compare and GraphQL answers, polled
  * pushes since 2025-10): distinct in the first stored push of its repository that contains
- * it (ADR 0200). Not distinct when its commits row existed before this statement and is not
+ * it (docs/export.md). Not distinct when its commits row existed before this statement and is not
  * only this push's — first seen before the push was stored, or not in the push's list — nor
  * when a push before it in this statement lists it. Decided when the push's commits are
  * stored; a push of the same repository stored later never changes it, so it is exact when
