@@ -365,7 +365,10 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       FROM pg_temp.push_commits_queued WHERE added)`;
   await sql
     .raw(`
-    CREATE FUNCTION push_commits_view_apply() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE FUNCTION push_commits_view_apply() RETURNS trigger LANGUAGE plpgsql
+    -- The queue's keys join push_events on four columns, whose selectivities multiply to an
+    -- estimate of one row: a nested loop would run the encoding once a push, for every push.
+    SET enable_nestloop = off AS $$
     DECLARE
       bad record;
     BEGIN

@@ -104,9 +104,7 @@ describe('monthly partitions of push_events', () => {
         t.db.transaction().execute((trx) => storePushes(trx, [p], { origin: 'webhook' })),
       ),
     );
-    expect(
-      results.filter((r) => r.status === 'rejected').map((r) => String(r.reason)),
-    ).toEqual([]);
+    expect(results.filter((r) => r.status === 'rejected').map((r) => String(r.reason))).toEqual([]);
     for (const p of pushes) {
       expect((await placed(p.repository.id))[0]!.part).toBe('push_events_2008_02');
     }
