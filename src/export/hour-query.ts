@@ -59,8 +59,8 @@ export const PUSH_ORDER = `p.created_at, p.id NULLS LAST, p.repository_id, p.ref
 
 /**
  * The hour's rows ($1 = the hour's start, $2 = its end), unordered. One lateral subquery a
- * push reads its push_commits rows (narrow: position, sha, distinct) for the counts that
- * decide distinct_size, and joins commits (the messages) for the first 20 only: a push of
+ * push unpacks the list its own row holds (position, sha, distinct; src/store/commits.ts) for the counts
+ * that decide distinct_size, and joins commits (the messages) for the first 20 only: a push of
  * 2,048 commits never builds arrays of 2,048 messages. Only for the states whose commits a
  * line lists.
  */
@@ -84,9 +84,9 @@ const HOUR_SELECT = `
       count(*)::int AS stored, count(x."distinct")::int AS distinct_known,
       (count(*) FILTER (WHERE x."distinct"))::int AS distinct_true
     FROM (
-      SELECT pc.position, pc.sha, pc."distinct", row_number() OVER (ORDER BY pc.position) AS n
-      FROM push_commits pc
-      WHERE (pc.repository_id, pc.ref, pc.before, pc.head) = (p.repository_id, p.ref, p.before, p.head)
+      SELECT l.position, l.sha, l."distinct", row_number() OVER (ORDER BY l.position) AS n
+      FROM push_commit_list(p.commit_flags, p.commit_first_position, p.commit_shas,
+        p.commit_sha_texts) l
     ) x
     -- A lateral, so that past the 20th the one-time filter skips the lookup altogether.
     LEFT JOIN LATERAL (
@@ -146,7 +146,7 @@ const UNSAID: ReadonlySet<CommitsState> = new Set(['pending', 'unverified']);
  * claimed is not passed on as this store's. A push whose count is unknown has no `size`;
  * `commits` are listed only when what is stored is the push's list (complete, partial: the
  * ones we hold, none: an empty one). `distinct_size` is the source's when it gave one no
- * larger than the count, else counted from push_commits when every commit is stored and
+ * larger than the count, else counted from the push's list when every commit is stored and
  * says whether it is distinct, else left out.
  */
 export function toExportRow(r: HourRow): ExportRow {

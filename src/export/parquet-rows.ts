@@ -19,9 +19,9 @@ export const COMMIT_ROWS = `
     (extract(epoch FROM c.committed_at) * 1000000)::bigint::text AS committed_us
   FROM push_events p
   JOIN repositories r ON r.id = p.repository_id
-  JOIN push_commits pc
-    ON (pc.repository_id, pc.ref, pc.before, pc.head) = (p.repository_id, p.ref, p.before, p.head)
-  LEFT JOIN commits c ON (c.repository_id, c.sha) = (pc.repository_id, pc.sha)
+  CROSS JOIN LATERAL push_commit_list(p.commit_flags, p.commit_first_position, p.commit_shas,
+    p.commit_sha_texts) pc
+  LEFT JOIN commits c ON (c.repository_id, c.sha) = (p.repository_id, pc.sha)
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}
     AND p.commits_state IN ('complete', 'partial', 'none')
   ORDER BY ${PUSH_ORDER}, pc.position`;

@@ -10,7 +10,7 @@ import { addressUnderPolicy, textUnderPolicy } from './commit-emails.ts';
  * Writing commits (ADR 0070), shared by every path that has them: inline commits of pushes
  * (poll pages, webhook deliveries, archive chunks) and compare answers (commits-fetch).
  * One statement per call, whatever its size: the rows travel as parameter arrays, commits
- * go in by (repository_id, sha) and push_commits by key (the lock order of every writer),
+ * go in by (repository_id, sha) and the pushes' lists by key (the lock order of every writer),
  * and commit authors or committers GitHub names by id become actors pending enrichment.
  *
  * A commit's content never changes, but who told it does: each row records its `source`,
@@ -21,10 +21,12 @@ import { addressUnderPolicy, textUnderPolicy } from './commit-emails.ts';
  * dates) are filled from a richer answer. Addresses, and addresses inside names and
  * messages, are stored under COMMIT_EMAILS (src/store/commit-emails.ts).
  *
- * push_commits rows are written only for pushes that are stored (joined on push_events'
- * natural key) — inline ones only while the push is in the state their plan gave it — ON
- * CONFLICT DO NOTHING, so storing the same answer twice is a no-op. A fetched answer
- * (`replace`) is the push's list: it replaces whatever rows the push held (a mirror's).
+ * A push's list is held in its own row (push_events.commit_flags and the columns
+ * beside it; push_commits is a view of them). It is written only for pushes that are stored
+ * (joined on push_events' natural key) — inline ones only while the push is in the state
+ * their plan gave it — and an inline list only adds the positions the push does not hold, so
+ * storing the same answer twice is a no-op. A fetched answer (`replace`) is the push's list:
+ * it replaces whatever list the push held (a mirror's).
  */
 
 export interface CommitRow {
@@ -43,7 +45,7 @@ export interface CommitRow {
   committedAt?: Date | null;
   message?: string | null;
   parents?: string[] | null;
-  /** push_commits.distinct: null when the source does not say. */
+  /** The list's `distinct` (push_commits.distinct): null when the source does not say. */
   distinct?: boolean | null;
 }
 
@@ -109,18 +111,53 @@ const FILLED_COLUMNS = [
 /**
  * A commit's `distinct` when its source did not say (compare and GraphQL answers, polled
  * pushes since 2025-10): distinct in the first stored push of its repository that contains
- * it — no other push of the repository holds it already, nor does one before it in this
- * statement. Decided when the push's commits are stored; a push of the same repository
- * stored later never changes it, so it is exact when the repository's earlier pushes were
- * stored first and an upper bound otherwise (docs/export.md).
+ * it (docs/export.md). Not distinct when its commits row existed before this statement and is not
+ * only this push's — first seen before the push was stored, or not in the push's list — nor
+ * when a push before it in this statement lists it. Decided when the push's commits are
+ * stored; a push of the same repository stored later never changes it, so it is exact when
+ * the repository's earlier pushes were stored first and an upper bound otherwise
+ * (docs/export.md).
  */
 const DERIVED_DISTINCT = `(NOT EXISTS (
-        SELECT 1 FROM push_commits q WHERE (q.repository_id, q.sha) = (pc.repository_id, pc.sha)
-          AND (q.ref, q.before, q.head) IS DISTINCT FROM (pc.ref, pc.before, pc.head))
+        SELECT 1 FROM commits h WHERE (h.repository_id, h.sha) = (pc.repository_id, pc.sha)
+          AND (h.first_seen_at < t.ingested_at OR NOT pc.sha = ANY (t.held_shas)))
       AND NOT EXISTS (
         SELECT 1 FROM pc o WHERE (o.repository_id, o.sha) = (pc.repository_id, pc.sha)
           AND o.ord < pc.ord
           AND (o.ref, o.before, o.head) IS DISTINCT FROM (pc.ref, pc.before, pc.head)))`;
+
+const KEY = (a: string) => `(${a}.repository_id, ${a}.ref, ${a}.before, ${a}.head)`;
+const LIST_OF = (a: string) =>
+  `${a}.commit_flags, ${a}.commit_first_position, ${a}.commit_shas, ${a}.commit_sha_texts`;
+
+/**
+ * The list columns of each push of `entries` (push_commits' columns, a position at most once
+ * a push): aggregates for a list without holes, push_commit_list_encode (migration
+ * 2026-12-05T1110_inline_commit_lists) for one with.
+ */
+const ENCODED = (entries: string) => `
+  SELECT g.repository_id, g.ref, g.before, g.head,
+    CASE WHEN g.whole THEN g.flags ELSE x.flags END AS flags,
+    CASE WHEN g.whole THEN nullif(g.lo, 0) ELSE x.first_position END AS first_position,
+    CASE WHEN NOT g.whole THEN x.sha_bytes WHEN g.hex THEN decode(g.hexes, 'hex') END AS sha_bytes,
+    CASE WHEN NOT g.whole THEN x.sha_texts WHEN NOT g.hex THEN g.shas END AS sha_texts
+  FROM (
+    SELECT e.repository_id, e.ref, e.before, e.head, min(e.position) AS lo,
+      count(*) = max(e.position) - min(e.position) + 1 AS whole,
+      bool_and(e.sha ~ '^[0-9a-f]{40}$') OR bool_and(e.sha ~ '^[0-9a-f]{64}$') AS hex,
+      string_agg(CASE WHEN e."distinct" THEN 't' WHEN NOT e."distinct" THEN 'f' ELSE '?' END, ''
+        ORDER BY e.position) AS flags,
+      string_agg(e.sha, '' ORDER BY e.position) AS hexes,
+      array_agg(e.sha ORDER BY e.position) AS shas,
+      array_agg(e.position ORDER BY e.position) AS positions,
+      array_agg(e."distinct" ORDER BY e.position) AS distincts
+    FROM ${entries} e
+    GROUP BY e.repository_id, e.ref, e.before, e.head
+  ) g
+  LEFT JOIN LATERAL (
+    SELECT * FROM push_commit_list_encode(g.positions, g.shas, g.distincts) WHERE NOT g.whole
+    OFFSET 0
+  ) x ON true`;
 
 function statement(replace: boolean): string {
   const set = [
@@ -136,24 +173,12 @@ function statement(replace: boolean): string {
   const fills = FILLED_COLUMNS.map(
     (c) => `(commits.${c} IS NULL AND excluded.${c} IS NOT NULL)`,
   ).join('\n         OR ');
-  // A fetched answer replaces the push's rows; an inline list never touches rows held.
-  const pushCommitsConflict = replace
-    ? `ON CONFLICT (repository_id, ref, before, head, position) DO UPDATE SET
-        sha = excluded.sha, "distinct" = excluded."distinct"
-      WHERE (push_commits.sha, push_commits."distinct")
-        IS DISTINCT FROM (excluded.sha, excluded."distinct")`
-    : 'ON CONFLICT DO NOTHING';
-  const stale = replace
-    ? `, stale AS (
-    DELETE FROM push_commits d
-    USING (SELECT DISTINCT repository_id, ref, before, head FROM pc) k
-    WHERE (d.repository_id, d.ref, d.before, d.head) = (k.repository_id, k.ref, k.before, k.head)
-      AND NOT EXISTS (SELECT 1 FROM pc x
-        WHERE (x.repository_id, x.ref, x.before, x.head, x.position)
-            = (d.repository_id, d.ref, d.before, d.head, d.position))
-    RETURNING 1
-  )`
-    : '';
+  // A fetched answer is the push's list; an inline list only adds the positions not held.
+  const kept = replace ? '' : 'UNION ALL SELECT * FROM held';
+  const given = replace
+    ? 'e'
+    : `(SELECT * FROM e WHERE NOT EXISTS (SELECT 1 FROM held h
+        WHERE ${KEY('h')} = ${KEY('e')} AND h.position = e.position))`;
   return `
   WITH c AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
@@ -187,19 +212,39 @@ function statement(replace: boolean): string {
       WHERE ${BETTER}
          OR ${fills}
     RETURNING xmax = 0 AS inserted
+  ), t AS MATERIALIZED (
+    -- The stored pushes whose list this statement writes (inline ones only while in their
+    -- plan's state), locked in key order, the lock order of every writer.
+    SELECT p.repository_id, p.ref, p.before, p.head, p.ingested_at, ${LIST_OF('p')},
+      ARRAY(SELECT l.sha FROM push_commit_list(${LIST_OF('p')}) l) AS held_shas
+    FROM (SELECT DISTINCT repository_id, ref, before, head, state FROM pc) k
+    JOIN push_events p ON ${KEY('p')} = ${KEY('k')}
+    WHERE k.state IS NULL OR k.state = p.commits_state
+    ORDER BY p.repository_id, p.ref, p.before, p.head
+    FOR NO KEY UPDATE OF p
+  ), held AS MATERIALIZED (
+    SELECT t.repository_id, t.ref, t.before, t.head, l.position, l.sha, l."distinct"
+    FROM t CROSS JOIN LATERAL push_commit_list(${LIST_OF('t')}) l
+  ), e AS MATERIALIZED (
+    -- This statement's entries, a position once a push (the first given), distinct decided.
+    SELECT DISTINCT ON (pc.repository_id, pc.ref, pc.before, pc.head, pc.position)
+      pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha,
+      coalesce(pc."distinct", ${DERIVED_DISTINCT}) AS "distinct"
+    FROM pc JOIN t ON ${KEY('t')} = ${KEY('pc')}
+    ORDER BY pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.ord
+  ), n AS (${ENCODED(`(SELECT * FROM ${given} x ${kept})`)}
   ), pi AS (
-    INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct")
-    SELECT pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha,
-      coalesce(pc."distinct", ${DERIVED_DISTINCT})
-    FROM pc JOIN push_events p
-      ON (p.repository_id, p.ref, p.before, p.head) = (pc.repository_id, pc.ref, pc.before, pc.head)
-    WHERE pc.state IS NULL OR p.commits_state = pc.state
-    ORDER BY pc.repository_id, pc.ref, pc.before, pc.head, pc.position
-    ${pushCommitsConflict}
+    UPDATE push_events p SET commit_flags = n.flags, commit_first_position = n.first_position,
+      commit_shas = n.sha_bytes, commit_sha_texts = n.sha_texts
+    FROM n
+    WHERE ${KEY('p')} = ${KEY('n')}
+      AND (${LIST_OF('p')}) IS DISTINCT FROM (n.flags, n.first_position, n.sha_bytes, n.sha_texts)
     RETURNING 1
-  )${stale}
+  )
   SELECT (SELECT count(*) FILTER (WHERE inserted) FROM ins) AS commits,
-         (SELECT count(*) FROM pi) AS push_commits,
+         (SELECT count(*) FROM ${given} w WHERE EXISTS (SELECT 1 FROM pi) AND NOT EXISTS (
+            SELECT 1 FROM held h WHERE ${KEY('h')} = ${KEY('w')} AND h.position = w.position
+              AND h.sha = w.sha AND h."distinct" IS NOT DISTINCT FROM w."distinct")) AS push_commits,
          (SELECT count(*) FROM a) AS actors`;
 }
 

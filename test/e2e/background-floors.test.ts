@@ -24,7 +24,7 @@ const INSTALLATIONS = [101, 202];
 const PER_CLASS = 33; // 66 entities: past enrichment's floor of 40, within the 80
 
 beforeEach(async () => {
-  await sql`TRUNCATE actors, repositories, enrichment_attempts, push_events, push_commits,
+  await sql`TRUNCATE actors, repositories, enrichment_attempts, push_events,
     commits, commit_fetch_turns, github_requests, github_rate_limits, budget_waits`.execute(t.db);
   fake.addApp({
     id: APP_ID,

@@ -8,6 +8,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WATCHED as FIRST } from '../../db/migrations/2026-12-04T1100_archive_hour_state.ts';
 import { WATCHED as LATER } from '../../db/migrations/2026-12-05T0330_archive_watches_names_and_commit_people.ts';
+import { WATCHED as LISTS } from '../../db/migrations/2026-12-05T1110_inline_commit_lists.ts';
 import { archiveHourSource } from '../../src/backfill/archive.ts';
 import { importFile } from '../../src/backfill/import.ts';
 import { HOUR_ROWS } from '../../src/export/hour-query.ts';
@@ -31,8 +32,11 @@ import { startTestWeb, type TestWeb } from '../support/web.ts';
  * the bytes served are the bytes bin/export writes.
  */
 
-/** What the triggers watch now: the first migration's lists, two of them lengthened since. */
-const WATCHED = { ...FIRST, ...LATER };
+/**
+ * What the triggers watch now: the first migration's lists, two of them lengthened since,
+ * push_events' again when a push's commit list moved into its row.
+ */
+const WATCHED = { ...FIRST, ...LATER, ...LISTS };
 
 const t = useTestDatabase();
 let w: ExportWorld;

@@ -86,7 +86,7 @@ describe.each(['hash', 'drop', 'gharchive'] as const)('COMMIT_EMAILS=%s', (mode)
   });
 
   beforeAll(async () => {
-    await sql`TRUNCATE push_events, push_commits, commits, rejected_events, webhook_deliveries,
+    await sql`TRUNCATE push_events, commits, rejected_events, webhook_deliveries,
       actors, repositories, event_sources, backfill_files, ingestion_runs, github_requests
       CASCADE`.execute(t.db);
     // This database's stored data is shaped by `mode` (ADR 0125), as bin/setup records it.
@@ -317,7 +317,7 @@ describe.each(['hash', 'drop', 'gharchive'] as const)('COMMIT_EMAILS=%s', (mode)
 
 describe('bin/setup --reconfigure to a stricter COMMIT_EMAILS', () => {
   it('keep → hash: every address stored under keep is put under hash, then recorded', async () => {
-    await sql`TRUNCATE push_events, push_commits, commits, rejected_events, webhook_deliveries,
+    await sql`TRUNCATE push_events, commits, rejected_events, webhook_deliveries,
       actors, repositories, event_sources, backfill_files, ingestion_runs CASCADE`.execute(t.db);
     await sql`
       INSERT INTO stored_settings (name, value, recorded_by) VALUES ('COMMIT_EMAILS', 'keep', 'test')

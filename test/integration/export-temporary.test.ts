@@ -16,8 +16,9 @@ import { waitFor } from '../support/wait.ts';
  * on this host — and leaves a running export's file alone, and another host's unless it is
  * a day old.
  *
- * Each export is killed while its temporary file exists: a test transaction holds
- * push_commits, so the export's cursor waits on it with the file open (a signal, not a race).
+ * Each export is killed while its temporary file exists: a test transaction holds commits
+ * (which only the hour's cursor reads), so the cursor waits on it with the file open (a
+ * signal, not a race).
  */
 
 const t = useTestDatabase();
@@ -42,7 +43,7 @@ describe('bin/export killed mid-write', () => {
     const hold = await t.pool.connect();
     try {
       await hold.query('BEGIN');
-      await hold.query('LOCK TABLE push_commits IN ACCESS EXCLUSIVE MODE');
+      await hold.query('LOCK TABLE commits IN ACCESS EXCLUSIVE MODE');
       for (let i = 0; i < 3; i++) {
         const child = spawnBin('export', { DATABASE_URL: t.url }, [w.pushHour.name, '--out', out]);
         children.push(child);

@@ -128,6 +128,11 @@ describe('migration 2026-12-01T1000_commits', () => {
       SELECT author_name, first_seen_at FROM commits`.execute(s.db);
     expect(c.rows).toEqual([{ author_name: 'first', first_seen_at: expect.any(Date) }]);
 
+    // A push's list is held in its row since 2026-12-05T1110: its pushes are stored first.
+    await sql`
+      INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at, payload)
+      VALUES (1, 10, 'refs/heads/main', 'h1', 'b0', now(), '{}'),
+             (1, 10, 'refs/heads/other', 'h1', 'b0', now(), '{}')`.execute(s.db);
     await sql`
       INSERT INTO push_commits (repository_id, ref, before, head, position, sha, "distinct") VALUES
         (10, 'refs/heads/main', 'b0', 'h1', 0, 'c1', true),

@@ -155,7 +155,6 @@ export async function pushShas(db: Db, head: string, ref = 'refs/heads/main') {
 export async function freshCommitWorld(db: Db, fake: FakeGitHub, extra: string[] = []) {
   const tables = [
     'push_events',
-    'push_commits',
     'commits',
     'commit_fetch_turns',
     'actors',

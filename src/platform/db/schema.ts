@@ -266,6 +266,18 @@ export interface PushEventsTable {
   repo_name: string | null;
   org_id: BigId | null;
   org_login: string | null;
+  /**
+   * The push's commit list (migration 2026-12-05T1110; read it through push_commit_list or
+   * the push_commits view): one character a position, `t`/`f` distinct or not, `?` unsaid,
+   * `-` no commit there; NULL when no list is stored.
+   */
+  commit_flags: string | null;
+  /** Position of the list's first entry; NULL when it is 0. */
+  commit_first_position: number | null;
+  /** The shas, 20 (or 32) bytes each, when all are lowercase hex of one length. */
+  commit_shas: Buffer | null;
+  /** The shas as given otherwise. */
+  commit_sha_texts: string[] | null;
 }
 
 /** One commit of a repository; a mirror's text is rewritten by a better source's. */
@@ -289,7 +301,10 @@ export interface CommitsTable {
   source: CommitSource | null;
 }
 
-/** The commits of one push (keyed by push_events' natural key), position 0 = oldest. */
+/**
+ * The commits of one push (keyed by push_events' natural key), position 0 = oldest: a view
+ * of the list each push_events row holds; writes through it are for tests and hand edits.
+ */
 export interface PushCommitsTable {
   repository_id: BigId;
   ref: string;
