@@ -3,11 +3,18 @@ import { type FillRunner, inlineFill } from '../backfill/fill-run.ts';
 import type { EntityClass } from '../budget/types.ts';
 import { type CommitsCycleSummary, commitsByGraphQL, fetchCycle } from '../commits/cycle.ts';
 import { type CycleSummary, enrichCycle } from '../enrichment/cycle.ts';
+import { systemClock } from '../platform/clock.ts';
 import { jobFaultPoint } from '../platform/fault.ts';
 import { jobLogger, type Logger } from '../platform/log.ts';
 import { type StopSignal, stopSignal } from '../platform/service.ts';
 import { pollDueSources } from '../poll/poll-due.ts';
 import type { RunSummary } from '../poll/run-summary.ts';
+import {
+  ensurePushMonths,
+  MONTHS_AHEAD,
+  monthsAhead,
+  monthsInDefault,
+} from '../store/push-months.ts';
 import type { Deps } from '../work/deps.ts';
 import {
   BACKFILL_MAX_SECONDS,
@@ -315,10 +322,20 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
   });
 }
 
-/** maintenance: prune the ledgers past RETENTION_DAYS, time-boxed; the next hour carries on. */
+/**
+ * maintenance: makes push_events' partitions of this month and the next MONTHS_AHEAD (no
+ * writer then makes one) and of the months whose pushes the default partition holds (moving
+ * them in), and prunes the ledgers past RETENTION_DAYS, time-boxed; the next
+ * hour carries on.
+ */
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
   return runJob(ctx, QUEUES.maintenance, job, async () => {
+    const now = (ctx.deps.clock ?? systemClock).now();
+    const monthsMade = await ensurePushMonths(ctx.deps.db, [
+      ...monthsAhead(now, MONTHS_AHEAD),
+      ...(await monthsInDefault(ctx.deps.db)),
+    ]);
     const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
     const report = await pruneLedgers(ctx.deps.db, {
       retentionDays: ctx.deps.config.retentionDays,
@@ -328,6 +345,7 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
       outcome: report.complete ? 'pruned' : 'partial',
       cutoff: report.cutoff.toISOString(),
       deleted: report.deleted,
+      months_made: monthsMade,
     };
   });
 }

@@ -8,20 +8,15 @@ import { jsonTextUnderPolicy } from './commit-emails.ts';
 import { storeCommits, storeCommitsOn } from './commits.ts';
 import {
   asEventIdRace,
-  CONTENDER_RESULTS,
   type Contender,
-  type ContestedPush,
-  contenderCtes,
   type IdClash,
   POLL_RANK,
   type Run,
-  recordCtes,
   runOnClient,
   runOnDb,
   settleDisputes,
 } from './event-ids.ts';
 import {
-  AWAITING_CREDENTIAL,
   type CommitsContext,
   DEFAULT_COMMITS,
   inlineCommitRows,
@@ -29,6 +24,16 @@ import {
   stagedState,
 } from './inline-commits.ts';
 import type { PushRow } from './mapping.ts';
+import { payloadRest } from './payload-rest.ts';
+import {
+  MERGE_PUSHES_ONLY,
+  MERGE_PUSHES_ONLY_NEW,
+  MERGE_VALUES_RENAMING,
+  type MergeCounts,
+  STAGE_COLUMNS,
+  STAGE_TABLE,
+} from './push-merge.ts';
+import { ensurePushMonths, ensurePushMonthsOn } from './push-months.ts';
 import type { StageBatch } from './stage-batch.ts';
 
 /**
@@ -38,9 +43,10 @@ import type { StageBatch } from './stage-batch.ts';
  * nothing. The rows are COPYed into a session-local staging table, then ONE statement merges
  * them into actors, repositories and push_events:
  *
- * - a push is its natural key (repository_id, ref, before, head): `ON CONFLICT` on it
- *   alone, so a push stored already (by any origin) or repeated within the batch is one
- *   row, and no push is ever skipped for its event id, which is an attribute unique per era
+ * - a push is its natural key (repository_id, ref, before, head): its key goes into
+ *   push_keys first, `ON CONFLICT` on it alone, and only a push whose key went in is
+ *   stored, in its month's partition (docs/schema.md), so a push stored already (by any origin,
+ *   in any month) or repeated within the batch is one row, and no push is ever skipped for its event id, which is an attribute unique per era
  *   (src/store/event-ids.ts): a push contending for an id another push holds is recorded,
  *   and settled by rank when both are of one era;
  * - a webhook copy (id NULL) of a push in the batch gets the batch's event id, unless
@@ -104,8 +110,6 @@ export async function storePushes(
   return result;
 }
 
-export const STAGE_TABLE = 'gpi_push_stage';
-
 export interface BulkStoreOptions {
   origin: PushOrigin;
   sourceId?: number | null;
@@ -168,14 +172,6 @@ export function emptyStoreResult(): BulkStoreResult {
   };
 }
 
-/** The push_events columns the merge reads; actors and repositories go in beforehand. */
-const STAGE_COLUMNS = `
-  id bigint, actor_id bigint, repository_id bigint,
-  push_id bigint, ref text, head text, before text, created_at timestamptz,
-  payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
-  commits_due boolean, commits_error text,
-  actor_login text, repo_name text, org_id bigint, org_login text`;
-
 /** Creates this session's staging table (idempotent; call outside or inside a transaction). */
 export async function prepareStage(client: pg.ClientBase): Promise<void> {
   await client.query(
@@ -193,125 +189,6 @@ export async function clearStage(client: pg.ClientBase): Promise<void> {
   await client.query(`DELETE FROM ${STAGE_TABLE}`);
 }
 
-/** A page's entity upsert: renames to the newest name of the batch. */
-function entityUpsert(
-  table: 'actors' | 'repositories',
-  idColumn: string,
-  nameColumn: string,
-  givenName: string,
-): string {
-  // DISTINCT ON … ORDER BY id, created_at DESC: one row per entity, the newest name of the
-  // batch, in id order (the lock order). xmax = 0 only on a freshly inserted row version:
-  // inserted vs. renamed.
-  return `INSERT INTO ${table} (id, ${nameColumn})
-    SELECT DISTINCT ON (${idColumn}) ${idColumn}, ${givenName} FROM v
-    ORDER BY ${idColumn}, created_at DESC
-    ON CONFLICT (id) DO UPDATE SET ${nameColumn} = excluded.${nameColumn}, updated_at = now()
-      WHERE ${table}.${nameColumn} IS DISTINCT FROM excluded.${nameColumn}
-    RETURNING xmax = 0 AS inserted`;
-}
-
-/**
- * Where the merge reads its rows: the staging table (after a COPY), or — for a page of a
- * hundred, where a temporary table and a COPY cost more than they save — the statement's
- * own parameter arrays ($6 …). Ids travel as decimal text and are cast in Postgres, so
- * every digit arrives. $1 origin, $2 source, $3 run, $4 mirror id, $5 mirror URL.
- */
-type MergeSource = 'stage' | 'values';
-
-const VALUES_CTE = `v AS MATERIALIZED (
-      SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
-        head, before, created_at, payload, size, distinct_size, commit_count, commits_state,
-        commits_due, commits_error, org_id, org_login
-      FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
-        $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
-        $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[], $23::bigint[],
-        $24::text[])
-        AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
-          created_at, payload, size, distinct_size, commit_count, commits_state, commits_due,
-          commits_error, org_id, org_login)
-    ),`;
-
-const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
-
-/**
- * The merge, one statement. From the parameter arrays (a page) it upserts the actors and
- * repositories too; from the stage (an archive chunk) it merges the pushes alone, their
- * entities inserted beforehand by insertStagedEntities. The contender CTEs (event-ids.ts) find
- * the batch's ids stored with other pushes; a push contested in its era is inserted without
- * its id, for settleDisputes to decide. `p` returns the natural keys it inserted, so the
- * fill-in `f` only probes the pushes the insert skipped (a push it added had no webhook
- * copy to merge with): the data-modifying CTEs share one snapshot, so `f` cannot see `p`'s
- * rows anyway, and the two touch disjoint rows. With `expectNew` (stage only) the pushes
- * are inserted without `ON CONFLICT` (speculative insertion costs ~30% of the insert) and
- * there is nothing to fill in: a push already stored makes the statement fail, and the
- * caller merges again.
- */
-function mergeStatement(from: MergeSource, expectNew = false): string {
-  const src = from === 'stage' ? STAGE_TABLE : 'v';
-  const entities = from === 'values';
-  const insert = `
-      INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
-        created_at, payload, size, distinct_size, origin, source_id, run_id, commit_count,
-        commits_state, commits_next_attempt_at, commits_error, mirror_id, actor_login,
-        repo_name, org_id, org_login)
-      SELECT CASE WHEN c.id IS NULL THEN s.id END, s.actor_id, s.repository_id, s.push_id,
-        s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.size, s.distinct_size,
-        $1::text, $2::bigint, $3::bigint, s.commit_count,
-        -- a covered push stored without a credential: skipped, its next attempt marking it
-        -- as waiting for one
-        CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
-        CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
-        s.commits_error, $4::smallint, s.actor_login, s.repo_name, s.org_id, s.org_login
-      FROM ${src} s
-      LEFT JOIN c ON c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')}
-      ORDER BY s.repository_id, s.ref, s.before, s.head`;
-  const pushes = expectNew
-    ? `p AS (${insert}
-      RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
-    )`
-    : `p AS (${insert}
-      ON CONFLICT (repository_id, ref, before, head) DO NOTHING
-      RETURNING repository_id, ref, before, head, commits_state, commits_next_attempt_at
-    ), f AS (
-      UPDATE push_events t SET id = s.id, mirror_id = $4::smallint
-      FROM ${src} s
-      WHERE s.id IS NOT NULL AND t.id IS NULL
-        AND ${NATURAL_KEY('t')} = ${NATURAL_KEY('s')}
-        AND NOT EXISTS (SELECT 1 FROM p WHERE ${NATURAL_KEY('p')} = ${NATURAL_KEY('s')})
-        AND NOT EXISTS (
-          SELECT 1 FROM c WHERE c.id = s.id AND ${NATURAL_KEY('c')} = ${NATURAL_KEY('s')})
-      RETURNING t.repository_id, t.ref, t.before, t.head
-    )`;
-  const upserts = entities
-    ? `a AS (${entityUpsert('actors', 'actor_id', 'login', 'actor_login')}),
-    r AS (${entityUpsert('repositories', 'repository_id', 'full_name', 'repo_name')}),`
-    : '';
-  return `
-    WITH ${from === 'values' ? VALUES_CTE : ''}
-    ${upserts}
-    ${contenderCtes(src)}
-    ${pushes}
-    ${recordCtes(!expectNew)}
-    SELECT ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM a)' : '0'} AS actors,
-           ${entities ? '(SELECT count(*) FILTER (WHERE inserted) FROM r)' : '0'} AS repositories,
-           (SELECT count(*) FROM p) AS created,
-           (SELECT count(*) FILTER (WHERE commits_next_attempt_at IS NOT NULL
-             AND commits_state <> 'skipped') FROM p) AS pending,
-           ${expectNew ? '0' : '(SELECT count(*) FROM f)'} AS filled,
-           ${CONTENDER_RESULTS}`;
-}
-
-interface MergeCounts {
-  actors: string;
-  repositories: string;
-  created: string;
-  pending: string;
-  filled: string;
-  clashes: IdClash[];
-  contested: ContestedPush[];
-}
-
 function resultOf(row: MergeCounts): BulkStoreResult {
   return {
     created: Number(row.created),
@@ -322,11 +199,6 @@ function resultOf(row: MergeCounts): BulkStoreResult {
     clashes: row.clashes,
   };
 }
-
-/** The merges, each a prepared statement of the session it runs on (named gpi_merge_*). */
-const MERGE_VALUES_RENAMING = { name: 'gpi_merge_page', text: mergeStatement('values') };
-const MERGE_PUSHES_ONLY = { name: 'gpi_merge_stage', text: mergeStatement('stage') };
-const MERGE_PUSHES_ONLY_NEW = { name: 'gpi_merge_stage_new', text: mergeStatement('stage', true) };
 
 /**
  * The archive's entity inserts on their own (insert-only, never renaming): the batch's
@@ -394,6 +266,7 @@ export async function bulkStoreStaged(
   to = batch.length,
 ): Promise<BulkStoreResult> {
   if (to <= from) return emptyStoreResult();
+  await ensurePushMonthsOn(client, batch.months.values());
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
   const commits = batch.commitsOf(from, to);
@@ -441,6 +314,7 @@ export async function bulkStorePage(
   const ctx = opts.commits ?? DEFAULT_COMMITS;
   const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
   const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
+  const splits = pushes.map((p, i) => payloadRest(p, plans[i]!));
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
   const contender = contenderOf(opts.origin, opts.contender);
   const params = [
@@ -459,8 +333,8 @@ export async function bulkStorePage(
     col((p) => p.head),
     col((p) => p.before),
     col((p) => p.createdAt),
-    // COMMIT_EMAILS holds in the payload too: its commits' addresses, any address in it.
-    col((p) => jsonTextUnderPolicy(p.payload, ctx.emails)),
+    // What the columns do not hold, under COMMIT_EMAILS (its commits' addresses, any other).
+    splits.map(({ rest }) => (rest === null ? null : jsonTextUnderPolicy(rest, ctx.emails))),
     col((p) => p.size),
     plans.map((c) => c.distinctSize),
     plans.map((c) => c.count),
@@ -469,7 +343,12 @@ export async function bulkStorePage(
     plans.map((c) => c.refused),
     col((p) => p.org?.id ?? null),
     col((p) => p.org?.login ?? null),
+    splits.map(({ held }) => held),
   ];
+  await ensurePushMonths(
+    db,
+    col((p) => p.createdAt),
+  );
   const run = opts.session ?? runOnDb(db);
   const [row] = await run<MergeCounts>(
     MERGE_VALUES_RENAMING.text,

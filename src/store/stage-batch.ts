@@ -6,6 +6,8 @@ import type { PushCommits } from './commits.ts';
 import { type CommitsTargets, NO_TARGETS } from './commits-targets.ts';
 import { planCommits, stagedState } from './inline-commits.ts';
 import type { PushRow } from './mapping.ts';
+import { payloadRest } from './payload-rest.ts';
+import { monthKey } from './push-months.ts';
 
 /**
  * Pushes encoded for the bulk store's staging table (src/store/pushes.ts): COPY
@@ -58,6 +60,8 @@ export class StageBatch {
   /** Entities not known to exist, each once with its newest name in the batch: id → [name, at]. */
   readonly newActors = new Map<string, [string, number]>();
   readonly newRepositories = new Map<string, [string, number]>();
+  /** A created_at of each month the batch's pushes fall in (their partitions must exist). */
+  readonly months = new Map<string, Date>();
   /** Inline commits (pre-2025-10 archive lines), with the row each belongs to. */
   readonly commits: { row: number; push: PushCommits }[] = [];
 
@@ -95,8 +99,9 @@ export class StageBatch {
         },
       });
     }
-    const payload = jsonTextUnderPolicy(p.payload, inline.emails);
-    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login ?? null)}\n`;
+    const { rest, held } = payloadRest(p, plan);
+    const payload = rest === null ? null : jsonTextUnderPolicy(rest, inline.emails);
+    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login ?? null)}\t${held}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
@@ -109,6 +114,7 @@ export class StageBatch {
     this.ids.push(p.id);
     this.actorIds.push(p.actor.id);
     this.repositoryIds.push(p.repository.id);
+    this.months.set(monthKey(p.createdAt), p.createdAt);
     const at = p.createdAt.getTime();
     // An actor named by login only (a timeline line) has no actors row: it is keyed by id.
     if (p.actor.id !== null && !known?.actors.has(p.actor.id)) {

@@ -268,8 +268,9 @@ describe.each(['hash', 'drop', 'gharchive'] as const)('COMMIT_EMAILS=%s', (mode)
       ).toEqual([]);
     }
 
-    // Under `hash`, an address is still itself: the commits' column and the stored payload
-    // hold the same hash, and so does a trailer in a message.
+    // Under `hash`, an address is still itself: the commits' column holds the hash, and so
+    // does a trailer in a message. The stored payload keeps no commit the commits table holds
+    // (ADR 0199): the address is not kept a second time.
     const held = await sql<{ email: string | null; payload_email: string | null; message: string }>`
       SELECT c.author_email AS email, p.payload #>> '{commits,0,author,email}' AS payload_email,
         c.message
@@ -281,14 +282,14 @@ describe.each(['hash', 'drop', 'gharchive'] as const)('COMMIT_EMAILS=%s', (mode)
     const row = held.rows[0]!;
     if (mode === 'hash') {
       expect(row.email).toBe(hashOf(obfuscated));
-      expect(row.payload_email).toBe(hashOf(obfuscated));
+      expect(row.payload_email).toBeNull();
       expect(row.message).toContain(
         `Signed-off-by: Sébastien Boisvert <${hashOf('boisvert@anl.gov')}>`,
       );
     } else if (mode === 'gharchive') {
       // GH Archive's own address, kept as it came; the trailer as GH Archive published it.
       expect(row.email).toBe(obfuscated);
-      expect(row.payload_email).toBe(obfuscated);
+      expect(row.payload_email).toBeNull();
       expect(row.message).toContain('Signed-off-by: Sébastien Boisvert <boisvert@anl.gov>');
     } else {
       expect(row.email).toBeNull();
@@ -340,16 +341,16 @@ describe('bin/setup --reconfigure to a stricter COMMIT_EMAILS', () => {
 
     const r = await runBin('setup', ['--reconfigure'], env('hash'));
     expect(r.code, r.err).toBe(0);
-    // 3 payloads, 3 commits, 1 rejected line.
+    // 3 commits, 1 rejected line (payloads keep no commit the commits table holds: ADR 0199).
     expect(r.out).toMatch(
-      /stored-data settings COMMIT_EMAILS keep → hash, addresses of 7 stored row\(s\) rewritten\n$/,
+      /stored-data settings COMMIT_EMAILS keep → hash, addresses of 4 stored row\(s\) rewritten\n$/,
     );
     const warned = r.err
       .split('\n')
       .filter((l) => l.includes('"setup.reconfigured"'))
       .map((l) => JSON.parse(l));
     expect(warned[0]).toMatchObject({
-      rewritten: { push_events: 3, commits: 3, rejected_events: 1, webhook_deliveries: 0 },
+      rewritten: { push_events: 0, commits: 3, rejected_events: 1, webhook_deliveries: 0 },
     });
     const database = (await wholeDatabase()).join('\n');
     expect(database.match(/[A-Za-z0-9._%+-]+@[A-Za-z0-9-]*(\.[A-Za-z0-9-]+)+/g) ?? []).toEqual([]);

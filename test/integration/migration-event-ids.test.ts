@@ -29,14 +29,19 @@ async function indexes() {
   const r = await sql<{ name: string; def: string; valid: boolean }>`
     SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS def, i.indisvalid AS valid
     FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-    WHERE i.indrelid = 'push_events'::regclass AND c.relname IN ('push_events_event_id', 'push_events_id_key')
+    WHERE i.indrelid IN ('push_events'::regclass, to_regclass('push_keys'))
+      AND c.relname IN ('push_events_event_id', 'push_events_id_key')
     ORDER BY 1`.execute(s.db);
   return r.rows;
 }
 
+/**
+ * One push per id and era, as the latest migration holds it: since push_events is
+ * partitioned by month (2026-12-05T1100), on push_keys, one row a push, its era a column.
+ */
 const EXPECTED = {
   name: 'push_events_event_id',
-  def: "CREATE UNIQUE INDEX push_events_event_id ON public.push_events USING btree (id, ((date_part('year'::text, (created_at AT TIME ZONE 'UTC'::text)))::smallint))",
+  def: 'CREATE UNIQUE INDEX push_events_event_id ON public.push_keys USING btree (event_id, era) WHERE (event_id IS NOT NULL)',
   valid: true,
 };
 

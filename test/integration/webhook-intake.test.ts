@@ -93,7 +93,8 @@ describe('POST /webhooks/github: signatures', () => {
       size: 2,
       distinct_size: 2,
     });
-    expect(push.payload).toMatchObject({ head: p.after, size: 2 });
+    // What the columns hold is not kept again in the payload (ADR 0199).
+    expect(push.payload === null || !('head' in (push.payload as object))).toBe(true);
     const actor = await t.db.selectFrom('actors').selectAll().executeTakeFirstOrThrow();
     expect(actor).toMatchObject({ login: p.sender.login, enrichment_state: 'pending' });
     const delivery = await t.db

@@ -53,7 +53,14 @@ interface PoisonCase {
   hook?: (body: ReturnType<typeof pushPayload>) => string | Buffer;
   hookExpect?: HookExpect;
   /** Extra checks on what was stored (poll row / webhook row). */
-  check?: (row: { actor_id: string; repository_id: string; ref: string; payload: unknown }) => void;
+  check?: (row: {
+    actor_id: string;
+    repository_id: string;
+    ref: string;
+    payload: unknown;
+    /** The push's repository's commit messages (a delivery's: a poll's row has none). */
+    messages?: string | null;
+  }) => void;
 }
 
 const pollRejected = (reason: string, says: RegExp) => ({ reason, says });
@@ -235,7 +242,10 @@ const CORPUS: PoisonCase[] = [
     hook: (b) =>
       JSON.stringify({ ...b, commits: [{ ...b.commits[0]!, message: 'a\u0000b\udc00c' }] }),
     hookExpect: { status: 202 },
-    check: (row) => expect(JSON.stringify(row.payload)).toContain('a\ufffdb\ufffdc'),
+    // A poll's note stays in the payload; a delivery's commits are stored in `commits`, and
+    // the payload keeps no copy of them (ADR 0199).
+    check: (row) =>
+      expect(`${JSON.stringify(row.payload)} ${row.messages ?? ''}`).toContain('a\ufffdb\ufffdc'),
   },
   {
     name: 'a "__proto__" key in the payload (data, not a prototype)',
@@ -403,8 +413,12 @@ describe('poison corpus: delivered by webhook', () => {
         repository_id: string;
         ref: string;
         payload: unknown;
+        messages: string | null;
       }>`
-        SELECT actor_id::text, repository_id::text, ref, payload FROM push_events
+        SELECT actor_id::text, repository_id::text, ref, payload,
+          (SELECT string_agg(c.message, '|') FROM commits c
+           WHERE c.repository_id = push_events.repository_id) AS messages
+        FROM push_events
         WHERE head = ${payload.after} OR actor_id = ${String(payload.sender.id)}`.execute(t.db);
       if (e.status === 202) {
         expect(recorded.rows).toEqual([{ routing: 'push:created', detail: null }]);

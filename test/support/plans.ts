@@ -1,4 +1,4 @@
-import type { RawBuilder } from 'kysely';
+import { CompiledQuery, type RawBuilder } from 'kysely';
 import type { Db } from '../../src/platform/db/pool.ts';
 
 /**
@@ -11,6 +11,8 @@ import type { Db } from '../../src/platform/db/pool.ts';
 
 export interface PlanNode {
   'Node Type': string;
+  /** The partition a scan read, when its table is partitioned ('Relation Name' is then the table's). */
+  'Partition Name'?: string;
   'Relation Name'?: string;
   'Index Name'?: string;
   'Index Cond'?: string;
@@ -34,7 +36,10 @@ export interface Plan {
 export function planFromRows(rows: readonly unknown[]): Plan {
   const first = (rows[0] as { 'QUERY PLAN': unknown } | undefined)?.['QUERY PLAN'];
   const doc = (typeof first === 'string' ? JSON.parse(first) : first) as { Plan: PlanNode }[];
-  const root = doc[0]!.Plan;
+  return planOf(doc[0]!.Plan);
+}
+
+function planOf(root: PlanNode): Plan {
   const nodes: PlanNode[] = [];
   const lines: string[] = [];
   const walk = (n: PlanNode, depth: number) => {
@@ -65,7 +70,43 @@ export async function explain(
   const compiled = statement.compile(db);
   const options = o.analyze ? '(ANALYZE, FORMAT JSON)' : '(FORMAT JSON)';
   const r = await db.executeQuery({ ...compiled, sql: `EXPLAIN ${options} ${compiled.sql}` });
-  return planFromRows(r.rows);
+  return asPartitionedTables(db, planFromRows(r.rows));
+}
+
+/**
+ * A plan over a partitioned table (push_events by month, ADR 0199) names each partition and
+ * each partition's own index. A test asserts on the table and the index it declared: each
+ * scan is renamed to its partition tree's root (the partition kept as 'Partition Name').
+ */
+async function asPartitionedTables(db: Db, plan: Plan): Promise<Plan> {
+  const names = [
+    ...new Set(
+      plan.nodes.flatMap((n) =>
+        [n['Relation Name'], n['Index Name']].filter((x) => x !== undefined),
+      ),
+    ),
+  ];
+  if (names.length === 0) return plan;
+  const r = await db.executeQuery<{ name: string; root: string }>(
+    CompiledQuery.raw(
+      `SELECT c.relname AS name, pg_partition_root(c.oid)::regclass::text AS root
+      FROM pg_class c WHERE c.relname = ANY ($1::text[])
+        AND c.relnamespace = current_schema()::regnamespace AND c.relispartition`,
+      [names],
+    ),
+  );
+  if (r.rows.length === 0) return plan;
+  const root = new Map(r.rows.map((x) => [x.name, x.root.replace(/^.*\./, '')]));
+  for (const n of plan.nodes) {
+    const table = n['Relation Name'] && root.get(n['Relation Name']);
+    if (table) {
+      n['Partition Name'] = n['Relation Name'];
+      n['Relation Name'] = table;
+    }
+    const index = n['Index Name'] && root.get(n['Index Name']);
+    if (index) n['Index Name'] = index;
+  }
+  return planOf(plan.root);
 }
 
 /** Scans of `relation` by a node type (e.g. 'Seq Scan'). */

@@ -202,9 +202,22 @@ export interface EnrichmentAttemptsTable {
   worker: string | null;
 }
 
+/**
+ * One row a stored push, whichever month's partition of push_events holds it (migration
+ * 2026-12-05T1100_push_events_by_month): the arbiter of "stored once" and of "one push per event id and era".
+ */
+export interface PushKeysTable {
+  repository_id: BigId;
+  /** push_key_digest(repository_id, ref, before, head). */
+  digest: string;
+  created_at: Timestamp;
+  event_id: BigId | null;
+  era: number | null;
+}
+
 export interface PushEventsTable {
   /**
-   * GitHub event id; unique per era (index push_events_event_id), NULL for a webhook-only
+   * GitHub event id; unique per era (push_keys' index push_events_event_id), NULL for a webhook-only
    * push and for the push that lost a dispute over its id (event_id_clashes says which).
    */
   id: BigId | null;
@@ -216,7 +229,10 @@ export interface PushEventsTable {
   head: string;
   before: string;
   created_at: Timestamp;
-  payload: ColumnType<unknown, string, string>;
+  /** What the columns do not hold of the event's payload; NULL when nothing (see payload_held). */
+  payload: ColumnType<unknown | null, string | null, string | null>;
+  /** Which payload keys the columns hold (bits: migration 2026-12-05T1100 PAYLOAD_HELD). */
+  payload_held: Generated<number>;
   size: number | null;
   distinct_size: number | null;
   origin: Generated<PushOrigin>;
@@ -392,6 +408,7 @@ export interface Database {
   actors: ActorsTable;
   repositories: RepositoriesTable;
   push_events: PushEventsTable;
+  push_keys: PushKeysTable;
   commits: CommitsTable;
   push_commits: PushCommitsTable;
   commit_fetch_turns: CommitFetchTurnsTable;
