@@ -44,6 +44,7 @@ const REAL_FILES = [
   'gharchive_2015-01-01-15__sankred9527_fluxus-gharchive-source__tests.json',
   'gharchive_2015-02-01-00-excerpt__quickwit-oss_quickwit__es_compatibility_gharchive-bulk.jsonl',
   'gharchive_2013-10-10-0_oldtimelineformat__npxquynh_data-information-integration__data_gzip.json.gz',
+  'gharchive_2013-10-10-15_oldtimelineformat__npxquynh_data-information-integration__data_gzip.json.gz',
   'gharchive_2014-01-01-1_oldtimelineformat__npxquynh_data-information-integration__data_gzip.json.gz',
 ];
 
