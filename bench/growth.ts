@@ -219,7 +219,8 @@ export async function benchGrowth(
     results.note(
       `  growth: to ${fmt(o.pushes)} pushes in hours of ${fmt(o.hourPushes)} pushes (~${o.commits} commits each inline), one store, bin/backfill FILE per hour`,
     );
-    let nextCheck = 0.1;
+    // Tenths counted in integers: 0.1 + 0.1 + 0.1 is not 0.3, and a checkpoint was missed.
+    let nextTenth = 1;
     for (let i = 0; stored < o.pushes; i++) {
       const name = hourName(i);
       const file = path.join(dir, `${name}.json.gz`);
@@ -262,9 +263,9 @@ export async function benchGrowth(
             `growth: ${(need / 1e9).toFixed(1)} GB needed for ${fmt(o.pushes)} pushes, ${(free / 1e9).toFixed(1)} GB free`,
           );
         }
-      } else if (stored >= nextCheck * o.pushes || stored >= o.pushes) {
+      } else if (stored * 10 >= nextTenth * o.pushes || stored >= o.pushes) {
         await checkpoint(i + 1);
-        while (nextCheck * o.pushes <= stored) nextCheck += 0.1;
+        while (nextTenth * o.pushes <= stored * 10) nextTenth++;
       }
     }
   } finally {
