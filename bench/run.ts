@@ -11,10 +11,12 @@ import { secondsSince } from './lib/stats.ts';
  * bench/results/latest.json; targets are reported as PASS/MISS, never asserted. The one
  * hard failure: a hot query planned as a sequential scan on a big table (exit 1).
  *
- * Names: hot, ingest, enrich, backfill, backfill-commits, status, watch, worker, commits, commits-graphql, commits-memory, commits-worker, export (default: all). The soak is separate: `npm run bench:soak`.
+ * Names: hot, ingest, enrich, backfill, backfill-commits, status, watch, worker, commits, commits-graphql, commits-memory, commits-worker, export, storage, growth (default: all but
+ * growth, which runs for an hour or more). The soak is separate: `npm run bench:soak`.
+ * Flags after the one name go to that benchmark (`npm run bench -- growth --pushes 1000000`).
  */
 
-type Bench = (database: BenchDatabase, results: ResultLog) => Promise<string[]>;
+type Bench = (database: BenchDatabase, results: ResultLog, args: string[]) => Promise<string[]>;
 
 const BENCHES: Record<string, () => Promise<Bench>> = {
   ingest: async () => (await import('./ingest.ts')).benchIngest,
@@ -30,10 +32,22 @@ const BENCHES: Record<string, () => Promise<Bench>> = {
   'commits-memory': async () => (await import('./commits-memory.ts')).benchCommitsMemory,
   'commits-worker': async () => (await import('./commits-worker.ts')).benchCommitsWorker,
   export: async () => (await import('./export.ts')).benchExport,
+  storage: async () => (await import('./storage.ts')).benchStorage,
+  growth: async () => (await import('./growth.ts')).benchGrowth,
 };
 
+/** Left out of a run that names no benchmark: it stores ten million pushes. */
+const NOT_BY_DEFAULT = new Set(['growth']);
+
 async function main(): Promise<number> {
-  const names = process.argv.slice(2);
+  const argv = process.argv.slice(2);
+  const flagAt = argv.findIndex((a) => a.startsWith('--'));
+  const names = flagAt < 0 ? argv : argv.slice(0, flagAt);
+  const flags = flagAt < 0 ? [] : argv.slice(flagAt);
+  if (flags.length && names.length !== 1) {
+    console.error('bench: flags go to one benchmark: name it alone (bench growth --pushes N)');
+    return 2;
+  }
   for (const n of names) {
     if (!(n in BENCHES)) {
       console.error(
@@ -42,7 +56,9 @@ async function main(): Promise<number> {
       return 2;
     }
   }
-  const selected = names.length ? names : Object.keys(BENCHES);
+  const selected = names.length
+    ? names
+    : Object.keys(BENCHES).filter((n) => !NOT_BY_DEFAULT.has(n));
   const t0 = performance.now();
   const results = new ResultLog();
   const database = await openBenchDatabase();
@@ -76,7 +92,7 @@ async function main(): Promise<number> {
       );
       await resetBusinessTables(database.db);
       const bench = await BENCHES[name]!();
-      failures.push(...(await bench(database, results)));
+      failures.push(...(await bench(database, results, flags)));
     }
   } finally {
     await database.close();

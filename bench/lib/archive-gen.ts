@@ -10,6 +10,11 @@ import { createGzip } from 'node:zlib';
  * ref, head, before); the others are a mix of the common types with bodies of realistic
  * size. Actors and repositories recur as they do in an hour of the public timeline: a few
  * hundred busy ones (bots, CI) behind a third of the pushes, the rest spread over a pool.
+ *
+ * With `commits`, the pushes are in the shape of the years before 2025-10 instead: `size`,
+ * `distinct_size` and their commits inline (a short message each, the head last), as every
+ * archive line carried them from 2015 to 2025-10-07 (src/store/inline-commits.ts); the hour
+ * must then be before that date, or the commits are not believed.
  */
 
 export interface GeneratedFile {
@@ -60,6 +65,55 @@ export interface GenerateOptions {
   /** gzip level: 1 for speed (large RSS files), 6 is what the archive uses. */
   level?: number;
   seed?: number;
+  firstPushId?: number;
+  /**
+   * Commits inline in each push, about this many on average (1, 2, 3, 5 or 10 of them,
+   * weighted to the mean); absent: the 2025-10 shape, no commits.
+   */
+  commits?: number;
+}
+
+/**
+ * How many commits a push carries: for a mean of 2, 55% one, 25% two, 10% three, 7% five
+ * and 3% ten (most pushes are one commit, a few are long); another mean stretches the
+ * extra commits beyond the first by (mean - 1), rounded, within 1..20 (an event's list).
+ */
+function commitCount(random: () => number, mean: number): number {
+  const r = random();
+  const n = r < 0.55 ? 1 : r < 0.8 ? 2 : r < 0.9 ? 3 : r < 0.97 ? 5 : 10;
+  return Math.max(1, Math.min(20, Math.round(1 + (n - 1) * (mean - 1))));
+}
+
+const MESSAGES = [
+  'Fix typo in README',
+  'Update dependencies',
+  'Add tests for the parser',
+  'Refactor config loading',
+  'Bump version to 1.4.2',
+  'Merge branch main',
+  'Handle empty input',
+  'Remove unused imports',
+];
+
+/** A push's inline commits, oldest first, the last one the head (as GitHub lists them). */
+function commitsJson(
+  random: () => number,
+  id: number,
+  head: string,
+  n: number,
+  actor: number,
+  repo: string,
+): string {
+  const parts: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const s = i === n - 1 ? head : sha(`c${id}.${i}`);
+    const email = `${sha(`dev-${actor}@example.com`)}@example.com`;
+    const message = MESSAGES[Math.floor(random() * MESSAGES.length)]!;
+    parts.push(
+      `{"sha":"${s}","author":{"email":"${email}","name":"Developer ${actor}"},"message":"${message}","distinct":true,"url":"${API}/repos/${repo}/commits/${s}"}`,
+    );
+  }
+  return `[${parts.join(',')}]`;
 }
 
 /** Writes a generated hour file; resolves once it is on disk. */
@@ -71,7 +125,7 @@ export async function generateHourFile(file: string, o: GenerateOptions): Promis
   const actorPool = o.actorPool ?? 20_000;
   const repoPool = o.repoPool ?? 25_000;
   let eventId = o.firstEventId ?? 60_000_000_000;
-  let pushId = 30_000_000_000;
+  let pushId = o.firstPushId ?? 30_000_000_000;
 
   const out = createWriteStream(file);
   const gzip = createGzip({ level: o.level ?? 6 });
@@ -101,7 +155,15 @@ export async function generateHourFile(file: string, o: GenerateOptions): Promis
     if (events % 2 === 0) {
       pushes++;
       const p = pushId++;
-      line = `{"id":"${id}","type":"PushEvent","actor":${actorJson(actor)},"repo":${repoJson(repo)},"payload":{"repository_id":${repo},"push_id":${p},"ref":"refs/heads/${random() < 0.8 ? 'main' : `feature-${p % 97}`}","head":"${sha(`h${id}`)}","before":"${sha(`b${id}`)}"},"public":true,"created_at":"${createdAt}"${org}}`;
+      const ref = `refs/heads/${random() < 0.8 ? 'main' : `feature-${p % 97}`}`;
+      const head = sha(`h${id}`);
+      let inline = '';
+      if (o.commits !== undefined) {
+        const n = commitCount(random, o.commits);
+        const name = `org-${repo % 5000}/repo-${repo}`;
+        inline = `,"size":${n},"distinct_size":${n},"commits":${commitsJson(random, id, head, n, actor, name)}`;
+      }
+      line = `{"id":"${id}","type":"PushEvent","actor":${actorJson(actor)},"repo":${repoJson(repo)},"payload":{"repository_id":${repo},"push_id":${p},"ref":"${ref}","head":"${head}","before":"${sha(`b${id}`)}"${inline}},"public":true,"created_at":"${createdAt}"${org}}`;
     } else {
       const kind = Math.floor(random() * 4);
       const payload =
