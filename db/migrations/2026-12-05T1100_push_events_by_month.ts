@@ -287,12 +287,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   // insert, or a writer whose attach gave up), then attached. The attach holds SHARE UPDATE
   // EXCLUSIVE on push_events (reads and writes go on) and ACCESS EXCLUSIVE on the default
   // partition, for an instant when it is empty: a query scanning it holds that up, so the
-  // attach waits 2 s at most and then leaves the month to the default partition (false),
+  // attach waits 1 s at most and then leaves the month to the default partition (false),
   // where its rows are stored and read as well, until the next try moves them.
   await sql
     .raw(`
     CREATE FUNCTION ${ENSURE_MONTH_FUNCTION}(at timestamptz) RETURNS boolean
-    LANGUAGE plpgsql SET lock_timeout = '2s' AS $$
+    LANGUAGE plpgsql SET lock_timeout = '1s' AS $$
     DECLARE
       m timestamp := date_trunc('month', at AT TIME ZONE 'UTC');
       name text := '${MONTH_PARTITION_PREFIX}' || to_char(m, 'YYYY_MM');
@@ -300,7 +300,13 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       hi timestamptz := (m + interval '1 month') AT TIME ZONE 'UTC';
     BEGIN
       IF to_regclass(name) IS NOT NULL THEN RETURN false; END IF;
-      PERFORM pg_advisory_xact_lock(hashtext('${ENSURE_MONTH_FUNCTION}'));
+      BEGIN
+        -- Another writer making a month: wait for it a second at most (the lock timeout),
+        -- then store in the default partition rather than queue behind it.
+        PERFORM pg_advisory_xact_lock(hashtext('${ENSURE_MONTH_FUNCTION}'));
+      EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+      END;
       -- Read from the catalog in this statement's snapshot: to_regclass's cache may not yet
       -- know the table another writer made and committed while this one waited for the lock.
       IF EXISTS (SELECT 1 FROM pg_class
