@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -64,23 +63,24 @@ async function get(place: ArchivePlace, rel: string): Promise<Response | null> {
   return res;
 }
 
-/** The file's bytes and SHA-256, or null when the place has no such file. */
-export async function measure(place: ArchivePlace, rel: string): Promise<Measured | null> {
-  let stream: AsyncIterable<Buffer>;
+/** The file's bytes as a stream from its place, or null when the place has no such file. */
+async function readStream(place: ArchivePlace, rel: string): Promise<AsyncIterable<Buffer> | null> {
   if (place.dir !== null) {
-    const file = path.join(place.dir, rel);
-    const handle = await open(file).catch((err: NodeJS.ErrnoException) => {
+    // Opened once: the stream reads the handle that proved the file is there.
+    const handle = await open(path.join(place.dir, rel)).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return null;
       throw err;
     });
-    if (handle === null) return null;
-    await handle.close();
-    stream = createReadStream(file);
-  } else {
-    const res = await get(place, rel);
-    if (res === null) return null;
-    stream = Readable.fromWeb(res.body as never);
+    return handle === null ? null : handle.createReadStream();
   }
+  const res = await get(place, rel);
+  return res === null ? null : Readable.fromWeb(res.body as never);
+}
+
+/** The file's bytes and SHA-256, or null when the place has no such file. */
+export async function measure(place: ArchivePlace, rel: string): Promise<Measured | null> {
+  const stream = await readStream(place, rel);
+  if (stream === null) return null;
   const hash = createHash('sha256');
   let bytes = 0;
   for await (const chunk of stream) {
@@ -98,21 +98,8 @@ export async function readSmall(
 ): Promise<Buffer | null> {
   const chunks: Buffer[] = [];
   let bytes = 0;
-  let stream: AsyncIterable<Buffer>;
-  if (place.dir !== null) {
-    const file = path.join(place.dir, rel);
-    const handle = await open(file).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return null;
-      throw err;
-    });
-    if (handle === null) return null;
-    await handle.close();
-    stream = createReadStream(file);
-  } else {
-    const res = await get(place, rel);
-    if (res === null) return null;
-    stream = Readable.fromWeb(res.body as never);
-  }
+  const stream = await readStream(place, rel);
+  if (stream === null) return null;
   for await (const chunk of stream) {
     bytes += chunk.length;
     if (bytes > max) throw new Error(`${rel} is larger than ${max} bytes`);

@@ -5,6 +5,7 @@ import {
   ENSURE_MONTH_FUNCTION,
 } from '../../db/migrations/2026-12-05T1100_push_events_by_month.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { addMonths, monthOf } from './history-months.ts';
 
 /**
  * push_events' monthly partitions (ADR 0199): a push can only be stored in a month that has
@@ -18,25 +19,13 @@ import type { Db } from '../platform/db/pool.ts';
  * by retention, or a database another process made, is never taken for one that exists.
  */
 
-/** A month's key: YYYY-MM in UTC. */
-export function monthKey(at: Date): string {
-  return at.toISOString().slice(0, 7);
-}
-
-/** The first instant of the month (UTC) of `at`. */
-export function monthStart(at: Date): Date {
-  return new Date(Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), 1));
-}
-
-/** The partition's name of the month of `at`: push_events_YYYY_MM. */
-export function monthPartition(at: Date): string {
-  return `push_events_${monthKey(at).replace('-', '_')}`;
-}
-
 /** The distinct month starts of `instants`, oldest first (the order partitions are made in). */
 function monthsOf(instants: Iterable<Date>): Date[] {
   const starts = new Map<string, Date>();
-  for (const at of instants) starts.set(monthKey(at), monthStart(at));
+  for (const at of instants) {
+    const m = monthOf(at);
+    starts.set(m.name, m.start);
+  }
   return [...starts.keys()].sort().map((k) => starts.get(k)!);
 }
 
@@ -68,11 +57,7 @@ export const MONTHS_AHEAD = 1;
 
 /** This month and the `ahead` after it: the maintenance job's, so no writer waits on one. */
 export function monthsAhead(now: Date, ahead: number): Date[] {
-  const start = monthStart(now);
-  return Array.from(
-    { length: ahead + 1 },
-    (_, k) => new Date(Date.UTC(start.getUTCFullYear(), start.getUTCMonth() + k, 1)),
-  );
+  return Array.from({ length: ahead + 1 }, (_, k) => addMonths(monthOf(now), k).start);
 }
 
 /**

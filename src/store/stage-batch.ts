@@ -7,7 +7,6 @@ import { type CommitsTargets, NO_TARGETS } from './commits-targets.ts';
 import { planCommits, stagedState } from './inline-commits.ts';
 import type { PushRow } from './mapping.ts';
 import { payloadRest } from './payload-rest.ts';
-import { monthKey } from './push-months.ts';
 
 /**
  * Pushes encoded for the bulk store's staging table (src/store/pushes.ts): COPY
@@ -61,7 +60,7 @@ export class StageBatch {
   readonly newActors = new Map<string, [string, number]>();
   readonly newRepositories = new Map<string, [string, number]>();
   /** A created_at of each month the batch's pushes fall in (their partitions must exist). */
-  readonly months = new Map<string, Date>();
+  readonly months = new Map<number, Date>();
   /** Inline commits (pre-2025-10 archive lines), with the row each belongs to. */
   readonly commits: { row: number; push: PushCommits }[] = [];
 
@@ -114,7 +113,8 @@ export class StageBatch {
     this.ids.push(p.id);
     this.actorIds.push(p.actor.id);
     this.repositoryIds.push(p.repository.id);
-    this.months.set(monthKey(p.createdAt), p.createdAt);
+    // Keyed by a number (year × 12 + month): a row costs no string.
+    this.months.set(p.createdAt.getUTCFullYear() * 12 + p.createdAt.getUTCMonth(), p.createdAt);
     const at = p.createdAt.getTime();
     // An actor named by login only (a timeline line) has no actors row: it is keyed by id.
     if (p.actor.id !== null && !known?.actors.has(p.actor.id)) {
