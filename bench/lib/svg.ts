@@ -62,6 +62,8 @@ export function lineChart(o: ChartOptions): string {
 
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    // The chart's accessible name (a reader of the page without images gets the title).
+    `<title>${esc(o.title)}</title>`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="${width / 2}" y="22" text-anchor="middle" font-size="15">${esc(o.title)}</text>`,
     `<line x1="${m.left}" y1="${m.top + h}" x2="${m.left + w}" y2="${m.top + h}" stroke="#333"/>`,
