@@ -18,7 +18,8 @@ import { secondsSince } from './lib/stats.ts';
  *   (goal ≥ 90% with 4), and duplicate requests (a push's compare asked twice: must be 0);
  * - storing compare answers of 250 commits each (storeCommits: commits + push_commits,
  *   ON CONFLICT, one statement per push) against a COPY of the same rows: the ratio;
- * - bytes per stored commit (commits + push_commits, heap and indexes).
+ * - bytes per stored commit in the commits table, heap and indexes (a push's list of them
+ *   is a few columns of its push_events row, measured by the storage bench).
  */
 
 const REPOS = Number(process.env.BENCH_COMMITS_REPOS ?? 200);
@@ -74,7 +75,7 @@ async function resetWork(db: Db): Promise<void> {
     UPDATE push_events SET commits_state = 'pending', commit_count = NULL, commits_attempts = 0,
       commits_claimed_until = NULL, commits_error = NULL,
       commits_next_attempt_at = now() - interval '1 minute'`.execute(db);
-  await sql`TRUNCATE commits, push_commits, commit_fetch_turns, actors, github_requests,
+  await sql`TRUNCATE commits, commit_fetch_turns, actors, github_requests,
     github_rate_limits`.execute(db);
   await sql`VACUUM ANALYZE push_events`.execute(db);
 }
@@ -296,21 +297,19 @@ async function benchStore(database: BenchDatabase, results: ResultLog): Promise<
     unit: '×',
   });
 
-  await sql`VACUUM ANALYZE commits, push_commits`.execute(db);
-  const size = await sql<{ c: string; p: string; n: string }>`
-    SELECT pg_total_relation_size('commits') AS c, pg_total_relation_size('push_commits') AS p,
+  await sql`VACUUM ANALYZE commits, push_events`.execute(db);
+  const size = await sql<{ c: string; n: string }>`
+    SELECT pg_total_relation_size('commits') AS c,
       (SELECT count(*) FROM commits) AS n`.execute(db);
   const row = size.rows[0]!;
   const n = Number(row.n);
   results.record({
     bench: 'commits',
-    metric: 'bytes per stored commit (commits + push_commits)',
-    value: (Number(row.c) + Number(row.p)) / n,
+    metric: 'bytes per stored commit (commits table)',
+    value: Number(row.c) / n,
     unit: 'bytes',
     detail: {
       commits: n,
-      commitsBytesPerRow: Number(row.c) / n,
-      pushCommitsBytesPerRow: Number(row.p) / n,
     },
   });
 }
@@ -324,7 +323,7 @@ export async function benchCommits(database: BenchDatabase, results: ResultLog):
   try {
     seedGraphs(fake);
     await benchFetch(database, results, fake, clients);
-    await sql`TRUNCATE push_events, commits, push_commits, commit_fetch_turns`.execute(database.db);
+    await sql`TRUNCATE push_events, commits, commit_fetch_turns`.execute(database.db);
     await benchStore(database, results);
     return [];
   } finally {

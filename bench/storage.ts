@@ -11,6 +11,7 @@ import { backfillFile, freshStore, ROOT } from './lib/bin.ts';
 import type { BenchDatabase } from './lib/database.ts';
 import type { ResultLog } from './lib/results.ts';
 import {
+  indexSizes,
   pushesStored,
   storeSizes,
   type TableSize,
@@ -82,11 +83,16 @@ async function rewrittenCopy(file: string, out: string): Promise<void> {
 interface Measured {
   pushes: number;
   sizes: TableSize[];
+  indexes: Map<string, number>;
 }
 
 async function measure(url: string): Promise<Measured> {
   await vacuumStore(url);
-  return { pushes: await pushesStored(url), sizes: await storeSizes(url) };
+  return {
+    pushes: await pushesStored(url),
+    sizes: await storeSizes(url),
+    indexes: await indexSizes(url),
+  };
 }
 
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
@@ -99,9 +105,15 @@ function table(name: string, first: Measured, second: Measured): string {
   });
   const total = totalBytes(first.sizes);
   const marginal = (totalBytes(second.sizes) - total) / added;
+  const indexRows = [...second.indexes].map(
+    ([index, bytes]) =>
+      `      ${index.padEnd(48)} marginal ${fmt((bytes - (first.indexes.get(index) ?? 0)) / added).padStart(6)} B/push`,
+  );
   return [
     `  ${name}: ${fmt(first.pushes)} pushes stored`,
     ...rows,
+    '    indexes (each summed over its partitions):',
+    ...indexRows,
     `    ${'total'.padEnd(13)} ${fmt(total).padStart(12)} B  ${fmt(total / first.pushes).padStart(7)} B/push${' '.repeat(38)}marginal ${fmt(marginal).padStart(6)} B/push (second batch: ${fmt(added)} pushes)`,
   ].join('\n');
 }

@@ -45,7 +45,6 @@ const BUSINESS_TABLES = [
   'backfill_files',
   'gaps',
   'commits',
-  'push_commits',
   'commit_fetch_turns',
 ];
 

@@ -42,7 +42,7 @@ export async function storeSizes(url: string): Promise<TableSize[]> {
          coalesce(sum(pg_indexes_size(p.relid)), 0) AS index_bytes,
          count(*) FILTER (WHERE p.isleaf AND p.level > 0) AS partitions
        FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n)
-       JOIN pg_class c ON c.oid = to_regclass('public.' || t.name)
+       JOIN pg_class c ON c.oid = to_regclass('public.' || t.name) AND c.relkind IN ('r', 'p')
        CROSS JOIN LATERAL (
          SELECT relid, isleaf, level FROM pg_partition_tree(c.oid) WHERE c.relkind = 'p'
          UNION ALL
@@ -93,6 +93,30 @@ export async function vacuumStore(url: string): Promise<void> {
       ]);
       if (r.rows[0]!.c) await client.query(`VACUUM (ANALYZE) ${t}`);
     }
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * Each index of the store's tables, a partitioned index summed over its partitions' indexes
+ * (named by its root in pg_partition_tree's sense: the index on the partitioned table).
+ */
+export async function indexSizes(url: string): Promise<Map<string, number>> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const r = await client.query<{ table_name: string; index_name: string; bytes: string }>(
+      `SELECT t.name AS table_name, i.relname AS index_name,
+         coalesce((SELECT sum(pg_relation_size(p.relid)) FROM pg_partition_tree(i.oid) p
+                    WHERE p.isleaf), pg_relation_size(i.oid)) AS bytes
+       FROM unnest($1::text[]) AS t(name)
+       JOIN pg_class c ON c.oid = to_regclass('public.' || t.name) AND c.relkind IN ('r', 'p')
+       JOIN pg_index x ON x.indrelid = c.oid
+       JOIN pg_class i ON i.oid = x.indexrelid`,
+      [STORE_TABLES],
+    );
+    return new Map(r.rows.map((row) => [`${row.table_name}.${row.index_name}`, Number(row.bytes)]));
   } finally {
     await client.end();
   }
