@@ -27,11 +27,12 @@ import {
  * commits, actors, repositories (bench/lib/store-size.ts). Bytes ÷ pushes stored.
  *
  * A small file carries each index's fixed pages (metapages, a BRIN's revmap, an empty
- * partition's indexes), so the same file is then imported a second time with every event
- * id and every 40-hex sha rewritten (new pushes and commits, byte for byte as long; the
- * same actors and repositories, as a store that has seen them): the bytes that second,
- * equal batch adds ÷ its pushes is the marginal figure, what a push costs a store that is
- * already running.
+ * partition's indexes), so the same file is then imported again, as many times as make
+ * BENCH_STORAGE_MARGINAL pushes (default 5,000; one 8 KB index page weighs 15 B a push
+ * over 529), each copy with every event id and every 40-hex sha rewritten (new pushes and
+ * commits, byte for byte as long; the same actors and repositories, as a store that has
+ * seen them): the bytes those copies add ÷ their pushes is the marginal figure, what a
+ * push costs a store that is already running.
  *
  * The files: the real hours of docs/performance.md's "Storage" section, read from
  * BENCH_REALDATA (default ../shared/realdata or ../../shared/realdata beside the checkout;
@@ -41,6 +42,8 @@ import {
  */
 
 const SYNTHETIC_PUSHES = Number(process.env.BENCH_STORAGE_PUSHES ?? 50_000);
+/** The marginal batch: rewritten copies of the file until at least this many pushes. */
+const MARGINAL_PUSHES = Number(process.env.BENCH_STORAGE_MARGINAL ?? 5_000);
 const REAL_FILES = [
   'gharchive_2015-01-01-15__sankred9527_fluxus-gharchive-source__tests.json',
   'gharchive_2015-02-01-00-excerpt__quickwit-oss_quickwit__es_compatibility_gharchive-bulk.jsonl',
@@ -58,13 +61,24 @@ function realDataDir(): string | null {
 
 const HEX40 = /\b[0-9a-f]{40}\b/g;
 const EVENT_ID = /^\{"id":"(\d+)"/;
+const CREATED_AT = /"created_at":"([^"]+)"/g;
+
+/** An ISO time `hours` later, in the form GH Archive writes (no milliseconds). */
+function laterBy(at: string, hours: number): string {
+  const t = Date.parse(at);
+  if (Number.isNaN(t)) return at;
+  return new Date(t + hours * 3_600_000).toISOString().replace('.000Z', 'Z');
+}
 
 /**
- * The second, equal batch: the file with every event id moved past the first's and every
- * 40-hex string (heads, befores, commit shas, obfuscated e-mail addresses) replaced by
- * another as long, so each push and commit is a new one and each line as long as before.
+ * Copy number `copy`: the file with every event id moved past the others', every 40-hex
+ * string (heads, befores, commit shas, obfuscated e-mail addresses) replaced by another as
+ * long, so each push and commit is a new one and each line as long as before, and every
+ * created_at `copy` hours later: a copy's pushes are the next hours' pushes to the same
+ * repositories and refs, not duplicates of the first's times (which a B-tree would fold
+ * into one entry by deduplication).
  */
-async function rewrittenCopy(file: string, out: string): Promise<void> {
+async function rewrittenCopy(file: string, out: string, copy: number): Promise<void> {
   const gz = file.endsWith('.gz');
   const input = createReadStream(file);
   const lines = createInterface({ input: gz ? input.pipe(createGunzip()) : input });
@@ -72,8 +86,9 @@ async function rewrittenCopy(file: string, out: string): Promise<void> {
   const done = pipeline(gzip, createWriteStream(out));
   for await (const line of lines) {
     const next = line
-      .replace(EVENT_ID, (_, id: string) => `{"id":"${BigInt(id) + 100_000_000_000n}"`)
-      .replace(HEX40, (h) => createHash('sha1').update(`second:${h}`).digest('hex'));
+      .replace(EVENT_ID, (_, id: string) => `{"id":"${BigInt(id) + BigInt(copy) * 100_000_000_000n}"`)
+      .replace(HEX40, (h) => createHash('sha1').update(`copy ${copy}:${h}`).digest('hex'))
+      .replace(CREATED_AT, (_, at: string) => `"created_at":"${laterBy(at, copy)}"`);
     if (!gzip.write(`${next}\n`)) await once(gzip, 'drain');
   }
   gzip.end();
@@ -114,7 +129,7 @@ function table(name: string, first: Measured, second: Measured): string {
     ...rows,
     '    indexes (each summed over its partitions):',
     ...indexRows,
-    `    ${'total'.padEnd(13)} ${fmt(total).padStart(12)} B  ${fmt(total / first.pushes).padStart(7)} B/push${' '.repeat(38)}marginal ${fmt(marginal).padStart(6)} B/push (second batch: ${fmt(added)} pushes)`,
+    `    ${'total'.padEnd(13)} ${fmt(total).padStart(12)} B  ${fmt(total / first.pushes).padStart(7)} B/push${' '.repeat(38)}marginal ${fmt(marginal).padStart(6)} B/push (copies: ${fmt(added)} pushes)`,
   ].join('\n');
 }
 
@@ -145,13 +160,20 @@ export async function benchStorage(database: BenchDatabase, results: ResultLog):
       try {
         const a = await backfillFile(file, store.url);
         const first = await measure(store.url);
-        const copy = path.join(dir, `second-${n}.json.gz`);
-        await rewrittenCopy(file, copy);
-        const b = await backfillFile(copy, store.url);
+        // Copies enough for MARGINAL_PUSHES new pushes: a few hundred would weigh each
+        // index page (8 KB) at tens of bytes a push.
+        const copies = Math.max(1, Math.ceil(MARGINAL_PUSHES / Math.max(1, first.pushes)));
+        let created = 0;
+        for (let k = 1; k <= copies; k++) {
+          const copy = path.join(dir, `copy-${n}-${k}.json.gz`);
+          await rewrittenCopy(file, copy, k);
+          created += (await backfillFile(copy, store.url)).created;
+          rmSync(copy, { force: true });
+        }
         const second = await measure(store.url);
         const added = second.pushes - first.pushes;
-        if (added !== b.created) {
-          throw new Error(`storage: the second batch stored ${b.created} but ${added} were added`);
+        if (added !== created) {
+          throw new Error(`storage: the copies stored ${created} but ${added} were added`);
         }
         const total = totalBytes(first.sizes);
         const detail = {

@@ -275,3 +275,34 @@ export function inlineCommitRows(
   });
   return out;
 }
+
+/**
+ * A push's inline commits as the list columns of its push_events row (commit_flags,
+ * commit_shas or commit_sha_texts; commit_first_position is null, the list starting at 0),
+ * encoded exactly as storeCommits encodes them (src/store/commits.ts), so the merge inserts a
+ * new push with its list and its row is written once. Null when there is no list, or when a
+ * commit's `distinct` is not given: storeCommits decides it against the commits held.
+ */
+export interface InsertedList {
+  flags: string;
+  /** The shas concatenated as hex, when all are 40-hex or all 64-hex. */
+  shaHex: string | null;
+  /** The shas as text otherwise. */
+  shaTexts: string[] | null;
+}
+
+export function insertedList(plan: CommitsPlan): InsertedList | null {
+  const commits = plan.commits;
+  if (commits.length === 0) return null;
+  let flags = '';
+  let width = commits[0]!.sha.length;
+  for (const c of commits) {
+    if (c.distinct === null) return null;
+    flags += c.distinct ? 't' : 'f';
+    if (c.sha.length !== width) width = 0;
+  }
+  const shas = commits.map((c) => c.sha);
+  return width > 0
+    ? { flags, shaHex: shas.join(''), shaTexts: null }
+    : { flags, shaHex: null, shaTexts: shas };
+}

@@ -23,7 +23,8 @@ export const STAGE_COLUMNS = `
   push_id bigint, ref text, head text, before text, created_at timestamptz,
   payload text, size integer, distinct_size integer, commit_count integer, commits_state text,
   commits_due boolean, commits_error text,
-  actor_login text, repo_name text, org_id bigint, org_login text, payload_held smallint`;
+  actor_login text, repo_name text, org_id bigint, org_login text, payload_held smallint,
+  commit_flags text, commit_shas bytea, commit_sha_texts text[]`;
 
 /** A page's entity upsert: renames to the newest name of the batch. */
 function entityUpsert(
@@ -54,14 +55,16 @@ type MergeSource = 'stage' | 'values';
 const VALUES_CTE = `v AS MATERIALIZED (
       SELECT id::bigint AS id, actor_id, actor_login, repository_id, repo_name, push_id, ref,
         head, before, created_at, payload, size, distinct_size, commit_count, commits_state,
-        commits_due, commits_error, org_id, org_login, payload_held
+        commits_due, commits_error, org_id, org_login, payload_held, commit_flags,
+        decode(commit_hex, 'hex') AS commit_shas, commit_sha_texts::text[] AS commit_sha_texts
       FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::bigint[],
         $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int[],
         $18::int[], $19::int[], $20::text[], $21::boolean[], $22::text[], $23::bigint[],
-        $24::text[], $25::smallint[])
+        $24::text[], $25::smallint[], $26::text[], $27::text[], $28::text[])
         AS u (id, actor_id, actor_login, repository_id, repo_name, push_id, ref, head, before,
           created_at, payload, size, distinct_size, commit_count, commits_state, commits_due,
-          commits_error, org_id, org_login, payload_held)
+          commits_error, org_id, org_login, payload_held, commit_flags, commit_hex,
+          commit_sha_texts)
     ),`;
 
 const NATURAL_KEY = (t: string) => `(${t}.repository_id, ${t}.ref, ${t}.before, ${t}.head)`;
@@ -107,7 +110,7 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
       INSERT INTO push_events (id, actor_id, repository_id, push_id, ref, head, before,
         created_at, payload, payload_held, size, distinct_size, origin, source_id, run_id,
         commit_count, commits_state, commits_next_attempt_at, commits_error, mirror_id,
-        actor_login, repo_name, org_id, org_login)
+        actor_login, repo_name, org_id, org_login, commit_flags, commit_shas, commit_sha_texts)
       SELECT s.kept_id, s.actor_id, s.repository_id, s.push_id,
         s.ref, s.head, s.before, s.created_at, s.payload::jsonb, s.payload_held, s.size,
         s.distinct_size, $1::text, $2::bigint, $3::bigint, s.commit_count,
@@ -115,7 +118,9 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
         -- as waiting for one
         CASE WHEN s.commits_state = '${AWAITING_CREDENTIAL}' THEN 'skipped' ELSE s.commits_state END,
         CASE WHEN s.commits_due OR s.commits_state = '${AWAITING_CREDENTIAL}' THEN now() END,
-        s.commits_error, $4::smallint, s.actor_login, s.repo_name, s.org_id, s.org_login
+        s.commits_error, $4::smallint, s.actor_login, s.repo_name, s.org_id, s.org_login,
+        -- its inline list (inline-commits.ts insertedList): the row is written once
+        s.commit_flags, s.commit_shas, s.commit_sha_texts
       FROM b s
       ${expectNew ? '' : 'WHERE (s.repository_id, s.digest) IN (SELECT repository_id, digest FROM pk)'}
       ORDER BY s.repository_id, s.ref, s.before, s.head`;

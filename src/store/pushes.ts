@@ -20,6 +20,7 @@ import {
   type CommitsContext,
   DEFAULT_COMMITS,
   inlineCommitRows,
+  insertedList,
   planCommits,
   stagedState,
 } from './inline-commits.ts';
@@ -315,6 +316,7 @@ export async function bulkStorePage(
   const given = opts.inlineSource ?? INLINE_SOURCE_OF[opts.origin];
   const plans = pushes.map((p) => planCommits(p, ctx.targets, given));
   const splits = pushes.map((p, i) => payloadRest(p, plans[i]!));
+  const lists = plans.map(insertedList);
   const col = <T>(f: (p: PushRow) => T) => pushes.map(f);
   const contender = contenderOf(opts.origin, opts.contender);
   const params = [
@@ -344,6 +346,10 @@ export async function bulkStorePage(
     col((p) => p.org?.id ?? null),
     col((p) => p.org?.login ?? null),
     splits.map(({ held }) => held),
+    // Each push's inline list, so its row is written once (inline-commits.ts insertedList).
+    lists.map((l) => l?.flags ?? null),
+    lists.map((l) => l?.shaHex ?? null),
+    lists.map((l) => (l?.shaTexts ? `{${l.shaTexts.join(',')}}` : null)),
   ];
   await ensurePushMonths(
     db,
