@@ -86,7 +86,10 @@ async function rewrittenCopy(file: string, out: string, copy: number): Promise<v
   const done = pipeline(gzip, createWriteStream(out));
   for await (const line of lines) {
     const next = line
-      .replace(EVENT_ID, (_, id: string) => `{"id":"${BigInt(id) + BigInt(copy) * 100_000_000_000n}"`)
+      .replace(
+        EVENT_ID,
+        (_, id: string) => `{"id":"${BigInt(id) + BigInt(copy) * 100_000_000_000n}"`,
+      )
       .replace(HEX40, (h) => createHash('sha1').update(`copy ${copy}:${h}`).digest('hex'))
       .replace(CREATED_AT, (_, at: string) => `"created_at":"${laterBy(at, copy)}"`);
     if (!gzip.write(`${next}\n`)) await once(gzip, 'drain');
