@@ -15,6 +15,7 @@ import {
   monthsAhead,
   monthsInDefault,
 } from '../store/push-months.ts';
+import { foldPushTallies } from '../store/push-tallies.ts';
 import type { Deps } from '../work/deps.ts';
 import {
   BACKFILL_MAX_SECONDS,
@@ -327,7 +328,8 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
  * maintenance: makes push_events' partitions of this month and the next MONTHS_AHEAD (no
  * writer then makes one) and of the months whose pushes the default partition holds (moving
  * them in), prunes the ledgers past RETENTION_DAYS, then, with HISTORY_MONTHS, runs retention
- * of push history (jobs/month-retention.ts); time-boxed, the next hour carries on.
+ * of push history (jobs/month-retention.ts), and folds the push tallies' deltas
+ * (store/push-tallies.ts); time-boxed, the next hour carries on.
  */
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
@@ -346,11 +348,14 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
       // HISTORY_MONTHS: the months past the kept window, exported, verified, then dropped.
       const history = await runRetention(ctx.deps, { now, signal: stop.signal });
       const months = (a: string) => history.months.filter((m) => m.action === a).length;
+      // After retention: a dropped month's deltas are gone, not folded in to be deleted.
+      const talliesFolded = await foldPushTallies(ctx.deps.db);
       return {
         outcome: report.complete ? 'pruned' : 'partial',
         cutoff: report.cutoff.toISOString(),
         deleted: report.deleted,
         months_made: monthsMade,
+        tally_deltas_folded: talliesFolded,
         ...(history.historyMonths === null
           ? {}
           : { months_dropped: months('dropped'), months_kept: months('kept') }),

@@ -9,13 +9,14 @@ import {
   type PushOrigin,
 } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { pushTallyCounts } from '../store/push-tallies.ts';
 
 /**
  * Commits as an operator sees them (ADR 0070): pushes by commits_state, the fetch backlog
  * (pending pushes due now), the fetch rate (commits requests reserved in the last hour,
- * from the ledger) and the commits stored. Each count reads an index
- * (migration 2026-12-01T1000_commits_status); the total of a big commits table is
- * Postgres's estimate, said so by storedEstimated.
+ * from the ledger) and the commits stored. The pushes by state and the backlog by origin
+ * are the push tallies; the due backlog reads the fetcher's partial index; the total of a
+ * big commits table is Postgres's estimate, said so by storedEstimated.
  */
 export interface CommitsStatus {
   byState: Record<CommitsState, number>;
@@ -51,9 +52,9 @@ export interface CommitsStatus {
 /** Below this estimate the commits are counted exactly. */
 const EXACT_BELOW = 200_000;
 
+/** Pushes by commits_state and origin: the push tallies (store/push-tallies.ts), not a count. */
 export function commitsStateCounts() {
-  return sql<{ commits_state: CommitsState; n: string }>`
-    SELECT commits_state, count(*) AS n FROM push_events GROUP BY commits_state`;
+  return pushTallyCounts();
 }
 
 /**
@@ -108,14 +109,11 @@ export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
     awaitingCredential: Number(d.awaiting),
   };
   for (const row of (await commitsStateCounts().execute(db)).rows) {
-    out.byState[row.commits_state] = Number(row.n);
-  }
-  // The pending rows only (push_events_commits_state): bounded by the backlog, not the store.
-  const byOrigin = await sql<{ origin: PushOrigin; n: string }>`
-    SELECT origin, count(*) AS n FROM push_events WHERE commits_state = 'pending'
-    GROUP BY origin`.execute(db);
-  for (const row of byOrigin.rows) {
-    if (row.origin in out.pendingByOrigin) out.pendingByOrigin[row.origin] = Number(row.n);
+    const n = Number(row.n);
+    out.byState[row.commits_state] += n;
+    if (row.commits_state === 'pending' && row.origin in out.pendingByOrigin) {
+      out.pendingByOrigin[row.origin] += n;
+    }
   }
   const b = (await commitsBacklogStatement(now).execute(db)).rows[0]!;
   out.pendingDue = Number(b.due);

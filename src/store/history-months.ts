@@ -2,6 +2,7 @@ import { CompiledQuery } from 'kysely';
 import { KEY_DIGEST_FUNCTION } from '../../db/migrations/2026-12-05T1100_push_events_by_month.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { type ArchiveHour, hourOf } from './archive-hours.ts';
+import { FORGET_MONTH_TALLIES } from './push-tallies.ts';
 
 /**
  * The months of push_events (ADR 0201): one partition a month, `push_events_YYYY_MM`, and
@@ -193,8 +194,8 @@ const LOCK_TIMEOUT = '5s';
 /**
  * Drops a verified month in ONE transaction: takes the month's partition against writers
  * (a push stored into it now would be lost), checks it is still what was verified, deletes
- * its rows of push_keys, DETACHes and DROPs the partition and records the month `dropped`
- * with the bytes it took. A crash anywhere before COMMIT leaves everything as it was.
+ * its rows of push_keys and its tallies, DETACHes and DROPs the partition and records the
+ * month `dropped` with the bytes it took. A crash anywhere before COMMIT leaves everything as it was.
  */
 export async function dropMonth(db: Db, plan: DropPlan): Promise<DropOutcome> {
   const partition = partitionName(plan.month);
@@ -227,6 +228,8 @@ export async function dropMonth(db: Db, plan: DropPlan): Promise<DropOutcome> {
          WHERE (k.repository_id, k.digest, k.created_at)
            = (p.repository_id, ${KEY_DIGEST_FUNCTION}(p.repository_id, p.ref, p.before, p.head), p.created_at)`,
       );
+      // Its tallies, folded or not: status counts the pushes held, and these are no more.
+      for (const forget of FORGET_MONTH_TALLIES) await q(forget, [`${plan.month.name}-01`]);
       await q(`ALTER TABLE push_events DETACH PARTITION ${partition}`);
       await q(`DROP TABLE ${partition}`);
       await q(

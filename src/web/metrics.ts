@@ -20,6 +20,7 @@ import { commitsStatus } from '../status/commits.ts';
 import { deploymentBudget } from '../status/credentials.ts';
 import { gapStatus } from '../status/gaps.ts';
 import { queueStatuses } from '../status/queues.ts';
+import { readPushTallies } from '../store/push-tallies.ts';
 import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';
 import { backlog } from '../work/enrichment-due.ts';
@@ -210,9 +211,10 @@ async function collectDb({ db, config, github }: MetricsDeps, registers: Registr
     ['origin'],
   );
   for (const origin of PUSH_ORIGINS) pushes.inc({ origin }, 0);
-  const byOrigin = await sql<{ origin: string; n: string }>`
-    SELECT origin, count(*) AS n FROM push_events GROUP BY origin`.execute(db);
-  for (const row of byOrigin.rows) pushes.inc({ origin: row.origin }, Number(row.n));
+  // The push tallies (store/push-tallies.ts): bounded by months, not by the pushes held.
+  for (const t of await readPushTallies(db)) {
+    if (t.pushes > 0) pushes.inc({ origin: t.origin }, t.pushes);
+  }
 
   // Two stored pushes contending for one event id: reused across eras, or disputed in one.
   const clashes = counter(
