@@ -27,6 +27,8 @@ export interface BenchDatabase {
   serverVersion: string;
   pool: pg.Pool;
   db: Db;
+  /** Leave the database when closing (a scratch one is not dropped): `growth --keep`. */
+  keep(): void;
   close(): Promise<void>;
 }
 
@@ -76,22 +78,27 @@ async function answers(adminUrl: string): Promise<boolean> {
 async function connect(
   url: string,
   origin: BenchDatabase['origin'],
-  cleanup: () => Promise<void>,
+  cleanup: (drop: boolean) => Promise<void>,
 ): Promise<BenchDatabase> {
   // Enough connections for 4 concurrent runners, their gate sessions and the harness.
   const pool = createPool(url, { max: 16, applicationName: 'gpi-bench' });
   const db = createDb(pool);
   await migrateToLatest(db);
   const v = await sql<{ v: string }>`SELECT current_setting('server_version') AS v`.execute(db);
+  let kept = false;
   return {
     url,
     origin,
     serverVersion: v.rows[0]!.v,
     pool,
     db,
+    keep() {
+      kept = true;
+    },
     async close() {
       await db.destroy();
-      await cleanup();
+      await cleanup(!kept);
+      if (kept && origin !== 'DATABASE_URL') console.log(`# kept: ${url}`);
     },
   };
 }
@@ -117,9 +124,9 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
   const adminUrl = process.env.BENCH_ADMIN_URL ?? DEFAULT_ADMIN_URL;
   if (await answers(adminUrl)) {
     await adminQuery(adminUrl, `CREATE DATABASE ${scratch}`);
-    return connect(withDatabase(adminUrl, scratch), 'local server', () =>
-      adminQuery(adminUrl, `DROP DATABASE IF EXISTS ${scratch} WITH (FORCE)`),
-    );
+    return connect(withDatabase(adminUrl, scratch), 'local server', async (drop) => {
+      if (drop) await adminQuery(adminUrl, `DROP DATABASE IF EXISTS ${scratch} WITH (FORCE)`);
+    });
   }
 
   const embedded = await acquireEmbeddedPostgres({
@@ -129,8 +136,8 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
   });
   const embeddedAdmin = withDatabase(embedded.url, 'postgres');
   await adminQuery(embeddedAdmin, `CREATE DATABASE ${scratch}`);
-  return connect(withDatabase(embedded.url, scratch), 'embedded', async () => {
-    await adminQuery(embeddedAdmin, `DROP DATABASE IF EXISTS ${scratch} WITH (FORCE)`);
+  return connect(withDatabase(embedded.url, scratch), 'embedded', async (drop) => {
+    if (drop) await adminQuery(embeddedAdmin, `DROP DATABASE IF EXISTS ${scratch} WITH (FORCE)`);
     await embedded.release();
   });
 }
