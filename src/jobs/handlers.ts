@@ -339,6 +339,9 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
       ...monthsAhead(now, MONTHS_AHEAD),
       ...(await monthsInDefault(ctx.deps.db)),
     ]);
+    // Before retention, whose failure (an export, an unwritable ARCHIVE_DIR) must not leave
+    // the deltas growing: a month dropped after takes its tallies along.
+    const talliesFolded = await foldPushTallies(ctx.deps.db);
     const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
     try {
       const report = await pruneLedgers(ctx.deps.db, {
@@ -348,8 +351,6 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
       // HISTORY_MONTHS: the months past the kept window, exported, verified, then dropped.
       const history = await runRetention(ctx.deps, { now, signal: stop.signal });
       const months = (a: string) => history.months.filter((m) => m.action === a).length;
-      // After retention: a dropped month's deltas are gone, not folded in to be deleted.
-      const talliesFolded = await foldPushTallies(ctx.deps.db);
       return {
         outcome: report.complete ? 'pruned' : 'partial',
         cutoff: report.cutoff.toISOString(),

@@ -48,9 +48,18 @@ export async function foldPushTallies(db: Db): Promise<number> {
     ), summed AS (
       SELECT month, origin, commits_state, sum(pushes)::bigint AS pushes, count(*) AS deltas
       FROM folded GROUP BY 1, 2, 3
-    ), upserted AS (
+    ), updated AS (
+      UPDATE push_tallies t SET pushes = t.pushes + s.pushes FROM summed s
+      WHERE (t.month, t.origin, t.commits_state) = (s.month, s.origin, s.commits_state)
+      RETURNING t.month, t.origin, t.commits_state
+    ), inserted AS (
+      -- Only keys without a tally row: an INSERT checks its row (pushes >= 0) before ON
+      -- CONFLICT turns it into an update, so a net decrease (a push gone from a state) must
+      -- be the UPDATE above. A key first tallied here sums to what it holds, never below 0.
       INSERT INTO push_tallies AS t (month, origin, commits_state, pushes)
-      SELECT month, origin, commits_state, pushes FROM summed
+      SELECT s.month, s.origin, s.commits_state, s.pushes FROM summed s
+      WHERE NOT EXISTS (SELECT 1 FROM updated u
+        WHERE (u.month, u.origin, u.commits_state) = (s.month, s.origin, s.commits_state))
       ON CONFLICT (month, origin, commits_state) DO UPDATE SET pushes = t.pushes + excluded.pushes
     )
     SELECT coalesce(sum(deltas), 0) AS deltas FROM summed`.execute(db);
@@ -60,8 +69,11 @@ export async function foldPushTallies(db: Db): Promise<number> {
 /**
  * The statements that forget a dropped month's tallies (retention's drop, in its
  * transaction, under the month's lock: no writer of the month can add a delta meanwhile).
+ * Deltas first: a fold that has taken the month's deltas (and not committed) holds them, so
+ * the drop waits for it and then, in its next statement, sees and deletes the tally the fold
+ * wrote. Tallies first would miss a tally row the fold was still inserting.
  */
 export const FORGET_MONTH_TALLIES = [
-  'DELETE FROM push_tallies WHERE month = $1::date',
   'DELETE FROM push_tally_deltas WHERE month = $1::date',
+  'DELETE FROM push_tallies WHERE month = $1::date',
 ] as const;

@@ -171,6 +171,62 @@ describe('push tallies', () => {
     expect(await tallied()).toEqual(await counted());
   });
 
+  it('folds a net decrease into a tally already held (a push leaving a state)', async () => {
+    await foldPushTallies(t.db);
+    const moved = await sql`
+      UPDATE push_events SET commits_state = 'complete', commits_next_attempt_at = NULL
+      WHERE ctid IN (SELECT ctid FROM push_events WHERE commits_state = 'pending' LIMIT 3)`.execute(
+      t.db,
+    );
+    expect(Number(moved.numAffectedRows)).toBe(3);
+    expect(await foldPushTallies(t.db)).toBeGreaterThan(0);
+    expect(await tallied()).toEqual(await counted());
+  });
+
+  it("a month's drop racing a fold that took its deltas leaves no tally of it", async () => {
+    const month = parseMonth('2015-03')!;
+    await sql`SELECT push_events_ensure_month('2015-03-15T00:00:00Z')`.execute(t.db);
+    await sql`
+      INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+        origin, commits_state)
+      SELECT 1, 900000 + g, 'refs/heads/main', 'b' || g, 'h' || g, '2015-03-02T00:00:00Z', '{}',
+        'archive', 'complete'
+      FROM generate_series(1, 5) g`.execute(t.db);
+    // A fold on its own session: its deltas taken, its new tally row not yet committed while
+    // the drop starts; the fold commits once the drop waits for it (a signal, not a sleep).
+    const pool = createPool(t.url, { max: 1, applicationName: 'test-tally-fold' });
+    const fold = createDb(pool);
+    let drop: Promise<{ dropped: boolean }> | undefined;
+    try {
+      await fold.transaction().execute(async (trx) => {
+        await foldPushTallies(trx);
+        drop = dropMonth(t.db, {
+          month,
+          pushes: 5,
+          exportedTo: '/nowhere',
+          verifiedAt: new Date(),
+          stillVerified: async () => null,
+        });
+        await expect
+          .poll(async () => {
+            const r = await sql<{ n: string }>`
+              SELECT count(*) AS n FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(t.db);
+            return Number(r.rows[0]!.n);
+          })
+          .toBeGreaterThan(0);
+      });
+      expect((await drop!).dropped).toBe(true);
+    } finally {
+      await fold.destroy();
+    }
+    const left = await sql<{ n: string }>`
+      SELECT count(*) AS n FROM (SELECT month FROM push_tallies UNION ALL
+        SELECT month FROM push_tally_deltas) x WHERE month = '2015-03-01'`.execute(t.db);
+    expect(Number(left.rows[0]!.n)).toBe(0);
+    expect(await tallied()).toEqual(await counted());
+  });
+
   it('TRUNCATE push_events empties them', async () => {
     await sql`TRUNCATE push_events`.execute(t.db);
     expect(await readPushTallies(t.db)).toEqual([]);
