@@ -172,7 +172,8 @@ describe('a budget refusal does not spin', () => {
     expect(r.code, r.err).toBe(0);
     expect(r.out).toMatch(
       new RegExp(
-        `^source ${id} repo budget-\\d+/feed: deferred: budget spent until \\d\\d:\\d\\d UTC; nothing sent; next poll `,
+        // The date too when the window ends after midnight UTC (src/poll/deferral.ts).
+        `^source ${id} repo budget-\\d+/feed: deferred: budget spent until (\\d{4}-\\d\\d-\\d\\d )?\\d\\d:\\d\\d UTC; nothing sent; next poll `,
         'm',
       ),
     );
