@@ -42,7 +42,7 @@ function waitForExit(child: ChildProcess): Promise<number | null> {
 
 /** Fresh pending pushes, one commit each, on PUSHES repositories (ids from `first`). */
 async function seed(database: BenchDatabase, fake: FakeGitHub, first: number): Promise<void> {
-  await sql`TRUNCATE push_events, commits, commit_fetch_turns, repositories, actors`.execute(
+  await sql`TRUNCATE push_events, stored_commits, commit_fetch_turns, repositories, actors`.execute(
     database.db,
   );
   const pushes = [];

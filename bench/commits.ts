@@ -75,7 +75,7 @@ async function resetWork(db: Db): Promise<void> {
     UPDATE push_events SET commits_state = 'pending', commit_count = NULL, commits_attempts = 0,
       commits_claimed_until = NULL, commits_error = NULL,
       commits_next_attempt_at = now() - interval '1 minute'`.execute(db);
-  await sql`TRUNCATE commits, commit_fetch_turns, actors, github_requests,
+  await sql`TRUNCATE stored_commits, commit_fetch_turns, actors, github_requests,
     github_rate_limits`.execute(db);
   await sql`VACUUM ANALYZE push_events`.execute(db);
 }
@@ -323,7 +323,7 @@ export async function benchCommits(database: BenchDatabase, results: ResultLog):
   try {
     seedGraphs(fake);
     await benchFetch(database, results, fake, clients);
-    await sql`TRUNCATE push_events, commits, commit_fetch_turns`.execute(database.db);
+    await sql`TRUNCATE push_events, stored_commits, commit_fetch_turns`.execute(database.db);
     await benchStore(database, results);
     return [];
   } finally {

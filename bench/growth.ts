@@ -200,7 +200,7 @@ async function checkFill(
   const want = {
     push_events: stored,
     push_commits: sourceTotal(source.listEntries) + copiesOf(source.listEntries),
-    commits: source.commitsBefore + copiesOf(source.rows.commits!),
+    commits: source.commitsBefore + copiesOf(source.rows.stored_commits!),
   };
   const bad: string[] = [];
   const seen: string[] = [];

@@ -46,7 +46,7 @@ const BUSINESS_TABLES = [
   'webhook_deliveries',
   'backfill_files',
   'gaps',
-  'commits',
+  'stored_commits',
   'commit_fetch_turns',
 ];
 

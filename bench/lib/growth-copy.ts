@@ -9,12 +9,12 @@ import type pg from 'pg';
  * every row shifted by `k - j` hours; new event ids and push ids, shifted by the span the
  * generator gives an hour (so a copy's ids are where the generated hour `k`'s would be);
  * every sha — a push's `head` and `before`, its inline list (`commit_shas`, 20 or 32 bytes
- * a sha; `commit_sha_texts`) and `commits.sha` — rewritten by one deterministic function of
+ * a sha; `commit_sha_texts`) and `stored_commits.sha` — rewritten by one deterministic function of
  * the sha and `k`, so the lists still point at their commits; the same repositories and
- * actors (GH Archive repeats them). Rows go through the normal INSERT into `commits` and the
+ * actors (GH Archive repeats them). Rows go through the normal INSERT into `stored_commits` (under the `commits` view) and the
  * partitioned `push_events` (whose triggers key the pushes in `push_keys` and mark the hour
  * changed), in the order the store's writers use (`push_events` by repository_id, ref,
- * before, head; `commits` by repository_id, sha), so every index grows as it would. The
+ * before, head; `stored_commits` by repository_id, sha), so every index grows as it would. The
  * hour's `backfill_files` row is copied too (the file renamed to the hour's).
  *
  * The columns are read from information_schema when the source is taken: a column this
@@ -57,7 +57,7 @@ const TO_NAME = ':to_name';
 const shifted = (c: string) => `s.${c} + ${HOURS} * interval '1 hour'`;
 
 const COPIES: Record<string, TableCopy> = {
-  commits: {
+  stored_commits: {
     order: ['repository_id', 'sha'],
     set: { first_seen_at: 'now()' },
   },
@@ -85,7 +85,7 @@ const COPIES: Record<string, TableCopy> = {
 };
 
 /** Tables in the order an hour is copied: commits before the lists that name them. */
-const TABLE_ORDER = ['commits', 'push_events', 'backfill_files'] as const;
+const TABLE_ORDER = ['stored_commits', 'push_events', 'backfill_files'] as const;
 
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 const src = (table: string) => `growth_src_${table}`;
@@ -188,13 +188,13 @@ export async function takeCopySource(
        FROM push_events t WHERE t.created_at >= ${from}::timestamptz AND t.created_at < ${until}`,
   );
   await client.query(
-    `CREATE TEMP TABLE ${src('commits')} AS
-       SELECT c.*, h.growth_hour FROM commits c
+    `CREATE TEMP TABLE ${src('stored_commits')} AS
+       SELECT c.*, h.growth_hour FROM stored_commits c
        JOIN (SELECT DISTINCT s.growth_hour, pc.repository_id, pc.sha
              FROM ${src('push_events')} s
              JOIN push_commits pc ON (pc.repository_id, pc.ref, pc.before, pc.head)
                                    = (s.repository_id, s.ref, s.before, s.head)) h
-         ON (h.repository_id, h.sha) = (c.repository_id, c.sha)`,
+         ON h.repository_id = c.repository_id AND commit_sha_bytes(h.sha) = c.sha`,
   );
   await client.query(
     `CREATE TEMP TABLE ${src('backfill_files')} AS
@@ -215,7 +215,7 @@ export async function takeCopySource(
      GROUP BY 1`,
   );
   for (const t of TABLE_ORDER) await client.query(`ANALYZE ${src(t)}`);
-  const before = await client.query<{ n: string }>('SELECT count(*) AS n FROM commits');
+  const before = await client.query<{ n: string }>('SELECT count(*) AS n FROM stored_commits');
   return {
     rows,
     listEntries: new Map(entries.rows.map((x) => [x.h, Number(x.n)])),

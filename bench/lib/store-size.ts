@@ -6,7 +6,8 @@ import pg from 'pg';
  * own bytes and its indexes'. A partitioned push_events is summed over every partition of
  * pg_partition_tree (its parent holds no rows; the function lists nothing for a plain
  * table, which is then taken alone). A table this schema lacks (push_keys before the
- * partitioned layout, push_commits once commits are inline) is left out.
+ * partitioned layout, push_commits once commits are inline, commits once it is the view of
+ * stored_commits) is left out.
  */
 
 export const STORE_TABLES = [
@@ -14,6 +15,7 @@ export const STORE_TABLES = [
   'push_keys',
   'push_commits',
   'commits',
+  'stored_commits',
   'actors',
   'repositories',
 ] as const;

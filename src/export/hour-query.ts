@@ -90,8 +90,10 @@ const HOUR_SELECT = `
     ) x
     -- A lateral, so that past the 20th the one-time filter skips the lookup altogether.
     LEFT JOIN LATERAL (
-      SELECT c.author_name, c.author_email, c.message FROM commits c
-      WHERE x.n <= ${MAX_LINE_COMMITS} AND (c.repository_id, c.sha) = (p.repository_id, x.sha)
+      SELECT c.author_name, commit_address_text(c.author_email) AS author_email, c.message
+      FROM stored_commits c
+      WHERE x.n <= ${MAX_LINE_COMMITS} AND c.repository_id = p.repository_id
+        AND c.sha = commit_sha_bytes(x.sha)
     ) c ON true
   ) f ON p.commits_state IN ('complete', 'partial', 'none')
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}`;

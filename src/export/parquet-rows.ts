@@ -13,7 +13,8 @@ import { PUSH_ORDER, VISIBLE } from './hour-query.ts';
 
 export const COMMIT_ROWS = `
   SELECT p.id::text AS event_id, p.repository_id::text AS repo_id, p.push_id::text AS push_id,
-    p.ref, p.head, pc.position, pc.sha, c.author_name, c.author_email,
+    p.ref, p.head, pc.position, pc.sha, c.author_name,
+    commit_address_text(c.author_email) AS author_email,
     c.author_id::text AS author_id, c.author_login, c.message, pc."distinct",
     (extract(epoch FROM c.authored_at) * 1000000)::bigint::text AS authored_us,
     (extract(epoch FROM c.committed_at) * 1000000)::bigint::text AS committed_us
@@ -21,7 +22,8 @@ export const COMMIT_ROWS = `
   JOIN repositories r ON r.id = p.repository_id
   CROSS JOIN LATERAL push_commit_list(p.commit_flags, p.commit_first_position, p.commit_shas,
     p.commit_sha_texts) pc
-  LEFT JOIN commits c ON (c.repository_id, c.sha) = (p.repository_id, pc.sha)
+  LEFT JOIN stored_commits c
+    ON c.repository_id = p.repository_id AND c.sha = commit_sha_bytes(pc.sha)
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}
     AND p.commits_state IN ('complete', 'partial', 'none')
   ORDER BY ${PUSH_ORDER}, pc.position`;

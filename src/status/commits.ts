@@ -122,13 +122,13 @@ export async function commitsStatus(db: Db, now: Date): Promise<CommitsStatus> {
   const points = Number(b.graphql_points);
   out.graphql = { pushes, points, pushesPerPoint: pushesPerPoint(pushes, points) };
   const estimate = await sql<{ n: number }>`
-    SELECT reltuples::float8 AS n FROM pg_class WHERE oid = 'commits'::regclass`.execute(db);
+    SELECT reltuples::float8 AS n FROM pg_class WHERE oid = 'stored_commits'::regclass`.execute(db);
   const n = estimate.rows[0]?.n ?? -1;
   if (n >= EXACT_BELOW) {
     out.stored = Math.round(n);
     out.storedEstimated = true;
   } else {
-    const exact = await sql<{ n: string }>`SELECT count(*) AS n FROM commits`.execute(db);
+    const exact = await sql<{ n: string }>`SELECT count(*) AS n FROM stored_commits`.execute(db);
     out.stored = Number(exact.rows[0]!.n);
   }
   return out;

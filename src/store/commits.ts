@@ -91,9 +91,9 @@ export const emailFor = addressUnderPolicy;
 
 /** How much a source is believed: a better one rewrites a lesser one's row. */
 const SOURCE_RANK: Record<CommitSource, number> = { github: 3, webhook: 2, archive: 1, mirror: 0 };
-const rankSql = (source: string) =>
-  `CASE ${source} WHEN 'github' THEN 3 WHEN 'webhook' THEN 2 WHEN 'archive' THEN 1 ELSE 0 END`;
-const BETTER = `${rankSql('excluded.source')} > ${rankSql('commits.source')}`;
+// stored_commits.source is the rank itself (commit_source_code: mirror 0 … github 3); a row
+// of unknown source (NULL) ranks as a mirror's.
+const BETTER = 'coalesce(excluded.source, 0) > coalesce(sc.source, 0)';
 /** Columns a better source's row replaces (its null included: a mirror's address is no fallback). */
 const TEXT_COLUMNS = ['author_name', 'author_email', 'message'];
 /** Columns only ever filled: a source that lacks one never takes it away. */
@@ -119,7 +119,8 @@ const FILLED_COLUMNS = [
  * (docs/export.md).
  */
 const DERIVED_DISTINCT = `(NOT EXISTS (
-        SELECT 1 FROM commits h WHERE (h.repository_id, h.sha) = (pc.repository_id, pc.sha)
+        SELECT 1 FROM stored_commits h
+        WHERE h.repository_id = pc.repository_id AND h.sha = commit_sha_bytes(pc.sha)
           AND (h.first_seen_at < t.ingested_at OR NOT pc.sha = ANY (t.held_shas)))
       AND NOT EXISTS (
         SELECT 1 FROM pc o WHERE (o.repository_id, o.sha) = (pc.repository_id, pc.sha)
@@ -161,18 +162,16 @@ const ENCODED = (entries: string) => `
 
 function statement(replace: boolean): string {
   const set = [
-    ...TEXT_COLUMNS.map(
-      (c) => `${c} = CASE WHEN ${BETTER} THEN excluded.${c} ELSE commits.${c} END`,
-    ),
+    ...TEXT_COLUMNS.map((c) => `${c} = CASE WHEN ${BETTER} THEN excluded.${c} ELSE sc.${c} END`),
     ...FILLED_COLUMNS.map(
       (c) =>
-        `${c} = CASE WHEN ${BETTER} THEN coalesce(excluded.${c}, commits.${c}) ELSE coalesce(commits.${c}, excluded.${c}) END`,
+        `${c} = CASE WHEN ${BETTER} THEN coalesce(excluded.${c}, sc.${c}) ELSE coalesce(sc.${c}, excluded.${c}) END`,
     ),
-    `source = CASE WHEN ${BETTER} THEN excluded.source ELSE commits.source END`,
+    `source = CASE WHEN ${BETTER} THEN excluded.source ELSE sc.source END`,
   ].join(',\n      ');
-  const fills = FILLED_COLUMNS.map(
-    (c) => `(commits.${c} IS NULL AND excluded.${c} IS NOT NULL)`,
-  ).join('\n         OR ');
+  const fills = FILLED_COLUMNS.map((c) => `(sc.${c} IS NULL AND excluded.${c} IS NOT NULL)`).join(
+    '\n         OR ',
+  );
   // A fetched answer is the push's list; an inline list only adds the positions not held.
   const kept = replace ? '' : 'UNION ALL SELECT * FROM held';
   const given = replace
@@ -199,14 +198,15 @@ function statement(replace: boolean): string {
     ON CONFLICT (id) DO NOTHING
     RETURNING 1
   ), ins AS (
-    INSERT INTO commits (repository_id, sha, author_name, author_email, author_id,
+    INSERT INTO stored_commits AS sc (repository_id, sha, author_name, author_email, author_id,
       author_login, committer_name, committer_email, committer_id, committed_at, message,
       authored_at, parents, source)
-    SELECT repository_id, sha, author_name, author_email, author_id, author_login,
-      committer_name, committer_email, committer_id, committed_at, message, authored_at,
+    SELECT repository_id, commit_sha_bytes(sha), author_name,
+      commit_address_bytes(author_email), author_id, author_login, committer_name,
+      commit_address_bytes(committer_email), committer_id, committed_at, message,
       -- Parents travel as one '{…}' text per commit (arrays of arrays must be rectangular).
-      parents::text[], source
-    FROM c ORDER BY repository_id, sha
+      authored_at, parents::text[], commit_source_code(source)
+    FROM c ORDER BY repository_id, commit_sha_bytes(sha)
     ON CONFLICT (repository_id, sha) DO UPDATE SET
       ${set}
       WHERE ${BETTER}

@@ -25,7 +25,7 @@ type Row = Record<string, string | null> & { gpi_candidate: boolean };
 interface Walk {
   table:
     | 'push_events'
-    | 'commits'
+    | 'stored_commits'
     | 'rejected_events'
     | 'webhook_deliveries'
     | 'actors'
@@ -36,11 +36,13 @@ interface Walk {
   read: string;
   /** Types of the columns a rewrite may set. */
   types: Record<string, string>;
+  /** A column stored otherwise than it is read: the SQL function that stores a value. */
+  storedBy?: Record<string, string>;
   rewrite: (row: Row) => Record<string, unknown> | null;
 }
 
 /** Rows rewritten, by table. */
-export type RewriteCounts = Record<Walk['table'], number>;
+export type RewriteCounts = Record<Exclude<Walk['table'], 'stored_commits'> | 'commits', number>;
 
 async function walk(db: Db, w: Walk): Promise<number> {
   const keys = Object.keys(w.key);
@@ -91,7 +93,8 @@ async function write(
     ]),
   ];
   const names = [...keys.map((k) => `k_${k}`), ...columns.flatMap((c) => [`s_${c}`, `v_${c}`])];
-  const set = columns.map((c) => `${c} = CASE WHEN u.s_${c} THEN u.v_${c} ELSE t.${c} END`);
+  const stored = (c: string) => (w.storedBy?.[c] ? `${w.storedBy[c]}(u.v_${c})` : `u.v_${c}`);
+  const set = columns.map((c) => `${c} = CASE WHEN u.s_${c} THEN ${stored(c)} ELSE t.${c} END`);
   const match = keys.map((k) => `t.${k} = u.k_${k}`).join(' AND ');
   await sql`
     UPDATE ${sql.table(w.table)} t SET ${sql.raw(set.join(', '))}
@@ -138,8 +141,11 @@ export async function rewriteStoredAddresses(
     },
   });
   // An address column not under the policy: any value under drop, a clear one under hash.
+  // The table holds addresses as bytes (commit_address_bytes); they are read and written
+  // as the text the commits view shows.
+  const asText = (c: string) => (c.endsWith('_email') ? `commit_address_text(${c})` : c);
   const address = (c: string) =>
-    `(${c} IS NOT NULL AND ${mode === 'drop' ? 'true' : `${c} !~ '^sha256:[0-9a-f]{64}$'`})`;
+    `(${c} IS NOT NULL AND ${mode === 'drop' ? 'true' : `${asText(c)} !~ '^sha256:[0-9a-f]{64}$'`})`;
   const at = (c: string) => `coalesce(${c} LIKE '%@%', false)`;
   const candidate = [
     address('author_email'),
@@ -150,11 +156,14 @@ export async function rewriteStoredAddresses(
   ].join(' OR ');
   const text = ['author_email', 'committer_email', 'author_name', 'committer_name', 'message'];
   counts.commits = await walk(db, {
-    table: 'commits',
-    key: { repository_id: 'bigint', sha: 'text' },
+    // The table under the commits view: its key is the sha's bytes (bytea's text form,
+    // '\\x…', is what the cursor carries between batches).
+    table: 'stored_commits',
+    key: { repository_id: 'bigint', sha: 'bytea' },
     candidate,
-    read: text.map((c) => `CASE WHEN ${candidate} THEN ${c} END AS ${c}`).join(', '),
+    read: text.map((c) => `CASE WHEN ${candidate} THEN ${asText(c)} END AS ${c}`).join(', '),
     types: Object.fromEntries(text.map((c) => [c, 'text'])),
+    storedBy: { author_email: 'commit_address_bytes', committer_email: 'commit_address_bytes' },
     rewrite: (row) =>
       changes(row, {
         author_email: addressUnderPolicy(row.author_email ?? null, mode),

@@ -25,7 +25,9 @@ const PER_CLASS = 33; // 66 entities: past enrichment's floor of 40, within the 
 
 beforeEach(async () => {
   await sql`TRUNCATE actors, repositories, enrichment_attempts, push_events,
-    commits, commit_fetch_turns, github_requests, github_rate_limits, budget_waits`.execute(t.db);
+    stored_commits, commit_fetch_turns, github_requests, github_rate_limits, budget_waits`.execute(
+    t.db,
+  );
   fake.addApp({
     id: APP_ID,
     publicKey: keys.publicKey,

@@ -51,7 +51,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   fake.reset();
-  await sql`TRUNCATE pgboss.job, push_events, commits, commit_fetch_turns,
+  await sql`TRUNCATE pgboss.job, push_events, stored_commits, commit_fetch_turns,
     repositories, actors, github_requests, github_rate_limits, event_sources CASCADE`.execute(t.db);
   log.lines.length = 0;
 });

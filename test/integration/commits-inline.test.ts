@@ -58,7 +58,7 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 beforeEach(async () => {
-  await sql`TRUNCATE push_events, commits, webhook_deliveries, actors, repositories, event_sources CASCADE`.execute(
+  await sql`TRUNCATE push_events, stored_commits, webhook_deliveries, actors, repositories, event_sources CASCADE`.execute(
     t.db,
   );
   await sql`DELETE FROM pgboss.job WHERE name = ${QUEUES.fetchCommits}`.execute(t.db);

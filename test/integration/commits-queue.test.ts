@@ -54,7 +54,7 @@ afterAll(async () => {
   await fake?.close();
 });
 beforeEach(async () => {
-  await sql`TRUNCATE pgboss.job, push_events, commits, commit_fetch_turns,
+  await sql`TRUNCATE pgboss.job, push_events, stored_commits, commit_fetch_turns,
     repositories, actors, github_requests, github_rate_limits`.execute(t.db);
   log.lines.length = 0;
 });

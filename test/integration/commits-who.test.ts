@@ -48,7 +48,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   fake.reset();
-  await sql`TRUNCATE push_events, commits, webhook_deliveries, actors, repositories,
+  await sql`TRUNCATE push_events, stored_commits, webhook_deliveries, actors, repositories,
     event_sources, backfill_files CASCADE`.execute(t.db);
 });
 afterEach(async () => {

@@ -52,11 +52,15 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-/** Every row of every table outside Postgres's own schemas, each as its text. */
+/**
+ * Every row of every table and view outside Postgres's own schemas, each as its text: the
+ * views too, because a table may hold an address as bytes (stored_commits) that only its
+ * view (commits) spells out.
+ */
 async function wholeDatabase(): Promise<string[]> {
   const tables = await sql<{ schema: string; name: string }>`
     SELECT table_schema AS schema, table_name AS name FROM information_schema.tables
-    WHERE table_type = 'BASE TABLE'
+    WHERE table_type IN ('BASE TABLE', 'VIEW')
       AND table_schema NOT IN ('pg_catalog', 'information_schema')
       AND table_schema NOT LIKE 'pg_toast%' AND table_schema NOT LIKE 'pg_temp%'
     ORDER BY 1, 2`.execute(t.db);
@@ -86,7 +90,7 @@ describe.each(['hash', 'drop', 'gharchive'] as const)('COMMIT_EMAILS=%s', (mode)
   });
 
   beforeAll(async () => {
-    await sql`TRUNCATE push_events, commits, rejected_events, webhook_deliveries,
+    await sql`TRUNCATE push_events, stored_commits, rejected_events, webhook_deliveries,
       actors, repositories, event_sources, backfill_files, ingestion_runs, github_requests
       CASCADE`.execute(t.db);
     // This database's stored data is shaped by `mode` (ADR 0125), as bin/setup records it.
@@ -317,7 +321,7 @@ describe.each(['hash', 'drop', 'gharchive'] as const)('COMMIT_EMAILS=%s', (mode)
 
 describe('bin/setup --reconfigure to a stricter COMMIT_EMAILS', () => {
   it('keep → hash: every address stored under keep is put under hash, then recorded', async () => {
-    await sql`TRUNCATE push_events, commits, rejected_events, webhook_deliveries,
+    await sql`TRUNCATE push_events, stored_commits, rejected_events, webhook_deliveries,
       actors, repositories, event_sources, backfill_files, ingestion_runs CASCADE`.execute(t.db);
     await sql`
       INSERT INTO stored_settings (name, value, recorded_by) VALUES ('COMMIT_EMAILS', 'keep', 'test')

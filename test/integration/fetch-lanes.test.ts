@@ -28,7 +28,7 @@ const logger = createLogger('silent');
 
 beforeEach(async () => {
   await sql`TRUNCATE actors, repositories, enrichment_attempts, github_requests, github_rate_limits,
-    push_events, commits, commit_fetch_turns`.execute(t.db);
+    push_events, stored_commits, commit_fetch_turns`.execute(t.db);
   fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });
 });
 afterEach(async () => {

@@ -43,7 +43,7 @@ afterAll(async () => {
   await fake?.close();
 });
 beforeEach(async () => {
-  await sql`TRUNCATE push_events, commits, commit_fetch_turns, repositories,
+  await sql`TRUNCATE push_events, stored_commits, commit_fetch_turns, repositories,
     actors, github_requests, github_rate_limits, commits_graphql_minutes`.execute(t.db);
   await sql`DELETE FROM github_request_minutes`.execute(t.db);
 });

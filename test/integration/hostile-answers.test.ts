@@ -34,7 +34,7 @@ beforeAll(async () => {
 });
 beforeEach(async () => {
   fake.reset();
-  await sql`TRUNCATE event_sources, ingestion_runs, push_events, commits,
+  await sql`TRUNCATE event_sources, ingestion_runs, push_events, stored_commits,
     commit_fetch_turns, actors, repositories, github_requests, github_rate_limits
     RESTART IDENTITY CASCADE`.execute(t.db);
   log = memoryLogger('info');

@@ -165,7 +165,7 @@ describe('storeCommits on the row-held list', () => {
     ).rows;
 
   beforeAll(async () => {
-    await sql`TRUNCATE push_events, commits CASCADE`.execute(s.db);
+    await sql`TRUNCATE push_events, stored_commits CASCADE`.execute(s.db);
     await sql`INSERT INTO actors (id, login) VALUES (1, 'a') ON CONFLICT DO NOTHING`.execute(s.db);
     await sql`INSERT INTO repositories (id, full_name) VALUES (77, 'o/r') ON CONFLICT DO NOTHING`.execute(
       s.db,

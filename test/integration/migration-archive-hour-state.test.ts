@@ -76,7 +76,7 @@ describe(`migration ${MIGRATION}`, () => {
       VALUES ('2026-11-01T10:00:00Z', 'v1/test', 1, pg_current_snapshot(), repeat('a', 64), 20, 1, 0)`.execute(
       s.db,
     );
-    await sql`TRUNCATE commits`.execute(s.db);
+    await sql`TRUNCATE stored_commits`.execute(s.db);
     const left = await sql<{ n: number }>`
       SELECT count(*)::int AS n FROM archive_hour_files`.execute(s.db);
     expect(left.rows[0]!.n).toBe(0);

@@ -119,11 +119,14 @@ describe('migration 2026-12-01T1000_commits', () => {
   });
 
   it('keeps one commit per repository and sha, and one push_commits row per position', async () => {
+    // Through the commits view (migration 2026-12-05T1400): its rows are stored_commits',
+    // whose key refuses a second row of one repository and sha.
     const commit = (name: string) =>
-      sql`INSERT INTO commits (repository_id, sha, author_name) VALUES (10, 'c1', ${name})
-          ON CONFLICT DO NOTHING`.execute(s.db);
+      sql`INSERT INTO commits (repository_id, sha, author_name) VALUES (10, 'c1', ${name})`.execute(
+        s.db,
+      );
     await commit('first');
-    await commit('second');
+    await expect(commit('second')).rejects.toThrow(/commits_pkey/);
     const c = await sql<{ author_name: string; first_seen_at: Date }>`
       SELECT author_name, first_seen_at FROM commits`.execute(s.db);
     expect(c.rows).toEqual([{ author_name: 'first', first_seen_at: expect.any(Date) }]);

@@ -135,7 +135,7 @@ describe('stored-data settings', () => {
   }, async () => {
     const unset = env({ COMMIT_EMAILS: undefined });
     // A new database: nothing recorded, nothing stored (the commands above stored pushes).
-    await sql`TRUNCATE push_events, commits CASCADE`.execute(t.db);
+    await sql`TRUNCATE push_events, stored_commits CASCADE`.execute(t.db);
     expect((await adoptStoredSettings(t.db, loadConfig({}))).commits.emails).toBe('gharchive');
     const fresh = await runBin('setup', [], unset);
     expect(fresh.code, fresh.err).toBe(0);

@@ -28,7 +28,7 @@ afterAll(async () => {
   await fake?.close();
 });
 beforeEach(async () => {
-  await sql`TRUNCATE push_events, commits, commit_fetch_turns, repositories,
+  await sql`TRUNCATE push_events, stored_commits, commit_fetch_turns, repositories,
     actors, github_requests, github_rate_limits, commits_graphql_minutes`.execute(t.db);
   fake.reset();
   fake.setRateLimit({ resetAt: new Date(Date.now() + 1800_000) });

@@ -155,7 +155,7 @@ export async function pushShas(db: Db, head: string, ref = 'refs/heads/main') {
 export async function freshCommitWorld(db: Db, fake: FakeGitHub, extra: string[] = []) {
   const tables = [
     'push_events',
-    'commits',
+    'stored_commits',
     'commit_fetch_turns',
     'actors',
     'repositories',

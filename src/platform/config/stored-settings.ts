@@ -84,7 +84,7 @@ export async function adoptStoredSettings(db: Db, config: Config): Promise<Confi
   let emails = row?.value;
   if (emails === undefined) {
     const r = await sql<{ held: boolean }>`
-      SELECT EXISTS (SELECT 1 FROM push_events) OR EXISTS (SELECT 1 FROM commits) AS held`.execute(
+      SELECT EXISTS (SELECT 1 FROM push_events) OR EXISTS (SELECT 1 FROM stored_commits) AS held`.execute(
       db,
     );
     if (r.rows[0]?.held) emails = 'hash';
