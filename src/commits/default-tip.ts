@@ -31,8 +31,9 @@ const TIES_READ = 4;
 
 /**
  * The pushes to the default branch just before and just after the new branch's push, and
- * those at its very time: three probes of push_events_ref_created_at (repository_id, ref,
- * created_at), never a walk of a busy default branch's whole history. The push's time is
+ * those at its very time: three probes of push_events_ref_created_at (repository_id,
+ * hashtext(ref), created_at: the ref by its hash in the index, by its text in the filter),
+ * never a walk of a busy default branch's whole history. The push's time is
  * a scalar (an init plan), so each probe bounds the index scan rather than filtering a
  * join: no row (the push is gone) makes it NULL, and every probe finds nothing.
  */
@@ -46,14 +47,17 @@ export function defaultTipStatement(push: PushKey, defaultBranch: string): RawBu
     )
     SELECT
       (SELECT p.head FROM push_events p WHERE p.repository_id = ${push.repositoryId}::bigint
-         AND p.ref = ${ref} AND p.created_at < (SELECT created_at FROM me)
+         AND hashtext(p.ref) = hashtext(${ref}) AND p.ref = ${ref}
+         AND p.created_at < (SELECT created_at FROM me)
          ORDER BY p.created_at DESC LIMIT 1) AS prev_head,
       (SELECT p.before FROM push_events p WHERE p.repository_id = ${push.repositoryId}::bigint
-         AND p.ref = ${ref} AND p.created_at > (SELECT created_at FROM me)
+         AND hashtext(p.ref) = hashtext(${ref}) AND p.ref = ${ref}
+         AND p.created_at > (SELECT created_at FROM me)
          ORDER BY p.created_at LIMIT 1) AS next_before,
       (SELECT array_agg(x) FROM (
          SELECT unnest(ARRAY[p.before, p.head]) AS x FROM push_events p
-         WHERE p.repository_id = ${push.repositoryId}::bigint AND p.ref = ${ref}
+         WHERE p.repository_id = ${push.repositoryId}::bigint
+           AND hashtext(p.ref) = hashtext(${ref}) AND p.ref = ${ref}
            AND p.created_at = (SELECT created_at FROM me)
          LIMIT ${TIES_READ * 2}) t) AS ties`;
 }

@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { awaitingPickStatement, countAwaitingStatement } from '../../src/commits/awaiting.ts';
 import { claimStatement } from '../../src/commits/claim.ts';
-import { defaultTipStatement } from '../../src/commits/default-tip.ts';
+import { defaultTipAtPush, defaultTipStatement } from '../../src/commits/default-tip.ts';
 import { commitsDueStatement } from '../../src/work/commits-due.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { explain, indexReads, type Plan, seqScans } from '../support/plans.ts';
@@ -73,14 +73,16 @@ describe('commits fetch plans', () => {
     );
     expect(seqScans(p, 'push_events'), p.shown).toEqual([]);
     expect(sorts(p), p.shown).toEqual([]);
-    // prev_head, next_before and ties each probe (repository_id, ref, created_at)
+    // prev_head, next_before and ties each probe (repository_id, hashtext(ref), created_at)
     const probes = indexReads(p, 'push_events_ref_created_at');
     expect(probes, p.shown).toHaveLength(3);
     // ... each bounded by the push's time in the index condition, not filtered after it (the
     // bound's right side is `$1` up to Postgres 16, `(InitPlan 2).col1` from 17: not read)
     for (const probe of probes) {
       expect(probe['Relation Name'], p.shown).toBe('push_events');
-      expect(probe['Index Cond'], p.shown).toContain("(ref = 'refs/heads/main'::text)");
+      // The ref by its hash in the index (migration 2026-12-05T1410), by its text after.
+      expect(probe['Index Cond'], p.shown).toMatch(/\(hashtext\(ref\) = '-?\d+'::integer\)/);
+      expect(probe.Filter, p.shown).toContain("(ref = 'refs/heads/main'::text)");
       expect(probe['Index Cond'], p.shown).toMatch(/\(created_at [<>=] /);
     }
     expect(probes.map((n) => /created_at ([<>=])/.exec(n['Index Cond']!)![1]).sort()).toEqual([
@@ -88,6 +90,32 @@ describe('commits fetch plans', () => {
       '=',
       '>',
     ]);
+  });
+
+  it("a ref whose hash is the default branch's is read past, never taken for it", async () => {
+    // refs/heads/b46163 and refs/heads/b155105 share a hashtext (811131738): the index finds
+    // both, the filter keeps the default branch's. The other ref's pushes are the nearest to
+    // the new branch's push on both sides.
+    const hashes = await sql<{ a: number; b: number }>`
+      SELECT hashtext('refs/heads/b46163') AS a, hashtext('refs/heads/b155105') AS b`.execute(t.db);
+    expect(hashes.rows[0]!.a).toBe(hashes.rows[0]!.b);
+    await sql`
+      INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at, payload,
+        commits_state)
+      VALUES
+        (1, 888888, 'refs/heads/b46163', ${md5('d0')}, ${md5('d1')}, now() - interval '3 hours', '{}', 'none'),
+        (1, 888888, 'refs/heads/b155105', ${md5('x0')}, ${md5('x1')}, now() - interval '2 hours', '{}', 'none'),
+        (1, 888888, 'refs/heads/new', ${'0'.repeat(40)}, ${md5('n1')}, now() - interval '90 minutes', '{}', 'none'),
+        (1, 888888, 'refs/heads/b155105', ${md5('x1')}, ${md5('x2')}, now() - interval '1 hour', '{}', 'none'),
+        (1, 888888, 'refs/heads/b46163', ${md5('d1')}, ${md5('d2')}, now() - interval '30 minutes', '{}', 'none')`.execute(
+      t.db,
+    );
+    const tip = await defaultTipAtPush(
+      t.db,
+      { repositoryId: '888888', ref: 'refs/heads/new', before: '0'.repeat(40), head: md5('n1') },
+      'b46163',
+    );
+    expect(tip).toEqual({ proven: md5('d1'), candidate: null, around: [md5('d1')] });
   });
 
   it('the claim never scans push_events whole', async () => {
