@@ -8,7 +8,7 @@ import { type Kysely, sql } from 'kysely';
 // time), asks for one ref, which it names by its hash in the index condition and by its
 // text in the filter, so a ref of the same hash costs a row read, never a wrong answer. An
 // entry takes 36 bytes where it took about 52 (an 8-byte key, a 19-byte ref on average, a
-// time, the alignment): about 23 bytes a push (ADR 0204's sequel in docs/performance.md).
+// time, the alignment): about 23 bytes a push (ADR 0205).
 //
 // hashtext is immutable and kept across pg_upgrade (hash indexes and hash partitions rely on
 // it). The index is rebuilt on every partition in the migration's transaction, as the

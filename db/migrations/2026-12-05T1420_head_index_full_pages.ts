@@ -3,7 +3,7 @@ import { type Kysely, sql } from 'kysely';
 // Frozen: never import application code here.
 //
 // push_events_head, the hash index every natural-key lookup probes, fills its bucket pages
-// (fillfactor 100, from the default 75). Its keys are shas, spread evenly over the buckets,
+// (fillfactor 100, from the default 75; ADR 0205). Its keys are shas, spread evenly over the buckets,
 // so a full page rarely overflows before its bucket splits: a lookup still reads a bucket
 // page or two, and an entry costs 29 bytes where it cost 37 (200,000 random shas; 30 where
 // it cost 50 a push in the storage bench's 5,290 copies of 2015-01-01-15). Rebuilt on every
