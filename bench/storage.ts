@@ -63,11 +63,21 @@ const HEX40 = /\b[0-9a-f]{40}\b/g;
 const EVENT_ID = /^\{"id":"(\d+)"/;
 const CREATED_AT = /"created_at":"([^"]+)"/g;
 
-/** An ISO time `hours` later, in the form GH Archive writes (no milliseconds). */
+/**
+ * An ISO time `hours` later, written as it was: GH Archive's form (no milliseconds) in UTC,
+ * or, for a time with an offset (the timeline format's `-07:00`), the same offset, so each
+ * rewritten line keeps its length. Every `created_at` of a line moves, nested ones too (a
+ * repository's, in the timeline format): all by the same hours.
+ */
 function laterBy(at: string, hours: number): string {
   const t = Date.parse(at);
   if (Number.isNaN(t)) return at;
-  return new Date(t + hours * 3_600_000).toISOString().replace('.000Z', 'Z');
+  const offset = /([+-])(\d\d):?(\d\d)$/.exec(at);
+  const minutes = offset
+    ? (offset[1] === '-' ? -1 : 1) * (Number(offset[2]) * 60 + Number(offset[3]))
+    : 0;
+  const local = new Date(t + hours * 3_600_000 + minutes * 60_000).toISOString();
+  return offset ? local.replace(/\.\d{3}Z$/, offset[0]) : local.replace('.000Z', 'Z');
 }
 
 /**

@@ -250,7 +250,8 @@ function statement(replace: boolean): string {
 
 const STATEMENTS = { inline: statement(false), replace: statement(true) };
 
-function textArray(values: readonly string[] | null | undefined): string | null {
+/** A Postgres array literal of texts (each quoted, `"` and `\\` escaped), or null. */
+export function textArray(values: readonly string[] | null | undefined): string | null {
   if (!values) return null;
   return `{${values.map((v) => `"${v.replace(/["\\]/g, '\\$&')}"`).join(',')}}`;
 }

@@ -295,6 +295,9 @@ export function insertedList(plan: CommitsPlan): InsertedList | null {
   const commits = plan.commits;
   if (commits.length === 0) return null;
   let flags = '';
+  // Every sha of a plan is 40 or 64 lowercase hex digits (inlineCommits skips any other),
+  // so one length is one hex string; mixed lengths go as texts, which need no escaping in
+  // an array literal or a COPY line (textArray quotes them all the same).
   let width = commits[0]!.sha.length;
   for (const c of commits) {
     if (c.distinct === null) return null;

@@ -5,7 +5,7 @@ import { copyFrom } from '../platform/db/copy.ts';
 import type { Db } from '../platform/db/pool.ts';
 import { AppError } from '../platform/errors.ts';
 import { jsonTextUnderPolicy } from './commit-emails.ts';
-import { storeCommits, storeCommitsOn } from './commits.ts';
+import { storeCommits, storeCommitsOn, textArray } from './commits.ts';
 import {
   asEventIdRace,
   type Contender,
@@ -349,7 +349,7 @@ export async function bulkStorePage(
     // Each push's inline list, so its row is written once (inline-commits.ts insertedList).
     lists.map((l) => l?.flags ?? null),
     lists.map((l) => l?.shaHex ?? null),
-    lists.map((l) => (l?.shaTexts ? `{${l.shaTexts.join(',')}}` : null)),
+    lists.map((l) => textArray(l?.shaTexts)),
   ];
   await ensurePushMonths(
     db,

@@ -2,7 +2,7 @@ import type { CommitEmailMode } from '../platform/config/config.ts';
 import type { CommitSource } from '../platform/db/columns.ts';
 import { copyField } from '../platform/db/copy.ts';
 import { jsonTextUnderPolicy } from './commit-emails.ts';
-import type { PushCommits } from './commits.ts';
+import { type PushCommits, textArray } from './commits.ts';
 import { type CommitsTargets, NO_TARGETS } from './commits-targets.ts';
 import { insertedList, planCommits, stagedState } from './inline-commits.ts';
 import type { PushRow } from './mapping.ts';
@@ -101,7 +101,7 @@ export class StageBatch {
     const { rest, held } = payloadRest(p, plan);
     const payload = rest === null ? null : jsonTextUnderPolicy(rest, inline.emails);
     const list = insertedList(plan);
-    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login ?? null)}\t${held}\t${list?.flags ?? '\\N'}\t${list?.shaHex ? `\\\\x${list.shaHex}` : '\\N'}\t${list?.shaTexts ? `{${list.shaTexts.join(',')}}` : '\\N'}\n`;
+    const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login ?? null)}\t${held}\t${list?.flags ?? '\\N'}\t${list?.shaHex ? `\\\\x${list.shaHex}` : '\\N'}\t${textArray(list?.shaTexts) ?? '\\N'}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
     if (this.#end + bytes > this.#buf.length) {
