@@ -95,13 +95,13 @@ function mergeStatement(from: MergeSource, expectNew = false): string {
       ORDER BY s.repository_id, s.ref, s.before, s.head`;
   // push_keys decides what is new, whichever month a copy is in: a key held already (or
   // taken by a writer racing this one, which it waits for) is not inserted again. Its event
-  // id is the push's, so two pushes claiming one id in an era meet at push_events_event_id.
+  // id is the push's, so two pushes claiming one id in an era meet at push_events_event_id
+  // (event_id, event_id_era(created_at)).
   const keys = `
     b AS MATERIALIZED (${batch}),
     pk AS (
-      INSERT INTO push_keys (repository_id, digest, created_at, event_id, era)
-      SELECT b.repository_id, b.digest, b.created_at, b.kept_id,
-        CASE WHEN b.kept_id IS NOT NULL THEN event_id_era(b.created_at) END
+      INSERT INTO push_keys (repository_id, digest, created_at, event_id)
+      SELECT b.repository_id, b.digest, b.created_at, b.kept_id
       FROM b ORDER BY b.repository_id, b.digest
       ${expectNew ? '' : 'ON CONFLICT (repository_id, digest) DO NOTHING'}
       RETURNING repository_id, digest

@@ -37,11 +37,12 @@ async function indexes() {
 
 /**
  * One push per id and era, as the latest migration holds it: since push_events is
- * partitioned by month (2026-12-05T1100), on push_keys, one row a push, its era a column.
+ * partitioned by month (2026-12-05T1100), on push_keys, one row a push; its era from its
+ * time since 2026-12-05T1430.
  */
 const EXPECTED = {
   name: 'push_events_event_id',
-  def: 'CREATE UNIQUE INDEX push_events_event_id ON public.push_keys USING btree (event_id, era) WHERE (event_id IS NOT NULL)',
+  def: 'CREATE UNIQUE INDEX push_events_event_id ON public.push_keys USING btree (event_id, event_id_era(created_at)) WHERE (event_id IS NOT NULL)',
   valid: true,
 };
 

@@ -34,7 +34,8 @@ async function placed(repo: string) {
 
 async function keysOf(repo: string) {
   const r = await sql<{ created_at: Date; event_id: string | null; era: number | null }>`
-    SELECT created_at, event_id::text AS event_id, era FROM push_keys
+    SELECT created_at, event_id::text AS event_id,
+      CASE WHEN event_id IS NOT NULL THEN event_id_era(created_at) END AS era FROM push_keys
     WHERE repository_id = ${repo}::bigint`.execute(t.db);
   return r.rows;
 }

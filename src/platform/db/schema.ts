@@ -211,8 +211,8 @@ export interface PushKeysTable {
   /** push_key_digest(repository_id, ref, before, head). */
   digest: string;
   created_at: Timestamp;
+  /** Unique with its era, event_id_era(created_at) (migration 2026-12-05T1430). */
   event_id: BigId | null;
-  era: number | null;
 }
 
 export interface PushEventsTable {
