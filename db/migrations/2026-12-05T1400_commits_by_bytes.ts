@@ -105,8 +105,8 @@ async function addressFunctions(db: Kysely<unknown>): Promise<void> {
     $$`.execute(db);
 }
 
-async function archiveFunction(db: Kysely<unknown>): Promise<void> {
-  const pushesListing = (rows: string) => `
+/** The hours of the pushes listing the commits of `rows`, over bytes (up). */
+const bytesListing = (rows: string) => `
     SELECT ${HOUR('p.created_at')} FROM (SELECT DISTINCT repository_id, sha FROM ${rows}) k
     JOIN push_events p ON p.repository_id = k.repository_id
     WHERE p.commit_flags IS NOT NULL AND p.commits_state IN ('complete', 'partial', 'none')
@@ -115,14 +115,17 @@ async function archiveFunction(db: Kysely<unknown>): Promise<void> {
         ELSE position(k.sha IN p.commit_shas) > 0 END
       AND EXISTS (SELECT 1 FROM push_commit_list(${LIST_OF('p')}) l
         WHERE l.sha = commit_sha_text(k.sha))`;
+
+/** archive_commits_written, finding a changed commit's hours by `listing`. */
+async function archiveFunction(db: Kysely<unknown>, listing: (rows: string) => string) {
   await sql
     .raw(`
     CREATE OR REPLACE FUNCTION archive_commits_written() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF TG_OP = 'DELETE' THEN
-        PERFORM archive_hours_changed(ARRAY(${pushesListing('old_rows')}));
+        PERFORM archive_hours_changed(ARRAY(${listing('old_rows')}));
       ELSIF TG_OP = 'UPDATE' THEN
-        PERFORM archive_hours_changed(ARRAY(${pushesListing(`(
+        PERFORM archive_hours_changed(ARRAY(${listing(`(
           SELECT n.repository_id, n.sha FROM old_rows o JOIN new_rows n
             ON (o.repository_id, o.sha) = (n.repository_id, n.sha)
           WHERE ${ROW('o', WATCHED)} IS DISTINCT FROM ${ROW('n', WATCHED)}) AS changed`)}));
@@ -218,7 +221,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     db,
   );
   await archiveTriggers(db, 'stored_commits', false);
-  await archiveFunction(db);
+  await archiveFunction(db, bytesListing);
   await sql
     .raw(`
     CREATE VIEW commits AS
@@ -310,21 +313,7 @@ export async function down(db: Kysely<unknown>): Promise<void> {
   await sql`CREATE INDEX commits_first_seen_at ON commits USING brin (first_seen_at)`.execute(db);
   await archiveTriggers(db, 'commits', true);
   // The function as migration 2026-12-05T1110 left it, over text shas.
-  await sql
-    .raw(`
-    CREATE OR REPLACE FUNCTION archive_commits_written() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF TG_OP = 'DELETE' THEN
-        PERFORM archive_hours_changed(ARRAY(${textListing('old_rows')}));
-      ELSIF TG_OP = 'UPDATE' THEN
-        PERFORM archive_hours_changed(ARRAY(${textListing(`(
-          SELECT n.repository_id, n.sha FROM old_rows o JOIN new_rows n
-            ON (o.repository_id, o.sha) = (n.repository_id, n.sha)
-          WHERE ${ROW('o', WATCHED)} IS DISTINCT FROM ${ROW('n', WATCHED)}) AS changed`)}));
-      END IF;
-      RETURN NULL;
-    END $$`)
-    .execute(db);
+  await archiveFunction(db, textListing);
   await pushCommitsJson(
     db,
     'commits c ON (c.repository_id, c.sha) = (pc.repository_id, pc.sha)',
