@@ -11,6 +11,7 @@ import {
   runOnClient,
 } from '../store/event-ids.ts';
 import { pushesFinal } from '../store/open-hours.ts';
+import { upkeepAfterImport } from '../store/push-upkeep.ts';
 import { dropStage, insertStagedEntities, prepareStage } from '../store/pushes.ts';
 import {
   logRejected,
@@ -169,6 +170,8 @@ export async function readAndStore(
   let delta: CheckpointCounts = { ...ZERO_COUNTS };
   // The created_at range of the chunk's kept pushes: the hours it writes into.
   let written: { from: number; to: number } | null = null;
+  // The same over the whole attempt: the months the upkeep after the file looks after.
+  let fileWritten: { from: number; to: number } | null = null;
   let lineNo = 0;
   let loggedMalformed = 0;
   let linesAtFlush = checkpoint.linesDone;
@@ -406,6 +409,9 @@ export async function readAndStore(
             written = written
               ? { from: Math.min(written.from, at), to: Math.max(written.to, at) }
               : { from: at, to: at };
+            fileWritten = fileWritten
+              ? { from: Math.min(fileWritten.from, at), to: Math.max(fileWritten.to, at) }
+              : { from: at, to: at };
           }
         }
         // A chunk is full of pushes, of lines rejected, or of lines (a narrow scope keeps
@@ -443,6 +449,9 @@ export async function readAndStore(
     await dropStage(client).catch(() => {});
     await (lastEntities as Promise<unknown> | null)?.catch(() => {});
     entityClient.release(entityBroken);
+  }
+  if (fileWritten !== null && result.counts.created > 0) {
+    await upkeepAfterImport(client, fileWritten, log);
   }
   if (mirrorOpen) {
     log.warn(
