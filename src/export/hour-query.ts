@@ -88,12 +88,14 @@ const HOUR_SELECT = `
       FROM push_commit_list(p.commit_flags, p.commit_first_position, p.commit_shas,
         p.commit_sha_texts) l
     ) x
-    -- A lateral, so that past the 20th the one-time filter skips the lookup altogether.
+    -- A lateral, so that past the 20th the one-time filter skips the lookup altogether;
+    -- OFFSET 0 keeps it one (a pulled-up join may be hashed over every stored commit).
     LEFT JOIN LATERAL (
       SELECT c.author_name, commit_address_text(c.author_email) AS author_email, c.message
       FROM stored_commits c
       WHERE x.n <= ${MAX_LINE_COMMITS} AND c.repository_id = p.repository_id
         AND c.sha = commit_sha_bytes(x.sha)
+      OFFSET 0
     ) c ON true
   ) f ON p.commits_state IN ('complete', 'partial', 'none')
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}`;

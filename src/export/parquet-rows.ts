@@ -22,8 +22,15 @@ export const COMMIT_ROWS = `
   JOIN repositories r ON r.id = p.repository_id
   CROSS JOIN LATERAL push_commit_list(p.commit_flags, p.commit_first_position, p.commit_shas,
     p.commit_sha_texts) pc
-  LEFT JOIN stored_commits c
-    ON c.repository_id = p.repository_id AND c.sha = commit_sha_bytes(pc.sha)
+  -- One key lookup a commit, whatever the planner thinks of the hour's size: OFFSET 0 keeps
+  -- the lateral from being pulled up into a join it could hash over every stored commit.
+  LEFT JOIN LATERAL (
+    SELECT c.author_name, c.author_email, c.author_id, c.author_login, c.message,
+      c.authored_at, c.committed_at
+    FROM stored_commits c
+    WHERE c.repository_id = p.repository_id AND c.sha = commit_sha_bytes(pc.sha)
+    OFFSET 0
+  ) c ON true
   WHERE p.created_at >= $1 AND p.created_at < $2 AND ${VISIBLE}
     AND p.commits_state IN ('complete', 'partial', 'none')
   ORDER BY ${PUSH_ORDER}, pc.position`;
