@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { sql } from 'kysely';
 import type pg from 'pg';
 import { hourlyCoverage } from '../src/status/coverage.ts';
+import { monthsBetween, upkeepAfterBulkWrite } from '../src/store/push-upkeep.ts';
 import { generateHourFile } from './lib/archive-gen.ts';
 import { backfillFile, binEnv, ROOT, runBin } from './lib/bin.ts';
 import { type BenchDatabase, resetBusinessTables } from './lib/database.ts';
@@ -39,7 +40,8 @@ import { lineChart } from './lib/svg.ts';
  * `bin/backfill` (timed as above; the import-rate target compares these); every hour in
  * between is a copy, made in SQL, of one of the first three as bin/backfill stored it
  * (bench/lib/growth-copy.ts: shifted to its own hour, new event ids and shas, the same
- * actors and repositories, through the normal INSERTs in the writers' row order), because
+ * actors and repositories, through the normal INSERTs in the writers' row order, then the
+ * upkeep bin/backfill does after a file: src/store/push-upkeep.ts), because
  * a hundred imports of 100,000 pushes are more than two hours of wall time here. After the
  * copies the fill is checked: the lists' entries (the push_commits view), the pushes and
  * the commits counted against the source, and `bin/export` of the last copied hour writes
@@ -338,6 +340,11 @@ export async function benchGrowth(
           sourceName: `${hourName(from)}.json.gz`,
           targetName: `${name}.json.gz`,
         });
+        // What bin/backfill does after a file, so a copied hour is summarized and analysed
+        // like an imported one.
+        const at = new Date(FIRST_HOUR + i * HOUR_MS);
+        const upkeep = await upkeepAfterBulkWrite(client!, monthsBetween(at, at));
+        if (upkeep.error) throw upkeep.error;
         const seconds = secondsSince(tc);
         fill.copySeconds += seconds;
         const created = counts.push_events ?? 0;
