@@ -15,8 +15,9 @@ import {
   monthsAhead,
   monthsInDefault,
 } from '../store/push-months.ts';
-import { foldPushTallies } from '../store/push-tallies.ts';
+import { foldPushTallies, prunePushMinutes } from '../store/push-tallies.ts';
 import type { Deps } from '../work/deps.ts';
+import { foldEntityTallies } from '../work/enrichment-due.ts';
 import {
   BACKFILL_MAX_SECONDS,
   CYCLE_MAX_ENTITIES,
@@ -328,8 +329,9 @@ export function handleReconcile(ctx: JobContext, job: JobLike) {
  * maintenance: makes push_events' partitions of this month and the next MONTHS_AHEAD (no
  * writer then makes one) and of the months whose pushes the default partition holds (moving
  * them in), prunes the ledgers past RETENTION_DAYS, then, with HISTORY_MONTHS, runs retention
- * of push history (jobs/month-retention.ts), and folds the push tallies' deltas
- * (store/push-tallies.ts); time-boxed, the next hour carries on.
+ * of push history (jobs/month-retention.ts), and folds the push and entity tallies' deltas
+ * (store/push-tallies.ts, work/enrichment-due.ts) and prunes the minute tallies older than
+ * two days; time-boxed, the next hour carries on.
  */
 export function handleMaintenance(ctx: JobContext, job: JobLike) {
   const limits = { ...DEFAULT_LIMITS, ...ctx.limits };
@@ -341,7 +343,9 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
     ]);
     // Before retention, whose failure (an export, an unwritable ARCHIVE_DIR) must not leave
     // the deltas growing: a month dropped after takes its tallies along.
-    const talliesFolded = await foldPushTallies(ctx.deps.db);
+    const talliesFolded =
+      (await foldPushTallies(ctx.deps.db)) + (await foldEntityTallies(ctx.deps.db));
+    const minutesPruned = await prunePushMinutes(ctx.deps.db, now);
     const stop = jobStop(ctx, job, limits.maintenanceMaxSeconds);
     try {
       const report = await pruneLedgers(ctx.deps.db, {
@@ -357,6 +361,7 @@ export function handleMaintenance(ctx: JobContext, job: JobLike) {
         deleted: report.deleted,
         months_made: monthsMade,
         tally_deltas_folded: talliesFolded,
+        minute_tallies_pruned: minutesPruned,
         ...(history.historyMonths === null
           ? {}
           : { months_dropped: months('dropped'), months_kept: months('kept') }),

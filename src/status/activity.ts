@@ -1,7 +1,6 @@
 import { sql } from 'kysely';
-import type { PushOrigin } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
-import { readPushTallies } from '../store/push-tallies.ts';
+import { pushMinuteCounts, readPushTallies } from '../store/push-tallies.ts';
 import { type RejectedSummary, rejectedSummary } from '../store/rejected-events.ts';
 import { REJECTION_REASONS } from '../store/rules.ts';
 import { routingLabel } from '../webhooks/events.ts';
@@ -42,17 +41,14 @@ export interface IngestActivity {
 
 /**
  * The pushes of the last 24 hours by origin, by arrival (ingested_at) and by the event's own
- * time (created_at): range reads of each partition's BRIN index on that column (created_at
- * prunes to the months the window touches), bounded by the window, not by history.
+ * time (created_at), in whole UTC minutes from the one `since` falls in: sums of the minute
+ * tallies (store/push-tallies.ts), bounded by the statements of a day, never by the pushes a
+ * backfill brought in that day.
  */
 export function pushesSinceStatements(since: Date) {
   return {
-    arrived: sql<{ origin: PushOrigin; n: string }>`
-      SELECT origin, count(*) AS n FROM push_events WHERE ingested_at > ${since}
-      GROUP BY origin`,
-    pushed: sql<{ origin: PushOrigin; n: string }>`
-      SELECT origin, count(*) AS n FROM push_events WHERE created_at > ${since}
-      GROUP BY origin`,
+    arrived: pushMinuteCounts('arrived', since),
+    pushed: pushMinuteCounts('pushed', since),
   };
 }
 

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { CommitsState, PushOrigin } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { foldTallies } from './tally-fold.ts';
 
 /**
  * The pushes stored, by month, origin and commits_state, without counting push_events (ADR
@@ -36,34 +37,36 @@ export async function readPushTallies(db: Db): Promise<PushTally[]> {
 }
 
 /**
- * Folds every committed delta into the tallies, in one statement: a reader in another
- * transaction sees the deltas or the tallies they became, never both and never neither. A
- * second fold at once skips the deltas the first deleted (it waits for them, then finds them
- * gone), so folds need no lock. Returns the deltas folded.
+ * The pushes of `clock`'s minutes from `since`'s (UTC) on, by origin: push_minute_tallies
+ * (migration 2026-12-05T1440), appended by push_events' triggers, a row a minute, clock and
+ * origin of each statement. Its index reads only the window's rows.
  */
-export async function foldPushTallies(db: Db): Promise<number> {
-  const r = await sql<{ deltas: string }>`
-    WITH folded AS (
-      DELETE FROM push_tally_deltas RETURNING month, origin, commits_state, pushes
-    ), summed AS (
-      SELECT month, origin, commits_state, sum(pushes)::bigint AS pushes, count(*) AS deltas
-      FROM folded GROUP BY 1, 2, 3
-    ), updated AS (
-      UPDATE push_tallies t SET pushes = t.pushes + s.pushes FROM summed s
-      WHERE (t.month, t.origin, t.commits_state) = (s.month, s.origin, s.commits_state)
-      RETURNING t.month, t.origin, t.commits_state
-    ), inserted AS (
-      -- Only keys without a tally row: an INSERT checks its row (pushes >= 0) before ON
-      -- CONFLICT turns it into an update, so a net decrease (a push gone from a state) must
-      -- be the UPDATE above. A key first tallied here sums to what it holds, never below 0.
-      INSERT INTO push_tallies AS t (month, origin, commits_state, pushes)
-      SELECT s.month, s.origin, s.commits_state, s.pushes FROM summed s
-      WHERE NOT EXISTS (SELECT 1 FROM updated u
-        WHERE (u.month, u.origin, u.commits_state) = (s.month, s.origin, s.commits_state))
-      ON CONFLICT (month, origin, commits_state) DO UPDATE SET pushes = t.pushes + excluded.pushes
-    )
-    SELECT coalesce(sum(deltas), 0) AS deltas FROM summed`.execute(db);
-  return Number(r.rows[0]?.deltas ?? 0);
+export function pushMinuteCounts(clock: 'arrived' | 'pushed', since: Date) {
+  return sql<{ origin: PushOrigin; n: string }>`
+    SELECT origin, sum(pushes) AS n FROM push_minute_tallies
+    WHERE clock = ${clock} AND minute >= date_trunc('minute', ${since}::timestamptz, 'UTC')
+    GROUP BY origin HAVING sum(pushes) <> 0`;
+}
+
+/** Minutes kept: status reads the last 24 hours; a day more for a clock set back. */
+export const MINUTES_KEPT_MS = 2 * 86_400_000;
+
+/** Deletes the minute tallies older than MINUTES_KEPT_MS before `now`; how many. */
+export async function prunePushMinutes(db: Db, now: Date): Promise<number> {
+  const r = await sql`DELETE FROM push_minute_tallies WHERE minute < ${new Date(
+    now.getTime() - MINUTES_KEPT_MS,
+  )}`.execute(db);
+  return Number(r.numAffectedRows ?? 0);
+}
+
+/** Folds every committed delta into the tallies (src/store/tally-fold.ts). */
+export function foldPushTallies(db: Db): Promise<number> {
+  return foldTallies(db, {
+    tallies: 'push_tallies',
+    deltas: 'push_tally_deltas',
+    keys: ['month', 'origin', 'commits_state'],
+    value: 'pushes',
+  });
 }
 
 /**
@@ -76,4 +79,8 @@ export async function foldPushTallies(db: Db): Promise<number> {
 export const FORGET_MONTH_TALLIES = [
   'DELETE FROM push_tally_deltas WHERE month = $1::date',
   'DELETE FROM push_tallies WHERE month = $1::date',
+  // Its pushes' minutes (status's last 24 hours by event time: a month dropped as it ends).
+  `DELETE FROM push_minute_tallies WHERE clock = 'pushed'
+     AND minute >= $1::date::timestamp AT TIME ZONE 'UTC'
+     AND minute < ($1::date + interval '1 month')::timestamp AT TIME ZONE 'UTC'`,
 ] as const;

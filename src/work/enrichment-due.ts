@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { EntityClass } from '../budget/types.ts';
 import type { EnrichmentState } from '../platform/db/columns.ts';
 import type { Db } from '../platform/db/pool.ts';
+import { foldTallies } from '../store/tally-fold.ts';
 import { ENTITY_CLASSES, ENTITY_TABLES } from './entity.ts';
 
 /**
@@ -62,14 +63,51 @@ export async function countDue(
 }
 
 /**
- * countDue as a statement (exported so a test can EXPLAIN it). O(backlog), but both halves
- * are index-only counts: `*_pending` carries claimed_until as an INCLUDE column (migration
- * 2026-11-29T0930) and `*_age_out` is keyed on enriched_at.
+ * The entities of `cls` in `state`: their tally plus the deltas not yet folded (migration
+ * 2026-12-05T1440: appended by the table's triggers, folded by the maintenance job).
+ */
+function tallied(cls: EntityClass, state: EnrichmentState) {
+  return sql`(SELECT coalesce(sum(entities), 0) FROM (
+      SELECT entities FROM entity_tallies WHERE entity = ${cls} AND enrichment_state = ${state}
+      UNION ALL
+      SELECT entities FROM entity_tally_deltas WHERE entity = ${cls} AND enrichment_state = ${state}
+    ) t)`;
+}
+
+/** Pending rows under a live lease: a range of `*_leased` (live leases only). */
+function leasedPending(cls: EntityClass, now: Date, dueOnly: boolean) {
+  const { table } = ENTITY_TABLES[cls];
+  return sql`(SELECT count(*) FROM ${sql.table(table)}
+    WHERE enrichment_state = 'pending' AND claimed_until IS NOT NULL AND claimed_until > ${now}
+      ${dueOnly ? sql`AND next_attempt_at <= ${now}` : sql``})`;
+}
+
+/**
+ * countDue as a statement (exported so a test can EXPLAIN it): the pending tally less the
+ * pending rows that are not due — scheduled later (a range of `*_pending` on
+ * next_attempt_at) or due but under a live lease (`*_leased`) — plus the aged-out rows
+ * (`*_age_out`). Every count is index-only and bounded by work in flight or waiting on a
+ * backoff, not by the backlog: a million new entities are a tally, not a million index
+ * entries read.
  */
 export function countDueStatement(cls: EntityClass, now: Date, ttlSeconds: number) {
+  const { table } = ENTITY_TABLES[cls];
   return sql<{ n: string }>`
-    SELECT (SELECT count(*) FROM (${pendingDue(cls, now)}) p)
+    SELECT ${tallied(cls, 'pending')}
+         - (SELECT count(*) FROM ${sql.table(table)}
+            WHERE enrichment_state = 'pending' AND next_attempt_at > ${now})
+         - ${leasedPending(cls, now, true)}
          + (SELECT count(*) FROM (${agedOut(cls, now, ttlSeconds)}) a) AS n`;
+}
+
+/** Folds the entity tallies' deltas (src/store/tally-fold.ts); the deltas folded. */
+export function foldEntityTallies(db: Db): Promise<number> {
+  return foldTallies(db, {
+    tallies: 'entity_tallies',
+    deltas: 'entity_tally_deltas',
+    keys: ['entity', 'enrichment_state'],
+    value: 'entities',
+  });
 }
 
 export type Backlog = Record<
@@ -78,9 +116,9 @@ export type Backlog = Record<
 >;
 
 /**
- * Counts per class and state for the status page, plus how many are due now and how
- * many are under a live lease. (The per-state counts read the whole table: fine for a
- * status page, not for a hot path.)
+ * Counts per class and state for the status page (the tallies), plus how many are due now
+ * and how many pending ones are under a live lease (`claimed`: being fetched now; an
+ * entity's lease outlives its fetch, and a fetched one is not counted).
  */
 export async function backlog(
   db: Db,
@@ -89,18 +127,20 @@ export async function backlog(
 ): Promise<Backlog> {
   const out = {} as Backlog;
   for (const cls of ENTITY_CLASSES) {
-    const { table } = ENTITY_TABLES[cls];
-    const r = await sql<{ state: EnrichmentState; n: string; claimed: string }>`
-      SELECT enrichment_state AS state, count(*) AS n,
-             count(*) FILTER (WHERE claimed_until > ${now}) AS claimed
-      FROM ${sql.table(table)} GROUP BY enrichment_state`.execute(db);
-    const counts = { pending: 0, enriched: 0, failed: 0, gone: 0, due: 0, claimed: 0 };
-    for (const row of r.rows) {
-      counts[row.state] = Number(row.n);
-      counts.claimed += Number(row.claimed);
-    }
-    counts.due = await countDue(db, cls, now, ttlSeconds);
-    out[cls] = counts;
+    const r = await sql<Record<EnrichmentState | 'claimed' | 'due', string>>`
+      SELECT ${tallied(cls, 'pending')} AS pending, ${tallied(cls, 'enriched')} AS enriched,
+        ${tallied(cls, 'failed')} AS failed, ${tallied(cls, 'gone')} AS gone,
+        ${leasedPending(cls, now, false)} AS claimed,
+        (${countDueStatement(cls, now, ttlSeconds)}) AS due`.execute(db);
+    const row = r.rows[0]!;
+    out[cls] = {
+      pending: Number(row.pending),
+      enriched: Number(row.enriched),
+      failed: Number(row.failed),
+      gone: Number(row.gone),
+      due: Number(row.due),
+      claimed: Number(row.claimed),
+    };
   }
   return out;
 }
