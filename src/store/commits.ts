@@ -122,10 +122,17 @@ const DERIVED_DISTINCT = `(NOT EXISTS (
         SELECT 1 FROM stored_commits h
         WHERE h.repository_id = pc.repository_id AND h.sha = commit_sha_bytes(pc.sha)
           AND (h.first_seen_at < t.ingested_at OR NOT pc.sha = ANY (t.held_shas)))
-      AND NOT EXISTS (
-        SELECT 1 FROM pc o WHERE (o.repository_id, o.sha) = (pc.repository_id, pc.sha)
-          AND o.ord < pc.ord
-          AND (o.ref, o.before, o.head) IS DISTINCT FROM (pc.ref, pc.before, pc.head)))`;
+      AND pc.first_told)`;
+
+/**
+ * Whether every row of pc before this one (by ord) with its commit is of its push: then no
+ * push before it in this statement lists the commit. Counted by window, not a subquery per
+ * row over pc (a scan of the whole statement for each row); a partition is null-safe, as
+ * IS DISTINCT FROM is on the key.
+ */
+const FIRST_TOLD = `row_number() OVER (PARTITION BY pc.repository_id, pc.sha ORDER BY pc.ord)
+        = row_number() OVER (PARTITION BY pc.repository_id, pc.sha, pc.ref, pc.before, pc.head
+          ORDER BY pc.ord)`;
 
 const KEY = (a: string) => `(${a}.repository_id, ${a}.ref, ${a}.before, ${a}.head)`;
 const LIST_OF = (a: string) =>
@@ -227,7 +234,8 @@ function statement(replace: boolean): string {
     SELECT DISTINCT ON (pc.repository_id, pc.ref, pc.before, pc.head, pc.position)
       pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.sha,
       coalesce(pc."distinct", ${DERIVED_DISTINCT}) AS "distinct"
-    FROM pc JOIN t ON ${KEY('t')} = ${KEY('pc')}
+    FROM (SELECT pc.*, ${FIRST_TOLD} AS first_told FROM pc) pc
+    JOIN t ON ${KEY('t')} = ${KEY('pc')}
     ORDER BY pc.repository_id, pc.ref, pc.before, pc.head, pc.position, pc.ord
   ), m AS MATERIALIZED (
     -- Each entry beside what its push holds at its position, in one sort: matching them by
