@@ -77,7 +77,7 @@ function withCommit(e: GitHubEvent): GitHubEvent {
 }
 
 describe('upkeep after an archive file', () => {
-  it('summarizes and analyses the month partitions the file wrote, and stored_commits', async () => {
+  it('summarizes the month partitions the file wrote and stored_commits, and analyses those that changed enough', async () => {
     // Two months in one file: an hour's end and the next month's first minutes, from before
     // 2025-10, so each push's inline commit is stored. September's 6,000 pushes fill more
     // than one BRIN page range (128 pages) of its partition: ranges only the upkeep
@@ -107,8 +107,30 @@ describe('upkeep after an archive file', () => {
     const logged = lines.map((l) => JSON.parse(l)).find((l) => l.event === 'backfill.upkeep');
     expect(logged).toMatchObject({
       relations: ['push_events_2024_09', 'push_events_2024_10', 'stored_commits'],
+      analysed: ['push_events_2024_09', 'push_events_2024_10', 'stored_commits'],
       skipped: [],
     });
+
+    // A second file of 50 pushes into the analysed September: summarized again, but a
+    // change of less than a tenth of its rows is not worth a new sample.
+    const more = hourOfEvents(new Date('2024-09-30T22:00:00Z'), 100, {
+      firstId: 97_000_200_000,
+    }).map((e) => (e.type === 'PushEvent' ? withCommit(e) : e));
+    const second = path.join(dir, '2024-09-30-22.json.gz');
+    writeFileSync(second, gzipLines(more.map((e) => JSON.stringify(e))));
+    lines.length = 0;
+    const again = await importFile(
+      { pool: t.pool, db: t.db, logger, workerId: 'test-host:1' },
+      localFileSource(second),
+      ALL,
+    );
+    expect(again.counts.created).toBe(50);
+    const next = lines.map((l) => JSON.parse(l)).find((l) => l.event === 'backfill.upkeep');
+    expect(next).toMatchObject({
+      relations: ['push_events_2024_09', 'stored_commits'],
+      analysed: [],
+    });
+    expect(await plannerRows('push_events_2024_09')).toBe(6_000);
     // created_at's and ingested_at's full ranges of September at least.
     expect(logged.brin_ranges).toBeGreaterThanOrEqual(2);
   });
