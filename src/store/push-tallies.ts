@@ -51,12 +51,26 @@ export function pushMinuteCounts(clock: 'arrived' | 'pushed', since: Date) {
 /** Minutes kept: status reads the last 24 hours; a day more for a clock set back. */
 export const MINUTES_KEPT_MS = 2 * 86_400_000;
 
-/** Deletes the minute tallies older than MINUTES_KEPT_MS before `now`; how many. */
+/**
+ * Deletes the minute tallies older than MINUTES_KEPT_MS before `now`, and compacts the rest
+ * to one row a minute, clock and origin (every statement on push_events appends its own: a
+ * day of webhook deliveries is a row each until then). One statement: a reader sees the
+ * rows before or after it, never both. Rows appended meanwhile are left for the next run.
+ * Returns the rows deleted as old.
+ */
 export async function prunePushMinutes(db: Db, now: Date): Promise<number> {
-  const r = await sql`DELETE FROM push_minute_tallies WHERE minute < ${new Date(
-    now.getTime() - MINUTES_KEPT_MS,
-  )}`.execute(db);
-  return Number(r.numAffectedRows ?? 0);
+  const r = await sql<{ old: string }>`
+    WITH gone AS (
+      DELETE FROM push_minute_tallies RETURNING minute, clock, origin, pushes
+    ), kept AS (
+      INSERT INTO push_minute_tallies (minute, clock, origin, pushes)
+      SELECT minute, clock, origin, sum(pushes) FROM gone
+      WHERE minute >= ${new Date(now.getTime() - MINUTES_KEPT_MS)}
+      GROUP BY 1, 2, 3 HAVING sum(pushes) <> 0
+    )
+    SELECT count(*) FILTER (WHERE minute < ${new Date(now.getTime() - MINUTES_KEPT_MS)}) AS old
+    FROM gone`.execute(db);
+  return Number(r.rows[0]?.old ?? 0);
 }
 
 /** Folds every committed delta into the tallies (src/store/tally-fold.ts). */
@@ -79,8 +93,17 @@ export function foldPushTallies(db: Db): Promise<number> {
 export const FORGET_MONTH_TALLIES = [
   'DELETE FROM push_tally_deltas WHERE month = $1::date',
   'DELETE FROM push_tallies WHERE month = $1::date',
-  // Its pushes' minutes (status's last 24 hours by event time: a month dropped as it ends).
+  // Its pushes' minutes: by event time, the month's; by arrival, those of its pushes that
+  // arrived in the minutes still kept (a backfilled old month dropped within the day), taken
+  // back by negative rows. Read before the DETACH, through the month's BRIN on ingested_at.
   `DELETE FROM push_minute_tallies WHERE clock = 'pushed'
      AND minute >= $1::date::timestamp AT TIME ZONE 'UTC'
      AND minute < ($1::date + interval '1 month')::timestamp AT TIME ZONE 'UTC'`,
+  `INSERT INTO push_minute_tallies (minute, clock, origin, pushes)
+   SELECT date_trunc('minute', ingested_at, 'UTC'), 'arrived', origin, -count(*)
+   FROM push_events
+   WHERE created_at >= $1::date::timestamp AT TIME ZONE 'UTC'
+     AND created_at < ($1::date + interval '1 month')::timestamp AT TIME ZONE 'UTC'
+     AND ingested_at >= (SELECT min(minute) FROM push_minute_tallies WHERE clock = 'arrived')
+   GROUP BY 1, 3`,
 ] as const;

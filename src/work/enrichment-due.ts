@@ -127,20 +127,21 @@ export async function backlog(
 ): Promise<Backlog> {
   const out = {} as Backlog;
   for (const cls of ENTITY_CLASSES) {
-    const r = await sql<Record<EnrichmentState | 'claimed' | 'due', string>>`
-      SELECT ${tallied(cls, 'pending')} AS pending, ${tallied(cls, 'enriched')} AS enriched,
-        ${tallied(cls, 'failed')} AS failed, ${tallied(cls, 'gone')} AS gone,
-        ${leasedPending(cls, now, false)} AS claimed,
+    // The tallies and their deltas in one pass, then the counts of work in flight.
+    const states = await sql<{ state: EnrichmentState; n: string }>`
+      SELECT enrichment_state AS state, sum(entities) AS n FROM (
+        SELECT enrichment_state, entities FROM entity_tallies WHERE entity = ${cls}
+        UNION ALL
+        SELECT enrichment_state, entities FROM entity_tally_deltas WHERE entity = ${cls}
+      ) t GROUP BY 1`.execute(db);
+    const counts = { pending: 0, enriched: 0, failed: 0, gone: 0, due: 0, claimed: 0 };
+    for (const row of states.rows) counts[row.state] = Number(row.n);
+    const r = await sql<{ claimed: string; due: string }>`
+      SELECT ${leasedPending(cls, now, false)} AS claimed,
         (${countDueStatement(cls, now, ttlSeconds)}) AS due`.execute(db);
-    const row = r.rows[0]!;
-    out[cls] = {
-      pending: Number(row.pending),
-      enriched: Number(row.enriched),
-      failed: Number(row.failed),
-      gone: Number(row.gone),
-      due: Number(row.due),
-      claimed: Number(row.claimed),
-    };
+    counts.claimed = Number(r.rows[0]!.claimed);
+    counts.due = Number(r.rows[0]!.due);
+    out[cls] = counts;
   }
   return out;
 }

@@ -1,8 +1,9 @@
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMigrator } from '../../src/platform/db/migrate.ts';
 import { ingestActivity } from '../../src/status/activity.ts';
-import { prunePushMinutes } from '../../src/store/push-tallies.ts';
+import { ensurePushMonths } from '../../src/store/push-months.ts';
+import { FORGET_MONTH_TALLIES, prunePushMinutes } from '../../src/store/push-tallies.ts';
 import { backlog, countDue, foldEntityTallies } from '../../src/work/enrichment-due.ts';
 import { downToJustBefore } from '../support/migration-steps.ts';
 import { createScratchDatabase, type ScratchDatabase } from '../support/scratch-db.ts';
@@ -135,6 +136,28 @@ describe('status tallies', () => {
     await expectStatusAsCounted(new Date(NOW.getTime() + 23 * HOUR));
   });
 
+  it("a month retention drops takes back its pushes' minutes, by event time and by arrival", async () => {
+    // Backfilled today, pushed in 2014-06: counted as arrived, until the month is dropped.
+    await ensurePushMonths(s.db, [new Date('2014-06-15T00:00:00Z')]);
+    await sql`
+      INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at,
+        payload, origin, commits_state)
+      SELECT 1, 7000 + g, 'refs/heads/y', 'b' || g, 'h' || g,
+        timestamptz '2014-06-30T23:00:00Z' + g * interval '1 second', '{}', 'archive', 'complete'
+      FROM generate_series(1, 120) g`.execute(s.db);
+    await expectStatusAsCounted();
+    // What retention's drop does (src/store/history-months.ts): the tallies forgotten, then
+    // DETACH and DROP, which fire no trigger.
+    await s.db.transaction().execute(async (trx) => {
+      for (const forget of FORGET_MONTH_TALLIES) {
+        await trx.executeQuery(CompiledQuery.raw(forget, ['2014-06-01']));
+      }
+      await sql`ALTER TABLE push_events DETACH PARTITION push_events_2014_06`.execute(trx);
+      await sql`DROP TABLE push_events_2014_06`.execute(trx);
+    });
+    await expectStatusAsCounted();
+  });
+
   it('forgets minutes older than two days, and TRUNCATE empties every tally', async () => {
     const rows = async () =>
       (await sql<{ n: number }>`SELECT count(*)::int AS n FROM push_minute_tallies`.execute(s.db))
@@ -142,10 +165,15 @@ describe('status tallies', () => {
     const held = await rows();
     const pruned = await prunePushMinutes(s.db, NOW);
     expect(pruned).toBeGreaterThan(0); // the 2015 minutes
-    expect(await rows()).toBe(held - pruned);
+    // The rest compacted to a row a minute, clock and origin.
+    const compacted = await sql<{ n: number; keys: number }>`
+      SELECT count(*)::int AS n, count(DISTINCT (minute, clock, origin))::int AS keys
+      FROM push_minute_tallies`.execute(s.db);
+    expect(compacted.rows[0]!.n).toBe(compacted.rows[0]!.keys);
+    expect(compacted.rows[0]!.n).toBeLessThanOrEqual(held - pruned);
     await expectStatusAsCounted();
     expect(await prunePushMinutes(s.db, new Date(NOW.getTime() + 3 * 86_400_000))).toBe(
-      held - pruned,
+      compacted.rows[0]!.n,
     );
     await sql`TRUNCATE push_events, actors`.execute(s.db);
     expect(await rows()).toBe(0);
