@@ -42,6 +42,18 @@ const MINUTE_ROWS = (rows: string, sign: '' | '-') => `
   UNION ALL
   SELECT date_trunc('minute', r.created_at, 'UTC'), 'pushed', r.origin, ${sign}1 FROM ${rows} r`;
 
+/** A statement trigger's function that runs `statements` and returns nothing. */
+async function appendingTrigger(db: Kysely<unknown>, name: string, statements: string) {
+  await sql
+    .raw(`
+    CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      ${statements};
+      RETURN NULL;
+    END $$`)
+    .execute(db);
+}
+
 export async function up(db: Kysely<unknown>): Promise<void> {
   await sql
     .raw(`
@@ -71,23 +83,13 @@ export async function up(db: Kysely<unknown>): Promise<void> {
        GROUP BY 1, 2, 3`,
     ],
   ] as const) {
-    await sql
-      .raw(`
-      CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        INSERT INTO ${MINUTES} (minute, clock, origin, pushes) ${body};
-        RETURN NULL;
-      END $$`)
-      .execute(db);
+    await appendingTrigger(
+      db,
+      fn,
+      `INSERT INTO ${MINUTES} (minute, clock, origin, pushes) ${body}`,
+    );
   }
-  await sql
-    .raw(`
-    CREATE FUNCTION push_minute_tallies_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      TRUNCATE ${MINUTES};
-      RETURN NULL;
-    END $$`)
-    .execute(db);
+  await appendingTrigger(db, 'push_minute_tallies_truncated', `TRUNCATE ${MINUTES}`);
 
   await sql
     .raw(`
@@ -124,24 +126,18 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       `SELECT TG_ARGV[0], o.enrichment_state, -count(*) FROM old_rows o GROUP BY 2`,
     ],
   ] as const) {
-    await sql
-      .raw(`
-      CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        INSERT INTO ${ENTITY_DELTAS} (entity, enrichment_state, entities) ${body};
-        RETURN NULL;
-      END $$`)
-      .execute(db);
+    await appendingTrigger(
+      db,
+      fn,
+      `INSERT INTO ${ENTITY_DELTAS} (entity, enrichment_state, entities) ${body}`,
+    );
   }
-  await sql
-    .raw(`
-    CREATE FUNCTION entity_tallies_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      DELETE FROM ${ENTITY_DELTAS} WHERE entity = TG_ARGV[0];
-      DELETE FROM ${ENTITY_TALLIES} WHERE entity = TG_ARGV[0];
-      RETURN NULL;
-    END $$`)
-    .execute(db);
+  await appendingTrigger(
+    db,
+    'entity_tallies_truncated',
+    `DELETE FROM ${ENTITY_DELTAS} WHERE entity = TG_ARGV[0];
+     DELETE FROM ${ENTITY_TALLIES} WHERE entity = TG_ARGV[0]`,
+  );
 
   // The triggers before the counts: creating one takes SHARE ROW EXCLUSIVE on its table, so
   // no writer stores a row between the count and this migration's commit.

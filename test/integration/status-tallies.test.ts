@@ -57,6 +57,16 @@ async function expectStatusAsCounted(now = NOW) {
   expect(a.pushes.pushedLast24h).toBe(await countedSince('created_at', since));
 }
 
+/** `n` archive pushes stored now, pushed a second apart from `from`, repositories from `repo`. */
+async function backfilledNow(repo: number, from: string, n: number) {
+  await sql`
+    INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at,
+      payload, origin, commits_state)
+    SELECT 1, ${repo}::bigint + g, 'refs/heads/r' || ${repo}::text, 'b' || g, 'h' || g,
+      ${from}::timestamptz + g * interval '1 second', '{}', 'archive', 'complete'
+    FROM generate_series(1, ${n}::int) g`.execute(s.db);
+}
+
 beforeAll(async () => {
   s = await createScratchDatabase();
   await downToJustBefore(s.db, MIGRATION);
@@ -125,12 +135,7 @@ describe('status tallies', () => {
 
   it('counts the last 24 hours from minutes, by arrival and by event time', async () => {
     // A backfill of an old hour now: arrived in the window, pushed years ago.
-    await sql`
-      INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at,
-        payload, origin, commits_state)
-      SELECT 1, 5000 + g, 'refs/heads/x', 'b' || g, 'h' || g,
-        timestamptz '2015-01-01T16:00:00Z' + g * interval '1 second', '{}', 'archive', 'complete'
-      FROM generate_series(1, 250) g`.execute(s.db);
+    await backfilledNow(5000, '2015-01-01T16:00:00Z', 250);
     await expectStatusAsCounted();
     // Later in time: the window moved past every arrival but today's pushes.
     await expectStatusAsCounted(new Date(NOW.getTime() + 23 * HOUR));
@@ -139,12 +144,7 @@ describe('status tallies', () => {
   it("a month retention drops takes back its pushes' minutes, by event time and by arrival", async () => {
     // Backfilled today, pushed in 2014-06: counted as arrived, until the month is dropped.
     await ensurePushMonths(s.db, [new Date('2014-06-15T00:00:00Z')]);
-    await sql`
-      INSERT INTO push_events (actor_id, repository_id, ref, before, head, created_at,
-        payload, origin, commits_state)
-      SELECT 1, 7000 + g, 'refs/heads/y', 'b' || g, 'h' || g,
-        timestamptz '2014-06-30T23:00:00Z' + g * interval '1 second', '{}', 'archive', 'complete'
-      FROM generate_series(1, 120) g`.execute(s.db);
+    await backfilledNow(7000, '2014-06-30T23:00:00Z', 120);
     await expectStatusAsCounted();
     // What retention's drop does (src/store/history-months.ts): the tallies forgotten, then
     // DETACH and DROP, which fire no trigger.
