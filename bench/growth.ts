@@ -344,7 +344,7 @@ export async function benchGrowth(
         // like an imported one.
         const at = new Date(FIRST_HOUR + i * HOUR_MS);
         const upkeep = await upkeepAfterBulkWrite(client!, monthsBetween(at, at));
-        if (upkeep.error) throw upkeep.error;
+        if (upkeep.failed.length > 0) throw upkeep.failed[0]!.error;
         const seconds = secondsSince(tc);
         fill.copySeconds += seconds;
         const created = counts.push_events ?? 0;

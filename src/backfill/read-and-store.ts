@@ -451,7 +451,7 @@ export async function readAndStore(
     entityClient.release(entityBroken);
   }
   if (fileWritten !== null && result.counts.created > 0) {
-    await upkeepAfterImport(client, fileWritten, log);
+    await upkeepAfterImport(client, fileWritten, log, opts.signal);
   }
   if (mirrorOpen) {
     log.warn(

@@ -38,11 +38,14 @@ export interface UpkeepOutcome {
   relations: string[];
   /** Those of them analysed too (ANALYZE_DUE). */
   analysed: string[];
-  /** BRIN page ranges summarized. */
+  /** BRIN page ranges summarized (of the relations done: a skipped one's are rolled back). */
   ranges: number;
   /** Relations skipped: another process held them (or they are gone: a month dropped). */
   skipped: string[];
-  error?: Error;
+  /** Relations left undone because the caller stopped (`signal`), in order. */
+  notReached: string[];
+  /** Relations a step failed on (other than a lock held elsewhere); the rest were still done. */
+  failed: { relation: string; error: Error }[];
 }
 
 /** Summarizes the new BRIN ranges of `relation`'s indexes; how many it summarized. */
@@ -68,15 +71,30 @@ const ANALYZE_DUE = `
 
 /**
  * Upkeep of the partitions of `months` and of stored_commits, each in its own short
- * transaction (a lock is held only while its relation is done).
+ * transaction (a lock is held only while its relation is done). A stop (`signal`) is looked
+ * at between relations: a stopping import waits for one relation at most, never a month's
+ * list. A relation that fails is recorded and the next is still done: one partition's
+ * trouble does not leave stored_commits unsummarized.
  */
 export async function upkeepAfterBulkWrite(
   client: pg.ClientBase,
   months: readonly Month[],
+  signal?: AbortSignal,
 ): Promise<UpkeepOutcome> {
-  const out: UpkeepOutcome = { relations: [], analysed: [], ranges: 0, skipped: [] };
+  const out: UpkeepOutcome = {
+    relations: [],
+    analysed: [],
+    ranges: 0,
+    skipped: [],
+    notReached: [],
+    failed: [],
+  };
   const relations = [...months.map(partitionName), 'stored_commits'];
-  for (const relation of relations) {
+  for (const [i, relation] of relations.entries()) {
+    if (signal?.aborted) {
+      out.notReached.push(...relations.slice(i));
+      break;
+    }
     try {
       await client.query('BEGIN');
       await client.query(`SET LOCAL lock_timeout = '1s'`);
@@ -90,22 +108,19 @@ export async function upkeepAfterBulkWrite(
         continue;
       }
       const r = await client.query<{ ranges: number }>(SUMMARIZE, [relation]);
-      out.ranges += r.rows[0]?.ranges ?? 0;
       const due = await client.query<{ due: boolean }>(ANALYZE_DUE, [relation]);
       if (due.rows[0]?.due) {
         await client.query(`ANALYZE ${client.escapeIdentifier(relation)}`);
-        out.analysed.push(relation);
       }
       await client.query('COMMIT');
+      // Counted once committed: a lock timeout at ANALYZE rolls the summaries back too.
+      out.ranges += r.rows[0]?.ranges ?? 0;
+      if (due.rows[0]?.due) out.analysed.push(relation);
       out.relations.push(relation);
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
-      if ((err as { code?: string }).code === '55P03') {
-        out.skipped.push(relation);
-        continue;
-      }
-      out.error = err as Error;
-      return out;
+      if ((err as { code?: string }).code === '55P03') out.skipped.push(relation);
+      else out.failed.push({ relation, error: err as Error });
     }
   }
   return out;
@@ -120,26 +135,34 @@ export async function upkeepAfterImport(
   client: pg.ClientBase,
   range: { from: number; to: number },
   log: Logger,
+  signal?: AbortSignal,
 ): Promise<void> {
   const started = performance.now();
   const u = await upkeepAfterBulkWrite(
     client,
     monthsBetween(new Date(range.from), new Date(range.to)),
+    signal,
   );
   const fields = {
     event: 'backfill.upkeep',
     relations: u.relations,
     analysed: u.analysed,
     skipped: u.skipped,
+    not_reached: u.notReached,
     brin_ranges: u.ranges,
     duration_ms: Math.round(performance.now() - started),
   };
-  if (u.error) {
-    log.warn({ ...fields, err: u.error }, `upkeep after the file failed: ${u.error.message}`);
+  if (u.failed.length > 0) {
+    const first = u.failed[0]!;
+    log.warn(
+      { ...fields, failed: u.failed.map((f) => f.relation), err: first.error },
+      `upkeep after the file failed on ${u.failed.map((f) => f.relation).join(', ')}: ${first.error.message}`,
+    );
   } else {
     log.debug(
       fields,
-      `upkeep: ${u.relations.join(', ')} summarized; ${u.analysed.join(', ') || 'none'} analysed`,
+      `upkeep: ${u.relations.join(', ') || 'nothing'} summarized; ${u.analysed.join(', ') || 'none'} analysed` +
+        (u.notReached.length > 0 ? `; stopped before ${u.notReached.join(', ')}` : ''),
     );
   }
 }

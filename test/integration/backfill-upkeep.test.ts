@@ -149,7 +149,7 @@ describe('upkeep after an archive file', () => {
       await holder.query('BEGIN');
       await holder.query('LOCK TABLE push_events_2024_10 IN SHARE UPDATE EXCLUSIVE MODE');
       const u = await upkeepAfterBulkWrite(client, months);
-      expect(u.error).toBeUndefined();
+      expect(u.failed).toEqual([]);
       expect(u.skipped).toEqual([
         'push_events_2024_10',
         'push_events_2024_11',
@@ -159,6 +159,51 @@ describe('upkeep after an archive file', () => {
     } finally {
       await holder.query('ROLLBACK');
       holder.release();
+      client.release();
+    }
+  });
+
+  it('goes on past a relation that fails, and stops between relations when told', async () => {
+    const months = monthsBetween(
+      new Date('2025-01-15T00:00:00Z'),
+      new Date('2025-02-02T00:00:00Z'),
+    );
+    await ensurePushMonths(
+      t.db,
+      months.map((m) => m.start),
+    );
+    const client = await t.pool.connect();
+    try {
+      // January's summary fails for a reason that is not a lock held elsewhere.
+      const failing = new Proxy(client, {
+        get(target, key, receiver) {
+          if (key !== 'query') return Reflect.get(target, key, receiver);
+          return (text: unknown, values?: unknown[]) =>
+            typeof text === 'string' &&
+            text.includes('brin_summarize_new_values') &&
+            values?.[0] === 'push_events_2025_01'
+              ? target.query('SELECT 1/0')
+              : target.query(text as string, values);
+        },
+      });
+      const u = await upkeepAfterBulkWrite(failing, months);
+      expect(u.failed.map((f) => [f.relation, (f.error as { code?: string }).code])).toEqual([
+        ['push_events_2025_01', '22012'],
+      ]);
+      expect(u.relations).toEqual(['push_events_2025_02', 'stored_commits']);
+      // The failed relation's transaction was rolled back: the session is usable.
+      expect((await client.query('SELECT 1 AS one')).rows[0].one).toBe(1);
+
+      const stop = new AbortController();
+      stop.abort();
+      const stopped = await upkeepAfterBulkWrite(client, months, stop.signal);
+      expect(stopped.relations).toEqual([]);
+      expect(stopped.notReached).toEqual([
+        'push_events_2025_01',
+        'push_events_2025_02',
+        'stored_commits',
+      ]);
+    } finally {
       client.release();
     }
   });
