@@ -74,6 +74,12 @@ export interface StoreCommitsOptions {
    * or with other commits (a mirror's) are replaced. One push per call.
    */
   replace?: boolean;
+  /**
+   * Every push's list is written already, as these commits make it (an archive chunk's new
+   * pushes, inserted with insertedList's columns): only the commits' rows are stored, and
+   * no push is read or locked. Each commit must then say its `distinct`.
+   */
+  listsWritten?: boolean;
 }
 
 export interface StoreCommitsResult {
@@ -167,7 +173,12 @@ const ENCODED = (entries: string) => `
     OFFSET 0
   ) x ON true`;
 
-function statement(replace: boolean): string {
+/**
+ * The commits' rows and the actors they name: the part of every form of the statement that
+ * writes stored_commits. c's first thirteen columns are $1…$13 in every form; the caller
+ * names the parameters of its source column and of people's ids and logins.
+ */
+function commitRowsCtes(source: string, peopleIds: string, peopleLogins: string): string {
   const set = [
     ...TEXT_COLUMNS.map((c) => `${c} = CASE WHEN ${BETTER} THEN excluded.${c} ELSE sc.${c} END`),
     ...FILLED_COLUMNS.map(
@@ -179,23 +190,15 @@ function statement(replace: boolean): string {
   const fills = FILLED_COLUMNS.map((c) => `(sc.${c} IS NULL AND excluded.${c} IS NOT NULL)`).join(
     '\n         OR ',
   );
-  // A fetched answer is the push's list; an inline list only adds the positions not held.
-  const given = replace ? 'NOT m.held' : 'NOT m.held AND NOT m.taken';
-  const listed = replace ? given : `m.held OR (${given})`;
-  return `
-  WITH c AS MATERIALIZED (
+  return `c AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
       $6::text[], $7::text[], $8::text[], $9::bigint[], $10::timestamptz[], $11::text[],
-      $12::timestamptz[], $13::text[], $23::text[])
+      $12::timestamptz[], $13::text[], ${source}::text[])
       AS u (repository_id, sha, author_name, author_email, author_id, author_login,
         committer_name, committer_email, committer_id, committed_at, message, authored_at,
         parents, source)
-  ), pc AS MATERIALIZED (
-    SELECT * FROM unnest($14::bigint[], $15::text[], $16::text[], $17::text[], $18::int[],
-      $19::text[], $20::boolean[], $24::text[]) WITH ORDINALITY
-      AS u (repository_id, ref, before, head, position, sha, "distinct", state, ord)
   ), people AS MATERIALIZED (
-    SELECT * FROM unnest($21::bigint[], $22::text[]) AS u (id, login)
+    SELECT * FROM unnest(${peopleIds}::bigint[], ${peopleLogins}::text[]) AS u (id, login)
   ), a AS (
     INSERT INTO actors (id, login)
     SELECT id, login FROM people ORDER BY id
@@ -216,6 +219,18 @@ function statement(replace: boolean): string {
       WHERE ${BETTER}
          OR ${fills}
     RETURNING xmax = 0 AS inserted
+  )`;
+}
+
+function statement(replace: boolean): string {
+  // A fetched answer is the push's list; an inline list only adds the positions not held.
+  const given = replace ? 'NOT m.held' : 'NOT m.held AND NOT m.taken';
+  const listed = replace ? given : `m.held OR (${given})`;
+  return `
+  WITH ${commitRowsCtes('$23', '$21', '$22')}, pc AS MATERIALIZED (
+    SELECT * FROM unnest($14::bigint[], $15::text[], $16::text[], $17::text[], $18::int[],
+      $19::text[], $20::boolean[], $24::text[]) WITH ORDINALITY
+      AS u (repository_id, ref, before, head, position, sha, "distinct", state, ord)
   ), t AS MATERIALIZED (
     -- The stored pushes whose list this statement writes (inline ones only while in their
     -- plan's state), locked in key order, the lock order of every writer.
@@ -262,6 +277,15 @@ function statement(replace: boolean): string {
               IS NOT TRUE) AS push_commits,
          (SELECT count(*) FROM a) AS actors`;
 }
+
+/**
+ * The statement for pushes whose lists are written already (`listsWritten`): the commits'
+ * rows and the actors they name, nothing else.
+ */
+const ROWS_ONLY = `
+  WITH ${commitRowsCtes('$16', '$14', '$15')}
+  SELECT (SELECT count(*) FILTER (WHERE inserted) FROM ins) AS commits, 0 AS push_commits,
+         (SELECT count(*) FROM a) AS actors`;
 
 const STATEMENTS = { inline: statement(false), replace: statement(true) };
 
@@ -335,16 +359,18 @@ export function storeCommitsQuery(
     for (const [i, v] of values.entries()) c[i]!.push(v);
   }
   const ids = [...people.keys()].sort(compareIds);
+  const logins = ids.map((id) => people.get(id)!);
+  if (opts.listsWritten) {
+    // DERIVED_DISTINCT decides a missing `distinct` against the push's list: only the full
+    // statement can do that.
+    if (pc[6]!.some((d) => d === null)) {
+      throw new Error('storeCommits: listsWritten needs every commit to say its distinct');
+    }
+    return { sql: ROWS_ONLY, parameters: [...c.slice(0, 13), ids, logins, c[13]] };
+  }
   return {
     sql: opts.replace ? STATEMENTS.replace : STATEMENTS.inline,
-    parameters: [
-      ...c.slice(0, 13),
-      ...pc.slice(0, 7),
-      ids,
-      ids.map((id) => people.get(id)!),
-      c[13],
-      pc[7],
-    ],
+    parameters: [...c.slice(0, 13), ...pc.slice(0, 7), ids, logins, c[13], pc[7]],
   };
 }
 

@@ -270,7 +270,7 @@ export async function bulkStoreStaged(
   await ensurePushMonthsOn(client, batch.months.values());
   await copyFrom(client, `COPY ${STAGE_TABLE} FROM STDIN`, [batch.bytes(from, to)]);
   const statement = opts.expectNew ? MERGE_PUSHES_ONLY_NEW : MERGE_PUSHES_ONLY;
-  const commits = batch.commitsOf(from, to);
+  const commits = batch.commitsByList(from, to);
   const contender = contenderOf('archive', opts.contender);
   const r = await client
     .query<MergeCounts>(statement, [
@@ -294,8 +294,19 @@ export async function bulkStoreStaged(
   result.clashes.push(
     ...(await settleDisputes(runOnClient(client), r.rows[0]!.contested, contender)),
   );
-  if (commits.length > 0) {
-    await storeCommitsOn(client, commits, { emails: opts.emails ?? DEFAULT_COMMITS.emails });
+  const emails = opts.emails ?? DEFAULT_COMMITS.emails;
+  if (statement === MERGE_PUSHES_ONLY_NEW) {
+    // Every push of the chunk was inserted by this merge (else PushesAlreadyStored), those
+    // of `listed` with their lists as their commits make them: only the commits' rows are
+    // left to store. Finding and locking each new push again to merge a list into itself
+    // was a random probe of the head's index a push, the largest cost of a big month.
+    if (commits.listed.length > 0) {
+      await storeCommitsOn(client, commits.listed, { emails, listsWritten: true });
+    }
+    if (commits.merged.length > 0) await storeCommitsOn(client, commits.merged, { emails });
+  } else {
+    const all = [...commits.listed, ...commits.merged];
+    if (all.length > 0) await storeCommitsOn(client, all, { emails });
   }
   return result;
 }

@@ -61,8 +61,14 @@ export class StageBatch {
   readonly newRepositories = new Map<string, [string, number]>();
   /** A created_at of each month the batch's pushes fall in (their partitions must exist). */
   readonly months = new Map<number, Date>();
-  /** Inline commits (pre-2025-10 archive lines), with the row each belongs to. */
-  readonly commits: { row: number; push: PushCommits }[] = [];
+  /**
+   * Inline commits (pre-2025-10 archive lines), with the row each belongs to, and whether
+   * the row carries them as its list (insertedList: every commit says its distinct).
+   */
+  readonly commits: { row: number; push: PushCommits; listed: boolean }[] = [];
+  /** Natural keys of the batch's rows, and those given by more than one row. */
+  readonly #keys = new Set<string>();
+  readonly #repeated = new Set<string>();
 
   constructor(capacityBytes = 1 << 20) {
     this.#buf = Buffer.allocUnsafe(capacityBytes);
@@ -87,8 +93,13 @@ export class StageBatch {
     inline: { source: CommitSource; emails: CommitEmailMode } = DEFAULT_INLINE,
   ): void {
     const plan = planCommits(p, targets, inline.source);
+    const list = insertedList(plan);
+    const key = `${p.repository.id}\u0000${p.ref}\u0000${p.before}\u0000${p.head}`;
+    if (this.#keys.has(key)) this.#repeated.add(key);
+    else this.#keys.add(key);
     if (plan.commits.length > 0) {
       this.commits.push({
+        listed: list !== null,
         row: this.offsets.length,
         push: {
           push: { repositoryId: p.repository.id, ref: p.ref, before: p.before, head: p.head },
@@ -100,7 +111,6 @@ export class StageBatch {
     }
     const { rest, held } = payloadRest(p, plan);
     const payload = rest === null ? null : jsonTextUnderPolicy(rest, inline.emails);
-    const list = insertedList(plan);
     const line = `${p.id ?? '\\N'}\t${p.actor.id ?? '\\N'}\t${p.repository.id}\t${num(p.pushId)}\t${text(p.ref)}\t${text(p.head)}\t${text(p.before)}\t${p.createdAt.toISOString()}\t${text(payload)}\t${num(p.size)}\t${num(plan.distinctSize)}\t${num(plan.count)}\t${stagedState(plan)}\t${plan.due ? 't' : 'f'}\t${text(plan.refused)}\t${text(p.actor.login)}\t${text(p.repository.fullName)}\t${num(p.org?.id ?? null)}\t${text(p.org?.login ?? null)}\t${held}\t${list?.flags ?? '\\N'}\t${list?.shaHex ? `\\\\x${list.shaHex}` : '\\N'}\t${textArray(list?.shaTexts) ?? '\\N'}\n`;
     // UTF-8 needs at most 3 bytes per UTF-16 unit: room for that, and encode only once.
     const bytes = line.length * 3;
@@ -125,9 +135,23 @@ export class StageBatch {
       newest(this.newRepositories, p.repository.id, p.repository.fullName, at);
   }
 
-  /** The inline commits of rows [from, to). */
-  commitsOf(from = 0, to = this.length): PushCommits[] {
-    return this.commits.filter((c) => c.row >= from && c.row < to).map((c) => c.push);
+  /**
+   * The inline commits of rows [from, to), split by whether a merge that inserts their
+   * pushes writes their lists as they are: `listed` when the row carries its list and no
+   * other row of the batch gives the same push (the merge keeps one row of a repeated push,
+   * and the commits of the other must still be merged into its list); `merged` otherwise.
+   */
+  commitsByList(from = 0, to = this.length): { listed: PushCommits[]; merged: PushCommits[] } {
+    const out = { listed: [] as PushCommits[], merged: [] as PushCommits[] };
+    for (const c of this.commits) {
+      if (c.row < from || c.row >= to) continue;
+      const k = c.push.push;
+      const repeated = this.#repeated.has(
+        `${k.repositoryId}\u0000${k.ref}\u0000${k.before}\u0000${k.head}`,
+      );
+      (c.listed && !repeated ? out.listed : out.merged).push(c.push);
+    }
+    return out;
   }
 
   /** The COPY data of rows [from, to). */
@@ -146,6 +170,8 @@ export class StageBatch {
     this.newActors.clear();
     this.newRepositories.clear();
     this.commits.length = 0;
+    this.#keys.clear();
+    this.#repeated.clear();
   }
 }
 
