@@ -311,7 +311,13 @@ describe('polled events', () => {
     const doc = readFileSync(path.resolve(import.meta.dirname, '../../docs/commits.md'), 'utf8');
     const recipes = [...doc.matchAll(/```sql\n([\s\S]*?)```/g)].map((m) => m[1]!);
     expect(recipes).toHaveLength(5);
-    const ev = ghesPush({ size: 3, repo: 'recipe-owner/recipe' });
+    // Pushed now: the top-authors recipe reads the last 7 days, and the factory's default
+    // time is fixed, so it would fall out of that window as the calendar moves on.
+    const ev = ghesPush({
+      size: 3,
+      repo: 'recipe-owner/recipe',
+      createdAt: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    });
     await poll([ev]);
     await sql`INSERT INTO push_events (actor_id, repository_id, ref, head, before, created_at,
       payload, commits_state, commits_next_attempt_at)
