@@ -5,6 +5,7 @@ import { access, chown, link, mkdir, readdir, rename, rm, writeFile } from 'node
 import os from 'node:os';
 import path from 'node:path';
 import { AppError, ConfigError } from '../errors.ts';
+import { ensureSized } from './embedded-sizing.ts';
 
 /**
  * The files of the embedded Postgres cluster (ADR 0002): its binaries, the user it
@@ -311,6 +312,7 @@ async function initialise(
       ],
       ids,
     );
+    await ensureSized(staging);
     try {
       await rename(staging, cluster);
       return 'initialised';

@@ -15,6 +15,7 @@ import {
   serverUser,
   stopPostmaster,
 } from './embedded-cluster.ts';
+import { ensureSized, readSizing } from './embedded-sizing.ts';
 import { LockSpace } from './locks.ts';
 
 /**
@@ -241,9 +242,18 @@ async function connectHolder(
     let on = runningPostmaster(t.cluster)?.port;
     if (on === undefined) {
       if ((await ensureInitialised(t.cluster, t.ids)) === 'initialised') {
+        const block = await readSizing(t.cluster);
         t.logger?.info(
-          { event: 'db.embedded_init', dir: t.cluster },
-          `initialised embedded Postgres in ${t.cluster}`,
+          { event: 'db.embedded_init', dir: t.cluster, sized: block },
+          `initialised embedded Postgres in ${t.cluster}, sized to this machine: shared_buffers ${block.shared_buffers}, max_wal_size ${block.max_wal_size}`,
+        );
+      }
+      // A cluster made before its block was written at initdb (ADR 0208).
+      const sized = await ensureSized(t.cluster);
+      if (sized) {
+        t.logger?.info(
+          { event: 'db.embedded_sized', dir: t.cluster, sized },
+          `embedded Postgres sized to this machine: shared_buffers ${sized.shared_buffers}, max_wal_size ${sized.max_wal_size} (ALTER SYSTEM overrides)`,
         );
       }
       on = port;
