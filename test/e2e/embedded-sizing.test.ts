@@ -1,4 +1,4 @@
-import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -6,7 +6,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { acquireEmbeddedPostgres, type EmbeddedHandle } from '../../src/platform/db/embedded.ts';
 import { stopEmbedded } from '../../src/platform/db/embedded-admin.ts';
 import { clusterPaths } from '../../src/platform/db/embedded-cluster.ts';
-import { ensureSized, SIZING_MARKER, sizingFor } from '../../src/platform/db/embedded-sizing.ts';
+import {
+  ensureSized,
+  SIZING_MARKER,
+  sizingFor,
+  usableMemory,
+} from '../../src/platform/db/embedded-sizing.ts';
 import { createLogger } from '../../src/platform/log.ts';
 import { sparePort } from '../support/embedded-env.ts';
 
@@ -25,6 +30,8 @@ describe('sizingFor', () => {
       max_wal_size: '8GB',
     });
     expect(sizingFor(2 * GB)).toMatchObject({ shared_buffers: '512MB', max_wal_size: '4GB' });
+    // What an "8 GB" machine reports.
+    expect(sizingFor(7.7 * GB).max_wal_size).toBe('8GB');
     expect(sizingFor(256 * 1024 ** 2).shared_buffers).toBe('128MB');
     expect(sizingFor(256 * GB).shared_buffers).toBe('8192MB');
   });
@@ -80,7 +87,7 @@ const mb = (value: string) => Number(value.replace(/MB$/, '')) * 1024 ** 2;
 
 describe('the embedded server, sized', () => {
   it('a new cluster has the block from initdb; ALTER SYSTEM overrides it; a cluster without it gets it at its start', async () => {
-    const expected = sizingFor(os.totalmem());
+    const expected = sizingFor(usableMemory());
     const events: Record<string, unknown>[] = [];
     let handle = await acquire(events);
     expect(await setting(handle.url, 'shared_buffers')).toBe(mb(expected.shared_buffers!));
@@ -116,20 +123,31 @@ describe('the embedded server, sized', () => {
     expect(await setting(handle.url, 'shared_buffers')).toBe(mb(expected.shared_buffers!));
   });
 
-  it('two starters at once leave one block', async () => {
+  it('two starters at once leave one block, the file keeping its owner and mode', async () => {
     const cluster = await mkdtemp(path.join(os.tmpdir(), 'gpi-sizing-conf-'));
+    const file = path.join(cluster, 'postgresql.conf');
     try {
-      await writeFile(path.join(cluster, 'postgresql.conf'), 'port = 5432\n');
+      await writeFile(file, 'port = 5432\n');
+      await chmod(file, 0o640);
+      // As root, a file of another user's, as the server's postgresql.conf is.
+      const owner = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : undefined;
+      if (owner) await chown(file, owner.uid, owner.gid);
+      const before = await stat(file);
       const written = await Promise.all([
         ensureSized(cluster, 4 * GB),
         ensureSized(cluster, 4 * GB),
       ]);
-      expect(written.filter(Boolean).length).toBeGreaterThanOrEqual(1);
-      const text = await readFile(path.join(cluster, 'postgresql.conf'), 'utf8');
+      expect(written[0] ?? written[1]).toEqual(sizingFor(4 * GB));
+      const text = await readFile(file, 'utf8');
       expect(text.startsWith('port = 5432\n')).toBe(true);
       expect(text.split(SIZING_MARKER)).toHaveLength(2);
       expect(text).toContain("shared_buffers = '1024MB'");
+      const after = await stat(file);
+      expect([after.uid, after.gid, after.mode & 0o7777]).toEqual([before.uid, before.gid, 0o640]);
+      if (owner) expect(after.uid).toBe(owner.uid);
       expect(await ensureSized(cluster, 4 * GB)).toBeNull();
+      // Nothing left beside it.
+      expect(await readdir(cluster)).toEqual(['postgresql.conf']);
     } finally {
       await rm(cluster, { recursive: true, force: true });
     }

@@ -128,13 +128,17 @@ async function embeddedServer(): Promise<TestServer> {
     dataDir: path.resolve('.data/test-postgres'),
     port: await freePort(),
     database: 'postgres',
-    // The suite's small databases gain nothing from the buffers the server would be sized
-    // to (ADR 0208), and each DROP DATABASE scans them all: Postgres's default.
+    // The suite's small databases gain nothing from the buffers and the WAL the server
+    // would be sized to (ADR 0208): each DROP DATABASE scans every buffer, and each
+    // database cloned from the template is written whole to the WAL, which would pile up
+    // to 8 GB between checkpoints. Postgres's defaults.
     settings: {
       max_connections: '300',
       fsync: 'off',
       synchronous_commit: 'off',
       shared_buffers: '128MB',
+      max_wal_size: '1GB',
+      checkpoint_timeout: '5min',
     },
     role: 'vitest',
   });

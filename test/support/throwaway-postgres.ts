@@ -31,7 +31,14 @@ export async function startThrowawayPostgres(database: string): Promise<Throwawa
   // As root the server runs as `postgres`, which must be able to reach its directory.
   await chmod(dataDir, 0o755);
   const port = await sparePort();
-  const settings = { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' };
+  // Small, as the suite's server is (test/support/postgres-server.ts).
+  const settings = {
+    fsync: 'off',
+    synchronous_commit: 'off',
+    full_page_writes: 'off',
+    shared_buffers: '128MB',
+    max_wal_size: '1GB',
+  };
   let handle: EmbeddedHandle | null = null;
   const start = async () => {
     handle = await acquireEmbeddedPostgres({ dataDir, port, database, settings, role: 'test' });

@@ -369,8 +369,12 @@ export function runningPostmaster(cluster: string): Postmaster | null {
   return { pid, port, status: (lines[7] ?? '').trim() };
 }
 
-/** Sends a fast shutdown (SIGINT) and waits until the postmaster is gone. */
-export async function stopPostmaster(pid: number, timeoutMs = 60_000): Promise<void> {
+/**
+ * Sends a fast shutdown (SIGINT) and waits until the postmaster is gone: up to 10 minutes,
+ * since its shutdown checkpoint writes every dirty buffer (gigabytes of them, sized to the
+ * machine).
+ */
+export async function stopPostmaster(pid: number, timeoutMs = 600_000): Promise<void> {
   try {
     process.kill(pid, 'SIGINT');
   } catch (err) {

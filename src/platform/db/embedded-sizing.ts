@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { chown, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, open, readFile, rename, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 
 /**
  * The embedded server's memory and checkpoint settings, sized to the machine (ADR 0208).
- * Postgres's defaults (128 MB of shared buffers, a checkpoint every 1 GB of WAL) suit a
- * small machine and a small store; a store of millions of pushes writes four keys at random
+ * Postgres's defaults (128 MB of shared buffers, `max_wal_size` 1 GB: a checkpoint
+ * requested every ~540 MB of WAL) suit a small machine and a small store; a store of millions of pushes writes four keys at random
  * places on each push, and once those keys outgrow the buffers each insert reads its page
  * from the operating system and evicts a dirty one, and each checkpoint makes the next
  * touch of every page write a full image of it to the WAL (docs/performance.md).
@@ -16,12 +16,21 @@ import path from 'node:path';
  * overrides the block, where a flag would override the operator.
  */
 
-export const SIZING_MARKER = '# github-push-ingestor: sized to this machine (ADR 0208)';
+export const SIZING_MARKER = '# github-push-ingestor: sized to this machine (docs/operations.md)';
 
 const MB = 1024 * 1024;
 const GB = 1024 * MB;
 
-/** The block's settings for a machine of `totalBytes` of memory. */
+/**
+ * The memory this process may use: the machine's, or less where a container's cgroup
+ * limits it (a container of 2 GB on a 64 GB host must not be given 8 GB of buffers).
+ */
+export function usableMemory(): number {
+  const limit = process.constrainedMemory();
+  return limit > 0 ? Math.min(os.totalmem(), limit) : os.totalmem();
+}
+
+/** The block's settings for `totalBytes` of usable memory. */
 export function sizingFor(totalBytes: number): Record<string, string> {
   // A quarter of memory for shared buffers, Postgres's own advice, between its default and
   // 8 GB (beyond which the operating system's cache serves as well).
@@ -30,9 +39,11 @@ export function sizingFor(totalBytes: number): Record<string, string> {
   return {
     shared_buffers: `${buffers}MB`,
     effective_cache_size: `${cache}MB`,
-    // Checkpoints by time rather than by every gigabyte of a bulk import: fewer full-page
-    // images of the keys' pages. The WAL kept on disk can reach max_wal_size.
-    max_wal_size: totalBytes >= 8 * GB ? '8GB' : '4GB',
+    // Checkpoints far apart (one requested every ~4 GB of WAL, or 15 minutes): fewer
+    // full-page images of the keys' pages. The WAL kept on disk can reach max_wal_size,
+    // and a crash replays up to it. The cut at 7.5 GB: an "8 GB" machine reports a little
+    // less than 8 GiB.
+    max_wal_size: totalBytes >= 7.5 * GB ? '8GB' : '4GB',
     checkpoint_timeout: '15min',
     checkpoint_completion_target: '0.9',
   };
@@ -59,7 +70,7 @@ export async function readSizing(cluster: string): Promise<Record<string, string
 
 /**
  * Adds the block to the cluster's postgresql.conf unless it is there: a new cluster gets it
- * from initdb's step (under the init lock), one made before ADR 0208 at its next start.
+ * from initdb's step (under the init lock), one made before the block existed at its next start.
  * Resolves to the settings written, or null.
  * The file is replaced whole (written beside it, then renamed over it, with its owner and
  * mode), so two processes starting the server at once leave one block, not two.
@@ -67,7 +78,7 @@ export async function readSizing(cluster: string): Promise<Record<string, string
  */
 export async function ensureSized(
   cluster: string,
-  totalBytes = os.totalmem(),
+  totalBytes = usableMemory(),
 ): Promise<Record<string, string> | null> {
   const conf = path.join(cluster, 'postgresql.conf');
   const text = await readFile(conf, 'utf8');
@@ -76,7 +87,16 @@ export async function ensureSized(
   const { uid, gid, mode } = await stat(conf);
   const staging = `${conf}.sizing-${process.pid}-${randomBytes(4).toString('hex')}`;
   try {
-    await writeFile(staging, text + sizingBlock(settings), { mode: mode & 0o777 });
+    // Synced before the rename: a crash must leave the old file or the new one, never an
+    // empty postgresql.conf. The mode is set, not left to the umask.
+    const file = await open(staging, 'wx', 0o600);
+    try {
+      await file.writeFile(text + sizingBlock(settings));
+      await file.sync();
+    } finally {
+      await file.close();
+    }
+    await chmod(staging, mode & 0o7777);
     if (process.getuid?.() === 0) await chown(staging, uid, gid);
     await rename(staging, conf);
   } finally {

@@ -145,6 +145,11 @@ function portInUse(log: string): boolean {
   return /could not bind|Address already in use/i.test(log);
 }
 
+/** The cluster's server is up but still replaying WAL (its log says redo started). */
+function recovering(cluster: string, log: string): boolean {
+  return runningPostmaster(cluster)?.status === 'starting' && /redo starts at/.test(log);
+}
+
 /**
  * Starts postgres detached (its own process group: a terminal's Ctrl-C reaches only us;
  * it outlives us if others hold it) with its output appended to DATA_DIR/postgres.log.
@@ -172,7 +177,8 @@ async function startServer(
   });
   const spawnError = new Promise<Error>((resolve) => child.once('error', resolve));
   const readLog = () => readFileSync(logPath, 'utf8').slice(logStart).trim();
-  const deadline = Date.now() + 60_000;
+  const begun = Date.now();
+  let deadline = begun + 60_000;
   for (;;) {
     const failed = await Promise.race([spawnError, sleep(100).then(() => undefined)]);
     if (failed) throw new EmbeddedPostgresFailed('start', failed.message, failed);
@@ -199,6 +205,14 @@ async function startServer(
       if (!transient(err)) throw err;
     }
     if (Date.now() > deadline) {
+      // A server replaying its WAL after a crash (up to max_wal_size of it, which
+      // embedded-sizing.ts sets) says "starting" in postmaster.pid and logs its redo:
+      // stopping it would only make the next start replay the same WAL again. Waited for,
+      // up to an hour.
+      if (recovering(cluster, readLog()) && Date.now() - begun < 3_600_000) {
+        deadline = Date.now() + 60_000;
+        continue;
+      }
       child.kill('SIGINT');
       throw new EmbeddedPostgresFailed('start', `not ready after 60 s: ${readLog().slice(-500)}`);
     }
@@ -248,7 +262,7 @@ async function connectHolder(
           `initialised embedded Postgres in ${t.cluster}, sized to this machine: shared_buffers ${block.shared_buffers}, max_wal_size ${block.max_wal_size}`,
         );
       }
-      // A cluster made before its block was written at initdb (ADR 0208).
+      // A cluster made before its sizing block was written at initdb (embedded-sizing.ts).
       const sized = await ensureSized(t.cluster);
       if (sized) {
         t.logger?.info(
