@@ -6,10 +6,11 @@ import path from 'node:path';
 /**
  * The embedded server's memory and checkpoint settings, sized to the machine (ADR 0208).
  * Postgres's defaults (128 MB of shared buffers, `max_wal_size` 1 GB: a checkpoint
- * requested every ~540 MB of WAL) suit a small machine and a small store; a store of millions of pushes writes four keys at random
- * places on each push, and once those keys outgrow the buffers each insert reads its page
- * from the operating system and evicts a dirty one, and each checkpoint makes the next
- * touch of every page write a full image of it to the WAL (docs/performance.md).
+ * requested every ~540 MB of WAL) suit a small machine and a small store. A store of
+ * millions of pushes writes its keys at random places on each push; once those keys
+ * outgrow the buffers each insert reads its page from the operating system and evicts a
+ * dirty one, and each checkpoint makes the next touch of every page write a full image of
+ * it to the WAL (docs/performance.md).
  *
  * Written once into the cluster's postgresql.conf, as a block under a marker line, not as
  * `-c` flags: `ALTER SYSTEM` (postgresql.auto.conf) is read after postgresql.conf and so
@@ -70,9 +71,8 @@ export async function readSizing(cluster: string): Promise<Record<string, string
 
 /**
  * Adds the block to the cluster's postgresql.conf unless it is there: a new cluster gets it
- * from initdb's step (under the init lock), one made before the block existed at its next start.
- * Resolves to the settings written, or null.
- * The file is replaced whole (written beside it, then renamed over it, with its owner and
+ * from initdb's step (under the init lock), one made before the block existed at its next
+ * start. Resolves to the settings written, or null. The file is replaced whole (written beside it, then renamed over it, with its owner and
  * mode), so two processes starting the server at once leave one block, not two.
  * `totalBytes` is injectable for tests.
  */
